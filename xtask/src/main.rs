@@ -1,0 +1,55 @@
+//! Project automation for candle-rocm, run as `cargo xtask <command>`.
+//!
+//! Commands:
+//! - `bindgen [--check]`: regenerate `rocm-sys/src/bindings/hip.rs` from the HIP headers
+//!   (Debian's `libamdhip64-dev`, or `$ROCM_PATH/include`); `--check` fails if the checked-in
+//!   file differs from what would be generated.
+//!
+//! Later issues add `kernels`, `candle`, `test` and `bench`.
+
+mod bindgen_hip;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+const HELP: &str = "\
+cargo xtask <command>
+
+Commands:
+  bindgen [--check]   regenerate rocm-sys/src/bindings/hip.rs from the HIP headers
+                      (--check: fail if the checked-in file is stale)
+  help                print this help
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("bindgen") => parse_check(&args[1..]).and_then(bindgen_hip::run),
+        None | Some("help") | Some("--help") | Some("-h") => {
+            print!("{HELP}");
+            Ok(())
+        }
+        Some(other) => Err(anyhow::anyhow!("unknown command `{other}`\n\n{HELP}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn parse_check(rest: &[String]) -> anyhow::Result<bool> {
+    match rest {
+        [] => Ok(false),
+        [flag] if flag == "--check" => Ok(true),
+        other => anyhow::bail!("unexpected arguments {other:?}\n\n{HELP}"),
+    }
+}
+
+/// The workspace root, independent of the directory xtask was started from.
+pub fn project_root() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().map(PathBuf::from).unwrap_or(manifest)
+}
