@@ -1,1 +1,57 @@
-//! placeholder
+//! Safe RAII wrappers over the ROCm HIP runtime, rocBLAS and MIOpen, in the spirit of cudarc's
+//! `safe` layer. No Candle types here.
+//!
+//! | HIP / CPU concept | rocm-safe |
+//! |---|---|
+//! | the loaded libraries, `hipInit` | [`Runtime`] |
+//! | a GPU (`hipSetDevice`, attributes) | [`Device`], [`DeviceInfo`], [`GfxArch`] |
+//! | `hipStream_t`, `hipEvent_t` | [`Stream`], [`Event`] |
+//! | `Vec<T>` on the device | [`DeviceBuffer<T>`], views [`DeviceView`] / [`DeviceViewMut`] |
+//! | `hipHostMalloc` | [`PinnedHostBuffer<T>`] |
+//! | `hipModule_t`, `hipFunction_t`, launch | [`Module`], [`Function`], [`LaunchArgs`] |
+//! | rocBLAS / MIOpen handles | [`BlasHandle`], [`MiopenHandle`] |
+//! | a memory pool | [`CachingAllocator`] |
+//!
+//! Ownership rules: owning handles are not `Clone` (share them with `Arc`); buffers remember
+//! their stream and are freed stream-ordered; errors in `Drop` are recorded and returned by the
+//! next [`Device::check_err`]. Nothing here panics on bad input or a missing library: every
+//! failure is a [`RocmError`] that says what to do.
+//!
+//! ```no_run
+//! use rocm_safe::{Device, Stream};
+//! let dev = Device::new(0)?;
+//! let stream = Stream::new(&dev)?;
+//! let buf = stream.clone_htod(&[1.0f32, 2.0, 3.0])?;
+//! assert_eq!(stream.clone_dtoh(&buf)?, [1.0, 2.0, 3.0]);
+//! # Ok::<(), rocm_safe::RocmError>(())
+//! ```
+
+pub mod allocator;
+pub mod arch;
+mod blas;
+mod buffer;
+mod copy;
+mod device;
+mod error;
+mod host;
+mod miopen;
+mod module;
+mod runtime;
+mod stream;
+
+pub use allocator::{AllocatorStats, CachingAllocator};
+pub use arch::{ArchFamily, GfxArch};
+pub use blas::{BlasHandle, GemmConfig, GemmType, Transpose};
+pub use buffer::{
+    DeviceBuffer, DeviceRepr, DeviceSlice, DeviceSliceMut, DeviceView, DeviceViewMut,
+};
+pub use device::{Device, DeviceInfo};
+pub use error::{HipError, Result, RocmError};
+pub use host::PinnedHostBuffer;
+pub use miopen::MiopenHandle;
+pub use module::{DevicePtrArg, Function, KernelArg, LaunchArgs, LaunchConfig, Module};
+pub use runtime::Runtime;
+pub use stream::{Event, Stream};
+
+/// The raw layer, re-exported for callers that need a C type or constant.
+pub use rocm_sys as sys;

@@ -156,7 +156,7 @@ pub struct Attempt {
 }
 
 /// Failure to load a ROCm library or resolve its entry points.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum LoadError {
     /// No candidate path could be opened.
     #[error("could not load the {library}; tried:\n{}\nTo fix: {}", format_attempts(.tried), .library.remedy())]
@@ -355,6 +355,10 @@ extern "C" {
 }
 
 /// The file a loaded symbol lives in, canonicalised; `None` if the loader cannot tell.
+///
+/// `addr` is only compared against the loaded objects' address ranges, never dereferenced, so
+/// any value is safe to pass.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub fn path_of_symbol(addr: *const c_void) -> Option<PathBuf> {
     let mut info = DlInfo {
         dli_fname: std::ptr::null(),

@@ -38,7 +38,8 @@ where
         debug_assert!(index / 8 < core::mem::size_of::<Storage>());
         let byte_index = index / 8;
         let byte = unsafe {
-            *(core::ptr::addr_of!((*this).storage) as *const u8).offset(byte_index as isize)
+            *(core::ptr::addr_of!((*this).storage) as *const u8)
+                .offset(byte_index as isize)
         };
         Self::extract_bit(byte, index)
     }
@@ -50,11 +51,7 @@ where
             index % 8
         };
         let mask = 1 << bit_index;
-        if val {
-            byte | mask
-        } else {
-            byte & !mask
-        }
+        if val { byte | mask } else { byte & !mask }
     }
     #[inline]
     pub fn set_bit(&mut self, index: usize, val: bool) {
@@ -68,7 +65,8 @@ where
         debug_assert!(index / 8 < core::mem::size_of::<Storage>());
         let byte_index = index / 8;
         let byte = unsafe {
-            (core::ptr::addr_of_mut!((*this).storage) as *mut u8).offset(byte_index as isize)
+            (core::ptr::addr_of_mut!((*this).storage) as *mut u8)
+                .offset(byte_index as isize)
         };
         unsafe { *byte = Self::change_bit(*byte, index, val) };
     }
@@ -76,7 +74,9 @@ where
     pub fn get(&self, bit_offset: usize, bit_width: u8) -> u64 {
         debug_assert!(bit_width <= 64);
         debug_assert!(bit_offset / 8 < self.storage.as_ref().len());
-        debug_assert!((bit_offset + (bit_width as usize)) / 8 <= self.storage.as_ref().len(),);
+        debug_assert!(
+            (bit_offset + (bit_width as usize)) / 8 <= self.storage.as_ref().len(),
+        );
         let mut val = 0;
         for i in 0..(bit_width as usize) {
             if self.get_bit(i + bit_offset) {
@@ -94,7 +94,9 @@ where
     pub unsafe fn raw_get(this: *const Self, bit_offset: usize, bit_width: u8) -> u64 {
         debug_assert!(bit_width <= 64);
         debug_assert!(bit_offset / 8 < core::mem::size_of::<Storage>());
-        debug_assert!((bit_offset + (bit_width as usize)) / 8 <= core::mem::size_of::<Storage>(),);
+        debug_assert!(
+            (bit_offset + (bit_width as usize)) / 8 <= core::mem::size_of::<Storage>(),
+        );
         let mut val = 0;
         for i in 0..(bit_width as usize) {
             if unsafe { Self::raw_get_bit(this, i + bit_offset) } {
@@ -112,7 +114,9 @@ where
     pub fn set(&mut self, bit_offset: usize, bit_width: u8, val: u64) {
         debug_assert!(bit_width <= 64);
         debug_assert!(bit_offset / 8 < self.storage.as_ref().len());
-        debug_assert!((bit_offset + (bit_width as usize)) / 8 <= self.storage.as_ref().len(),);
+        debug_assert!(
+            (bit_offset + (bit_width as usize)) / 8 <= self.storage.as_ref().len(),
+        );
         for i in 0..(bit_width as usize) {
             let mask = 1 << i;
             let val_bit_is_set = val & mask == mask;
@@ -128,7 +132,9 @@ where
     pub unsafe fn raw_set(this: *mut Self, bit_offset: usize, bit_width: u8, val: u64) {
         debug_assert!(bit_width <= 64);
         debug_assert!(bit_offset / 8 < core::mem::size_of::<Storage>());
-        debug_assert!((bit_offset + (bit_width as usize)) / 8 <= core::mem::size_of::<Storage>(),);
+        debug_assert!(
+            (bit_offset + (bit_width as usize)) / 8 <= core::mem::size_of::<Storage>(),
+        );
         for i in 0..(bit_width as usize) {
             let mask = 1 << i;
             let val_bit_is_set = val & mask == mask;
@@ -159,7 +165,9 @@ pub struct hipDeviceArch_t {
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of hipDeviceArch_t"][::core::mem::size_of::<hipDeviceArch_t>() - 4usize];
-    ["Alignment of hipDeviceArch_t"][::core::mem::align_of::<hipDeviceArch_t>() - 4usize];
+    [
+        "Alignment of hipDeviceArch_t",
+    ][::core::mem::align_of::<hipDeviceArch_t>() - 4usize];
 };
 impl hipDeviceArch_t {
     #[inline]
@@ -176,18 +184,24 @@ impl hipDeviceArch_t {
     #[inline]
     pub unsafe fn hasGlobalInt32Atomics_raw(this: *const Self) -> ::core::ffi::c_uint {
         unsafe {
-            ::core::mem::transmute(<__BindgenBitfieldUnit<[u8; 3usize]>>::raw_get(
-                ::core::ptr::addr_of!((*this)._bitfield_1),
-                0usize,
-                1u8,
-            ) as u32)
+            ::core::mem::transmute(
+                <__BindgenBitfieldUnit<
+                    [u8; 3usize],
+                >>::raw_get(::core::ptr::addr_of!((*this)._bitfield_1), 0usize, 1u8)
+                    as u32,
+            )
         }
     }
     #[inline]
-    pub unsafe fn set_hasGlobalInt32Atomics_raw(this: *mut Self, val: ::core::ffi::c_uint) {
+    pub unsafe fn set_hasGlobalInt32Atomics_raw(
+        this: *mut Self,
+        val: ::core::ffi::c_uint,
+    ) {
         unsafe {
             let val: u32 = ::core::mem::transmute(val);
-            <__BindgenBitfieldUnit<[u8; 3usize]>>::raw_set(
+            <__BindgenBitfieldUnit<
+                [u8; 3usize],
+            >>::raw_set(
                 ::core::ptr::addr_of_mut!((*this)._bitfield_1),
                 0usize,
                 1u8,
@@ -207,20 +221,28 @@ impl hipDeviceArch_t {
         }
     }
     #[inline]
-    pub unsafe fn hasGlobalFloatAtomicExch_raw(this: *const Self) -> ::core::ffi::c_uint {
+    pub unsafe fn hasGlobalFloatAtomicExch_raw(
+        this: *const Self,
+    ) -> ::core::ffi::c_uint {
         unsafe {
-            ::core::mem::transmute(<__BindgenBitfieldUnit<[u8; 3usize]>>::raw_get(
-                ::core::ptr::addr_of!((*this)._bitfield_1),
-                1usize,
-                1u8,
-            ) as u32)
+            ::core::mem::transmute(
+                <__BindgenBitfieldUnit<
+                    [u8; 3usize],
+                >>::raw_get(::core::ptr::addr_of!((*this)._bitfield_1), 1usize, 1u8)
+                    as u32,
+            )
         }
     }
     #[inline]
-    pub unsafe fn set_hasGlobalFloatAtomicExch_raw(this: *mut Self, val: ::core::ffi::c_uint) {
+    pub unsafe fn set_hasGlobalFloatAtomicExch_raw(
+        this: *mut Self,
+        val: ::core::ffi::c_uint,
+    ) {
         unsafe {
             let val: u32 = ::core::mem::transmute(val);
-            <__BindgenBitfieldUnit<[u8; 3usize]>>::raw_set(
+            <__BindgenBitfieldUnit<
+                [u8; 3usize],
+            >>::raw_set(
                 ::core::ptr::addr_of_mut!((*this)._bitfield_1),
                 1usize,
                 1u8,
@@ -242,18 +264,24 @@ impl hipDeviceArch_t {
     #[inline]
     pub unsafe fn hasSharedInt32Atomics_raw(this: *const Self) -> ::core::ffi::c_uint {
         unsafe {
-            ::core::mem::transmute(<__BindgenBitfieldUnit<[u8; 3usize]>>::raw_get(
-                ::core::ptr::addr_of!((*this)._bitfield_1),
-                2usize,
-                1u8,
-            ) as u32)
+            ::core::mem::transmute(
+                <__BindgenBitfieldUnit<
+                    [u8; 3usize],
+                >>::raw_get(::core::ptr::addr_of!((*this)._bitfield_1), 2usize, 1u8)
+                    as u32,
+            )
         }
     }
     #[inline]
-    pub unsafe fn set_hasSharedInt32Atomics_raw(this: *mut Self, val: ::core::ffi::c_uint) {
+    pub unsafe fn set_hasSharedInt32Atomics_raw(
+        this: *mut Self,
+        val: ::core::ffi::c_uint,
+    ) {
         unsafe {
             let val: u32 = ::core::mem::transmute(val);
-            <__BindgenBitfieldUnit<[u8; 3usize]>>::raw_set(
+            <__BindgenBitfieldUnit<
+                [u8; 3usize],
+            >>::raw_set(
                 ::core::ptr::addr_of_mut!((*this)._bitfield_1),
                 2usize,
                 1u8,
@@ -273,20 +301,28 @@ impl hipDeviceArch_t {
         }
     }
     #[inline]
-    pub unsafe fn hasSharedFloatAtomicExch_raw(this: *const Self) -> ::core::ffi::c_uint {
+    pub unsafe fn hasSharedFloatAtomicExch_raw(
+        this: *const Self,
+    ) -> ::core::ffi::c_uint {
         unsafe {
-            ::core::mem::transmute(<__BindgenBitfieldUnit<[u8; 3usize]>>::raw_get(
-                ::core::ptr::addr_of!((*this)._bitfield_1),
-                3usize,
-                1u8,
-            ) as u32)
+            ::core::mem::transmute(
+                <__BindgenBitfieldUnit<
+                    [u8; 3usize],
+                >>::raw_get(::core::ptr::addr_of!((*this)._bitfield_1), 3usize, 1u8)
+                    as u32,
+            )
         }
     }
     #[inline]
-    pub unsafe fn set_hasSharedFloatAtomicExch_raw(this: *mut Self, val: ::core::ffi::c_uint) {
+    pub unsafe fn set_hasSharedFloatAtomicExch_raw(
+        this: *mut Self,
+        val: ::core::ffi::c_uint,
+    ) {
         unsafe {
             let val: u32 = ::core::mem::transmute(val);
-            <__BindgenBitfieldUnit<[u8; 3usize]>>::raw_set(
+            <__BindgenBitfieldUnit<
+                [u8; 3usize],
+            >>::raw_set(
                 ::core::ptr::addr_of_mut!((*this)._bitfield_1),
                 3usize,
                 1u8,
@@ -308,18 +344,21 @@ impl hipDeviceArch_t {
     #[inline]
     pub unsafe fn hasFloatAtomicAdd_raw(this: *const Self) -> ::core::ffi::c_uint {
         unsafe {
-            ::core::mem::transmute(<__BindgenBitfieldUnit<[u8; 3usize]>>::raw_get(
-                ::core::ptr::addr_of!((*this)._bitfield_1),
-                4usize,
-                1u8,
-            ) as u32)
+            ::core::mem::transmute(
+                <__BindgenBitfieldUnit<
+                    [u8; 3usize],
+                >>::raw_get(::core::ptr::addr_of!((*this)._bitfield_1), 4usize, 1u8)
+                    as u32,
+            )
         }
     }
     #[inline]
     pub unsafe fn set_hasFloatAtomicAdd_raw(this: *mut Self, val: ::core::ffi::c_uint) {
         unsafe {
             let val: u32 = ::core::mem::transmute(val);
-            <__BindgenBitfieldUnit<[u8; 3usize]>>::raw_set(
+            <__BindgenBitfieldUnit<
+                [u8; 3usize],
+            >>::raw_set(
                 ::core::ptr::addr_of_mut!((*this)._bitfield_1),
                 4usize,
                 1u8,
@@ -341,18 +380,24 @@ impl hipDeviceArch_t {
     #[inline]
     pub unsafe fn hasGlobalInt64Atomics_raw(this: *const Self) -> ::core::ffi::c_uint {
         unsafe {
-            ::core::mem::transmute(<__BindgenBitfieldUnit<[u8; 3usize]>>::raw_get(
-                ::core::ptr::addr_of!((*this)._bitfield_1),
-                5usize,
-                1u8,
-            ) as u32)
+            ::core::mem::transmute(
+                <__BindgenBitfieldUnit<
+                    [u8; 3usize],
+                >>::raw_get(::core::ptr::addr_of!((*this)._bitfield_1), 5usize, 1u8)
+                    as u32,
+            )
         }
     }
     #[inline]
-    pub unsafe fn set_hasGlobalInt64Atomics_raw(this: *mut Self, val: ::core::ffi::c_uint) {
+    pub unsafe fn set_hasGlobalInt64Atomics_raw(
+        this: *mut Self,
+        val: ::core::ffi::c_uint,
+    ) {
         unsafe {
             let val: u32 = ::core::mem::transmute(val);
-            <__BindgenBitfieldUnit<[u8; 3usize]>>::raw_set(
+            <__BindgenBitfieldUnit<
+                [u8; 3usize],
+            >>::raw_set(
                 ::core::ptr::addr_of_mut!((*this)._bitfield_1),
                 5usize,
                 1u8,
@@ -374,18 +419,24 @@ impl hipDeviceArch_t {
     #[inline]
     pub unsafe fn hasSharedInt64Atomics_raw(this: *const Self) -> ::core::ffi::c_uint {
         unsafe {
-            ::core::mem::transmute(<__BindgenBitfieldUnit<[u8; 3usize]>>::raw_get(
-                ::core::ptr::addr_of!((*this)._bitfield_1),
-                6usize,
-                1u8,
-            ) as u32)
+            ::core::mem::transmute(
+                <__BindgenBitfieldUnit<
+                    [u8; 3usize],
+                >>::raw_get(::core::ptr::addr_of!((*this)._bitfield_1), 6usize, 1u8)
+                    as u32,
+            )
         }
     }
     #[inline]
-    pub unsafe fn set_hasSharedInt64Atomics_raw(this: *mut Self, val: ::core::ffi::c_uint) {
+    pub unsafe fn set_hasSharedInt64Atomics_raw(
+        this: *mut Self,
+        val: ::core::ffi::c_uint,
+    ) {
         unsafe {
             let val: u32 = ::core::mem::transmute(val);
-            <__BindgenBitfieldUnit<[u8; 3usize]>>::raw_set(
+            <__BindgenBitfieldUnit<
+                [u8; 3usize],
+            >>::raw_set(
                 ::core::ptr::addr_of_mut!((*this)._bitfield_1),
                 6usize,
                 1u8,
@@ -407,18 +458,21 @@ impl hipDeviceArch_t {
     #[inline]
     pub unsafe fn hasDoubles_raw(this: *const Self) -> ::core::ffi::c_uint {
         unsafe {
-            ::core::mem::transmute(<__BindgenBitfieldUnit<[u8; 3usize]>>::raw_get(
-                ::core::ptr::addr_of!((*this)._bitfield_1),
-                7usize,
-                1u8,
-            ) as u32)
+            ::core::mem::transmute(
+                <__BindgenBitfieldUnit<
+                    [u8; 3usize],
+                >>::raw_get(::core::ptr::addr_of!((*this)._bitfield_1), 7usize, 1u8)
+                    as u32,
+            )
         }
     }
     #[inline]
     pub unsafe fn set_hasDoubles_raw(this: *mut Self, val: ::core::ffi::c_uint) {
         unsafe {
             let val: u32 = ::core::mem::transmute(val);
-            <__BindgenBitfieldUnit<[u8; 3usize]>>::raw_set(
+            <__BindgenBitfieldUnit<
+                [u8; 3usize],
+            >>::raw_set(
                 ::core::ptr::addr_of_mut!((*this)._bitfield_1),
                 7usize,
                 1u8,
@@ -440,18 +494,21 @@ impl hipDeviceArch_t {
     #[inline]
     pub unsafe fn hasWarpVote_raw(this: *const Self) -> ::core::ffi::c_uint {
         unsafe {
-            ::core::mem::transmute(<__BindgenBitfieldUnit<[u8; 3usize]>>::raw_get(
-                ::core::ptr::addr_of!((*this)._bitfield_1),
-                8usize,
-                1u8,
-            ) as u32)
+            ::core::mem::transmute(
+                <__BindgenBitfieldUnit<
+                    [u8; 3usize],
+                >>::raw_get(::core::ptr::addr_of!((*this)._bitfield_1), 8usize, 1u8)
+                    as u32,
+            )
         }
     }
     #[inline]
     pub unsafe fn set_hasWarpVote_raw(this: *mut Self, val: ::core::ffi::c_uint) {
         unsafe {
             let val: u32 = ::core::mem::transmute(val);
-            <__BindgenBitfieldUnit<[u8; 3usize]>>::raw_set(
+            <__BindgenBitfieldUnit<
+                [u8; 3usize],
+            >>::raw_set(
                 ::core::ptr::addr_of_mut!((*this)._bitfield_1),
                 8usize,
                 1u8,
@@ -473,18 +530,21 @@ impl hipDeviceArch_t {
     #[inline]
     pub unsafe fn hasWarpBallot_raw(this: *const Self) -> ::core::ffi::c_uint {
         unsafe {
-            ::core::mem::transmute(<__BindgenBitfieldUnit<[u8; 3usize]>>::raw_get(
-                ::core::ptr::addr_of!((*this)._bitfield_1),
-                9usize,
-                1u8,
-            ) as u32)
+            ::core::mem::transmute(
+                <__BindgenBitfieldUnit<
+                    [u8; 3usize],
+                >>::raw_get(::core::ptr::addr_of!((*this)._bitfield_1), 9usize, 1u8)
+                    as u32,
+            )
         }
     }
     #[inline]
     pub unsafe fn set_hasWarpBallot_raw(this: *mut Self, val: ::core::ffi::c_uint) {
         unsafe {
             let val: u32 = ::core::mem::transmute(val);
-            <__BindgenBitfieldUnit<[u8; 3usize]>>::raw_set(
+            <__BindgenBitfieldUnit<
+                [u8; 3usize],
+            >>::raw_set(
                 ::core::ptr::addr_of_mut!((*this)._bitfield_1),
                 9usize,
                 1u8,
@@ -506,18 +566,21 @@ impl hipDeviceArch_t {
     #[inline]
     pub unsafe fn hasWarpShuffle_raw(this: *const Self) -> ::core::ffi::c_uint {
         unsafe {
-            ::core::mem::transmute(<__BindgenBitfieldUnit<[u8; 3usize]>>::raw_get(
-                ::core::ptr::addr_of!((*this)._bitfield_1),
-                10usize,
-                1u8,
-            ) as u32)
+            ::core::mem::transmute(
+                <__BindgenBitfieldUnit<
+                    [u8; 3usize],
+                >>::raw_get(::core::ptr::addr_of!((*this)._bitfield_1), 10usize, 1u8)
+                    as u32,
+            )
         }
     }
     #[inline]
     pub unsafe fn set_hasWarpShuffle_raw(this: *mut Self, val: ::core::ffi::c_uint) {
         unsafe {
             let val: u32 = ::core::mem::transmute(val);
-            <__BindgenBitfieldUnit<[u8; 3usize]>>::raw_set(
+            <__BindgenBitfieldUnit<
+                [u8; 3usize],
+            >>::raw_set(
                 ::core::ptr::addr_of_mut!((*this)._bitfield_1),
                 10usize,
                 1u8,
@@ -539,18 +602,21 @@ impl hipDeviceArch_t {
     #[inline]
     pub unsafe fn hasFunnelShift_raw(this: *const Self) -> ::core::ffi::c_uint {
         unsafe {
-            ::core::mem::transmute(<__BindgenBitfieldUnit<[u8; 3usize]>>::raw_get(
-                ::core::ptr::addr_of!((*this)._bitfield_1),
-                11usize,
-                1u8,
-            ) as u32)
+            ::core::mem::transmute(
+                <__BindgenBitfieldUnit<
+                    [u8; 3usize],
+                >>::raw_get(::core::ptr::addr_of!((*this)._bitfield_1), 11usize, 1u8)
+                    as u32,
+            )
         }
     }
     #[inline]
     pub unsafe fn set_hasFunnelShift_raw(this: *mut Self, val: ::core::ffi::c_uint) {
         unsafe {
             let val: u32 = ::core::mem::transmute(val);
-            <__BindgenBitfieldUnit<[u8; 3usize]>>::raw_set(
+            <__BindgenBitfieldUnit<
+                [u8; 3usize],
+            >>::raw_set(
                 ::core::ptr::addr_of_mut!((*this)._bitfield_1),
                 11usize,
                 1u8,
@@ -572,18 +638,24 @@ impl hipDeviceArch_t {
     #[inline]
     pub unsafe fn hasThreadFenceSystem_raw(this: *const Self) -> ::core::ffi::c_uint {
         unsafe {
-            ::core::mem::transmute(<__BindgenBitfieldUnit<[u8; 3usize]>>::raw_get(
-                ::core::ptr::addr_of!((*this)._bitfield_1),
-                12usize,
-                1u8,
-            ) as u32)
+            ::core::mem::transmute(
+                <__BindgenBitfieldUnit<
+                    [u8; 3usize],
+                >>::raw_get(::core::ptr::addr_of!((*this)._bitfield_1), 12usize, 1u8)
+                    as u32,
+            )
         }
     }
     #[inline]
-    pub unsafe fn set_hasThreadFenceSystem_raw(this: *mut Self, val: ::core::ffi::c_uint) {
+    pub unsafe fn set_hasThreadFenceSystem_raw(
+        this: *mut Self,
+        val: ::core::ffi::c_uint,
+    ) {
         unsafe {
             let val: u32 = ::core::mem::transmute(val);
-            <__BindgenBitfieldUnit<[u8; 3usize]>>::raw_set(
+            <__BindgenBitfieldUnit<
+                [u8; 3usize],
+            >>::raw_set(
                 ::core::ptr::addr_of_mut!((*this)._bitfield_1),
                 12usize,
                 1u8,
@@ -605,18 +677,21 @@ impl hipDeviceArch_t {
     #[inline]
     pub unsafe fn hasSyncThreadsExt_raw(this: *const Self) -> ::core::ffi::c_uint {
         unsafe {
-            ::core::mem::transmute(<__BindgenBitfieldUnit<[u8; 3usize]>>::raw_get(
-                ::core::ptr::addr_of!((*this)._bitfield_1),
-                13usize,
-                1u8,
-            ) as u32)
+            ::core::mem::transmute(
+                <__BindgenBitfieldUnit<
+                    [u8; 3usize],
+                >>::raw_get(::core::ptr::addr_of!((*this)._bitfield_1), 13usize, 1u8)
+                    as u32,
+            )
         }
     }
     #[inline]
     pub unsafe fn set_hasSyncThreadsExt_raw(this: *mut Self, val: ::core::ffi::c_uint) {
         unsafe {
             let val: u32 = ::core::mem::transmute(val);
-            <__BindgenBitfieldUnit<[u8; 3usize]>>::raw_set(
+            <__BindgenBitfieldUnit<
+                [u8; 3usize],
+            >>::raw_set(
                 ::core::ptr::addr_of_mut!((*this)._bitfield_1),
                 13usize,
                 1u8,
@@ -638,18 +713,21 @@ impl hipDeviceArch_t {
     #[inline]
     pub unsafe fn hasSurfaceFuncs_raw(this: *const Self) -> ::core::ffi::c_uint {
         unsafe {
-            ::core::mem::transmute(<__BindgenBitfieldUnit<[u8; 3usize]>>::raw_get(
-                ::core::ptr::addr_of!((*this)._bitfield_1),
-                14usize,
-                1u8,
-            ) as u32)
+            ::core::mem::transmute(
+                <__BindgenBitfieldUnit<
+                    [u8; 3usize],
+                >>::raw_get(::core::ptr::addr_of!((*this)._bitfield_1), 14usize, 1u8)
+                    as u32,
+            )
         }
     }
     #[inline]
     pub unsafe fn set_hasSurfaceFuncs_raw(this: *mut Self, val: ::core::ffi::c_uint) {
         unsafe {
             let val: u32 = ::core::mem::transmute(val);
-            <__BindgenBitfieldUnit<[u8; 3usize]>>::raw_set(
+            <__BindgenBitfieldUnit<
+                [u8; 3usize],
+            >>::raw_set(
                 ::core::ptr::addr_of_mut!((*this)._bitfield_1),
                 14usize,
                 1u8,
@@ -671,18 +749,21 @@ impl hipDeviceArch_t {
     #[inline]
     pub unsafe fn has3dGrid_raw(this: *const Self) -> ::core::ffi::c_uint {
         unsafe {
-            ::core::mem::transmute(<__BindgenBitfieldUnit<[u8; 3usize]>>::raw_get(
-                ::core::ptr::addr_of!((*this)._bitfield_1),
-                15usize,
-                1u8,
-            ) as u32)
+            ::core::mem::transmute(
+                <__BindgenBitfieldUnit<
+                    [u8; 3usize],
+                >>::raw_get(::core::ptr::addr_of!((*this)._bitfield_1), 15usize, 1u8)
+                    as u32,
+            )
         }
     }
     #[inline]
     pub unsafe fn set_has3dGrid_raw(this: *mut Self, val: ::core::ffi::c_uint) {
         unsafe {
             let val: u32 = ::core::mem::transmute(val);
-            <__BindgenBitfieldUnit<[u8; 3usize]>>::raw_set(
+            <__BindgenBitfieldUnit<
+                [u8; 3usize],
+            >>::raw_set(
                 ::core::ptr::addr_of_mut!((*this)._bitfield_1),
                 15usize,
                 1u8,
@@ -704,18 +785,24 @@ impl hipDeviceArch_t {
     #[inline]
     pub unsafe fn hasDynamicParallelism_raw(this: *const Self) -> ::core::ffi::c_uint {
         unsafe {
-            ::core::mem::transmute(<__BindgenBitfieldUnit<[u8; 3usize]>>::raw_get(
-                ::core::ptr::addr_of!((*this)._bitfield_1),
-                16usize,
-                1u8,
-            ) as u32)
+            ::core::mem::transmute(
+                <__BindgenBitfieldUnit<
+                    [u8; 3usize],
+                >>::raw_get(::core::ptr::addr_of!((*this)._bitfield_1), 16usize, 1u8)
+                    as u32,
+            )
         }
     }
     #[inline]
-    pub unsafe fn set_hasDynamicParallelism_raw(this: *mut Self, val: ::core::ffi::c_uint) {
+    pub unsafe fn set_hasDynamicParallelism_raw(
+        this: *mut Self,
+        val: ::core::ffi::c_uint,
+    ) {
         unsafe {
             let val: u32 = ::core::mem::transmute(val);
-            <__BindgenBitfieldUnit<[u8; 3usize]>>::raw_set(
+            <__BindgenBitfieldUnit<
+                [u8; 3usize],
+            >>::raw_set(
                 ::core::ptr::addr_of_mut!((*this)._bitfield_1),
                 16usize,
                 1u8,
@@ -744,81 +831,189 @@ impl hipDeviceArch_t {
         hasDynamicParallelism: ::core::ffi::c_uint,
     ) -> __BindgenBitfieldUnit<[u8; 3usize]> {
         let mut __bindgen_bitfield_unit: __BindgenBitfieldUnit<[u8; 3usize]> = Default::default();
-        __bindgen_bitfield_unit.set(0usize, 1u8, {
-            let hasGlobalInt32Atomics: u32 =
-                unsafe { ::core::mem::transmute(hasGlobalInt32Atomics) };
-            hasGlobalInt32Atomics as u64
-        });
-        __bindgen_bitfield_unit.set(1usize, 1u8, {
-            let hasGlobalFloatAtomicExch: u32 =
-                unsafe { ::core::mem::transmute(hasGlobalFloatAtomicExch) };
-            hasGlobalFloatAtomicExch as u64
-        });
-        __bindgen_bitfield_unit.set(2usize, 1u8, {
-            let hasSharedInt32Atomics: u32 =
-                unsafe { ::core::mem::transmute(hasSharedInt32Atomics) };
-            hasSharedInt32Atomics as u64
-        });
-        __bindgen_bitfield_unit.set(3usize, 1u8, {
-            let hasSharedFloatAtomicExch: u32 =
-                unsafe { ::core::mem::transmute(hasSharedFloatAtomicExch) };
-            hasSharedFloatAtomicExch as u64
-        });
-        __bindgen_bitfield_unit.set(4usize, 1u8, {
-            let hasFloatAtomicAdd: u32 = unsafe { ::core::mem::transmute(hasFloatAtomicAdd) };
-            hasFloatAtomicAdd as u64
-        });
-        __bindgen_bitfield_unit.set(5usize, 1u8, {
-            let hasGlobalInt64Atomics: u32 =
-                unsafe { ::core::mem::transmute(hasGlobalInt64Atomics) };
-            hasGlobalInt64Atomics as u64
-        });
-        __bindgen_bitfield_unit.set(6usize, 1u8, {
-            let hasSharedInt64Atomics: u32 =
-                unsafe { ::core::mem::transmute(hasSharedInt64Atomics) };
-            hasSharedInt64Atomics as u64
-        });
-        __bindgen_bitfield_unit.set(7usize, 1u8, {
-            let hasDoubles: u32 = unsafe { ::core::mem::transmute(hasDoubles) };
-            hasDoubles as u64
-        });
-        __bindgen_bitfield_unit.set(8usize, 1u8, {
-            let hasWarpVote: u32 = unsafe { ::core::mem::transmute(hasWarpVote) };
-            hasWarpVote as u64
-        });
-        __bindgen_bitfield_unit.set(9usize, 1u8, {
-            let hasWarpBallot: u32 = unsafe { ::core::mem::transmute(hasWarpBallot) };
-            hasWarpBallot as u64
-        });
-        __bindgen_bitfield_unit.set(10usize, 1u8, {
-            let hasWarpShuffle: u32 = unsafe { ::core::mem::transmute(hasWarpShuffle) };
-            hasWarpShuffle as u64
-        });
-        __bindgen_bitfield_unit.set(11usize, 1u8, {
-            let hasFunnelShift: u32 = unsafe { ::core::mem::transmute(hasFunnelShift) };
-            hasFunnelShift as u64
-        });
-        __bindgen_bitfield_unit.set(12usize, 1u8, {
-            let hasThreadFenceSystem: u32 = unsafe { ::core::mem::transmute(hasThreadFenceSystem) };
-            hasThreadFenceSystem as u64
-        });
-        __bindgen_bitfield_unit.set(13usize, 1u8, {
-            let hasSyncThreadsExt: u32 = unsafe { ::core::mem::transmute(hasSyncThreadsExt) };
-            hasSyncThreadsExt as u64
-        });
-        __bindgen_bitfield_unit.set(14usize, 1u8, {
-            let hasSurfaceFuncs: u32 = unsafe { ::core::mem::transmute(hasSurfaceFuncs) };
-            hasSurfaceFuncs as u64
-        });
-        __bindgen_bitfield_unit.set(15usize, 1u8, {
-            let has3dGrid: u32 = unsafe { ::core::mem::transmute(has3dGrid) };
-            has3dGrid as u64
-        });
-        __bindgen_bitfield_unit.set(16usize, 1u8, {
-            let hasDynamicParallelism: u32 =
-                unsafe { ::core::mem::transmute(hasDynamicParallelism) };
-            hasDynamicParallelism as u64
-        });
+        __bindgen_bitfield_unit
+            .set(
+                0usize,
+                1u8,
+                {
+                    let hasGlobalInt32Atomics: u32 = unsafe {
+                        ::core::mem::transmute(hasGlobalInt32Atomics)
+                    };
+                    hasGlobalInt32Atomics as u64
+                },
+            );
+        __bindgen_bitfield_unit
+            .set(
+                1usize,
+                1u8,
+                {
+                    let hasGlobalFloatAtomicExch: u32 = unsafe {
+                        ::core::mem::transmute(hasGlobalFloatAtomicExch)
+                    };
+                    hasGlobalFloatAtomicExch as u64
+                },
+            );
+        __bindgen_bitfield_unit
+            .set(
+                2usize,
+                1u8,
+                {
+                    let hasSharedInt32Atomics: u32 = unsafe {
+                        ::core::mem::transmute(hasSharedInt32Atomics)
+                    };
+                    hasSharedInt32Atomics as u64
+                },
+            );
+        __bindgen_bitfield_unit
+            .set(
+                3usize,
+                1u8,
+                {
+                    let hasSharedFloatAtomicExch: u32 = unsafe {
+                        ::core::mem::transmute(hasSharedFloatAtomicExch)
+                    };
+                    hasSharedFloatAtomicExch as u64
+                },
+            );
+        __bindgen_bitfield_unit
+            .set(
+                4usize,
+                1u8,
+                {
+                    let hasFloatAtomicAdd: u32 = unsafe {
+                        ::core::mem::transmute(hasFloatAtomicAdd)
+                    };
+                    hasFloatAtomicAdd as u64
+                },
+            );
+        __bindgen_bitfield_unit
+            .set(
+                5usize,
+                1u8,
+                {
+                    let hasGlobalInt64Atomics: u32 = unsafe {
+                        ::core::mem::transmute(hasGlobalInt64Atomics)
+                    };
+                    hasGlobalInt64Atomics as u64
+                },
+            );
+        __bindgen_bitfield_unit
+            .set(
+                6usize,
+                1u8,
+                {
+                    let hasSharedInt64Atomics: u32 = unsafe {
+                        ::core::mem::transmute(hasSharedInt64Atomics)
+                    };
+                    hasSharedInt64Atomics as u64
+                },
+            );
+        __bindgen_bitfield_unit
+            .set(
+                7usize,
+                1u8,
+                {
+                    let hasDoubles: u32 = unsafe { ::core::mem::transmute(hasDoubles) };
+                    hasDoubles as u64
+                },
+            );
+        __bindgen_bitfield_unit
+            .set(
+                8usize,
+                1u8,
+                {
+                    let hasWarpVote: u32 = unsafe {
+                        ::core::mem::transmute(hasWarpVote)
+                    };
+                    hasWarpVote as u64
+                },
+            );
+        __bindgen_bitfield_unit
+            .set(
+                9usize,
+                1u8,
+                {
+                    let hasWarpBallot: u32 = unsafe {
+                        ::core::mem::transmute(hasWarpBallot)
+                    };
+                    hasWarpBallot as u64
+                },
+            );
+        __bindgen_bitfield_unit
+            .set(
+                10usize,
+                1u8,
+                {
+                    let hasWarpShuffle: u32 = unsafe {
+                        ::core::mem::transmute(hasWarpShuffle)
+                    };
+                    hasWarpShuffle as u64
+                },
+            );
+        __bindgen_bitfield_unit
+            .set(
+                11usize,
+                1u8,
+                {
+                    let hasFunnelShift: u32 = unsafe {
+                        ::core::mem::transmute(hasFunnelShift)
+                    };
+                    hasFunnelShift as u64
+                },
+            );
+        __bindgen_bitfield_unit
+            .set(
+                12usize,
+                1u8,
+                {
+                    let hasThreadFenceSystem: u32 = unsafe {
+                        ::core::mem::transmute(hasThreadFenceSystem)
+                    };
+                    hasThreadFenceSystem as u64
+                },
+            );
+        __bindgen_bitfield_unit
+            .set(
+                13usize,
+                1u8,
+                {
+                    let hasSyncThreadsExt: u32 = unsafe {
+                        ::core::mem::transmute(hasSyncThreadsExt)
+                    };
+                    hasSyncThreadsExt as u64
+                },
+            );
+        __bindgen_bitfield_unit
+            .set(
+                14usize,
+                1u8,
+                {
+                    let hasSurfaceFuncs: u32 = unsafe {
+                        ::core::mem::transmute(hasSurfaceFuncs)
+                    };
+                    hasSurfaceFuncs as u64
+                },
+            );
+        __bindgen_bitfield_unit
+            .set(
+                15usize,
+                1u8,
+                {
+                    let has3dGrid: u32 = unsafe { ::core::mem::transmute(has3dGrid) };
+                    has3dGrid as u64
+                },
+            );
+        __bindgen_bitfield_unit
+            .set(
+                16usize,
+                1u8,
+                {
+                    let hasDynamicParallelism: u32 = unsafe {
+                        ::core::mem::transmute(hasDynamicParallelism)
+                    };
+                    hasDynamicParallelism as u64
+                },
+            );
         __bindgen_bitfield_unit
     }
 }
@@ -884,125 +1079,181 @@ pub struct hipDeviceProp_t {
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of hipDeviceProp_t"][::core::mem::size_of::<hipDeviceProp_t>() - 792usize];
-    ["Alignment of hipDeviceProp_t"][::core::mem::align_of::<hipDeviceProp_t>() - 8usize];
-    ["Offset of field: hipDeviceProp_t::name"]
-        [::core::mem::offset_of!(hipDeviceProp_t, name) - 0usize];
-    ["Offset of field: hipDeviceProp_t::totalGlobalMem"]
-        [::core::mem::offset_of!(hipDeviceProp_t, totalGlobalMem) - 256usize];
-    ["Offset of field: hipDeviceProp_t::sharedMemPerBlock"]
-        [::core::mem::offset_of!(hipDeviceProp_t, sharedMemPerBlock) - 264usize];
-    ["Offset of field: hipDeviceProp_t::regsPerBlock"]
-        [::core::mem::offset_of!(hipDeviceProp_t, regsPerBlock) - 272usize];
-    ["Offset of field: hipDeviceProp_t::warpSize"]
-        [::core::mem::offset_of!(hipDeviceProp_t, warpSize) - 276usize];
-    ["Offset of field: hipDeviceProp_t::maxThreadsPerBlock"]
-        [::core::mem::offset_of!(hipDeviceProp_t, maxThreadsPerBlock) - 280usize];
-    ["Offset of field: hipDeviceProp_t::maxThreadsDim"]
-        [::core::mem::offset_of!(hipDeviceProp_t, maxThreadsDim) - 284usize];
-    ["Offset of field: hipDeviceProp_t::maxGridSize"]
-        [::core::mem::offset_of!(hipDeviceProp_t, maxGridSize) - 296usize];
-    ["Offset of field: hipDeviceProp_t::clockRate"]
-        [::core::mem::offset_of!(hipDeviceProp_t, clockRate) - 308usize];
-    ["Offset of field: hipDeviceProp_t::memoryClockRate"]
-        [::core::mem::offset_of!(hipDeviceProp_t, memoryClockRate) - 312usize];
-    ["Offset of field: hipDeviceProp_t::memoryBusWidth"]
-        [::core::mem::offset_of!(hipDeviceProp_t, memoryBusWidth) - 316usize];
-    ["Offset of field: hipDeviceProp_t::totalConstMem"]
-        [::core::mem::offset_of!(hipDeviceProp_t, totalConstMem) - 320usize];
-    ["Offset of field: hipDeviceProp_t::major"]
-        [::core::mem::offset_of!(hipDeviceProp_t, major) - 328usize];
-    ["Offset of field: hipDeviceProp_t::minor"]
-        [::core::mem::offset_of!(hipDeviceProp_t, minor) - 332usize];
-    ["Offset of field: hipDeviceProp_t::multiProcessorCount"]
-        [::core::mem::offset_of!(hipDeviceProp_t, multiProcessorCount) - 336usize];
-    ["Offset of field: hipDeviceProp_t::l2CacheSize"]
-        [::core::mem::offset_of!(hipDeviceProp_t, l2CacheSize) - 340usize];
-    ["Offset of field: hipDeviceProp_t::maxThreadsPerMultiProcessor"]
-        [::core::mem::offset_of!(hipDeviceProp_t, maxThreadsPerMultiProcessor) - 344usize];
-    ["Offset of field: hipDeviceProp_t::computeMode"]
-        [::core::mem::offset_of!(hipDeviceProp_t, computeMode) - 348usize];
-    ["Offset of field: hipDeviceProp_t::clockInstructionRate"]
-        [::core::mem::offset_of!(hipDeviceProp_t, clockInstructionRate) - 352usize];
-    ["Offset of field: hipDeviceProp_t::arch"]
-        [::core::mem::offset_of!(hipDeviceProp_t, arch) - 356usize];
-    ["Offset of field: hipDeviceProp_t::concurrentKernels"]
-        [::core::mem::offset_of!(hipDeviceProp_t, concurrentKernels) - 360usize];
-    ["Offset of field: hipDeviceProp_t::pciDomainID"]
-        [::core::mem::offset_of!(hipDeviceProp_t, pciDomainID) - 364usize];
-    ["Offset of field: hipDeviceProp_t::pciBusID"]
-        [::core::mem::offset_of!(hipDeviceProp_t, pciBusID) - 368usize];
-    ["Offset of field: hipDeviceProp_t::pciDeviceID"]
-        [::core::mem::offset_of!(hipDeviceProp_t, pciDeviceID) - 372usize];
-    ["Offset of field: hipDeviceProp_t::maxSharedMemoryPerMultiProcessor"]
-        [::core::mem::offset_of!(hipDeviceProp_t, maxSharedMemoryPerMultiProcessor) - 376usize];
-    ["Offset of field: hipDeviceProp_t::isMultiGpuBoard"]
-        [::core::mem::offset_of!(hipDeviceProp_t, isMultiGpuBoard) - 384usize];
-    ["Offset of field: hipDeviceProp_t::canMapHostMemory"]
-        [::core::mem::offset_of!(hipDeviceProp_t, canMapHostMemory) - 388usize];
-    ["Offset of field: hipDeviceProp_t::gcnArch"]
-        [::core::mem::offset_of!(hipDeviceProp_t, gcnArch) - 392usize];
-    ["Offset of field: hipDeviceProp_t::gcnArchName"]
-        [::core::mem::offset_of!(hipDeviceProp_t, gcnArchName) - 396usize];
-    ["Offset of field: hipDeviceProp_t::integrated"]
-        [::core::mem::offset_of!(hipDeviceProp_t, integrated) - 652usize];
-    ["Offset of field: hipDeviceProp_t::cooperativeLaunch"]
-        [::core::mem::offset_of!(hipDeviceProp_t, cooperativeLaunch) - 656usize];
-    ["Offset of field: hipDeviceProp_t::cooperativeMultiDeviceLaunch"]
-        [::core::mem::offset_of!(hipDeviceProp_t, cooperativeMultiDeviceLaunch) - 660usize];
-    ["Offset of field: hipDeviceProp_t::maxTexture1DLinear"]
-        [::core::mem::offset_of!(hipDeviceProp_t, maxTexture1DLinear) - 664usize];
-    ["Offset of field: hipDeviceProp_t::maxTexture1D"]
-        [::core::mem::offset_of!(hipDeviceProp_t, maxTexture1D) - 668usize];
-    ["Offset of field: hipDeviceProp_t::maxTexture2D"]
-        [::core::mem::offset_of!(hipDeviceProp_t, maxTexture2D) - 672usize];
-    ["Offset of field: hipDeviceProp_t::maxTexture3D"]
-        [::core::mem::offset_of!(hipDeviceProp_t, maxTexture3D) - 680usize];
-    ["Offset of field: hipDeviceProp_t::hdpMemFlushCntl"]
-        [::core::mem::offset_of!(hipDeviceProp_t, hdpMemFlushCntl) - 696usize];
-    ["Offset of field: hipDeviceProp_t::hdpRegFlushCntl"]
-        [::core::mem::offset_of!(hipDeviceProp_t, hdpRegFlushCntl) - 704usize];
-    ["Offset of field: hipDeviceProp_t::memPitch"]
-        [::core::mem::offset_of!(hipDeviceProp_t, memPitch) - 712usize];
-    ["Offset of field: hipDeviceProp_t::textureAlignment"]
-        [::core::mem::offset_of!(hipDeviceProp_t, textureAlignment) - 720usize];
-    ["Offset of field: hipDeviceProp_t::texturePitchAlignment"]
-        [::core::mem::offset_of!(hipDeviceProp_t, texturePitchAlignment) - 728usize];
-    ["Offset of field: hipDeviceProp_t::kernelExecTimeoutEnabled"]
-        [::core::mem::offset_of!(hipDeviceProp_t, kernelExecTimeoutEnabled) - 736usize];
-    ["Offset of field: hipDeviceProp_t::ECCEnabled"]
-        [::core::mem::offset_of!(hipDeviceProp_t, ECCEnabled) - 740usize];
-    ["Offset of field: hipDeviceProp_t::tccDriver"]
-        [::core::mem::offset_of!(hipDeviceProp_t, tccDriver) - 744usize];
-    ["Offset of field: hipDeviceProp_t::cooperativeMultiDeviceUnmatchedFunc"]
-        [::core::mem::offset_of!(hipDeviceProp_t, cooperativeMultiDeviceUnmatchedFunc) - 748usize];
-    ["Offset of field: hipDeviceProp_t::cooperativeMultiDeviceUnmatchedGridDim"][::core::mem::offset_of!(
-        hipDeviceProp_t,
-        cooperativeMultiDeviceUnmatchedGridDim
-    ) - 752usize];
-    ["Offset of field: hipDeviceProp_t::cooperativeMultiDeviceUnmatchedBlockDim"][::core::mem::offset_of!(
-        hipDeviceProp_t,
-        cooperativeMultiDeviceUnmatchedBlockDim
-    ) - 756usize];
-    ["Offset of field: hipDeviceProp_t::cooperativeMultiDeviceUnmatchedSharedMem"][::core::mem::offset_of!(
-        hipDeviceProp_t,
-        cooperativeMultiDeviceUnmatchedSharedMem
-    ) - 760usize];
-    ["Offset of field: hipDeviceProp_t::isLargeBar"]
-        [::core::mem::offset_of!(hipDeviceProp_t, isLargeBar) - 764usize];
-    ["Offset of field: hipDeviceProp_t::asicRevision"]
-        [::core::mem::offset_of!(hipDeviceProp_t, asicRevision) - 768usize];
-    ["Offset of field: hipDeviceProp_t::managedMemory"]
-        [::core::mem::offset_of!(hipDeviceProp_t, managedMemory) - 772usize];
-    ["Offset of field: hipDeviceProp_t::directManagedMemAccessFromHost"]
-        [::core::mem::offset_of!(hipDeviceProp_t, directManagedMemAccessFromHost) - 776usize];
-    ["Offset of field: hipDeviceProp_t::concurrentManagedAccess"]
-        [::core::mem::offset_of!(hipDeviceProp_t, concurrentManagedAccess) - 780usize];
-    ["Offset of field: hipDeviceProp_t::pageableMemoryAccess"]
-        [::core::mem::offset_of!(hipDeviceProp_t, pageableMemoryAccess) - 784usize];
-    ["Offset of field: hipDeviceProp_t::pageableMemoryAccessUsesHostPageTables"][::core::mem::offset_of!(
-        hipDeviceProp_t,
-        pageableMemoryAccessUsesHostPageTables
-    ) - 788usize];
+    [
+        "Alignment of hipDeviceProp_t",
+    ][::core::mem::align_of::<hipDeviceProp_t>() - 8usize];
+    [
+        "Offset of field: hipDeviceProp_t::name",
+    ][::core::mem::offset_of!(hipDeviceProp_t, name) - 0usize];
+    [
+        "Offset of field: hipDeviceProp_t::totalGlobalMem",
+    ][::core::mem::offset_of!(hipDeviceProp_t, totalGlobalMem) - 256usize];
+    [
+        "Offset of field: hipDeviceProp_t::sharedMemPerBlock",
+    ][::core::mem::offset_of!(hipDeviceProp_t, sharedMemPerBlock) - 264usize];
+    [
+        "Offset of field: hipDeviceProp_t::regsPerBlock",
+    ][::core::mem::offset_of!(hipDeviceProp_t, regsPerBlock) - 272usize];
+    [
+        "Offset of field: hipDeviceProp_t::warpSize",
+    ][::core::mem::offset_of!(hipDeviceProp_t, warpSize) - 276usize];
+    [
+        "Offset of field: hipDeviceProp_t::maxThreadsPerBlock",
+    ][::core::mem::offset_of!(hipDeviceProp_t, maxThreadsPerBlock) - 280usize];
+    [
+        "Offset of field: hipDeviceProp_t::maxThreadsDim",
+    ][::core::mem::offset_of!(hipDeviceProp_t, maxThreadsDim) - 284usize];
+    [
+        "Offset of field: hipDeviceProp_t::maxGridSize",
+    ][::core::mem::offset_of!(hipDeviceProp_t, maxGridSize) - 296usize];
+    [
+        "Offset of field: hipDeviceProp_t::clockRate",
+    ][::core::mem::offset_of!(hipDeviceProp_t, clockRate) - 308usize];
+    [
+        "Offset of field: hipDeviceProp_t::memoryClockRate",
+    ][::core::mem::offset_of!(hipDeviceProp_t, memoryClockRate) - 312usize];
+    [
+        "Offset of field: hipDeviceProp_t::memoryBusWidth",
+    ][::core::mem::offset_of!(hipDeviceProp_t, memoryBusWidth) - 316usize];
+    [
+        "Offset of field: hipDeviceProp_t::totalConstMem",
+    ][::core::mem::offset_of!(hipDeviceProp_t, totalConstMem) - 320usize];
+    [
+        "Offset of field: hipDeviceProp_t::major",
+    ][::core::mem::offset_of!(hipDeviceProp_t, major) - 328usize];
+    [
+        "Offset of field: hipDeviceProp_t::minor",
+    ][::core::mem::offset_of!(hipDeviceProp_t, minor) - 332usize];
+    [
+        "Offset of field: hipDeviceProp_t::multiProcessorCount",
+    ][::core::mem::offset_of!(hipDeviceProp_t, multiProcessorCount) - 336usize];
+    [
+        "Offset of field: hipDeviceProp_t::l2CacheSize",
+    ][::core::mem::offset_of!(hipDeviceProp_t, l2CacheSize) - 340usize];
+    [
+        "Offset of field: hipDeviceProp_t::maxThreadsPerMultiProcessor",
+    ][::core::mem::offset_of!(hipDeviceProp_t, maxThreadsPerMultiProcessor) - 344usize];
+    [
+        "Offset of field: hipDeviceProp_t::computeMode",
+    ][::core::mem::offset_of!(hipDeviceProp_t, computeMode) - 348usize];
+    [
+        "Offset of field: hipDeviceProp_t::clockInstructionRate",
+    ][::core::mem::offset_of!(hipDeviceProp_t, clockInstructionRate) - 352usize];
+    [
+        "Offset of field: hipDeviceProp_t::arch",
+    ][::core::mem::offset_of!(hipDeviceProp_t, arch) - 356usize];
+    [
+        "Offset of field: hipDeviceProp_t::concurrentKernels",
+    ][::core::mem::offset_of!(hipDeviceProp_t, concurrentKernels) - 360usize];
+    [
+        "Offset of field: hipDeviceProp_t::pciDomainID",
+    ][::core::mem::offset_of!(hipDeviceProp_t, pciDomainID) - 364usize];
+    [
+        "Offset of field: hipDeviceProp_t::pciBusID",
+    ][::core::mem::offset_of!(hipDeviceProp_t, pciBusID) - 368usize];
+    [
+        "Offset of field: hipDeviceProp_t::pciDeviceID",
+    ][::core::mem::offset_of!(hipDeviceProp_t, pciDeviceID) - 372usize];
+    [
+        "Offset of field: hipDeviceProp_t::maxSharedMemoryPerMultiProcessor",
+    ][::core::mem::offset_of!(hipDeviceProp_t, maxSharedMemoryPerMultiProcessor)
+        - 376usize];
+    [
+        "Offset of field: hipDeviceProp_t::isMultiGpuBoard",
+    ][::core::mem::offset_of!(hipDeviceProp_t, isMultiGpuBoard) - 384usize];
+    [
+        "Offset of field: hipDeviceProp_t::canMapHostMemory",
+    ][::core::mem::offset_of!(hipDeviceProp_t, canMapHostMemory) - 388usize];
+    [
+        "Offset of field: hipDeviceProp_t::gcnArch",
+    ][::core::mem::offset_of!(hipDeviceProp_t, gcnArch) - 392usize];
+    [
+        "Offset of field: hipDeviceProp_t::gcnArchName",
+    ][::core::mem::offset_of!(hipDeviceProp_t, gcnArchName) - 396usize];
+    [
+        "Offset of field: hipDeviceProp_t::integrated",
+    ][::core::mem::offset_of!(hipDeviceProp_t, integrated) - 652usize];
+    [
+        "Offset of field: hipDeviceProp_t::cooperativeLaunch",
+    ][::core::mem::offset_of!(hipDeviceProp_t, cooperativeLaunch) - 656usize];
+    [
+        "Offset of field: hipDeviceProp_t::cooperativeMultiDeviceLaunch",
+    ][::core::mem::offset_of!(hipDeviceProp_t, cooperativeMultiDeviceLaunch) - 660usize];
+    [
+        "Offset of field: hipDeviceProp_t::maxTexture1DLinear",
+    ][::core::mem::offset_of!(hipDeviceProp_t, maxTexture1DLinear) - 664usize];
+    [
+        "Offset of field: hipDeviceProp_t::maxTexture1D",
+    ][::core::mem::offset_of!(hipDeviceProp_t, maxTexture1D) - 668usize];
+    [
+        "Offset of field: hipDeviceProp_t::maxTexture2D",
+    ][::core::mem::offset_of!(hipDeviceProp_t, maxTexture2D) - 672usize];
+    [
+        "Offset of field: hipDeviceProp_t::maxTexture3D",
+    ][::core::mem::offset_of!(hipDeviceProp_t, maxTexture3D) - 680usize];
+    [
+        "Offset of field: hipDeviceProp_t::hdpMemFlushCntl",
+    ][::core::mem::offset_of!(hipDeviceProp_t, hdpMemFlushCntl) - 696usize];
+    [
+        "Offset of field: hipDeviceProp_t::hdpRegFlushCntl",
+    ][::core::mem::offset_of!(hipDeviceProp_t, hdpRegFlushCntl) - 704usize];
+    [
+        "Offset of field: hipDeviceProp_t::memPitch",
+    ][::core::mem::offset_of!(hipDeviceProp_t, memPitch) - 712usize];
+    [
+        "Offset of field: hipDeviceProp_t::textureAlignment",
+    ][::core::mem::offset_of!(hipDeviceProp_t, textureAlignment) - 720usize];
+    [
+        "Offset of field: hipDeviceProp_t::texturePitchAlignment",
+    ][::core::mem::offset_of!(hipDeviceProp_t, texturePitchAlignment) - 728usize];
+    [
+        "Offset of field: hipDeviceProp_t::kernelExecTimeoutEnabled",
+    ][::core::mem::offset_of!(hipDeviceProp_t, kernelExecTimeoutEnabled) - 736usize];
+    [
+        "Offset of field: hipDeviceProp_t::ECCEnabled",
+    ][::core::mem::offset_of!(hipDeviceProp_t, ECCEnabled) - 740usize];
+    [
+        "Offset of field: hipDeviceProp_t::tccDriver",
+    ][::core::mem::offset_of!(hipDeviceProp_t, tccDriver) - 744usize];
+    [
+        "Offset of field: hipDeviceProp_t::cooperativeMultiDeviceUnmatchedFunc",
+    ][::core::mem::offset_of!(hipDeviceProp_t, cooperativeMultiDeviceUnmatchedFunc)
+        - 748usize];
+    [
+        "Offset of field: hipDeviceProp_t::cooperativeMultiDeviceUnmatchedGridDim",
+    ][::core::mem::offset_of!(hipDeviceProp_t, cooperativeMultiDeviceUnmatchedGridDim)
+        - 752usize];
+    [
+        "Offset of field: hipDeviceProp_t::cooperativeMultiDeviceUnmatchedBlockDim",
+    ][::core::mem::offset_of!(hipDeviceProp_t, cooperativeMultiDeviceUnmatchedBlockDim)
+        - 756usize];
+    [
+        "Offset of field: hipDeviceProp_t::cooperativeMultiDeviceUnmatchedSharedMem",
+    ][::core::mem::offset_of!(hipDeviceProp_t, cooperativeMultiDeviceUnmatchedSharedMem)
+        - 760usize];
+    [
+        "Offset of field: hipDeviceProp_t::isLargeBar",
+    ][::core::mem::offset_of!(hipDeviceProp_t, isLargeBar) - 764usize];
+    [
+        "Offset of field: hipDeviceProp_t::asicRevision",
+    ][::core::mem::offset_of!(hipDeviceProp_t, asicRevision) - 768usize];
+    [
+        "Offset of field: hipDeviceProp_t::managedMemory",
+    ][::core::mem::offset_of!(hipDeviceProp_t, managedMemory) - 772usize];
+    [
+        "Offset of field: hipDeviceProp_t::directManagedMemAccessFromHost",
+    ][::core::mem::offset_of!(hipDeviceProp_t, directManagedMemAccessFromHost)
+        - 776usize];
+    [
+        "Offset of field: hipDeviceProp_t::concurrentManagedAccess",
+    ][::core::mem::offset_of!(hipDeviceProp_t, concurrentManagedAccess) - 780usize];
+    [
+        "Offset of field: hipDeviceProp_t::pageableMemoryAccess",
+    ][::core::mem::offset_of!(hipDeviceProp_t, pageableMemoryAccess) - 784usize];
+    [
+        "Offset of field: hipDeviceProp_t::pageableMemoryAccessUsesHostPageTables",
+    ][::core::mem::offset_of!(hipDeviceProp_t, pageableMemoryAccessUsesHostPageTables)
+        - 788usize];
 };
 impl Default for hipDeviceProp_t {
     fn default() -> Self {
@@ -1097,184 +1348,367 @@ impl hipError_t {
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct hipError_t(pub ::core::ffi::c_uint);
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeCudaCompatibleBegin: hipDeviceAttribute_t = hipDeviceAttribute_t(0);
-    pub const hipDeviceAttributeEccEnabled: hipDeviceAttribute_t = hipDeviceAttribute_t(0);
-    pub const hipDeviceAttributeAccessPolicyMaxWindowSize: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(1);
-    pub const hipDeviceAttributeAsyncEngineCount: hipDeviceAttribute_t = hipDeviceAttribute_t(2);
-    pub const hipDeviceAttributeCanMapHostMemory: hipDeviceAttribute_t = hipDeviceAttribute_t(3);
-    pub const hipDeviceAttributeCanUseHostPointerForRegisteredMem: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(4);
-    pub const hipDeviceAttributeClockRate: hipDeviceAttribute_t = hipDeviceAttribute_t(5);
-    pub const hipDeviceAttributeComputeMode: hipDeviceAttribute_t = hipDeviceAttribute_t(6);
-    pub const hipDeviceAttributeComputePreemptionSupported: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(7);
-    pub const hipDeviceAttributeConcurrentKernels: hipDeviceAttribute_t = hipDeviceAttribute_t(8);
-    pub const hipDeviceAttributeConcurrentManagedAccess: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(9);
-    pub const hipDeviceAttributeCooperativeLaunch: hipDeviceAttribute_t = hipDeviceAttribute_t(10);
-    pub const hipDeviceAttributeCooperativeMultiDeviceLaunch: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(11);
-    pub const hipDeviceAttributeDeviceOverlap: hipDeviceAttribute_t = hipDeviceAttribute_t(12);
-    pub const hipDeviceAttributeDirectManagedMemAccessFromHost: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(13);
-    pub const hipDeviceAttributeGlobalL1CacheSupported: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(14);
-    pub const hipDeviceAttributeHostNativeAtomicSupported: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(15);
-    pub const hipDeviceAttributeIntegrated: hipDeviceAttribute_t = hipDeviceAttribute_t(16);
-    pub const hipDeviceAttributeIsMultiGpuBoard: hipDeviceAttribute_t = hipDeviceAttribute_t(17);
-    pub const hipDeviceAttributeKernelExecTimeout: hipDeviceAttribute_t = hipDeviceAttribute_t(18);
-    pub const hipDeviceAttributeL2CacheSize: hipDeviceAttribute_t = hipDeviceAttribute_t(19);
-    pub const hipDeviceAttributeLocalL1CacheSupported: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(20);
+    pub const hipDeviceAttributeCudaCompatibleBegin: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        0,
+    );
+    pub const hipDeviceAttributeEccEnabled: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        0,
+    );
+    pub const hipDeviceAttributeAccessPolicyMaxWindowSize: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        1,
+    );
+    pub const hipDeviceAttributeAsyncEngineCount: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        2,
+    );
+    pub const hipDeviceAttributeCanMapHostMemory: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        3,
+    );
+    pub const hipDeviceAttributeCanUseHostPointerForRegisteredMem: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        4,
+    );
+    pub const hipDeviceAttributeClockRate: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        5,
+    );
+    pub const hipDeviceAttributeComputeMode: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        6,
+    );
+    pub const hipDeviceAttributeComputePreemptionSupported: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        7,
+    );
+    pub const hipDeviceAttributeConcurrentKernels: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        8,
+    );
+    pub const hipDeviceAttributeConcurrentManagedAccess: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        9,
+    );
+    pub const hipDeviceAttributeCooperativeLaunch: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        10,
+    );
+    pub const hipDeviceAttributeCooperativeMultiDeviceLaunch: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        11,
+    );
+    pub const hipDeviceAttributeDeviceOverlap: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        12,
+    );
+    pub const hipDeviceAttributeDirectManagedMemAccessFromHost: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        13,
+    );
+    pub const hipDeviceAttributeGlobalL1CacheSupported: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        14,
+    );
+    pub const hipDeviceAttributeHostNativeAtomicSupported: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        15,
+    );
+    pub const hipDeviceAttributeIntegrated: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        16,
+    );
+    pub const hipDeviceAttributeIsMultiGpuBoard: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        17,
+    );
+    pub const hipDeviceAttributeKernelExecTimeout: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        18,
+    );
+    pub const hipDeviceAttributeL2CacheSize: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        19,
+    );
+    pub const hipDeviceAttributeLocalL1CacheSupported: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        20,
+    );
     pub const hipDeviceAttributeLuid: hipDeviceAttribute_t = hipDeviceAttribute_t(21);
-    pub const hipDeviceAttributeLuidDeviceNodeMask: hipDeviceAttribute_t = hipDeviceAttribute_t(22);
-    pub const hipDeviceAttributeComputeCapabilityMajor: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(23);
-    pub const hipDeviceAttributeManagedMemory: hipDeviceAttribute_t = hipDeviceAttribute_t(24);
-    pub const hipDeviceAttributeMaxBlocksPerMultiProcessor: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(25);
-    pub const hipDeviceAttributeMaxBlockDimX: hipDeviceAttribute_t = hipDeviceAttribute_t(26);
-    pub const hipDeviceAttributeMaxBlockDimY: hipDeviceAttribute_t = hipDeviceAttribute_t(27);
-    pub const hipDeviceAttributeMaxBlockDimZ: hipDeviceAttribute_t = hipDeviceAttribute_t(28);
-    pub const hipDeviceAttributeMaxGridDimX: hipDeviceAttribute_t = hipDeviceAttribute_t(29);
-    pub const hipDeviceAttributeMaxGridDimY: hipDeviceAttribute_t = hipDeviceAttribute_t(30);
-    pub const hipDeviceAttributeMaxGridDimZ: hipDeviceAttribute_t = hipDeviceAttribute_t(31);
-    pub const hipDeviceAttributeMaxSurface1D: hipDeviceAttribute_t = hipDeviceAttribute_t(32);
-    pub const hipDeviceAttributeMaxSurface1DLayered: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(33);
-    pub const hipDeviceAttributeMaxSurface2D: hipDeviceAttribute_t = hipDeviceAttribute_t(34);
-    pub const hipDeviceAttributeMaxSurface2DLayered: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(35);
-    pub const hipDeviceAttributeMaxSurface3D: hipDeviceAttribute_t = hipDeviceAttribute_t(36);
-    pub const hipDeviceAttributeMaxSurfaceCubemap: hipDeviceAttribute_t = hipDeviceAttribute_t(37);
-    pub const hipDeviceAttributeMaxSurfaceCubemapLayered: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(38);
-    pub const hipDeviceAttributeMaxTexture1DWidth: hipDeviceAttribute_t = hipDeviceAttribute_t(39);
-    pub const hipDeviceAttributeMaxTexture1DLayered: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(40);
-    pub const hipDeviceAttributeMaxTexture1DLinear: hipDeviceAttribute_t = hipDeviceAttribute_t(41);
-    pub const hipDeviceAttributeMaxTexture1DMipmap: hipDeviceAttribute_t = hipDeviceAttribute_t(42);
-    pub const hipDeviceAttributeMaxTexture2DWidth: hipDeviceAttribute_t = hipDeviceAttribute_t(43);
-    pub const hipDeviceAttributeMaxTexture2DHeight: hipDeviceAttribute_t = hipDeviceAttribute_t(44);
-    pub const hipDeviceAttributeMaxTexture2DGather: hipDeviceAttribute_t = hipDeviceAttribute_t(45);
-    pub const hipDeviceAttributeMaxTexture2DLayered: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(46);
-    pub const hipDeviceAttributeMaxTexture2DLinear: hipDeviceAttribute_t = hipDeviceAttribute_t(47);
-    pub const hipDeviceAttributeMaxTexture2DMipmap: hipDeviceAttribute_t = hipDeviceAttribute_t(48);
-    pub const hipDeviceAttributeMaxTexture3DWidth: hipDeviceAttribute_t = hipDeviceAttribute_t(49);
-    pub const hipDeviceAttributeMaxTexture3DHeight: hipDeviceAttribute_t = hipDeviceAttribute_t(50);
-    pub const hipDeviceAttributeMaxTexture3DDepth: hipDeviceAttribute_t = hipDeviceAttribute_t(51);
-    pub const hipDeviceAttributeMaxTexture3DAlt: hipDeviceAttribute_t = hipDeviceAttribute_t(52);
-    pub const hipDeviceAttributeMaxTextureCubemap: hipDeviceAttribute_t = hipDeviceAttribute_t(53);
-    pub const hipDeviceAttributeMaxTextureCubemapLayered: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(54);
-    pub const hipDeviceAttributeMaxThreadsDim: hipDeviceAttribute_t = hipDeviceAttribute_t(55);
-    pub const hipDeviceAttributeMaxThreadsPerBlock: hipDeviceAttribute_t = hipDeviceAttribute_t(56);
-    pub const hipDeviceAttributeMaxThreadsPerMultiProcessor: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(57);
-    pub const hipDeviceAttributeMaxPitch: hipDeviceAttribute_t = hipDeviceAttribute_t(58);
-    pub const hipDeviceAttributeMemoryBusWidth: hipDeviceAttribute_t = hipDeviceAttribute_t(59);
-    pub const hipDeviceAttributeMemoryClockRate: hipDeviceAttribute_t = hipDeviceAttribute_t(60);
-    pub const hipDeviceAttributeComputeCapabilityMinor: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(61);
-    pub const hipDeviceAttributeMultiGpuBoardGroupID: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(62);
-    pub const hipDeviceAttributeMultiprocessorCount: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(63);
+    pub const hipDeviceAttributeLuidDeviceNodeMask: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        22,
+    );
+    pub const hipDeviceAttributeComputeCapabilityMajor: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        23,
+    );
+    pub const hipDeviceAttributeManagedMemory: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        24,
+    );
+    pub const hipDeviceAttributeMaxBlocksPerMultiProcessor: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        25,
+    );
+    pub const hipDeviceAttributeMaxBlockDimX: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        26,
+    );
+    pub const hipDeviceAttributeMaxBlockDimY: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        27,
+    );
+    pub const hipDeviceAttributeMaxBlockDimZ: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        28,
+    );
+    pub const hipDeviceAttributeMaxGridDimX: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        29,
+    );
+    pub const hipDeviceAttributeMaxGridDimY: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        30,
+    );
+    pub const hipDeviceAttributeMaxGridDimZ: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        31,
+    );
+    pub const hipDeviceAttributeMaxSurface1D: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        32,
+    );
+    pub const hipDeviceAttributeMaxSurface1DLayered: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        33,
+    );
+    pub const hipDeviceAttributeMaxSurface2D: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        34,
+    );
+    pub const hipDeviceAttributeMaxSurface2DLayered: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        35,
+    );
+    pub const hipDeviceAttributeMaxSurface3D: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        36,
+    );
+    pub const hipDeviceAttributeMaxSurfaceCubemap: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        37,
+    );
+    pub const hipDeviceAttributeMaxSurfaceCubemapLayered: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        38,
+    );
+    pub const hipDeviceAttributeMaxTexture1DWidth: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        39,
+    );
+    pub const hipDeviceAttributeMaxTexture1DLayered: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        40,
+    );
+    pub const hipDeviceAttributeMaxTexture1DLinear: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        41,
+    );
+    pub const hipDeviceAttributeMaxTexture1DMipmap: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        42,
+    );
+    pub const hipDeviceAttributeMaxTexture2DWidth: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        43,
+    );
+    pub const hipDeviceAttributeMaxTexture2DHeight: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        44,
+    );
+    pub const hipDeviceAttributeMaxTexture2DGather: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        45,
+    );
+    pub const hipDeviceAttributeMaxTexture2DLayered: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        46,
+    );
+    pub const hipDeviceAttributeMaxTexture2DLinear: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        47,
+    );
+    pub const hipDeviceAttributeMaxTexture2DMipmap: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        48,
+    );
+    pub const hipDeviceAttributeMaxTexture3DWidth: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        49,
+    );
+    pub const hipDeviceAttributeMaxTexture3DHeight: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        50,
+    );
+    pub const hipDeviceAttributeMaxTexture3DDepth: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        51,
+    );
+    pub const hipDeviceAttributeMaxTexture3DAlt: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        52,
+    );
+    pub const hipDeviceAttributeMaxTextureCubemap: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        53,
+    );
+    pub const hipDeviceAttributeMaxTextureCubemapLayered: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        54,
+    );
+    pub const hipDeviceAttributeMaxThreadsDim: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        55,
+    );
+    pub const hipDeviceAttributeMaxThreadsPerBlock: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        56,
+    );
+    pub const hipDeviceAttributeMaxThreadsPerMultiProcessor: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        57,
+    );
+    pub const hipDeviceAttributeMaxPitch: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        58,
+    );
+    pub const hipDeviceAttributeMemoryBusWidth: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        59,
+    );
+    pub const hipDeviceAttributeMemoryClockRate: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        60,
+    );
+    pub const hipDeviceAttributeComputeCapabilityMinor: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        61,
+    );
+    pub const hipDeviceAttributeMultiGpuBoardGroupID: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        62,
+    );
+    pub const hipDeviceAttributeMultiprocessorCount: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        63,
+    );
     pub const hipDeviceAttributeName: hipDeviceAttribute_t = hipDeviceAttribute_t(64);
-    pub const hipDeviceAttributePageableMemoryAccess: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(65);
-    pub const hipDeviceAttributePageableMemoryAccessUsesHostPageTables: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(66);
-    pub const hipDeviceAttributePciBusId: hipDeviceAttribute_t = hipDeviceAttribute_t(67);
-    pub const hipDeviceAttributePciDeviceId: hipDeviceAttribute_t = hipDeviceAttribute_t(68);
-    pub const hipDeviceAttributePciDomainID: hipDeviceAttribute_t = hipDeviceAttribute_t(69);
-    pub const hipDeviceAttributePersistingL2CacheMaxSize: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(70);
-    pub const hipDeviceAttributeMaxRegistersPerBlock: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(71);
-    pub const hipDeviceAttributeMaxRegistersPerMultiprocessor: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(72);
-    pub const hipDeviceAttributeReservedSharedMemPerBlock: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(73);
-    pub const hipDeviceAttributeMaxSharedMemoryPerBlock: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(74);
-    pub const hipDeviceAttributeSharedMemPerBlockOptin: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(75);
-    pub const hipDeviceAttributeSharedMemPerMultiprocessor: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(76);
-    pub const hipDeviceAttributeSingleToDoublePrecisionPerfRatio: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(77);
-    pub const hipDeviceAttributeStreamPrioritiesSupported: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(78);
-    pub const hipDeviceAttributeSurfaceAlignment: hipDeviceAttribute_t = hipDeviceAttribute_t(79);
-    pub const hipDeviceAttributeTccDriver: hipDeviceAttribute_t = hipDeviceAttribute_t(80);
-    pub const hipDeviceAttributeTextureAlignment: hipDeviceAttribute_t = hipDeviceAttribute_t(81);
-    pub const hipDeviceAttributeTexturePitchAlignment: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(82);
-    pub const hipDeviceAttributeTotalConstantMemory: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(83);
-    pub const hipDeviceAttributeTotalGlobalMem: hipDeviceAttribute_t = hipDeviceAttribute_t(84);
-    pub const hipDeviceAttributeUnifiedAddressing: hipDeviceAttribute_t = hipDeviceAttribute_t(85);
+    pub const hipDeviceAttributePageableMemoryAccess: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        65,
+    );
+    pub const hipDeviceAttributePageableMemoryAccessUsesHostPageTables: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        66,
+    );
+    pub const hipDeviceAttributePciBusId: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        67,
+    );
+    pub const hipDeviceAttributePciDeviceId: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        68,
+    );
+    pub const hipDeviceAttributePciDomainID: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        69,
+    );
+    pub const hipDeviceAttributePersistingL2CacheMaxSize: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        70,
+    );
+    pub const hipDeviceAttributeMaxRegistersPerBlock: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        71,
+    );
+    pub const hipDeviceAttributeMaxRegistersPerMultiprocessor: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        72,
+    );
+    pub const hipDeviceAttributeReservedSharedMemPerBlock: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        73,
+    );
+    pub const hipDeviceAttributeMaxSharedMemoryPerBlock: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        74,
+    );
+    pub const hipDeviceAttributeSharedMemPerBlockOptin: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        75,
+    );
+    pub const hipDeviceAttributeSharedMemPerMultiprocessor: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        76,
+    );
+    pub const hipDeviceAttributeSingleToDoublePrecisionPerfRatio: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        77,
+    );
+    pub const hipDeviceAttributeStreamPrioritiesSupported: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        78,
+    );
+    pub const hipDeviceAttributeSurfaceAlignment: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        79,
+    );
+    pub const hipDeviceAttributeTccDriver: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        80,
+    );
+    pub const hipDeviceAttributeTextureAlignment: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        81,
+    );
+    pub const hipDeviceAttributeTexturePitchAlignment: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        82,
+    );
+    pub const hipDeviceAttributeTotalConstantMemory: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        83,
+    );
+    pub const hipDeviceAttributeTotalGlobalMem: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        84,
+    );
+    pub const hipDeviceAttributeUnifiedAddressing: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        85,
+    );
     pub const hipDeviceAttributeUuid: hipDeviceAttribute_t = hipDeviceAttribute_t(86);
-    pub const hipDeviceAttributeWarpSize: hipDeviceAttribute_t = hipDeviceAttribute_t(87);
-    pub const hipDeviceAttributeMemoryPoolsSupported: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(88);
-    pub const hipDeviceAttributeCudaCompatibleEnd: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(9999);
-    pub const hipDeviceAttributeAmdSpecificBegin: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(10000);
-    pub const hipDeviceAttributeClockInstructionRate: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(10000);
+    pub const hipDeviceAttributeWarpSize: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        87,
+    );
+    pub const hipDeviceAttributeMemoryPoolsSupported: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        88,
+    );
+    pub const hipDeviceAttributeCudaCompatibleEnd: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        9999,
+    );
+    pub const hipDeviceAttributeAmdSpecificBegin: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        10000,
+    );
+    pub const hipDeviceAttributeClockInstructionRate: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        10000,
+    );
     pub const hipDeviceAttributeArch: hipDeviceAttribute_t = hipDeviceAttribute_t(10001);
-    pub const hipDeviceAttributeMaxSharedMemoryPerMultiprocessor: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(10002);
-    pub const hipDeviceAttributeGcnArch: hipDeviceAttribute_t = hipDeviceAttribute_t(10003);
-    pub const hipDeviceAttributeGcnArchName: hipDeviceAttribute_t = hipDeviceAttribute_t(10004);
-    pub const hipDeviceAttributeHdpMemFlushCntl: hipDeviceAttribute_t = hipDeviceAttribute_t(10005);
-    pub const hipDeviceAttributeHdpRegFlushCntl: hipDeviceAttribute_t = hipDeviceAttribute_t(10006);
-    pub const hipDeviceAttributeCooperativeMultiDeviceUnmatchedFunc: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(10007);
-    pub const hipDeviceAttributeCooperativeMultiDeviceUnmatchedGridDim: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(10008);
-    pub const hipDeviceAttributeCooperativeMultiDeviceUnmatchedBlockDim: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(10009);
-    pub const hipDeviceAttributeCooperativeMultiDeviceUnmatchedSharedMem: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(10010);
-    pub const hipDeviceAttributeIsLargeBar: hipDeviceAttribute_t = hipDeviceAttribute_t(10011);
-    pub const hipDeviceAttributeAsicRevision: hipDeviceAttribute_t = hipDeviceAttribute_t(10012);
-    pub const hipDeviceAttributeCanUseStreamWaitValue: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(10013);
-    pub const hipDeviceAttributeImageSupport: hipDeviceAttribute_t = hipDeviceAttribute_t(10014);
-    pub const hipDeviceAttributePhysicalMultiProcessorCount: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(10015);
-    pub const hipDeviceAttributeFineGrainSupport: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(10016);
-    pub const hipDeviceAttributeAmdSpecificEnd: hipDeviceAttribute_t = hipDeviceAttribute_t(19999);
-    pub const hipDeviceAttributeVendorSpecificBegin: hipDeviceAttribute_t =
-        hipDeviceAttribute_t(20000);
+    pub const hipDeviceAttributeMaxSharedMemoryPerMultiprocessor: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        10002,
+    );
+    pub const hipDeviceAttributeGcnArch: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        10003,
+    );
+    pub const hipDeviceAttributeGcnArchName: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        10004,
+    );
+    pub const hipDeviceAttributeHdpMemFlushCntl: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        10005,
+    );
+    pub const hipDeviceAttributeHdpRegFlushCntl: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        10006,
+    );
+    pub const hipDeviceAttributeCooperativeMultiDeviceUnmatchedFunc: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        10007,
+    );
+    pub const hipDeviceAttributeCooperativeMultiDeviceUnmatchedGridDim: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        10008,
+    );
+    pub const hipDeviceAttributeCooperativeMultiDeviceUnmatchedBlockDim: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        10009,
+    );
+    pub const hipDeviceAttributeCooperativeMultiDeviceUnmatchedSharedMem: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        10010,
+    );
+    pub const hipDeviceAttributeIsLargeBar: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        10011,
+    );
+    pub const hipDeviceAttributeAsicRevision: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        10012,
+    );
+    pub const hipDeviceAttributeCanUseStreamWaitValue: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        10013,
+    );
+    pub const hipDeviceAttributeImageSupport: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        10014,
+    );
+    pub const hipDeviceAttributePhysicalMultiProcessorCount: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        10015,
+    );
+    pub const hipDeviceAttributeFineGrainSupport: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        10016,
+    );
+    pub const hipDeviceAttributeAmdSpecificEnd: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        19999,
+    );
+    pub const hipDeviceAttributeVendorSpecificBegin: hipDeviceAttribute_t = hipDeviceAttribute_t(
+        20000,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct hipDeviceAttribute_t(pub ::core::ffi::c_uint);
 pub type hipDeviceptr_t = *mut ::core::ffi::c_void;
 impl hipFunction_attribute {
-    pub const HIP_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: hipFunction_attribute =
-        hipFunction_attribute(0);
-    pub const HIP_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: hipFunction_attribute =
-        hipFunction_attribute(1);
-    pub const HIP_FUNC_ATTRIBUTE_CONST_SIZE_BYTES: hipFunction_attribute = hipFunction_attribute(2);
-    pub const HIP_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: hipFunction_attribute = hipFunction_attribute(3);
-    pub const HIP_FUNC_ATTRIBUTE_NUM_REGS: hipFunction_attribute = hipFunction_attribute(4);
-    pub const HIP_FUNC_ATTRIBUTE_PTX_VERSION: hipFunction_attribute = hipFunction_attribute(5);
-    pub const HIP_FUNC_ATTRIBUTE_BINARY_VERSION: hipFunction_attribute = hipFunction_attribute(6);
-    pub const HIP_FUNC_ATTRIBUTE_CACHE_MODE_CA: hipFunction_attribute = hipFunction_attribute(7);
-    pub const HIP_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: hipFunction_attribute =
-        hipFunction_attribute(8);
-    pub const HIP_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: hipFunction_attribute =
-        hipFunction_attribute(9);
+    pub const HIP_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: hipFunction_attribute = hipFunction_attribute(
+        0,
+    );
+    pub const HIP_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: hipFunction_attribute = hipFunction_attribute(
+        1,
+    );
+    pub const HIP_FUNC_ATTRIBUTE_CONST_SIZE_BYTES: hipFunction_attribute = hipFunction_attribute(
+        2,
+    );
+    pub const HIP_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: hipFunction_attribute = hipFunction_attribute(
+        3,
+    );
+    pub const HIP_FUNC_ATTRIBUTE_NUM_REGS: hipFunction_attribute = hipFunction_attribute(
+        4,
+    );
+    pub const HIP_FUNC_ATTRIBUTE_PTX_VERSION: hipFunction_attribute = hipFunction_attribute(
+        5,
+    );
+    pub const HIP_FUNC_ATTRIBUTE_BINARY_VERSION: hipFunction_attribute = hipFunction_attribute(
+        6,
+    );
+    pub const HIP_FUNC_ATTRIBUTE_CACHE_MODE_CA: hipFunction_attribute = hipFunction_attribute(
+        7,
+    );
+    pub const HIP_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: hipFunction_attribute = hipFunction_attribute(
+        8,
+    );
+    pub const HIP_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: hipFunction_attribute = hipFunction_attribute(
+        9,
+    );
     pub const HIP_FUNC_ATTRIBUTE_MAX: hipFunction_attribute = hipFunction_attribute(10);
 }
 #[repr(transparent)]
@@ -1314,7 +1748,9 @@ pub type hipEvent_t = *mut ihipEvent_t;
 impl hipMemPoolAttr {
     pub const hipMemPoolReuseFollowEventDependencies: hipMemPoolAttr = hipMemPoolAttr(1);
     pub const hipMemPoolReuseAllowOpportunistic: hipMemPoolAttr = hipMemPoolAttr(2);
-    pub const hipMemPoolReuseAllowInternalDependencies: hipMemPoolAttr = hipMemPoolAttr(3);
+    pub const hipMemPoolReuseAllowInternalDependencies: hipMemPoolAttr = hipMemPoolAttr(
+        3,
+    );
     pub const hipMemPoolAttrReleaseThreshold: hipMemPoolAttr = hipMemPoolAttr(4);
     pub const hipMemPoolAttrReservedMemCurrent: hipMemPoolAttr = hipMemPoolAttr(5);
     pub const hipMemPoolAttrReservedMemHigh: hipMemPoolAttr = hipMemPoolAttr(6);

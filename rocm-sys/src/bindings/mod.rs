@@ -9,4 +9,5 @@
     clippy::all,
     clippy::undocumented_unsafe_blocks
 )]
+#[rustfmt::skip]
 pub mod hip;

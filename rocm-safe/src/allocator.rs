@@ -1,0 +1,448 @@
+//! A per-device caching allocator: freed blocks are kept in size buckets and handed back to
+//! the next request of the same bucket on the same stream, so steady-state model execution
+//! makes no `hipMalloc`/`hipFree` calls at all.
+//!
+//! Policy:
+//! - Sizes round up to a bucket: 512-byte granularity up to 8 KiB, then 16 buckets per power
+//!   of two (steps of 1/32 of the next power of two), so padding stays under 1/16 of the
+//!   request.
+//! - A block freed by a buffer of stream S is reused only for stream S. Work on one stream
+//!   runs in order, so the new owner's first use cannot overtake the old owner's last use.
+//!   Blocks of other streams are never handed out: they are only returned to the device by
+//!   [`CachingAllocator::trim`], which synchronises the device first.
+//! - When the device is out of memory, the cache is trimmed and the allocation retried once;
+//!   if it still fails the error gives the requested size and the device's free/total bytes.
+//!
+//! The raw memory source is the [`RawMemory`] trait, implemented by [`DeviceMemory`] for HIP and
+//! by a fake in the unit tests.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+
+use parking_lot::Mutex;
+
+use crate::device::Device;
+use crate::error::{check, Result, RocmError};
+
+/// Why a raw allocation failed.
+#[derive(Debug)]
+pub enum RawAllocError {
+    /// The device has no room for it.
+    OutOfMemory,
+    /// Any other failure.
+    Other(RocmError),
+}
+
+/// A source of raw device memory, addressed as integers.
+pub trait RawMemory: Send + Sync + 'static {
+    /// Allocates `bytes` (> 0) bytes.
+    fn alloc(&self, bytes: usize) -> std::result::Result<usize, RawAllocError>;
+    /// Frees a block returned by [`RawMemory::alloc`]. Called only after [`RawMemory::synchronize`],
+    /// so no queued work can still use it.
+    fn free(&self, addr: usize) -> Result<()>;
+    /// Waits for all queued work on the device.
+    fn synchronize(&self) -> Result<()>;
+    /// Free and total bytes of the device.
+    fn mem_info(&self) -> Result<(usize, usize)>;
+    /// The device ordinal (for error messages).
+    fn ordinal(&self) -> usize;
+}
+
+/// [`RawMemory`] on a HIP device: `hipMalloc` / `hipFree`.
+pub struct DeviceMemory {
+    device: Device,
+}
+
+impl DeviceMemory {
+    /// Raw memory of `device`.
+    pub fn new(device: Device) -> Self {
+        Self { device }
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+}
+
+impl RawMemory for DeviceMemory {
+    fn alloc(&self, bytes: usize) -> std::result::Result<usize, RawAllocError> {
+        self.device.bind_to_thread().map_err(RawAllocError::Other)?;
+        let hip = self.device.hip();
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: `p` is a valid out-pointer; the device is current on this thread.
+        let code = unsafe { (hip.hipMalloc)(&mut p, bytes) };
+        if code == rocm_sys::hipError_t::hipErrorOutOfMemory {
+            return Err(RawAllocError::OutOfMemory);
+        }
+        check(hip, "hipMalloc", code).map_err(RawAllocError::Other)?;
+        Ok(p as usize)
+    }
+
+    fn free(&self, addr: usize) -> Result<()> {
+        self.device.bind_to_thread()?;
+        let hip = self.device.hip();
+        // SAFETY: `addr` came from hipMalloc on this device and the caller synchronised the
+        // device, so no queued work uses it.
+        let code = unsafe { (hip.hipFree)(addr as *mut c_void) };
+        check(hip, "hipFree", code)
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.device.synchronize()
+    }
+
+    fn mem_info(&self) -> Result<(usize, usize)> {
+        self.device.mem_info()
+    }
+
+    fn ordinal(&self) -> usize {
+        self.device.ordinal()
+    }
+}
+
+/// A block handed out by the allocator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Block {
+    /// Device address (0 for a zero-sized block).
+    pub addr: usize,
+    /// The block's real size: the bucket the request rounded up to.
+    pub bytes: usize,
+}
+
+/// Counters of the allocator, for tests, benchmarks and `rocm-info`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AllocatorStats {
+    /// Bytes in blocks currently handed out.
+    pub live_bytes: usize,
+    /// Largest `live_bytes` seen.
+    pub peak_live_bytes: usize,
+    /// Bytes held in the cache, not handed out.
+    pub cached_bytes: usize,
+    /// Requests served from the cache.
+    pub hits: u64,
+    /// Requests that needed a raw allocation.
+    pub misses: u64,
+    /// Raw allocations made.
+    pub raw_allocs: u64,
+    /// Raw frees made.
+    pub raw_frees: u64,
+    /// Times the cache was trimmed (by request or on out-of-memory).
+    pub trims: u64,
+}
+
+#[derive(Default)]
+struct State {
+    /// Free blocks by (stream id, bucket size).
+    free: HashMap<(u64, usize), Vec<usize>>,
+    stats: AllocatorStats,
+}
+
+/// The caching allocator of one device. See the module documentation for its policy.
+pub struct CachingAllocator<B: RawMemory = DeviceMemory> {
+    backend: B,
+    state: Mutex<State>,
+}
+
+/// The bucket (real block size) a request of `bytes` is rounded up to.
+pub fn bucket_size(bytes: usize) -> usize {
+    const SMALL: usize = 512;
+    if bytes <= 8 * 1024 {
+        return bytes.div_ceil(SMALL).max(1) * SMALL;
+    }
+    let pow = bytes
+        .checked_next_power_of_two()
+        .unwrap_or(usize::MAX / 2 + 1);
+    let step = (pow / 32).max(SMALL);
+    bytes.div_ceil(step).saturating_mul(step)
+}
+
+impl<B: RawMemory> CachingAllocator<B> {
+    /// An empty allocator over `backend`.
+    pub fn new(backend: B) -> Self {
+        Self {
+            backend,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    /// The raw memory source.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// A block of at least `bytes` bytes for use on stream `stream_id`.
+    pub fn allocate(&self, bytes: usize, stream_id: u64) -> Result<Block> {
+        if bytes == 0 {
+            return Ok(Block { addr: 0, bytes: 0 });
+        }
+        let size = bucket_size(bytes);
+        {
+            let mut st = self.state.lock();
+            if let Some(addr) = st.free.get_mut(&(stream_id, size)).and_then(Vec::pop) {
+                st.stats.hits += 1;
+                st.stats.cached_bytes -= size;
+                st.stats.live_bytes += size;
+                st.stats.peak_live_bytes = st.stats.peak_live_bytes.max(st.stats.live_bytes);
+                return Ok(Block { addr, bytes: size });
+            }
+            st.stats.misses += 1;
+        }
+        let addr = match self.backend.alloc(size) {
+            Ok(a) => a,
+            Err(RawAllocError::Other(e)) => return Err(e),
+            Err(RawAllocError::OutOfMemory) => {
+                self.trim()?;
+                match self.backend.alloc(size) {
+                    Ok(a) => a,
+                    Err(RawAllocError::Other(e)) => return Err(e),
+                    Err(RawAllocError::OutOfMemory) => {
+                        let (free, total) = self.backend.mem_info().unwrap_or((0, 0));
+                        return Err(RocmError::OutOfMemory {
+                            ordinal: self.backend.ordinal(),
+                            requested: bytes,
+                            free,
+                            total,
+                        });
+                    }
+                }
+            }
+        };
+        let mut st = self.state.lock();
+        st.stats.raw_allocs += 1;
+        st.stats.live_bytes += size;
+        st.stats.peak_live_bytes = st.stats.peak_live_bytes.max(st.stats.live_bytes);
+        Ok(Block { addr, bytes: size })
+    }
+
+    /// Returns a block to the cache. Work already queued on `stream_id` may still use it; only
+    /// later work on the same stream can receive it again.
+    pub fn release(&self, block: Block, stream_id: u64) {
+        if block.bytes == 0 {
+            return;
+        }
+        let mut st = self.state.lock();
+        st.stats.live_bytes = st.stats.live_bytes.saturating_sub(block.bytes);
+        st.stats.cached_bytes += block.bytes;
+        st.free
+            .entry((stream_id, block.bytes))
+            .or_default()
+            .push(block.addr);
+    }
+
+    /// Synchronises the device and frees every cached block. Returns the bytes released.
+    pub fn trim(&self) -> Result<usize> {
+        let blocks: Vec<(usize, usize)> = {
+            let mut st = self.state.lock();
+            st.stats.trims += 1;
+            let taken = std::mem::take(&mut st.free);
+            st.stats.cached_bytes = 0;
+            taken
+                .into_iter()
+                .flat_map(|((_, size), addrs)| addrs.into_iter().map(move |a| (a, size)))
+                .collect()
+        };
+        if blocks.is_empty() {
+            return Ok(0);
+        }
+        self.backend.synchronize()?;
+        let mut released = 0;
+        let mut first_err = None;
+        for (addr, size) in blocks {
+            match self.backend.free(addr) {
+                Ok(()) => released += size,
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+            self.state.lock().stats.raw_frees += 1;
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(released),
+        }
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> AllocatorStats {
+        self.state.lock().stats
+    }
+}
+
+impl<B: RawMemory> Drop for CachingAllocator<B> {
+    fn drop(&mut self) {
+        // Blocks still handed out hold an Arc to the allocator, so only cached ones remain.
+        let _ = self.trim();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    /// Fake device memory with a capacity, counting calls.
+    struct Fake {
+        capacity: usize,
+        used: AtomicUsize,
+        next: AtomicUsize,
+        syncs: AtomicUsize,
+        sizes: Mutex<HashMap<usize, usize>>,
+    }
+
+    impl Fake {
+        fn new(capacity: usize) -> Self {
+            Fake {
+                capacity,
+                used: AtomicUsize::new(0),
+                next: AtomicUsize::new(0x1000),
+                syncs: AtomicUsize::new(0),
+                sizes: Mutex::new(HashMap::new()),
+            }
+        }
+    }
+
+    impl RawMemory for Fake {
+        fn alloc(&self, bytes: usize) -> std::result::Result<usize, RawAllocError> {
+            if self.used.load(Ordering::SeqCst) + bytes > self.capacity {
+                return Err(RawAllocError::OutOfMemory);
+            }
+            self.used.fetch_add(bytes, Ordering::SeqCst);
+            let a = self.next.fetch_add(bytes, Ordering::SeqCst);
+            self.sizes.lock().insert(a, bytes);
+            Ok(a)
+        }
+        fn free(&self, addr: usize) -> Result<()> {
+            let size = self.sizes.lock().remove(&addr).expect("double free");
+            self.used.fetch_sub(size, Ordering::SeqCst);
+            Ok(())
+        }
+        fn synchronize(&self) -> Result<()> {
+            self.syncs.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+        fn mem_info(&self) -> Result<(usize, usize)> {
+            Ok((
+                self.capacity - self.used.load(Ordering::SeqCst),
+                self.capacity,
+            ))
+        }
+        fn ordinal(&self) -> usize {
+            0
+        }
+    }
+
+    #[test]
+    fn buckets_round_up_with_bounded_waste() {
+        assert_eq!(bucket_size(1), 512);
+        assert_eq!(bucket_size(512), 512);
+        assert_eq!(bucket_size(513), 1024);
+        assert_eq!(bucket_size(8192), 8192);
+        assert_eq!(bucket_size(8193), 8192 + 512);
+        assert_eq!(bucket_size(1 << 20), 1 << 20);
+        assert_eq!(bucket_size((1 << 20) + 1), (1 << 20) + (1 << 16));
+        for n in [1usize, 700, 9000, 65_537, 1_000_001, 123_456_789, 3 << 30] {
+            let b = bucket_size(n);
+            assert!(b >= n, "{n} -> {b}");
+            assert!(b - n <= (n / 16).max(511), "{n} -> {b} wastes too much");
+            assert_eq!(bucket_size(b), b, "a bucket maps to itself");
+        }
+    }
+
+    #[test]
+    fn same_stream_reuses_other_stream_does_not() {
+        let a = CachingAllocator::new(Fake::new(1 << 30));
+        let b1 = a.allocate(1000, 1).unwrap();
+        a.release(b1, 1);
+        let b2 = a.allocate(900, 1).unwrap();
+        assert_eq!(b1, b2, "same bucket, same stream: reused");
+        a.release(b2, 1);
+        let b3 = a.allocate(1000, 2).unwrap();
+        assert_ne!(b3.addr, b1.addr, "another stream never gets a cached block");
+        let s = a.stats();
+        assert_eq!((s.hits, s.misses, s.raw_allocs), (1, 2, 2));
+        assert_eq!(s.live_bytes, 1024);
+        assert_eq!(s.cached_bytes, 1024);
+    }
+
+    #[test]
+    fn zero_sized_blocks_never_touch_the_device() {
+        let a = CachingAllocator::new(Fake::new(0));
+        let b = a.allocate(0, 1).unwrap();
+        assert_eq!(b, Block { addr: 0, bytes: 0 });
+        a.release(b, 1);
+        assert_eq!(a.stats(), AllocatorStats::default());
+    }
+
+    #[test]
+    fn out_of_memory_trims_and_retries_once() {
+        let a = CachingAllocator::new(Fake::new(4096));
+        let b = a.allocate(3000, 1).unwrap();
+        a.release(b, 1);
+        // Needs the cached 3 KiB (bucket 3072) back: served after an automatic trim.
+        let c = a.allocate(2048, 2).unwrap();
+        let s = a.stats();
+        assert_eq!(s.trims, 1);
+        assert_eq!(s.cached_bytes, 0);
+        assert_eq!(a.backend().syncs.load(Ordering::SeqCst), 1);
+        // Now truly out of memory: typed error with the numbers.
+        match a.allocate(4096, 1) {
+            Err(RocmError::OutOfMemory {
+                requested,
+                free,
+                total,
+                ..
+            }) => {
+                assert_eq!((requested, free, total), (4096, 2048, 4096));
+            }
+            other => panic!("expected OutOfMemory, got {other:?}"),
+        }
+        a.release(c, 2);
+    }
+
+    #[test]
+    fn trim_returns_everything_and_drop_trims() {
+        let fake = Fake::new(1 << 20);
+        let a = CachingAllocator::new(fake);
+        let blocks: Vec<_> = (0..10)
+            .map(|i| a.allocate(100 * (i + 1), 7).unwrap())
+            .collect();
+        for b in blocks {
+            a.release(b, 7);
+        }
+        assert!(a.stats().cached_bytes > 0);
+        let released = a.trim().unwrap();
+        let expected: usize = (0..10).map(|i| bucket_size(100 * (i + 1))).sum();
+        assert_eq!(released, expected);
+        assert_eq!(a.stats().raw_frees, 10);
+        assert_eq!(a.backend().used.load(Ordering::SeqCst), 0);
+        assert_eq!(a.trim().unwrap(), 0);
+    }
+
+    #[test]
+    fn concurrent_use_keeps_counters_consistent() {
+        let a = Arc::new(CachingAllocator::new(Fake::new(1 << 30)));
+        let threads: Vec<_> = (0..4u64)
+            .map(|t| {
+                let a = a.clone();
+                std::thread::spawn(move || {
+                    for i in 0..200usize {
+                        let b = a.allocate(64 + (i % 7) * 1000, t).unwrap();
+                        a.release(b, t);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let s = a.stats();
+        assert_eq!(s.hits + s.misses, 800);
+        assert_eq!(s.live_bytes, 0);
+        assert!(
+            s.misses <= 4 * 7,
+            "each thread needs at most 7 distinct buckets"
+        );
+    }
+}

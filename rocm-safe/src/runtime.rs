@@ -1,0 +1,157 @@
+//! The process-wide ROCm runtime: the loaded libraries, initialised once.
+
+use std::ffi::c_int;
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
+use rocm_sys::{hipError_t, Hip, Miopen, Rocblas};
+
+use crate::error::{check, Result, RocmError};
+
+/// The loaded HIP runtime plus the companion libraries, loaded lazily from its directory.
+///
+/// Obtained with [`Runtime::get`]; the first call loads `libamdhip64` and calls `hipInit`, and
+/// its outcome (success or the typed reason for failure) is kept for the life of the process.
+pub struct Runtime {
+    hip: Arc<Hip>,
+    init_error: Option<HipInitFailure>,
+    rocblas: OnceLock<Result<Arc<Rocblas>>>,
+    miopen: OnceLock<Result<Option<Arc<Miopen>>>>,
+    /// Errors raised in `Drop` impls, reported by the next [`Runtime::check_err`].
+    deferred: Mutex<Option<RocmError>>,
+}
+
+#[derive(Clone, Debug)]
+struct HipInitFailure {
+    code: hipError_t,
+    name: String,
+}
+
+static RUNTIME: OnceLock<Result<Arc<Runtime>>> = OnceLock::new();
+
+impl Runtime {
+    /// Loads the HIP runtime (once per process) following `rocm_sys`'s search order.
+    pub fn get() -> Result<Arc<Runtime>> {
+        RUNTIME.get_or_init(|| Self::from_hip(Hip::load()?)).clone()
+    }
+
+    /// Builds a runtime around an already loaded HIP library (tests, or an application that
+    /// picks the library itself). Does not touch the process-wide instance.
+    pub fn from_hip(hip: Arc<Hip>) -> Result<Arc<Runtime>> {
+        // SAFETY: hipInit takes a flags word; 0 is the only defined value. It is safe to call
+        // more than once.
+        let code = unsafe { (hip.hipInit)(0) };
+        let init_error = (!code.is_success()).then(|| HipInitFailure {
+            code,
+            name: hip.error_name(code),
+        });
+        Ok(Arc::new(Runtime {
+            hip,
+            init_error,
+            rocblas: OnceLock::new(),
+            miopen: OnceLock::new(),
+            deferred: Mutex::new(None),
+        }))
+    }
+
+    /// The loaded HIP runtime's entry points.
+    pub fn hip(&self) -> &Hip {
+        &self.hip
+    }
+
+    /// A shared handle to the HIP library.
+    pub fn hip_arc(&self) -> Arc<Hip> {
+        self.hip.clone()
+    }
+
+    /// `hipRuntimeGetVersion`, e.g. `60342134` for ROCm 6.3.
+    pub fn runtime_version(&self) -> Result<i32> {
+        self.hip.runtime_version().map_err(|code| {
+            RocmError::Hip(crate::error::HipError::new(
+                &self.hip,
+                "hipRuntimeGetVersion",
+                code,
+            ))
+        })
+    }
+
+    /// `hipDriverGetVersion`.
+    pub fn driver_version(&self) -> Result<i32> {
+        let mut v: c_int = 0;
+        // SAFETY: `v` is a valid out-pointer for one int.
+        let code = unsafe { (self.hip.hipDriverGetVersion)(&mut v) };
+        check(&self.hip, "hipDriverGetVersion", code)?;
+        Ok(v)
+    }
+
+    /// Number of visible devices; a typed [`RocmError::NoDevice`] when there are none.
+    pub fn device_count(&self) -> Result<usize> {
+        if let Some(f) = &self.init_error {
+            return Err(RocmError::NoDevice {
+                reason: format!(
+                    "hipInit failed with {} (code {}) using {}",
+                    f.name,
+                    f.code.0,
+                    self.hip.path().display()
+                ),
+            });
+        }
+        let mut n: c_int = 0;
+        // SAFETY: `n` is a valid out-pointer for one int.
+        let code = unsafe { (self.hip.hipGetDeviceCount)(&mut n) };
+        if code == hipError_t::hipErrorNoDevice || (code.is_success() && n <= 0) {
+            return Err(RocmError::NoDevice {
+                reason: format!(
+                    "hipGetDeviceCount reports no device using {}",
+                    self.hip.path().display()
+                ),
+            });
+        }
+        check(&self.hip, "hipGetDeviceCount", code)?;
+        Ok(n as usize)
+    }
+
+    /// rocBLAS, loaded on first use from beside the HIP runtime.
+    pub fn rocblas(&self) -> Result<Arc<Rocblas>> {
+        self.rocblas
+            .get_or_init(|| Ok(Arc::new(Rocblas::load_beside(&self.hip)?)))
+            .clone()
+    }
+
+    /// MIOpen, loaded on first use; `Ok(None)` when it is absent or disabled, since every
+    /// MIOpen path has a fallback.
+    pub fn miopen(&self) -> Result<Option<Arc<Miopen>>> {
+        self.miopen
+            .get_or_init(|| match Miopen::load_beside(&self.hip) {
+                Ok(m) => Ok(m.map(Arc::new)),
+                Err(rocm_sys::LoadError::LibraryNotFound { .. }) => Ok(None),
+                Err(e) => Err(e.into()),
+            })
+            .clone()
+    }
+
+    /// Records an error raised where it cannot be returned (in `Drop`).
+    pub(crate) fn record_err(&self, e: RocmError) {
+        let mut slot = self.deferred.lock();
+        if slot.is_none() {
+            *slot = Some(e);
+        }
+    }
+
+    /// Returns (and clears) the first error recorded by a `Drop` impl since the last call.
+    pub fn check_err(&self) -> Result<()> {
+        match self.deferred.lock().take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("hip", &self.hip.path())
+            .field("init_error", &self.init_error)
+            .finish_non_exhaustive()
+    }
+}

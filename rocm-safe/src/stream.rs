@@ -1,0 +1,230 @@
+//! [`Stream`] (an in-order queue of device work) and [`Event`] (a marker in a stream, with
+//! optional timing).
+
+use std::ffi::c_uint;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use rocm_sys::{hipError_t, hipEvent_t, hipStream_t};
+
+use crate::device::Device;
+use crate::error::{check, Result};
+
+static NEXT_STREAM_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A non-blocking HIP stream. Owning handle: share it as `Arc<Stream>`; buffers keep one.
+pub struct Stream {
+    device: Device,
+    raw: hipStream_t,
+    id: u64,
+}
+
+// SAFETY: a hipStream_t is an opaque handle the HIP runtime allows any host thread to use
+// concurrently (the runtime serialises submissions internally); `Stream` exposes no interior
+// mutability of its own.
+unsafe impl Send for Stream {}
+// SAFETY: see `Send`: every method takes `&self` and only passes the handle to thread-safe
+// HIP entry points.
+unsafe impl Sync for Stream {}
+
+impl Stream {
+    /// Creates a stream on `device` that does not synchronise with the legacy null stream.
+    pub fn new(device: &Device) -> Result<Arc<Stream>> {
+        device.bind_to_thread()?;
+        let hip = device.hip();
+        let mut raw: hipStream_t = std::ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer; hipStreamNonBlocking is a defined flag.
+        let code = unsafe {
+            (hip.hipStreamCreateWithFlags)(&mut raw, rocm_sys::hipStreamNonBlocking as c_uint)
+        };
+        check(hip, "hipStreamCreateWithFlags", code)?;
+        Ok(Arc::new(Stream {
+            device: device.clone(),
+            raw,
+            id: NEXT_STREAM_ID.fetch_add(1, Ordering::Relaxed),
+        }))
+    }
+
+    /// The device the stream runs on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// A process-unique id (never reused, unlike the raw handle).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The raw handle, for FFI (rocBLAS, MIOpen, kernel launches).
+    pub fn raw(&self) -> hipStream_t {
+        self.raw
+    }
+
+    /// Blocks until all work queued so far has finished.
+    pub fn synchronize(&self) -> Result<()> {
+        let hip = self.device.hip();
+        // SAFETY: `raw` is a live stream handle owned by `self`.
+        let code = unsafe { (hip.hipStreamSynchronize)(self.raw) };
+        check(hip, "hipStreamSynchronize", code)
+    }
+
+    /// Whether all queued work has finished, without blocking.
+    pub fn is_idle(&self) -> Result<bool> {
+        let hip = self.device.hip();
+        // SAFETY: `raw` is a live stream handle owned by `self`.
+        let code = unsafe { (hip.hipStreamQuery)(self.raw) };
+        if code == hipError_t::hipErrorNotReady {
+            return Ok(false);
+        }
+        check(hip, "hipStreamQuery", code).map(|()| true)
+    }
+
+    /// Makes later work on this stream wait until `event` has completed.
+    pub fn wait(&self, event: &Event) -> Result<()> {
+        let hip = self.device.hip();
+        // SAFETY: both handles are live; flags must be 0.
+        let code = unsafe { (hip.hipStreamWaitEvent)(self.raw, event.raw, 0) };
+        check(hip, "hipStreamWaitEvent", code)
+    }
+
+    /// Records a new (untimed) event at the current end of this stream.
+    pub fn record_event(&self) -> Result<Event> {
+        let e = Event::new(&self.device, false)?;
+        e.record(self)?;
+        Ok(e)
+    }
+
+    /// Orders this stream after everything queued so far on `other` (no-op when they are the
+    /// same stream).
+    pub fn join(&self, other: &Stream) -> Result<()> {
+        if self.id == other.id {
+            return Ok(());
+        }
+        self.wait(&other.record_event()?)
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        let hip = self.device.hip();
+        // Wait for queued work first: the caching allocator may hand this stream's blocks to
+        // nobody else until the device is synchronised, and kernels may still read memory
+        // whose owners are gone.
+        // SAFETY: `raw` is live until the destroy call below, which is the last use.
+        let sync = unsafe { (hip.hipStreamSynchronize)(self.raw) };
+        // SAFETY: as above; nothing uses `raw` after this.
+        let destroy = unsafe { (hip.hipStreamDestroy)(self.raw) };
+        for (op, code) in [
+            ("hipStreamSynchronize", sync),
+            ("hipStreamDestroy", destroy),
+        ] {
+            if let Err(e) = check(hip, op, code) {
+                self.device.runtime().record_err(e);
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Stream(#{} on device {})",
+            self.id,
+            self.device.ordinal()
+        )
+    }
+}
+
+/// A HIP event: a point in a stream that other streams or the host can wait for.
+pub struct Event {
+    device: Device,
+    raw: hipEvent_t,
+    timing: bool,
+}
+
+// SAFETY: hipEvent_t handles may be used from any thread; `Event` has no interior state.
+unsafe impl Send for Event {}
+// SAFETY: as for `Send`; all methods take `&self` and call thread-safe HIP entry points.
+unsafe impl Sync for Event {}
+
+impl Event {
+    /// Creates an event; `timing` enables [`Event::elapsed_ms`] at a small recording cost.
+    pub fn new(device: &Device, timing: bool) -> Result<Event> {
+        device.bind_to_thread()?;
+        let hip = device.hip();
+        let flags = if timing {
+            rocm_sys::hipEventDefault
+        } else {
+            rocm_sys::hipEventDisableTiming
+        };
+        let mut raw: hipEvent_t = std::ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer; the flags are defined values.
+        let code = unsafe { (hip.hipEventCreateWithFlags)(&mut raw, flags as c_uint) };
+        check(hip, "hipEventCreateWithFlags", code)?;
+        Ok(Event {
+            device: device.clone(),
+            raw,
+            timing,
+        })
+    }
+
+    /// Captures the current end of `stream`.
+    pub fn record(&self, stream: &Stream) -> Result<()> {
+        let hip = self.device.hip();
+        // SAFETY: both handles are live and belong to the same runtime.
+        let code = unsafe { (hip.hipEventRecord)(self.raw, stream.raw()) };
+        check(hip, "hipEventRecord", code)
+    }
+
+    /// Blocks until the recorded work has finished.
+    pub fn synchronize(&self) -> Result<()> {
+        let hip = self.device.hip();
+        // SAFETY: `raw` is live.
+        let code = unsafe { (hip.hipEventSynchronize)(self.raw) };
+        check(hip, "hipEventSynchronize", code)
+    }
+
+    /// Whether the recorded work has finished, without blocking.
+    pub fn is_complete(&self) -> Result<bool> {
+        let hip = self.device.hip();
+        // SAFETY: `raw` is live.
+        let code = unsafe { (hip.hipEventQuery)(self.raw) };
+        if code == hipError_t::hipErrorNotReady {
+            return Ok(false);
+        }
+        check(hip, "hipEventQuery", code).map(|()| true)
+    }
+
+    /// Milliseconds between `self` (start) and `end`; both must be timed, recorded and
+    /// complete.
+    pub fn elapsed_ms(&self, end: &Event) -> Result<f32> {
+        if !self.timing || !end.timing {
+            return Err(crate::RocmError::InvalidArgument(
+                "elapsed_ms needs two events created with timing enabled".into(),
+            ));
+        }
+        let hip = self.device.hip();
+        let mut ms = 0f32;
+        // SAFETY: `ms` is a valid out-pointer; both events are live.
+        let code = unsafe { (hip.hipEventElapsedTime)(&mut ms, self.raw, end.raw) };
+        check(hip, "hipEventElapsedTime", code)?;
+        Ok(ms)
+    }
+
+    /// The raw handle.
+    pub fn raw(&self) -> hipEvent_t {
+        self.raw
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        let hip = self.device.hip();
+        // SAFETY: `raw` is live and this is its last use.
+        let code = unsafe { (hip.hipEventDestroy)(self.raw) };
+        if let Err(e) = check(hip, "hipEventDestroy", code) {
+            self.device.runtime().record_err(e);
+        }
+    }
+}
