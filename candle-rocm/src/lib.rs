@@ -1,1 +1,11 @@
-//! placeholder
+//! An AMD ROCm backend for [Candle](https://github.com/huggingface/candle).
+//!
+//! This crate will implement `candle_core::backend::{BackendDevice, BackendStorage}` for
+//! `RocmDevice` / `RocmStorage` on top of [`rocm_safe`], mirroring the shape of candle-core's
+//! CUDA backend (`device.rs`, `error.rs`, `utils.rs` with the `Map*` dispatch traits, and one
+//! file per op family), plus the fused ops candle-nn needs and quantized (GGUF) storage.
+//!
+//! Today it provides [`report`]: the device-selection report behind the `rocm-info` binary,
+//! which says which libraries were loaded and which GPUs are usable, or precisely why none is.
+
+pub mod report;

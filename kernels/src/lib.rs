@@ -1,1 +1,133 @@
-//! placeholder
+//! Kernel inventory of candle-rocm: which device-code modules exist and which GPU targets
+//! they are built for.
+//!
+//! This crate will hold the prebuilt, compressed code objects produced by `cargo xtask kernels`
+//! (from candle-kernels' `.cu` sources, read from the cargo registry, and our own `.hip`
+//! files), their manifest, and the lookup by (module, target). Today it holds the lists those
+//! pieces are built from; it does not depend on candle-core.
+
+/// A device-code module, one per source file candle-core's CUDA backend loads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Module {
+    /// `affine.cu`: `x * mul + add`.
+    Affine,
+    /// `binary.cu`: elementwise binary ops with broadcasting.
+    Binary,
+    /// `cast.cu`: dtype conversions.
+    Cast,
+    /// `conv.cu`: im2col, col2im, pooling, upsampling.
+    Conv,
+    /// `fill.cu`: constant fills and copies.
+    Fill,
+    /// `indexing.cu`: gather, scatter, index-select, index-add.
+    Indexing,
+    /// `quantized.cu`: GGUF dequantisation and mat-vec kernels.
+    Quantized,
+    /// `reduce.cu`: sums, min/max, argmin/argmax, softmax, norms, rope.
+    Reduce,
+    /// `sort.cu`: argsort.
+    Sort,
+    /// `ternary.cu`: `where_cond`.
+    Ternary,
+    /// `unary.cu`: elementwise unary ops.
+    Unary,
+}
+
+impl Module {
+    /// Every module, in a fixed order (usable as an index).
+    pub const ALL: [Module; 11] = [
+        Module::Affine,
+        Module::Binary,
+        Module::Cast,
+        Module::Conv,
+        Module::Fill,
+        Module::Indexing,
+        Module::Quantized,
+        Module::Reduce,
+        Module::Sort,
+        Module::Ternary,
+        Module::Unary,
+    ];
+
+    /// The source file's stem, e.g. `binary`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Module::Affine => "affine",
+            Module::Binary => "binary",
+            Module::Cast => "cast",
+            Module::Conv => "conv",
+            Module::Fill => "fill",
+            Module::Indexing => "indexing",
+            Module::Quantized => "quantized",
+            Module::Reduce => "reduce",
+            Module::Sort => "sort",
+            Module::Ternary => "ternary",
+            Module::Unary => "unary",
+        }
+    }
+}
+
+/// Exact GPU targets code objects are built for (the design's target list).
+pub const TARGETS: &[&str] = &[
+    "gfx90a", "gfx942", "gfx1030", "gfx1100", "gfx1101", "gfx1102", "gfx1151", "gfx1200", "gfx1201",
+];
+
+/// LLVM generic targets built as fallbacks for processors of the same family.
+pub const GENERIC_TARGETS: &[&str] = &["gfx10-3-generic", "gfx11-generic", "gfx12-generic"];
+
+/// Variable naming a directory of code objects that overrides the embedded ones (e.g. built
+/// for an unsupported architecture, or with nvcc for the HIP-on-CUDA test harness).
+pub const KERNELS_DIR_VAR: &str = "CANDLE_ROCM_KERNELS_DIR";
+
+/// How a device's processor would get its kernels.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TargetMatch {
+    /// Built for exactly this processor.
+    Exact(&'static str),
+    /// Covered by a generic family target.
+    Generic(&'static str),
+    /// Not covered by any embedded target.
+    Unsupported,
+}
+
+/// Matches a processor name (e.g. `gfx1103`) and its generic family (if any) against the
+/// embedded targets.
+pub fn match_target(processor: &str, generic: Option<&str>) -> TargetMatch {
+    if let Some(t) = TARGETS.iter().find(|t| **t == processor) {
+        return TargetMatch::Exact(t);
+    }
+    match generic.and_then(|g| GENERIC_TARGETS.iter().find(|t| **t == g)) {
+        Some(t) => TargetMatch::Generic(t),
+        None => TargetMatch::Unsupported,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn module_names_are_unique() {
+        let mut names: Vec<_> = Module::ALL.iter().map(|m| m.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), Module::ALL.len());
+    }
+
+    #[test]
+    fn target_matching() {
+        assert_eq!(
+            match_target("gfx1100", Some("gfx11-generic")),
+            TargetMatch::Exact("gfx1100")
+        );
+        assert_eq!(
+            match_target("gfx1103", Some("gfx11-generic")),
+            TargetMatch::Generic("gfx11-generic")
+        );
+        assert_eq!(
+            match_target("gfx906", Some("gfx9-generic")),
+            TargetMatch::Unsupported
+        );
+        assert_eq!(match_target("sm_90", None), TargetMatch::Unsupported);
+    }
+}

@@ -130,6 +130,33 @@ impl Runtime {
             .clone()
     }
 
+    /// rocBLAS's version string (loads rocBLAS if needed).
+    pub fn rocblas_version(&self) -> Result<String> {
+        let lib = self.rocblas()?;
+        let mut len = 0usize;
+        // SAFETY: `len` is a valid out-pointer.
+        let code = unsafe { (lib.rocblas_get_version_string_size)(&mut len) };
+        crate::error::check_blas(&lib, "rocblas_get_version_string_size", code)?;
+        let mut buf = vec![0u8; len.clamp(1, 4096)];
+        // SAFETY: `buf` is writable for its full length, which is passed.
+        let code = unsafe { (lib.rocblas_get_version_string)(buf.as_mut_ptr().cast(), buf.len()) };
+        crate::error::check_blas(&lib, "rocblas_get_version_string", code)?;
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
+    }
+
+    /// MIOpen's version as `major.minor.patch`, `Ok(None)` when MIOpen is absent.
+    pub fn miopen_version(&self) -> Result<Option<String>> {
+        let Some(lib) = self.miopen()? else {
+            return Ok(None);
+        };
+        let (mut a, mut b, mut c) = (0usize, 0usize, 0usize);
+        // SAFETY: three valid out-pointers.
+        let code = unsafe { (lib.miopenGetVersion)(&mut a, &mut b, &mut c) };
+        crate::error::check_miopen(&lib, "miopenGetVersion", code)?;
+        Ok(Some(format!("{a}.{b}.{c}")))
+    }
+
     /// Records an error raised where it cannot be returned (in `Drop`).
     pub(crate) fn record_err(&self, e: RocmError) {
         let mut slot = self.deferred.lock();

@@ -4,7 +4,8 @@
 //! attempt is kept for the error message:
 //!
 //! 1. the override variable ([`HIP_OVERRIDE_VAR`]): a file, or a directory holding one of the
-//!    sonames below;
+//!    sonames below. When it is set, nothing else is tried: an explicit choice that fails is
+//!    reported rather than silently replaced by another runtime;
 //! 2. `$ROCM_PATH/lib`, `$HIP_PATH/lib`, `/opt/rocm/lib`;
 //! 3. the bare sonames, resolved by the dynamic loader (`LD_LIBRARY_PATH`, ldconfig cache).
 //!
@@ -82,7 +83,17 @@ impl LibraryKind {
         }
     }
 
-    fn remedy(self) -> String {
+    fn remedy(self, tried: &[Attempt]) -> String {
+        if let Some(var) = tried.iter().find_map(|a| match a.candidate.origin {
+            Origin::Override(var) => Some(var),
+            _ => None,
+        }) {
+            return format!(
+                "${var} is set, so only it was tried: point it at an existing {}.so (or a \
+                 directory holding one), or unset it to search the default locations",
+                self.stem()
+            );
+        }
         match self {
             LibraryKind::Hip => format!(
                 "install ROCm (5.7 or newer), set ROCM_PATH to its prefix (e.g. /opt/rocm), or set \
@@ -159,7 +170,7 @@ pub struct Attempt {
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum LoadError {
     /// No candidate path could be opened.
-    #[error("could not load the {library}; tried:\n{}\nTo fix: {}", format_attempts(.tried), .library.remedy())]
+    #[error("could not load the {library}; tried:\n{}\nTo fix: {}", format_attempts(.tried), .library.remedy(.tried))]
     LibraryNotFound {
         /// The library that was searched for.
         library: LibraryKind,
@@ -251,6 +262,7 @@ pub fn hip_candidates(env: &SearchEnv) -> Vec<Candidate> {
             &Origin::Override(HIP_OVERRIDE_VAR),
             &mut out,
         );
+        return out;
     }
     let prefixes = [
         (env.rocm_path.as_ref(), Origin::Prefix("ROCM_PATH")),
@@ -278,7 +290,7 @@ pub fn hip_candidates(env: &SearchEnv) -> Vec<Candidate> {
 }
 
 /// The ordered candidate list for a library that must sit beside the HIP runtime (rocBLAS,
-/// MIOpen): its override, then the HIP runtime's directory.
+/// MIOpen): its override alone when set, else the HIP runtime's directory.
 pub fn companion_candidates(
     library: LibraryKind,
     override_path: Option<&OsString>,
@@ -292,6 +304,7 @@ pub fn companion_candidates(
             &Origin::Override(library.override_var()),
             &mut out,
         );
+        return out;
     }
     match hip_dir {
         Some(dir) => {
@@ -323,7 +336,7 @@ pub fn open_first(
         match unsafe { libloading::Library::new(&candidate.path) } {
             Ok(lib) => return Ok((lib, candidate)),
             Err(e) => tried.push(Attempt {
-                error: dl_error_text(&e),
+                error: dl_error_text(&e, &candidate.path),
                 candidate,
             }),
         }
@@ -331,13 +344,14 @@ pub fn open_first(
     Err(LoadError::LibraryNotFound { library, tried })
 }
 
-fn dl_error_text(e: &libloading::Error) -> String {
-    // libloading wraps dlerror(); its source carries the loader's own sentence.
+fn dl_error_text(e: &libloading::Error, path: &Path) -> String {
+    // libloading wraps dlerror(); its source carries the loader's own sentence, which starts
+    // with the path we already print.
     use std::error::Error as _;
-    match e.source() {
-        Some(src) => src.to_string(),
-        None => e.to_string(),
-    }
+    let text = e.source().map_or_else(|| e.to_string(), |s| s.to_string());
+    let prefix = format!("{}: ", path.display());
+    text.strip_prefix(&prefix)
+        .map_or(text.clone(), str::to_string)
 }
 
 #[repr(C)]
@@ -414,14 +428,20 @@ mod tests {
             rocm_path: Some("/r".into()),
             hip_path: Some("/h".into()),
         };
+        // The override is exclusive.
         let c = hip_candidates(&env);
-        let p = paths(&c);
-        assert_eq!(p[0], "/nonexistent/libfake.so");
+        assert_eq!(paths(&c), ["/nonexistent/libfake.so"]);
         assert_eq!(c[0].origin, Origin::Override(HIP_OVERRIDE_VAR));
-        assert_eq!(p[1], "/r/lib/libamdhip64.so.7");
-        assert_eq!(p[5], "/h/lib/libamdhip64.so.7");
-        assert_eq!(p[9], "/opt/rocm/lib/libamdhip64.so.7");
-        assert_eq!(p.len(), 1 + 4 * 4);
+        let env = SearchEnv {
+            override_path: None,
+            ..env
+        };
+        let p = paths(&hip_candidates(&env));
+        assert_eq!(p[0], "/r/lib/libamdhip64.so.7");
+        assert_eq!(p[4], "/h/lib/libamdhip64.so.7");
+        assert_eq!(p[8], "/opt/rocm/lib/libamdhip64.so.7");
+        assert_eq!(p[12], "libamdhip64.so.7");
+        assert_eq!(p.len(), 4 * 4);
     }
 
     #[test]
@@ -454,38 +474,63 @@ mod tests {
         assert_eq!(paths(&c)[0], "/x/lib/librocblas.so.5");
         assert!(c.iter().all(|c| c.origin == Origin::BesideHip));
         let ov: OsString = "/y/librocblas.so".into();
-        let c = companion_candidates(LibraryKind::Rocblas, Some(&ov), None);
-        assert_eq!(paths(&c)[0], "/y/librocblas.so");
-        assert_eq!(c[1].origin, Origin::SystemLoader);
+        let c = companion_candidates(LibraryKind::Rocblas, Some(&ov), Some(Path::new("/x")));
+        assert_eq!(paths(&c), ["/y/librocblas.so"]);
+        let c = companion_candidates(LibraryKind::Miopen, None, None);
+        assert!(c.iter().all(|c| c.origin == Origin::SystemLoader));
     }
 
     #[test]
     fn not_found_lists_every_attempt_and_remedy() {
+        let dir = std::env::temp_dir().join(format!("rocm-sys-empty-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // An override directory with no library in it: every soname is tried there, and only
+        // there.
         let env = SearchEnv {
-            override_path: Some("/definitely/not/here/libamdhip64.so".into()),
-            rocm_path: Some("/also/not/here".into()),
-            hip_path: None,
+            override_path: Some(dir.clone().into_os_string()),
+            ..SearchEnv::default()
         };
-        let cands = hip_candidates(&env);
-        let n = cands.len();
-        // Only candidates under paths that do not exist, so nothing can load.
-        let cands: Vec<_> = cands
-            .into_iter()
-            .filter(|c| c.path.is_absolute() && !c.path.starts_with("/opt"))
-            .collect();
-        let err = match open_first(LibraryKind::Hip, cands) {
-            Ok(_) => panic!("nonexistent paths loaded"),
+        let err = match open_first(LibraryKind::Hip, hip_candidates(&env)) {
+            Ok(_) => panic!("an empty directory loaded"),
             Err(e) => e,
         };
         let msg = err.to_string();
-        assert!(n > 5);
-        assert!(msg.contains("/definitely/not/here/libamdhip64.so (from $ROCM_SYS_HIP_LIB)"));
-        assert!(msg.contains("/also/not/here/lib/libamdhip64.so.5 (from $ROCM_PATH/lib)"));
-        assert!(msg.contains("To fix:"), "{msg}");
+        for so in HIP_SONAMES {
+            let p = dir.join(so);
+            assert!(
+                msg.contains(&format!("{} (from $ROCM_SYS_HIP_LIB)", p.display())),
+                "{msg}"
+            );
+        }
+        assert!(msg.contains("is set, so only it was tried"), "{msg}");
         match err {
-            LoadError::LibraryNotFound { tried, .. } => assert_eq!(tried.len(), 5),
+            LoadError::LibraryNotFound { tried, .. } => {
+                assert_eq!(tried.len(), 4);
+                assert!(tried.iter().all(|a| !a.error.is_empty()));
+            }
             other => panic!("unexpected {other:?}"),
         }
+        std::fs::remove_dir(&dir).unwrap();
+    }
+
+    #[test]
+    fn default_search_failure_lists_every_attempt() {
+        let env = SearchEnv {
+            override_path: None,
+            rocm_path: Some("/also/not/here".into()),
+            hip_path: None,
+        };
+        // Keep only candidates that cannot exist, so the outcome does not depend on the host.
+        let cands: Vec<_> = hip_candidates(&env)
+            .into_iter()
+            .filter(|c| c.path.starts_with("/also"))
+            .collect();
+        let msg = match open_first(LibraryKind::Hip, cands) {
+            Ok(_) => panic!("nonexistent paths loaded"),
+            Err(e) => e.to_string(),
+        };
+        assert!(msg.contains("/also/not/here/lib/libamdhip64.so.5 (from $ROCM_PATH/lib)"));
+        assert!(msg.contains("To fix: install ROCm"), "{msg}");
     }
 
     #[test]

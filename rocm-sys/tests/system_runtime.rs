@@ -5,6 +5,8 @@
 //! reports "no device" from hipInit/hipGetDeviceCount. These tests prove our symbol list and our
 //! handling of those codes against a real library rather than our own test double.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use rocm_sys::{hipError_t, Hip, LibraryKind, LoadError};
 
 fn debian_runtime() -> std::sync::Arc<Hip> {

@@ -1,0 +1,271 @@
+//! What ROCm this process can use: loaded libraries, devices, and whether their architecture
+//! has kernels. Built by [`Report::collect`], printed by `rocm-info`.
+
+use std::fmt;
+
+use candle_rocm_kernels::{match_target, TargetMatch, KERNELS_DIR_VAR, TARGETS};
+use rocm_safe::{Device, DeviceInfo, RocmError, Runtime};
+
+/// One visible device and how it would get kernels.
+#[derive(Debug)]
+pub struct DeviceEntry {
+    /// What the runtime reports.
+    pub info: DeviceInfo,
+    /// Free device memory in bytes, when it could be read.
+    pub free_mem: Option<usize>,
+    /// How the device's processor matches the embedded kernel targets.
+    pub kernels: TargetMatch,
+}
+
+impl DeviceEntry {
+    /// Whether candle-rocm can run on this device: its architecture has embedded kernels or
+    /// the user supplies a kernel directory.
+    pub fn usable(&self, kernels_dir: bool) -> bool {
+        kernels_dir || self.kernels != TargetMatch::Unsupported
+    }
+}
+
+/// The overall verdict, with a process exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// At least one device is usable.
+    Usable,
+    /// The HIP runtime could not be loaded.
+    NoLibrary,
+    /// The runtime loaded but reports no device.
+    NoDevice,
+    /// Devices exist but none has kernels for its architecture.
+    UnsupportedArch,
+    /// Something else failed (a HIP call while querying a device).
+    Error,
+}
+
+impl Verdict {
+    /// The exit code `rocm-info` uses: 0 usable, 2 no library, 3 no device, 4 unsupported
+    /// architecture, 1 any other error.
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Verdict::Usable => 0,
+            Verdict::Error => 1,
+            Verdict::NoLibrary => 2,
+            Verdict::NoDevice => 3,
+            Verdict::UnsupportedArch => 4,
+        }
+    }
+}
+
+/// Everything `rocm-info` prints.
+#[derive(Debug)]
+pub struct Report {
+    /// Path and version of the HIP runtime, when loaded.
+    pub hip: Option<(String, String)>,
+    /// rocBLAS path and version, or why it is unavailable.
+    pub rocblas: Result<(String, String), String>,
+    /// MIOpen path and version, `Ok(None)` when absent (it is optional).
+    pub miopen: Result<Option<(String, String)>, String>,
+    /// Driver version, when readable.
+    pub driver: Option<String>,
+    /// Visible devices.
+    pub devices: Vec<DeviceEntry>,
+    /// Whether the kernel override directory variable is set.
+    pub kernels_dir: Option<String>,
+    /// The verdict and the reason behind it.
+    pub verdict: Verdict,
+    /// Why there is no usable device (empty when usable).
+    pub reason: String,
+}
+
+/// Formats a HIP version number (`major * 10^7 + minor * 10^5 + patch`).
+pub fn hip_version_string(v: i32) -> String {
+    format!("{}.{}.{}", v / 10_000_000, (v / 100_000) % 100, v % 100_000)
+}
+
+fn gib(bytes: usize) -> String {
+    format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
+impl Report {
+    /// Loads the runtime (if possible) and queries every device.
+    pub fn collect() -> Report {
+        let kernels_dir = std::env::var(KERNELS_DIR_VAR)
+            .ok()
+            .filter(|v| !v.is_empty());
+        let mut report = Report {
+            hip: None,
+            rocblas: Err("not probed".into()),
+            miopen: Ok(None),
+            driver: None,
+            devices: Vec::new(),
+            kernels_dir,
+            verdict: Verdict::Error,
+            reason: String::new(),
+        };
+        let rt = match Runtime::get() {
+            Ok(rt) => rt,
+            Err(e) => {
+                report.verdict = match e {
+                    RocmError::Load(_) => Verdict::NoLibrary,
+                    _ => Verdict::Error,
+                };
+                report.reason = e.to_string();
+                return report;
+            }
+        };
+        let version = rt
+            .runtime_version()
+            .map(hip_version_string)
+            .unwrap_or_else(|e| format!("unknown ({e})"));
+        report.hip = Some((rt.hip().path().display().to_string(), version));
+        report.driver = rt.driver_version().ok().map(hip_version_string);
+        report.rocblas = rt
+            .rocblas()
+            .and_then(|lib| Ok((lib.path().display().to_string(), rt.rocblas_version()?)))
+            .map_err(|e| e.to_string());
+        report.miopen = rt
+            .miopen()
+            .and_then(|lib| match lib {
+                None => Ok(None),
+                Some(lib) => Ok(Some((
+                    lib.path().display().to_string(),
+                    rt.miopen_version()?.unwrap_or_default(),
+                ))),
+            })
+            .map_err(|e| e.to_string());
+
+        let count = match rt.device_count() {
+            Ok(n) => n,
+            Err(e) => {
+                report.verdict = match e {
+                    RocmError::NoDevice { .. } => Verdict::NoDevice,
+                    _ => Verdict::Error,
+                };
+                report.reason = e.to_string();
+                return report;
+            }
+        };
+        let mut errors = Vec::new();
+        for ordinal in 0..count {
+            match Device::with_runtime(rt.clone(), ordinal) {
+                Ok(dev) => {
+                    let arch = &dev.info().arch;
+                    report.devices.push(DeviceEntry {
+                        kernels: match_target(&arch.processor, arch.generic_target()),
+                        free_mem: dev.mem_info().ok().map(|(free, _)| free),
+                        info: dev.info().clone(),
+                    });
+                }
+                Err(e) => errors.push(format!("device {ordinal}: {e}")),
+            }
+        }
+        let has_dir = report.kernels_dir.is_some();
+        if report.devices.iter().any(|d| d.usable(has_dir)) {
+            report.verdict = Verdict::Usable;
+        } else if !report.devices.is_empty() {
+            report.verdict = Verdict::UnsupportedArch;
+            let archs: Vec<_> = report
+                .devices
+                .iter()
+                .map(|d| d.info.arch.processor.clone())
+                .collect();
+            report.reason = format!(
+                "no prebuilt kernels for {}; candle-rocm embeds {}. To fix: build kernels for \
+                 it (cargo xtask kernels --arch {}) and set {KERNELS_DIR_VAR} to their directory",
+                archs.join(", "),
+                TARGETS.join(", "),
+                archs[0]
+            );
+        } else {
+            report.verdict = Verdict::Error;
+            report.reason = errors.join("; ");
+        }
+        report
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "rocm-info {}", env!("CARGO_PKG_VERSION"))?;
+        match &self.hip {
+            Some((path, version)) => {
+                writeln!(f, "HIP runtime : {path} (version {version})")?;
+                if let Some(d) = &self.driver {
+                    writeln!(f, "driver      : version {d}")?;
+                }
+                match &self.rocblas {
+                    Ok((path, version)) => writeln!(f, "rocBLAS     : {path} (version {version})")?,
+                    Err(e) => writeln!(f, "rocBLAS     : unavailable: {e}")?,
+                }
+                match &self.miopen {
+                    Ok(Some((path, version))) => {
+                        writeln!(f, "MIOpen      : {path} (version {version})")?
+                    }
+                    Ok(None) => writeln!(f, "MIOpen      : not found (optional)")?,
+                    Err(e) => writeln!(f, "MIOpen      : unavailable: {e}")?,
+                }
+            }
+            None => writeln!(f, "HIP runtime : not loaded")?,
+        }
+        if let Some(dir) = &self.kernels_dir {
+            writeln!(f, "kernels dir : {dir} (from ${KERNELS_DIR_VAR})")?;
+        }
+        if !self.devices.is_empty() {
+            writeln!(f, "devices     : {}", self.devices.len())?;
+        }
+        for d in &self.devices {
+            let i = &d.info;
+            let kernels = match &d.kernels {
+                TargetMatch::Exact(t) => format!("kernels for {t}"),
+                TargetMatch::Generic(t) => format!("kernels via {t}"),
+                TargetMatch::Unsupported => "no embedded kernels".to_string(),
+            };
+            writeln!(
+                f,
+                "  [{}] {} | {} | wave{} | {} CUs | {} ({} free) | LDS/block {} KiB | {}",
+                i.ordinal,
+                i.name,
+                i.arch,
+                i.warp_size,
+                i.compute_units,
+                gib(i.total_mem),
+                d.free_mem.map_or_else(|| "?".to_string(), gib),
+                i.max_shared_mem_per_block / 1024,
+                kernels
+            )?;
+        }
+        match self.verdict {
+            Verdict::Usable => write!(f, "status      : usable GPU found"),
+            _ => write!(
+                f,
+                "status      : no usable GPU\nreason      : {}",
+                self.reason
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_format() {
+        assert_eq!(hip_version_string(50_221_153), "5.2.21153");
+        assert_eq!(hip_version_string(60_342_134), "6.3.42134");
+    }
+
+    #[test]
+    fn exit_codes_are_distinct() {
+        let all = [
+            Verdict::Usable,
+            Verdict::NoLibrary,
+            Verdict::NoDevice,
+            Verdict::UnsupportedArch,
+            Verdict::Error,
+        ];
+        let mut codes: Vec<_> = all.iter().map(|v| v.exit_code()).collect();
+        codes.sort_unstable();
+        codes.dedup();
+        assert_eq!(codes.len(), all.len());
+        assert_eq!(Verdict::Usable.exit_code(), 0);
+    }
+}
