@@ -21,8 +21,11 @@ use std::ffi::c_void;
 
 use parking_lot::Mutex;
 
-use crate::device::Device;
+use std::sync::Arc;
+
+use crate::device::{bind, mem_info, synchronize};
 use crate::error::{check, Result, RocmError};
+use crate::runtime::Runtime;
 
 /// Why a raw allocation failed.
 #[derive(Debug)]
@@ -49,26 +52,30 @@ pub trait RawMemory: Send + Sync + 'static {
 }
 
 /// [`RawMemory`] on a HIP device: `hipMalloc` / `hipFree`.
+///
+/// Holds the runtime and the ordinal rather than a [`crate::Device`], so a device's own
+/// allocator does not keep the device alive.
 pub struct DeviceMemory {
-    device: Device,
+    rt: Arc<Runtime>,
+    ordinal: usize,
 }
 
 impl DeviceMemory {
-    /// Raw memory of `device`.
-    pub fn new(device: Device) -> Self {
-        Self { device }
+    /// Raw memory of device `ordinal` of `rt`.
+    pub fn new(rt: Arc<Runtime>, ordinal: usize) -> Self {
+        Self { rt, ordinal }
     }
 
-    /// The device.
-    pub fn device(&self) -> &Device {
-        &self.device
+    /// Whether this is the memory of `device`.
+    pub fn is_device(&self, device: &crate::Device) -> bool {
+        Arc::ptr_eq(&self.rt, device.runtime()) && self.ordinal == device.ordinal()
     }
 }
 
 impl RawMemory for DeviceMemory {
     fn alloc(&self, bytes: usize) -> std::result::Result<usize, RawAllocError> {
-        self.device.bind_to_thread().map_err(RawAllocError::Other)?;
-        let hip = self.device.hip();
+        let hip = self.rt.hip();
+        bind(hip, self.ordinal).map_err(RawAllocError::Other)?;
         let mut p: *mut c_void = std::ptr::null_mut();
         // SAFETY: `p` is a valid out-pointer; the device is current on this thread.
         let code = unsafe { (hip.hipMalloc)(&mut p, bytes) };
@@ -80,8 +87,8 @@ impl RawMemory for DeviceMemory {
     }
 
     fn free(&self, addr: usize) -> Result<()> {
-        self.device.bind_to_thread()?;
-        let hip = self.device.hip();
+        let hip = self.rt.hip();
+        bind(hip, self.ordinal)?;
         // SAFETY: `addr` came from hipMalloc on this device and the caller synchronised the
         // device, so no queued work uses it.
         let code = unsafe { (hip.hipFree)(addr as *mut c_void) };
@@ -89,15 +96,15 @@ impl RawMemory for DeviceMemory {
     }
 
     fn synchronize(&self) -> Result<()> {
-        self.device.synchronize()
+        synchronize(self.rt.hip(), self.ordinal)
     }
 
     fn mem_info(&self) -> Result<(usize, usize)> {
-        self.device.mem_info()
+        mem_info(self.rt.hip(), self.ordinal)
     }
 
     fn ordinal(&self) -> usize {
-        self.device.ordinal()
+        self.ordinal
     }
 }
 

@@ -137,7 +137,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         stream: &Arc<Stream>,
         len: usize,
     ) -> Result<Self> {
-        if !allocator.backend().device().same_device(stream.device()) {
+        if !allocator.backend().is_device(stream.device()) {
             return Err(RocmError::InvalidArgument(
                 "the allocator and the stream belong to different devices".into(),
             ));

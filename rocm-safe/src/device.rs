@@ -104,34 +104,32 @@ impl Device {
     /// Makes this device current on the calling thread (`hipSetDevice`). Every rocm-safe call
     /// that depends on the current device does this first.
     pub fn bind_to_thread(&self) -> Result<()> {
-        // SAFETY: the ordinal was validated against hipGetDeviceCount when the device opened.
-        let code = unsafe { (self.hip().hipSetDevice)(self.ordinal() as c_int) };
-        check(self.hip(), "hipSetDevice", code)
+        bind(self.hip(), self.ordinal())
     }
 
     /// Free and total device memory in bytes (`hipMemGetInfo`).
     pub fn mem_info(&self) -> Result<(usize, usize)> {
-        self.bind_to_thread()?;
-        let (mut free, mut total) = (0usize, 0usize);
-        // SAFETY: both out-pointers are valid for one usize.
-        let code = unsafe { (self.hip().hipMemGetInfo)(&mut free, &mut total) };
-        check(self.hip(), "hipMemGetInfo", code)?;
-        Ok((free, total))
+        mem_info(self.hip(), self.ordinal())
     }
 
     /// Waits for all work on the device (`hipDeviceSynchronize`).
     pub fn synchronize(&self) -> Result<()> {
-        self.bind_to_thread()?;
-        // SAFETY: no arguments; the device is current.
-        let code = unsafe { (self.hip().hipDeviceSynchronize)() };
-        check(self.hip(), "hipDeviceSynchronize", code)
+        synchronize(self.hip(), self.ordinal())
     }
 
-    /// The device's caching allocator (created on first use).
+    /// The device's caching allocator (created on first use). It is dropped, and its cached
+    /// memory returned to the device, when the last handle to the device and the last buffer
+    /// allocated from it are gone.
     pub fn allocator(&self) -> Arc<CachingAllocator> {
         self.inner
             .allocator
-            .get_or_init(|| Arc::new(CachingAllocator::new(DeviceMemory::new(self.clone()))))
+            .get_or_init(|| {
+                // The allocator holds the runtime, not the device: no reference cycle.
+                Arc::new(CachingAllocator::new(DeviceMemory::new(
+                    self.inner.rt.clone(),
+                    self.ordinal(),
+                )))
+            })
             .clone()
     }
 
@@ -157,6 +155,32 @@ impl std::fmt::Debug for Device {
             self.info().arch
         )
     }
+}
+
+/// `hipSetDevice(ordinal)`; the ordinal must be below `hipGetDeviceCount`.
+pub(crate) fn bind(hip: &Hip, ordinal: usize) -> Result<()> {
+    // SAFETY: hipSetDevice takes an int by value and validates it (callers pass ordinals that
+    // were checked against hipGetDeviceCount).
+    let code = unsafe { (hip.hipSetDevice)(ordinal as c_int) };
+    check(hip, "hipSetDevice", code)
+}
+
+/// `hipMemGetInfo` of device `ordinal`.
+pub(crate) fn mem_info(hip: &Hip, ordinal: usize) -> Result<(usize, usize)> {
+    bind(hip, ordinal)?;
+    let (mut free, mut total) = (0usize, 0usize);
+    // SAFETY: both out-pointers are valid for one usize.
+    let code = unsafe { (hip.hipMemGetInfo)(&mut free, &mut total) };
+    check(hip, "hipMemGetInfo", code)?;
+    Ok((free, total))
+}
+
+/// `hipDeviceSynchronize` of device `ordinal`.
+pub(crate) fn synchronize(hip: &Hip, ordinal: usize) -> Result<()> {
+    bind(hip, ordinal)?;
+    // SAFETY: no arguments; the device is current.
+    let code = unsafe { (hip.hipDeviceSynchronize)() };
+    check(hip, "hipDeviceSynchronize", code)
 }
 
 fn attr(hip: &Hip, ordinal: c_int, attr: hipDeviceAttribute_t, what: &'static str) -> Result<i32> {

@@ -6,9 +6,10 @@
 use std::sync::Arc;
 
 use half::{bf16, f16};
+use rocm_safe::allocator::DeviceMemory;
 use rocm_safe::{
-    BlasHandle, Device, DeviceBuffer, Event, GemmConfig, GemmType, LaunchConfig, Module,
-    PinnedHostBuffer, RocmError, Stream, Transpose,
+    BlasHandle, CachingAllocator, Device, DeviceBuffer, Event, GemmConfig, GemmType, LaunchConfig,
+    Module, PinnedHostBuffer, RocmError, Stream, Transpose,
 };
 
 const NEEDS: &str = "needs a HIP device";
@@ -154,6 +155,7 @@ fn events_time_and_order_streams() {
         untimed.elapsed_ms(&end),
         Err(RocmError::InvalidArgument(_))
     ));
+    s1.synchronize().unwrap();
     assert!(s1.is_idle().unwrap());
     d.check_err().unwrap();
 }
@@ -183,38 +185,43 @@ fn two_threads_two_streams() {
 
 #[test]
 #[ignore = "needs a HIP device"]
-fn allocator_reuses_and_returns_to_baseline() {
+fn allocator_reuses_and_returns_everything() {
     let d = device();
     let s = Stream::new(&d).unwrap();
-    let alloc = d.allocator();
-    alloc.trim().unwrap();
-    d.synchronize().unwrap();
-    let (free_before, _) = d.mem_info().unwrap();
-    let first = s.alloc::<f32>(1 << 20).unwrap();
+    // A private allocator, so tests running in parallel do not disturb its counters.
+    let alloc = Arc::new(CachingAllocator::new(DeviceMemory::new(
+        d.runtime().clone(),
+        d.ordinal(),
+    )));
+    let first = DeviceBuffer::<f32>::alloc_in(&alloc, &s, 1 << 20).unwrap();
     let addr = first.device_ptr();
     drop(first);
-    let before = alloc.stats();
-    let second = s.alloc::<f32>((1 << 20) - 7).unwrap();
+    let second = DeviceBuffer::<f32>::alloc_in(&alloc, &s, (1 << 20) - 7).unwrap();
     assert_eq!(
         second.device_ptr(),
         addr,
         "same bucket on the same stream is reused"
     );
-    assert_eq!(alloc.stats().hits, before.hits + 1);
+    let st = alloc.stats();
+    assert_eq!((st.hits, st.misses, st.raw_allocs), (1, 1, 1));
+    assert_eq!(st.live_bytes, 4 << 20);
     drop(second);
     // Another stream does not get the block.
     let other = Stream::new(&d).unwrap();
-    let third = other.alloc::<f32>(1 << 20).unwrap();
+    let third = DeviceBuffer::<f32>::alloc_in(&alloc, &other, 1 << 20).unwrap();
     assert_ne!(third.device_ptr(), addr);
     drop(third);
-    assert!(alloc.trim().unwrap() >= 2 * (4 << 20));
-    d.synchronize().unwrap();
-    let (free_after, _) = d.mem_info().unwrap();
-    // Allow for runtime-internal allocations of a few MiB (stream creation).
-    assert!(
-        free_after + (64 << 20) >= free_before,
-        "{free_before} -> {free_after}"
-    );
+    let st = alloc.stats();
+    assert_eq!((st.live_bytes, st.cached_bytes), (0, 8 << 20));
+    assert_eq!(alloc.trim().unwrap(), 8 << 20);
+    let st = alloc.stats();
+    assert_eq!((st.cached_bytes, st.raw_frees), (0, st.raw_allocs));
+    // The buffer API keeps an Arc to its allocator: a buffer outliving every other handle
+    // still returns its block safely.
+    let survivor = DeviceBuffer::<u8>::alloc_in(&alloc, &s, 10).unwrap();
+    drop(alloc);
+    drop(survivor);
+    d.check_err().unwrap();
 }
 
 #[test]
@@ -264,16 +271,17 @@ fn bad_modules_are_errors() {
         Module::load(&d, &[]),
         Err(RocmError::InvalidArgument(_))
     ));
-    let garbage = vec![0x5au8; 4096];
+    let mut garbage = vec![0x5au8; 4096];
+    garbage[4095] = 0; // a runtime that tries the bytes as text must not read past them
     assert!(matches!(Module::load(&d, &garbage), Err(RocmError::Hip(_))));
 }
 
 #[test]
 #[ignore = "needs a HIP device"]
 fn launch_axpy() {
-    let path = std::env::var("ROCM_SAFE_TEST_AXPY").unwrap_or_else(|_| {
+    let path = std::env::var("ROCM_SAFE_TEST_MODULE").unwrap_or_else(|_| {
         panic!(
-            "set ROCM_SAFE_TEST_AXPY to a code object built from rocm-safe/tests/kernels/axpy.hip"
+            "set ROCM_SAFE_TEST_MODULE to a code object built from rocm-safe/tests/kernels/test_kernels.hip"
         )
     });
     let image = std::fs::read(&path).unwrap();
@@ -306,7 +314,13 @@ fn launch_axpy() {
     assert!(matches!(rejected, Err(RocmError::InvalidArgument(_))));
     let out = s.clone_dtoh(&dy).unwrap();
     for i in 0..n as usize {
-        assert_eq!(out[i], a * x[i] + y[i], "index {i}");
+        // Compilers may contract a * x + y into one fused multiply-add: allow its rounding.
+        let want = a * x[i] + y[i];
+        assert!(
+            (out[i] - want).abs() <= 1e-6 * (1.0 + want.abs()),
+            "index {i}: {} vs {want}",
+            out[i]
+        );
     }
     dy.stream().synchronize().unwrap();
 }

@@ -5,9 +5,13 @@
 //!   (Debian's `libamdhip64-dev`, or `$ROCM_PATH/include`); `--check` fails if the checked-in
 //!   file differs from what would be generated.
 //!
+//! - `device-bundle`: build the stripped release test binaries the HIP-on-CUDA device harness
+//!   runs into `.device-bundle/`, and print the device call.
+//!
 //! Later issues add `kernels`, `candle`, `test` and `bench`.
 
 mod bindgen_hip;
+mod device_bundle;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -18,6 +22,8 @@ cargo xtask <command>
 Commands:
   bindgen [--check]   regenerate rocm-sys/src/bindings/hip.rs from the HIP headers
                       (--check: fail if the checked-in file is stale)
+  device-bundle       build the GPU test binaries for tests/hip-on-cuda/run.sh into
+                      .device-bundle/ and print the device call
   help                print this help
 ";
 
@@ -25,6 +31,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("bindgen") => parse_check(&args[1..]).and_then(bindgen_hip::run),
+        Some("device-bundle") if args.len() == 1 => device_bundle::run(),
         None | Some("help") | Some("--help") | Some("-h") => {
             print!("{HELP}");
             Ok(())

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Builds the HIP-on-CUDA test double (libamdhip64.so + librocblas.so.5).
+#
+#   build.sh [OUT]               GPU machine: checks cuda_min.h against the real CUDA headers,
+#                                then links against libcuda + libcublas. OUT defaults to ./build.
+#   build.sh --check-decls [OUT] compile only, real headers + cuda_min.h (prototype/value check).
+#   build.sh --min-decls [OUT]   no CUDA needed: compiles with cuda_min.h to .o files, links an
+#                                UNLINKED probe .so (not loadable usefully) and checks with nm that
+#                                every symbol rocm-sys resolves is exported.
+# Env: CC (default cc), CUDA_HOME (default /usr/local/cuda).
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$HERE/../.." && pwd)"
+MODE=full
+case "${1:-}" in
+  --min-decls) MODE=min; shift ;;
+  --check-decls) MODE=check; shift ;;
+  -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+esac
+OUT="${1:-./build}"
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
+CC="${CC:-cc}"
+CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
+CFLAGS=(-std=gnu11 -fPIC -O2 -Wall -Wextra -Werror -fvisibility=hidden -pthread)
+SRCS=(hip_on_cuda.c rocblas_on_cublas.c)
+
+# Every name rocm-sys resolves: `pub fn NAME(` inside the api_table! blocks (required and optional).
+expected_symbols() {
+  local f
+  for f in "$REPO/rocm-sys/src/bindings/hip.rs" "$REPO/rocm-sys/src/rocblas.rs"; do
+    awk '/api_table! *\{/ {t = 1} t && /^\}/ {t = 0} t' "$f" |
+      sed -n 's/^ *pub fn \([A-Za-z_0-9]*\)(.*/\1/p'
+  done
+  echo hipGetDevicePropertiesR0600
+}
+
+check_symbols() { # $1: shared object
+  local so="$1" missing=0 defined
+  defined="$(nm -D --defined-only "$so" | awk '{print $NF}')"
+  while read -r sym; do
+    if ! grep -qx "$sym" <<<"$defined"; then echo "MISSING: $sym"; missing=1; fi
+  done < <(expected_symbols | sort -u)
+  for sym in hipGetDevicePropertiesR0000 hipGetDeviceProperties; do
+    if grep -qx "$sym" <<<"$defined"; then echo "UNEXPECTED (old props ABI): $sym"; missing=1; fi
+  done
+  [ "$missing" = 0 ] || { echo "symbol check FAILED for $so"; return 1; }
+  echo "symbol check OK: $(expected_symbols | sort -u | wc -l) names exported by $(basename "$so")"
+}
+
+cd "$HERE"
+case "$MODE" in
+  min)
+    for s in "${SRCS[@]}"; do
+      "$CC" "${CFLAGS[@]}" -DHIP_ON_CUDA_MIN_DECLS -c "$s" -o "$OUT/${s%.c}.o"
+    done
+    # Shared objects may leave symbols undefined: this probe links without libcuda/libcublas.
+    "$CC" -shared -pthread -o "$OUT/libhip_on_cuda_unlinked_probe.so" "$OUT"/hip_on_cuda.o "$OUT"/rocblas_on_cublas.o
+    check_symbols "$OUT/libhip_on_cuda_unlinked_probe.so"
+    ;;
+  check|full)
+    INC=(-I"$CUDA_HOME/include")
+    for s in "${SRCS[@]}"; do
+      "$CC" "${CFLAGS[@]}" "${INC[@]}" -DHIP_ON_CUDA_CHECK_DECLS -c "$s" -o "$OUT/${s%.c}.check.o"
+    done
+    echo "cuda_min.h agrees with $CUDA_HOME/include"
+    [ "$MODE" = check ] && exit 0
+    # libcuda: the real driver from ldconfig if present, else the toolkit stub (the real one is
+    # loaded at run time either way, by soname libcuda.so.1).
+    LIBCUDA="$(ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 .*x86-64/ {print $NF; exit}')"
+    for d in /usr/lib/x86_64-linux-gnu /usr/local/nvidia/lib64 /usr/lib64; do
+      [ -n "$LIBCUDA" ] || { [ -e "$d/libcuda.so.1" ] && LIBCUDA="$d/libcuda.so.1"; } || true
+    done
+    if [ -z "$LIBCUDA" ]; then
+      for d in "$CUDA_HOME/lib64/stubs" "$CUDA_HOME/targets/x86_64-linux/lib/stubs"; do
+        [ -e "$d/libcuda.so" ] && { LIBCUDA="$d/libcuda.so"; break; }
+      done
+    fi
+    [ -n "$LIBCUDA" ] || { echo "libcuda not found"; exit 1; }
+    CUBLAS_DIR=""
+    for d in "$CUDA_HOME/lib64" "$CUDA_HOME/targets/x86_64-linux/lib" /usr/lib/x86_64-linux-gnu; do
+      [ -e "$d/libcublas.so" ] && { CUBLAS_DIR="$d"; break; }
+    done
+    [ -n "$CUBLAS_DIR" ] || { echo "libcublas.so not found"; exit 1; }
+    "$CC" -shared "${CFLAGS[@]}" "${INC[@]}" -Wl,-soname,libamdhip64.so -Wl,-z,defs \
+      -o "$OUT/libamdhip64.so" "${SRCS[@]}" \
+      "$LIBCUDA" -L"$CUBLAS_DIR" -lcublas -Wl,-rpath,"$CUBLAS_DIR"
+    # One object under both names: the symlink makes dlopen return the same handle, so HIP
+    # state (contexts, current device) is shared with the rocBLAS half.
+    ln -sf libamdhip64.so "$OUT/librocblas.so.5"
+    ln -sf libamdhip64.so "$OUT/libamdhip64.so.6"
+    check_symbols "$OUT/libamdhip64.so"
+    echo "built $OUT/libamdhip64.so (libcuda: $LIBCUDA, cublas: $CUBLAS_DIR)"
+    echo "use: ROCM_SYS_HIP_LIB=$OUT/libamdhip64.so"
+    ;;
+esac

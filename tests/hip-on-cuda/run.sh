@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# The HIP-on-CUDA harness's one entry point, run on the NVIDIA device machine from the
+# repository root (the device tool does this) with `.device-bundle` carried:
+#
+#   bash tests/hip-on-cuda/run.sh [--sanitize]
+#
+# 1. builds the HIP/rocBLAS test double (build.sh) and the test kernels (nvcc, sm_90 cubin);
+# 2. runs rocm-info and every GPU test binary of the bundle with --include-ignored;
+# 3. with --sanitize, runs them again under compute-sanitizer memcheck and racecheck;
+# 4. runs the launch-overhead benchmark next to a raw cuLaunchKernel loop;
+# 5. writes full logs under $OUT and prints a summary table last.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+
+SANITIZE=0
+for a in "$@"; do
+    case "$a" in
+        --sanitize) SANITIZE=1 ;;
+        *) echo "run.sh: unknown argument $a" >&2; exit 2 ;;
+    esac
+done
+OUT="${OUT:-$PWD/target/hip-on-cuda-out}"
+BUILD=/tmp/hip-on-cuda
+BUNDLE=.device-bundle/bin
+mkdir -p "$OUT" "$BUILD"
+SUMMARY="$OUT/summary.txt"
+: > "$SUMMARY"
+row() { printf '%-34s %s\n' "$1" "$2" | tee -a "$SUMMARY" >/dev/null; }
+
+if [ ! -d "$BUNDLE" ]; then
+    echo "run.sh: $BUNDLE is missing: run \`cargo xtask device-bundle\` and carry .device-bundle" >&2
+    exit 2
+fi
+
+echo "== machine"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+nvcc --version | tail -1
+row "gpu" "$(head -1 "$OUT/gpu.txt")"
+row "date (UTC)" "$(date -u +%Y-%m-%dT%H:%MZ)"
+
+echo "== build the test double and the kernels"
+if ! bash tests/hip-on-cuda/build.sh "$BUILD" > "$OUT/build.log" 2>&1; then
+    cat "$OUT/build.log"
+    echo "run.sh: building the test double failed" >&2
+    exit 1
+fi
+if ! nvcc -cubin -arch=sm_90 -x cu -o "$BUILD/test_kernels.cubin" \
+        rocm-safe/tests/kernels/test_kernels.hip > "$OUT/nvcc.log" 2>&1; then
+    cat "$OUT/nvcc.log"
+    exit 1
+fi
+nvcc -O2 -o "$BUILD/launch_bench" tests/hip-on-cuda/launch_bench.c -lcuda > "$OUT/bench-build.log" 2>&1 \
+    || cat "$OUT/bench-build.log"
+row "test double" "built ($(ls "$BUILD" | tr '\n' ' '))"
+
+export ROCM_SYS_HIP_LIB="$BUILD/libamdhip64.so"
+export ROCM_SAFE_TEST_MODULE="$BUILD/test_kernels.cubin"
+export CANDLE_ROCM_KERNELS_DIR="$BUILD"
+export RUST_BACKTRACE=1
+
+echo "== rocm-info"
+"$BUNDLE/rocm-info" 2>&1 | tee "$OUT/rocm-info.txt"
+row "rocm-info exit code" "${PIPESTATUS[0]}"
+
+# Every bundled binary except the tools below is a libtest GPU test binary.
+TESTS=()
+for t in "$BUNDLE"/*; do
+    case "$(basename "$t")" in
+        rocm-info|launch_overhead) ;;
+        *) TESTS+=("$t") ;;
+    esac
+done
+
+results() { grep -E '^test result:' "$1" | tail -1 | sed 's/; finished.*//'; }
+
+for t in "${TESTS[@]}"; do
+    name=$(basename "$t")
+    echo "== $name --include-ignored"
+    start=$(date +%s)
+    "$t" --include-ignored 2>&1 | tee "$OUT/test-$name.log"
+    rc=${PIPESTATUS[0]}
+    row "tests $name" "$(results "$OUT/test-$name.log") (exit $rc, $(( $(date +%s) - start ))s)"
+done
+
+if [ "$SANITIZE" = 1 ]; then
+    # API errors the tests provoke on purpose (out of memory, bad images) are not memory errors.
+    for tool in memcheck racecheck; do
+        for t in "${TESTS[@]}"; do
+            name=$(basename "$t")
+            log="$OUT/$tool-$name.log"
+            echo "== compute-sanitizer --tool $tool $name"
+            compute-sanitizer --tool "$tool" --report-api-errors no --print-limit 20 \
+                "$t" --include-ignored --test-threads=1 > "$log" 2>&1
+            rc=$?
+            errors=$(grep -Eo 'ERROR SUMMARY: [0-9]+ error' "$log" | tail -1)
+            hazards=$(grep -Eo 'RACECHECK SUMMARY: [0-9]+ hazard' "$log" | tail -1)
+            row "$tool $name" "${errors:-no summary} ${hazards} $(results "$log") (exit $rc)"
+        done
+    done
+fi
+
+echo "== launch overhead"
+"$BUNDLE/launch_overhead" 100000 2>&1 | tee "$OUT/bench.txt"
+[ -x "$BUILD/launch_bench" ] && "$BUILD/launch_bench" "$ROCM_SAFE_TEST_MODULE" 100000 2>&1 | tee -a "$OUT/bench.txt"
+get() { awk -v k="$1" '$2 == k { print $3 }' "$OUT/bench.txt"; }
+for k in enqueue with_sync; do
+    ours=$(get "rocm_safe_${k}_us")
+    raw=$(get "raw_culaunch_${k}_us")
+    ratio=$(awk -v a="$ours" -v b="$raw" 'BEGIN { if (a != "" && b > 0) printf "%.2f", a / b }')
+    row "launch $k (us/launch)" "rocm-safe ${ours:-?} | raw cuLaunchKernel ${raw:-?} | ratio ${ratio:-?}"
+done
+
+echo
+echo "== summary (H100 via HIP-on-CUDA)"
+cat "$SUMMARY"
