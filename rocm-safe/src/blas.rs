@@ -194,7 +194,11 @@ impl GemmConfig {
                 None => return bad(format!("{name}'s extent overflows")),
             }
         }
-        if self.batch > 1 && self.stride_c < self.ldc * self.n.max(1) && self.m > 0 && self.n > 0 {
+        if self.batch > 1
+            && self.stride_c < self.ldc.saturating_mul(self.n.max(1))
+            && self.m > 0
+            && self.n > 0
+        {
             return bad("stride_c makes the output matrices overlap".into());
         }
         Ok(())

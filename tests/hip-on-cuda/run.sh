@@ -66,7 +66,7 @@ row "rocm-info exit code" "${PIPESTATUS[0]}"
 TESTS=()
 for t in "$BUNDLE"/*; do
     case "$(basename "$t")" in
-        rocm-info|launch_overhead) ;;
+        rocm-info|launch_overhead|gpu_faults) ;;
         *) TESTS+=("$t") ;;
     esac
 done
@@ -81,6 +81,13 @@ for t in "${TESTS[@]}"; do
     rc=${PIPESTATUS[0]}
     row "tests $name" "$(results "$OUT/test-$name.log") (exit $rc, $(( $(date +%s) - start ))s)"
 done
+
+if [ -x "$BUNDLE/gpu_faults" ]; then
+    echo "== gpu_faults (failure injection)"
+    HIP_ON_CUDA_FAIL_MALLOC_AFTER=4 HIP_ON_CUDA_FAIL_LAUNCH_AFTER=3 \
+        "$BUNDLE/gpu_faults" --include-ignored --test-threads=1 2>&1 | tee "$OUT/test-gpu_faults.log"
+    row "tests gpu_faults (injected)" "$(results "$OUT/test-gpu_faults.log") (exit ${PIPESTATUS[0]})"
+fi
 
 if [ "$SANITIZE" = 1 ]; then
     # API errors the tests provoke on purpose (out of memory, bad images) are not memory errors.
@@ -110,6 +117,10 @@ for k in enqueue with_sync; do
     row "launch $k (us/launch)" "rocm-safe ${ours:-?} | raw cuLaunchKernel ${raw:-?} | ratio ${ratio:-?}"
 done
 
+# The device tool returns at most 8 files: pack the logs into one archive beside the summary.
+( cd "$OUT" && find . -maxdepth 1 -type f ! -name summary.txt ! -name logs.tar.gz -printf '%f\n' \
+    | tar czf logs.tar.gz --remove-files -T - )
+
 echo
-echo "== summary (H100 via HIP-on-CUDA)"
+echo "== summary (H100 via HIP-on-CUDA; full logs in \$OUT/logs.tar.gz)"
 cat "$SUMMARY"

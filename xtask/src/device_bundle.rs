@@ -1,7 +1,7 @@
 //! `cargo xtask device-bundle`: everything the HIP-on-CUDA harness runs, in one folder.
 //!
-//! Builds stripped release binaries of every GPU test target (by convention `tests/gpu.rs` of
-//! a crate), the launch-overhead benchmark and `rocm-info`, copies them to `.device-bundle/bin`
+//! Builds stripped release binaries of the GPU test targets (`tests/gpu.rs` and
+//! `tests/gpu_faults.rs`), the launch-overhead benchmark and `rocm-info`, copies them to `.device-bundle/bin`
 //! (ignored by git, well under the device tool's 64 MiB carry limit), and prints the device
 //! call that runs them with `tests/hip-on-cuda/run.sh`.
 
@@ -16,7 +16,14 @@ use crate::project_root;
 const BUILDS: &[(&str, &[&str])] = &[
     (
         "rocm-safe",
-        &["--test", "gpu", "--bench", "launch_overhead"],
+        &[
+            "--test",
+            "gpu",
+            "--test",
+            "gpu_faults",
+            "--bench",
+            "launch_overhead",
+        ],
     ),
     ("candle-rocm", &["--bin", "rocm-info"]),
 ];
