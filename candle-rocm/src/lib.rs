@@ -5,7 +5,9 @@
 //! CUDA backend (`device.rs`, `error.rs`, `utils.rs` with the `Map*` dispatch traits, and one
 //! file per op family), plus the fused ops candle-nn needs and quantized (GGUF) storage.
 //!
-//! Today it provides [`report`]: the device-selection report behind the `rocm-info` binary,
-//! which says which libraries were loaded and which GPUs are usable, or precisely why none is.
+//! Today it provides [`report`], the device-selection report behind the `rocm-info` binary
+//! (which libraries were loaded, which GPUs are usable, or precisely why none is), and
+//! [`registry`], which picks and lazily loads each device's kernel code objects.
 
+pub mod registry;
 pub mod report;

@@ -6,6 +6,8 @@
 //! files), their manifest, and the lookup by (module, target). Today it holds the lists those
 //! pieces are built from; it does not depend on candle-core.
 
+pub mod code_object;
+
 /// A device-code module, one per source file candle-core's CUDA backend loads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Module {
@@ -78,6 +80,15 @@ pub const GENERIC_TARGETS: &[&str] = &["gfx10-3-generic", "gfx11-generic", "gfx1
 /// Variable naming a directory of code objects that overrides the embedded ones (e.g. built
 /// for an unsupported architecture, or with nvcc for the HIP-on-CUDA test harness).
 pub const KERNELS_DIR_VAR: &str = "CANDLE_ROCM_KERNELS_DIR";
+
+/// The embedded code object of `module` for `target`, decompressed; `None` when this build
+/// embeds none for that pair, `Some(Err(reason))` when the embedded data is corrupt.
+///
+/// No code objects are embedded yet: `cargo xtask kernels` will generate the table.
+pub fn code_object(module: Module, target: &str) -> Option<Result<Vec<u8>, String>> {
+    let _ = (module, target);
+    None
+}
 
 /// How a device's processor would get its kernels.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,0 +1,308 @@
+//! The kernel registry: which code object each device loads for each kernel module, loaded
+//! lazily, once per device, from any thread.
+//!
+//! Selection, per module and device:
+//! 1. an embedded code object built for exactly the device's processor (`gfx1100`);
+//! 2. else the embedded generic family object (`gfx11-generic`), when the loaded HIP runtime
+//!    can load generic code objects (ROCm 6.4 and newer);
+//! 3. else `$CANDLE_ROCM_KERNELS_DIR/<module>.<processor>.co`, then `<module>.co` (objects
+//!    built for an unsupported GPU, or by nvcc for the HIP-on-CUDA harness);
+//! 4. else a typed error naming the processor, the embedded targets and the command that builds
+//!    for it.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use candle_rocm_kernels::{Module, GENERIC_TARGETS, KERNELS_DIR_VAR, TARGETS};
+use rocm_safe::{Device, Function, GfxArch, RocmError};
+
+/// First HIP runtime version that loads generic (`gfxN-generic`) code objects: ROCm 6.4.
+pub const GENERIC_MIN_RUNTIME: i32 = 60_400_000;
+
+/// Why a kernel module is unavailable.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum KernelError {
+    /// No code object fits the device.
+    #[error(
+        "no `{module}` kernels for {processor}: candle-rocm embeds {embedded}{generic}. To fix: \
+         build them with `cargo xtask kernels --arch {processor}` and set {KERNELS_DIR_VAR} to \
+         the output directory"
+    )]
+    NoCodeObject {
+        /// The kernel module.
+        module: &'static str,
+        /// The device's processor, e.g. `gfx906`.
+        processor: String,
+        /// The embedded targets, comma-separated.
+        embedded: String,
+        /// A note about the generic target, when one exists but the runtime is too old.
+        generic: String,
+    },
+    /// The override directory holds a file that could not be read.
+    #[error("cannot read kernel code object {path}: {reason}. To fix: check {KERNELS_DIR_VAR}")]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        reason: String,
+    },
+    /// The runtime rejected the code object or a kernel lookup failed.
+    #[error("loading `{module}` kernels: {source}")]
+    Load {
+        /// The kernel module.
+        module: &'static str,
+        /// The HIP error.
+        #[source]
+        source: RocmError,
+    },
+}
+
+/// Where a module's code object comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Choice {
+    /// An embedded object for this exact target.
+    Exact(&'static str),
+    /// An embedded generic object.
+    Generic(&'static str),
+    /// A file in the override directory.
+    File(PathBuf),
+}
+
+/// What the selection needs to know about the device and the build, kept separate from the
+/// live device so the policy can be tested with fake devices.
+pub struct SelectionInput<'a> {
+    /// The device's architecture.
+    pub arch: &'a GfxArch,
+    /// `hipRuntimeGetVersion`.
+    pub runtime_version: i32,
+    /// Whether an embedded object exists for (module, target).
+    pub embedded: &'a dyn Fn(Module, &str) -> bool,
+    /// The override directory, if set.
+    pub dir: Option<&'a Path>,
+}
+
+/// Picks the code object for `module` (see the module documentation for the order).
+pub fn select(module: Module, input: &SelectionInput<'_>) -> Result<Choice, KernelError> {
+    let processor = input.arch.processor.as_str();
+    if let Some(t) = TARGETS.iter().find(|t| **t == processor) {
+        if (input.embedded)(module, t) {
+            return Ok(Choice::Exact(t));
+        }
+    }
+    let generic = input
+        .arch
+        .generic_target()
+        .and_then(|g| GENERIC_TARGETS.iter().find(|t| **t == g));
+    if let Some(g) = generic {
+        if input.runtime_version >= GENERIC_MIN_RUNTIME && (input.embedded)(module, g) {
+            return Ok(Choice::Generic(g));
+        }
+    }
+    if let Some(dir) = input.dir {
+        for name in [
+            format!("{}.{processor}.co", module.name()),
+            format!("{}.co", module.name()),
+        ] {
+            let path = dir.join(name);
+            if path.is_file() {
+                return Ok(Choice::File(path));
+            }
+        }
+    }
+    let generic_note = match generic {
+        Some(g) if input.runtime_version < GENERIC_MIN_RUNTIME => format!(
+            " (and {g}, which needs ROCm 6.4 or newer; this runtime is {})",
+            crate::report::hip_version_string(input.runtime_version)
+        ),
+        _ => String::new(),
+    };
+    Err(KernelError::NoCodeObject {
+        module: module.name(),
+        processor: processor.to_string(),
+        embedded: TARGETS.join(", "),
+        generic: generic_note,
+    })
+}
+
+/// Loaded kernel modules of one device.
+pub struct KernelRegistry {
+    device: Device,
+    dir: Option<PathBuf>,
+    runtime_version: i32,
+    modules: [OnceLock<Result<rocm_safe::Module, KernelError>>; Module::ALL.len()],
+}
+
+impl KernelRegistry {
+    /// A registry for `device`, reading the override directory from the environment.
+    pub fn new(device: Device) -> Arc<KernelRegistry> {
+        let dir = std::env::var_os(KERNELS_DIR_VAR)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from);
+        let runtime_version = device.runtime().runtime_version().unwrap_or(0);
+        Arc::new(KernelRegistry {
+            device,
+            dir,
+            runtime_version,
+            modules: std::array::from_fn(|_| OnceLock::new()),
+        })
+    }
+
+    /// Loads (once) and returns the module.
+    pub fn module(&self, module: Module) -> Result<rocm_safe::Module, KernelError> {
+        let slot = &self.modules[module as usize];
+        slot.get_or_init(|| self.load(module)).clone()
+    }
+
+    /// Looks up one kernel of a module.
+    pub fn function(&self, module: Module, name: &str) -> Result<Function, KernelError> {
+        self.module(module)?
+            .function(name)
+            .map_err(|source| KernelError::Load {
+                module: module.name(),
+                source,
+            })
+    }
+
+    fn load(&self, module: Module) -> Result<rocm_safe::Module, KernelError> {
+        let embedded = |m: Module, t: &str| candle_rocm_kernels::code_object(m, t).is_some();
+        let input = SelectionInput {
+            arch: &self.device.info().arch,
+            runtime_version: self.runtime_version,
+            embedded: &embedded,
+            dir: self.dir.as_deref(),
+        };
+        let image: Vec<u8> = match select(module, &input)? {
+            Choice::Exact(t) | Choice::Generic(t) => candle_rocm_kernels::code_object(module, t)
+                .ok_or_else(|| KernelError::NoCodeObject {
+                    module: module.name(),
+                    processor: t.to_string(),
+                    embedded: TARGETS.join(", "),
+                    generic: String::new(),
+                })?
+                .map_err(|reason| KernelError::Unreadable {
+                    path: PathBuf::from(format!("<embedded {}.{t}>", module.name())),
+                    reason,
+                })?,
+            Choice::File(path) => std::fs::read(&path).map_err(|e| KernelError::Unreadable {
+                path: path.clone(),
+                reason: e.to_string(),
+            })?,
+        };
+        rocm_safe::Module::load(&self.device, &image).map_err(|source| KernelError::Load {
+            module: module.name(),
+            source,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arch(s: &str) -> GfxArch {
+        GfxArch::parse(s).unwrap()
+    }
+
+    fn all_embedded(_: Module, _: &str) -> bool {
+        true
+    }
+
+    fn none_embedded(_: Module, _: &str) -> bool {
+        false
+    }
+
+    fn input<'a>(
+        arch: &'a GfxArch,
+        version: i32,
+        embedded: &'a dyn Fn(Module, &str) -> bool,
+        dir: Option<&'a Path>,
+    ) -> SelectionInput<'a> {
+        SelectionInput {
+            arch,
+            runtime_version: version,
+            embedded,
+            dir,
+        }
+    }
+
+    #[test]
+    fn exact_target_wins() {
+        let a = arch("gfx1100");
+        let c = select(Module::Unary, &input(&a, 60_000_000, &all_embedded, None)).unwrap();
+        assert_eq!(c, Choice::Exact("gfx1100"));
+        let a = arch("gfx90a:sramecc+:xnack+");
+        let c = select(Module::Unary, &input(&a, 50_700_000, &all_embedded, None)).unwrap();
+        assert_eq!(
+            c,
+            Choice::Exact("gfx90a"),
+            "target features do not change the choice"
+        );
+    }
+
+    #[test]
+    fn generic_family_needs_a_new_enough_runtime() {
+        let a = arch("gfx1103");
+        let c = select(Module::Reduce, &input(&a, 60_400_000, &all_embedded, None)).unwrap();
+        assert_eq!(c, Choice::Generic("gfx11-generic"));
+        let e = select(Module::Reduce, &input(&a, 60_300_000, &all_embedded, None)).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("gfx1103") && msg.contains("needs ROCm 6.4"),
+            "{msg}"
+        );
+        assert!(msg.contains("cargo xtask kernels --arch gfx1103"), "{msg}");
+    }
+
+    #[test]
+    fn unsupported_arch_is_a_clear_error() {
+        let a = arch("gfx906:sramecc+:xnack-");
+        let e = select(Module::Affine, &input(&a, 60_400_000, &all_embedded, None)).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("no `affine` kernels for gfx906"), "{msg}");
+        assert!(msg.contains("gfx90a, gfx942"), "{msg}");
+        assert!(msg.contains(KERNELS_DIR_VAR), "{msg}");
+    }
+
+    #[test]
+    fn override_directory_serves_the_harness() {
+        let dir = std::env::temp_dir().join(format!("candle-rocm-registry-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let a = arch("sm_90");
+        let e = select(
+            Module::Fill,
+            &input(&a, 60_300_000, &none_embedded, Some(&dir)),
+        );
+        assert!(e.is_err(), "nothing in the directory yet");
+        std::fs::write(dir.join("fill.co"), b"x").unwrap();
+        let c = select(
+            Module::Fill,
+            &input(&a, 60_300_000, &none_embedded, Some(&dir)),
+        )
+        .unwrap();
+        assert_eq!(c, Choice::File(dir.join("fill.co")));
+        std::fs::write(dir.join("fill.sm_90.co"), b"x").unwrap();
+        let c = select(
+            Module::Fill,
+            &input(&a, 60_300_000, &none_embedded, Some(&dir)),
+        )
+        .unwrap();
+        assert_eq!(
+            c,
+            Choice::File(dir.join("fill.sm_90.co")),
+            "the processor-specific file first"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn embedded_exact_beats_override_directory() {
+        let dir = std::env::temp_dir();
+        let a = arch("gfx942:sramecc+:xnack-");
+        let c = select(
+            Module::Conv,
+            &input(&a, 60_000_000, &all_embedded, Some(&dir)),
+        )
+        .unwrap();
+        assert_eq!(c, Choice::Exact("gfx942"));
+    }
+}
