@@ -53,6 +53,27 @@ enum Origin {
 ///
 /// Dropping a buffer is stream-ordered: work already queued on its stream may still use the
 /// memory, and the memory is reused or freed only after that work (see [`crate::allocator`]).
+///
+/// Views borrow the buffer, so a view cannot outlive it:
+///
+/// ```compile_fail
+/// # fn f(stream: &std::sync::Arc<rocm_safe::Stream>) -> rocm_safe::Result<()> {
+/// let view = {
+///     let buf = rocm_safe::DeviceBuffer::<f32>::alloc(stream, 4)?;
+///     buf.slice(..)?
+/// }; // error: `buf` dropped while still borrowed
+/// # let _ = view; Ok(()) }
+/// ```
+///
+/// and a mutable view excludes every other view of the same buffer:
+///
+/// ```compile_fail
+/// # fn f(stream: &std::sync::Arc<rocm_safe::Stream>) -> rocm_safe::Result<()> {
+/// let mut buf = rocm_safe::DeviceBuffer::<f32>::alloc(stream, 4)?;
+/// let read = buf.slice(0..2)?;
+/// let write = buf.slice_mut(2..4)?; // error: already borrowed as immutable
+/// # let _ = (read, write); Ok(()) }
+/// ```
 pub struct DeviceBuffer<T: DeviceRepr> {
     ptr: *mut c_void,
     len: usize,
