@@ -124,6 +124,23 @@ impl Function {
     }
 }
 
+impl std::fmt::Debug for Function {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Function({} on device {})",
+            self.name,
+            self.module.device.ordinal()
+        )
+    }
+}
+
+impl std::fmt::Debug for Module {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Module(on device {})", self.inner.device.ordinal())
+    }
+}
+
 /// Grid and block shape of a launch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LaunchConfig {
@@ -169,6 +186,14 @@ impl<T: DeviceRepr> KernelArg for T {
 
 /// A device pointer argument: a buffer passes its address (`T*` in the kernel).
 pub struct DevicePtrArg(*mut c_void);
+
+impl DevicePtrArg {
+    /// A null pointer, for kernels that treat null as "absent" (e.g. Candle's `info` array of a
+    /// contiguous tensor).
+    pub fn null() -> Self {
+        DevicePtrArg(std::ptr::null_mut())
+    }
+}
 
 impl KernelArg for DevicePtrArg {
     fn as_kernel_param(&self) -> *mut c_void {

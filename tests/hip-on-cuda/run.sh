@@ -51,22 +51,37 @@ if ! nvcc -cubin -arch=sm_90 -x cu -o "$BUILD/test_kernels.cubin" \
 fi
 nvcc -O2 -o "$BUILD/launch_bench" tests/hip-on-cuda/launch_bench.c -lcuda > "$OUT/bench-build.log" 2>&1 \
     || cat "$OUT/bench-build.log"
+# candle-kernels' own CUDA sources (carried in the bundle), compiled natively by nvcc for the
+# kernel registry's override directory: <module>.<processor>.co.
+KDIR="$BUILD/kernels"
+mkdir -p "$KDIR"
+kfail=0
+if [ -d .device-bundle/candle-kernels ]; then
+    for src in .device-bundle/candle-kernels/*.cu; do
+        m=$(basename "$src" .cu)
+        case "$m" in mmvq_gguf) continue ;; esac  # statically linked fast path, not a module
+        nvcc -cubin -arch=sm_90 -std=c++17 -O3 --expt-relaxed-constexpr \
+            -o "$KDIR/$m.sm_90.co" "$src" > "$OUT/nvcc-$m.log" 2>&1 &
+    done
+    for job in $(jobs -p); do wait "$job" || kfail=$((kfail + 1)); done
+fi
+row "candle kernels (nvcc sm_90)" "$(ls "$KDIR" | wc -l) modules built, $kfail failed"
 row "test double" "built ($(ls "$BUILD" | tr '\n' ' '))"
 
 export ROCM_SYS_HIP_LIB="$BUILD/libamdhip64.so"
 export ROCM_SAFE_TEST_MODULE="$BUILD/test_kernels.cubin"
-export CANDLE_ROCM_KERNELS_DIR="$BUILD"
+export CANDLE_ROCM_KERNELS_DIR="$KDIR"
 export RUST_BACKTRACE=1
 
 echo "== rocm-info"
-"$BUNDLE/rocm-info" 2>&1 | tee "$OUT/rocm-info.txt"
+"$BUNDLE/candle-rocm.rocm-info" 2>&1 | tee "$OUT/rocm-info.txt"
 row "rocm-info exit code" "${PIPESTATUS[0]}"
 
 # Every bundled binary except the tools below is a libtest GPU test binary.
 TESTS=()
 for t in "$BUNDLE"/*; do
     case "$(basename "$t")" in
-        rocm-info|launch_overhead|gpu_faults) ;;
+        *.rocm-info|*.launch_overhead|*.gpu_faults) ;;
         *) TESTS+=("$t") ;;
     esac
 done
@@ -82,10 +97,10 @@ for t in "${TESTS[@]}"; do
     row "tests $name" "$(results "$OUT/test-$name.log") (exit $rc, $(( $(date +%s) - start ))s)"
 done
 
-if [ -x "$BUNDLE/gpu_faults" ]; then
+if [ -x "$BUNDLE/rocm-safe.gpu_faults" ]; then
     echo "== gpu_faults (failure injection)"
     HIP_ON_CUDA_FAIL_MALLOC_AFTER=4 HIP_ON_CUDA_FAIL_LAUNCH_AFTER=3 \
-        "$BUNDLE/gpu_faults" --include-ignored --test-threads=1 2>&1 | tee "$OUT/test-gpu_faults.log"
+        "$BUNDLE/rocm-safe.gpu_faults" --include-ignored --test-threads=1 2>&1 | tee "$OUT/test-gpu_faults.log"
     row "tests gpu_faults (injected)" "$(results "$OUT/test-gpu_faults.log") (exit ${PIPESTATUS[0]})"
 fi
 
@@ -107,7 +122,7 @@ if [ "$SANITIZE" = 1 ]; then
 fi
 
 echo "== launch overhead"
-"$BUNDLE/launch_overhead" 100000 2>&1 | tee "$OUT/bench.txt"
+"$BUNDLE/rocm-safe.launch_overhead" 100000 2>&1 | tee "$OUT/bench.txt"
 [ -x "$BUILD/launch_bench" ] && "$BUILD/launch_bench" "$ROCM_SAFE_TEST_MODULE" 100000 2>&1 | tee -a "$OUT/bench.txt"
 get() { awk -v k="$1" '$2 == k { print $3 }' "$OUT/bench.txt"; }
 for k in enqueue with_sync; do

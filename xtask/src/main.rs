@@ -5,6 +5,7 @@
 //!   (Debian's `libamdhip64-dev`, or `$ROCM_PATH/include`); `--check` fails if the checked-in
 //!   file differs from what would be generated.
 //!
+//! - `kernels [--check | --report]`: build the AMD code objects (see `kernels.rs`).
 //! - `device-bundle`: build the stripped release test binaries the HIP-on-CUDA device harness
 //!   runs into `.device-bundle/`, and print the device call.
 //!
@@ -12,6 +13,7 @@
 
 mod bindgen_hip;
 mod device_bundle;
+mod kernels;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -22,6 +24,10 @@ cargo xtask <command>
 Commands:
   bindgen [--check]   regenerate rocm-sys/src/bindings/hip.rs from the HIP headers
                       (--check: fail if the checked-in file is stale)
+  kernels [--check | --report] [--arch A,B] [--module M,N] [--out DIR]
+                      compile the kernel modules for the AMD targets into kernels/
+                      (--check: fail if sources changed; --report: resource table;
+                      --out: plain objects for CANDLE_ROCM_KERNELS_DIR)
   device-bundle       build the GPU test binaries for tests/hip-on-cuda/run.sh into
                       .device-bundle/ and print the device call
   help                print this help
@@ -32,6 +38,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("bindgen") => parse_check(&args[1..]).and_then(bindgen_hip::run),
         Some("device-bundle") if args.len() == 1 => device_bundle::run(),
+        Some("kernels") => kernels::Opts::parse(&args[1..]).and_then(kernels::run),
         None | Some("help") | Some("--help") | Some("-h") => {
             print!("{HELP}");
             Ok(())
