@@ -36,6 +36,7 @@
 
 pub mod bindings;
 mod hip;
+mod library;
 pub mod loader;
 pub mod miopen;
 pub mod props;
@@ -44,6 +45,7 @@ mod table;
 
 pub use bindings::hip::*;
 pub use hip::Hip;
+pub use library::Loaded;
 pub use loader::{LibraryKind, LoadError};
 pub use miopen::Miopen;
 pub use rocblas::Rocblas;

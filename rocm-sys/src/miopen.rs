@@ -4,9 +4,9 @@
 //! Values checked against MIOpen's `miopen.h` (stable since MIOpen 2.0).
 
 use std::ffi::{c_char, c_void};
-use std::path::{Path, PathBuf};
 
 use crate::bindings::hip::hipStream_t;
+use crate::library::Loaded;
 use crate::loader::{self, LibraryKind, LoadError};
 use crate::rocblas::int_newtype;
 use crate::table::api_table;
@@ -62,59 +62,26 @@ api_table! {
 }
 
 /// The MIOpen library, loaded from beside the HIP runtime.
-pub struct Miopen {
-    api: MiopenApi,
-    path: PathBuf,
-    // Declared last: the function pointers above must not outlive the library.
-    _lib: libloading::Library,
-}
+pub type Miopen = Loaded<MiopenApi>;
 
 impl Miopen {
     /// Loads MIOpen from its override variable, else from the HIP runtime's directory.
     ///
     /// Returns `Ok(None)` when the override variable is `none` (MIOpen disabled on purpose).
     pub fn load_beside(hip: &Hip) -> Result<Option<Miopen>, LoadError> {
-        let over = std::env::var_os(LibraryKind::Miopen.override_var()).filter(|v| !v.is_empty());
+        let kind = LibraryKind::Miopen;
+        let over = std::env::var_os(kind.override_var()).filter(|v| !v.is_empty());
         if over.as_deref() == Some(std::ffi::OsStr::new("none")) {
             return Ok(None);
         }
-        let candidates =
-            loader::companion_candidates(LibraryKind::Miopen, over.as_ref(), hip.dir());
-        let (lib, candidate) = loader::open_first(LibraryKind::Miopen, candidates)?;
-        // SAFETY: `lib` opened under a libMIOpen name (or the user's override for one); the
-        // declarations above follow MIOpen's C API, and `lib` outlives the pointers.
-        let api =
-            unsafe { MiopenApi::resolve(&lib) }.map_err(|names| LoadError::MissingSymbols {
-                library: LibraryKind::Miopen,
-                path: candidate.path.clone(),
-                names,
-            })?;
-        let path =
-            loader::path_of_symbol(api.miopenCreate as *const c_void).unwrap_or(candidate.path);
-        Ok(Some(Miopen {
-            api,
-            path,
-            _lib: lib,
-        }))
-    }
-
-    /// The file MIOpen was loaded from.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-}
-
-impl std::ops::Deref for Miopen {
-    type Target = MiopenApi;
-    fn deref(&self) -> &MiopenApi {
-        &self.api
-    }
-}
-
-impl std::fmt::Debug for Miopen {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Miopen")
-            .field("path", &self.path)
-            .finish_non_exhaustive()
+        let candidates = loader::companion_candidates(kind, over.as_ref(), hip.dir());
+        // SAFETY: the candidates carry libMIOpen names (or the user's override for one) and
+        // the table above follows MIOpen's C API.
+        unsafe {
+            Loaded::open(kind, candidates, MiopenApi::resolve, |api| {
+                api.miopenCreate as *const c_void
+            })
+        }
+        .map(Some)
     }
 }

@@ -8,9 +8,9 @@
 //! are deliberately not declared.
 
 use std::ffi::{c_char, c_void};
-use std::path::{Path, PathBuf};
 
 use crate::bindings::hip::hipStream_t;
+use crate::library::Loaded;
 use crate::loader::{self, LibraryKind, LoadError};
 use crate::table::api_table;
 use crate::Hip;
@@ -206,56 +206,21 @@ api_table! {
 }
 
 /// The rocBLAS library, loaded from beside the HIP runtime.
-pub struct Rocblas {
-    api: RocblasApi,
-    path: PathBuf,
-    // Declared last: the function pointers above must not outlive the library.
-    _lib: libloading::Library,
-}
+pub type Rocblas = Loaded<RocblasApi>;
 
 impl Rocblas {
     /// Loads rocBLAS from its override variable, else from the HIP runtime's directory.
     pub fn load_beside(hip: &Hip) -> Result<Rocblas, LoadError> {
-        let over = std::env::var_os(LibraryKind::Rocblas.override_var()).filter(|v| !v.is_empty());
-        let candidates =
-            loader::companion_candidates(LibraryKind::Rocblas, over.as_ref(), hip.dir());
-        let (lib, candidate) = loader::open_first(LibraryKind::Rocblas, candidates)?;
-        // SAFETY: `lib` opened under a librocblas name (or the user's override for one); the
-        // declarations above follow rocBLAS's C API, and `lib` outlives the pointers (field
-        // order in `Rocblas`).
-        let api =
-            unsafe { RocblasApi::resolve(&lib) }.map_err(|names| LoadError::MissingSymbols {
-                library: LibraryKind::Rocblas,
-                path: candidate.path.clone(),
-                names,
-            })?;
-        let path = loader::path_of_symbol(api.rocblas_create_handle as *const c_void)
-            .unwrap_or(candidate.path);
-        Ok(Rocblas {
-            api,
-            path,
-            _lib: lib,
-        })
-    }
-
-    /// The file rocBLAS was loaded from.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-}
-
-impl std::ops::Deref for Rocblas {
-    type Target = RocblasApi;
-    fn deref(&self) -> &RocblasApi {
-        &self.api
-    }
-}
-
-impl std::fmt::Debug for Rocblas {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Rocblas")
-            .field("path", &self.path)
-            .finish_non_exhaustive()
+        let kind = LibraryKind::Rocblas;
+        let over = std::env::var_os(kind.override_var()).filter(|v| !v.is_empty());
+        let candidates = loader::companion_candidates(kind, over.as_ref(), hip.dir());
+        // SAFETY: the candidates carry librocblas names (or the user's override for one) and
+        // the table above follows rocBLAS's C API.
+        unsafe {
+            Loaded::open(kind, candidates, RocblasApi::resolve, |api| {
+                api.rocblas_create_handle as *const c_void
+            })
+        }
     }
 }
 

@@ -579,6 +579,42 @@ fn write_committed(
     Ok(())
 }
 
+/// One object of the manifest.
+struct Entry<'a> {
+    module: Module,
+    target: &'a str,
+    file: &'a str,
+    json: &'a Value,
+}
+
+fn entries(manifest: &Value) -> Result<Vec<Entry<'_>>> {
+    manifest["objects"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|o| {
+            let (Some(m), Some(target), Some(file)) = (
+                o["module"].as_str(),
+                o["target"].as_str(),
+                o["file"].as_str(),
+            ) else {
+                bail!("malformed manifest entry {o}");
+            };
+            let module = Module::ALL
+                .iter()
+                .copied()
+                .find(|x| x.name() == m)
+                .ok_or_else(|| anyhow!("unknown module {m} in the manifest"))?;
+            Ok(Entry {
+                module,
+                target,
+                file,
+                json: o,
+            })
+        })
+        .collect()
+}
+
 fn read_manifest(path: &Path) -> Option<Value> {
     serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
 }
@@ -591,18 +627,8 @@ fn write_table(root: &Path, manifest: &Value) -> Result<()> {
          /// Embedded code objects: (module, target, deflate-compressed HSA code object).\n\
          pub(crate) static OBJECTS: &[(Module, &str, &[u8])] = &[\n",
     );
-    for o in manifest["objects"].as_array().into_iter().flatten() {
-        let (Some(m), Some(t), Some(f)) = (
-            o["module"].as_str(),
-            o["target"].as_str(),
-            o["file"].as_str(),
-        ) else {
-            bail!("malformed manifest entry {o}");
-        };
-        let variant = Module::ALL
-            .iter()
-            .find(|x| x.name() == m)
-            .ok_or_else(|| anyhow!("unknown module {m} in the manifest"))?;
+    for e in entries(manifest)? {
+        let (variant, t, f) = (e.module, e.target, e.file);
         writeln!(
             s,
             "    (Module::{variant:?}, \"{t}\", include_bytes!(\"../objects/{f}\")),"
@@ -635,20 +661,9 @@ fn check(root: &Path) -> Result<()> {
     let include = root.join("kernels/include");
     let mut stale = Vec::new();
     let mut present = std::collections::BTreeSet::new();
-    for o in manifest["objects"].as_array().into_iter().flatten() {
-        let (Some(m), Some(t), Some(f)) = (
-            o["module"].as_str(),
-            o["target"].as_str(),
-            o["file"].as_str(),
-        ) else {
-            bail!("malformed manifest entry {o}");
-        };
+    for e in entries(&manifest)? {
+        let (module, m, t, f, o) = (e.module, e.module.name(), e.target, e.file, e.json);
         present.insert((m.to_string(), t.to_string()));
-        let module = Module::ALL
-            .iter()
-            .copied()
-            .find(|x| x.name() == m)
-            .ok_or_else(|| anyhow!("unknown module {m} in the manifest"))?;
         let hash = source_hash(module, &candle, &include, &flags(t).join(" "))?;
         if o["source_hash"] != hash.as_str() {
             stale.push(format!("{m}.{t}: sources or flags changed"));
@@ -688,8 +703,8 @@ fn report(root: &Path) -> Result<()> {
         "module", "target", "kernels", "VGPR", "SGPR", "LDS", "scratch", "spills", "raw KiB"
     );
     let (mut total_packed, mut total_raw, mut spilling) = (0u64, 0u64, 0usize);
-    for o in manifest["objects"].as_array().into_iter().flatten() {
-        let f = o["file"].as_str().unwrap_or_default();
+    for e in entries(&manifest)? {
+        let f = e.file;
         let packed = std::fs::read(root.join("kernels/objects").join(f))?;
         let raw = miniz_oxide::inflate::decompress_to_vec(&packed)
             .map_err(|e| anyhow!("{f} is corrupt: {e:?}"))?;
@@ -707,8 +722,8 @@ fn report(root: &Path) -> Result<()> {
         total_raw += raw.len() as u64;
         println!(
             "{:<10} {:<16} {:>7} {:>5} {:>5} {:>7} {:>7} {:>6} {:>9}",
-            o["module"].as_str().unwrap_or("?"),
-            o["target"].as_str().unwrap_or("?"),
+            e.module.name(),
+            e.target,
             co.kernels.len(),
             max(|k| k.vgprs + k.agprs),
             max(|k| k.sgprs),
