@@ -7,6 +7,8 @@
 //! pieces are built from; it does not depend on candle-core.
 
 pub mod code_object;
+#[rustfmt::skip]
+mod objects;
 
 /// A device-code module, one per source file candle-core's CUDA backend loads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -81,13 +83,24 @@ pub const GENERIC_TARGETS: &[&str] = &["gfx10-3-generic", "gfx11-generic", "gfx1
 /// for an unsupported architecture, or with nvcc for the HIP-on-CUDA test harness).
 pub const KERNELS_DIR_VAR: &str = "CANDLE_ROCM_KERNELS_DIR";
 
+/// Largest decompressed code object accepted (a corrupt stream cannot exhaust memory).
+const MAX_OBJECT_BYTES: usize = 256 << 20;
+
 /// The embedded code object of `module` for `target`, decompressed; `None` when this build
 /// embeds none for that pair, `Some(Err(reason))` when the embedded data is corrupt.
-///
-/// No code objects are embedded yet: `cargo xtask kernels` will generate the table.
 pub fn code_object(module: Module, target: &str) -> Option<Result<Vec<u8>, String>> {
-    let _ = (module, target);
-    None
+    objects::OBJECTS
+        .iter()
+        .find(|(m, t, _)| *m == module && *t == target)
+        .map(|(_, _, packed)| {
+            miniz_oxide::inflate::decompress_to_vec_with_limit(packed, MAX_OBJECT_BYTES)
+                .map_err(|e| format!("embedded {}.{target} is corrupt: {e:?}", module.name()))
+        })
+}
+
+/// Every embedded (module, target) pair.
+pub fn embedded() -> impl Iterator<Item = (Module, &'static str)> {
+    objects::OBJECTS.iter().map(|(m, t, _)| (*m, *t))
 }
 
 /// How a device's processor would get its kernels.
