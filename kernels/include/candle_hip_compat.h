@@ -33,6 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <assert.h>
+#include <string.h>
 
 // ---------------------------------------------------------------------------------------
 // Version / architecture macros seen by the CUDA sources.
@@ -320,6 +321,16 @@ __CH_VEC2(long long, longlong, 16) __CH_VEC2(unsigned long long, ulonglong, 16)
 #undef __CH_VEC2
 #undef __CH_VEC3
 #undef __CH_VEC4
+
+// ---------------------------------------------------------------------------------------
+// Device memcpy/memset (CUDA provides them; glibc's are host-only). Host/device overloading lets
+// these sit next to <string.h>'s declarations.
+static __device__ inline __attribute__((always_inline)) void *memcpy(void *d, const void *s, size_t n) {
+    return __builtin_memcpy(d, s, n);
+}
+static __device__ inline __attribute__((always_inline)) void *memset(void *d, int c, size_t n) {
+    return __builtin_memset(d, c, n);
+}
 
 // ---------------------------------------------------------------------------------------
 // Device-side assert: glibc's __assert_fail is host-only. A failed assert traps, which ends the

@@ -46,6 +46,15 @@ struct __attribute__((aligned(2))) __nv_bfloat16 {
     __CH_HD __nv_bfloat16 &operator=(const __nv_bfloat16_raw &r) { __x = r.x; return *this; }
     __CH_HD __nv_bfloat16 &operator=(float f) { __x = candle_hip::f32_to_bf16_bits(f); return *this; }
     __CH_HD __nv_bfloat16 &operator=(double f) { __x = candle_hip::f32_to_bf16_bits((float)f); return *this; }
+    // integer assignment (CUDA provides these, avoiding float/double ambiguity)
+    __CH_HD __nv_bfloat16 &operator=(short v) { __x = candle_hip::f32_to_bf16_bits((float)v); return *this; }
+    __CH_HD __nv_bfloat16 &operator=(unsigned short v) { __x = candle_hip::f32_to_bf16_bits((float)v); return *this; }
+    __CH_HD __nv_bfloat16 &operator=(int v) { __x = candle_hip::f32_to_bf16_bits((float)v); return *this; }
+    __CH_HD __nv_bfloat16 &operator=(unsigned int v) { __x = candle_hip::f32_to_bf16_bits((float)v); return *this; }
+    __CH_HD __nv_bfloat16 &operator=(long v) { __x = candle_hip::f32_to_bf16_bits((float)v); return *this; }
+    __CH_HD __nv_bfloat16 &operator=(unsigned long v) { __x = candle_hip::f32_to_bf16_bits((float)v); return *this; }
+    __CH_HD __nv_bfloat16 &operator=(long long v) { __x = candle_hip::f32_to_bf16_bits((float)v); return *this; }
+    __CH_HD __nv_bfloat16 &operator=(unsigned long long v) { __x = candle_hip::f32_to_bf16_bits((float)v); return *this; }
 
     __CH_HD float __f() const { return candle_hip::bf16_bits_to_f32(__x); }
     __CH_HD operator __nv_bfloat16_raw() const { __nv_bfloat16_raw r; r.x = __x; return r; }

@@ -35,6 +35,15 @@ struct __attribute__((aligned(2))) __half {
     __CH_HD __half &operator=(const __half_raw &r) { __x = __builtin_bit_cast(_Float16, r.x); return *this; }
     __CH_HD __half &operator=(float f) { __x = (_Float16)f; return *this; }
     __CH_HD __half &operator=(double f) { __x = (_Float16)f; return *this; }
+    // integer assignment (CUDA provides these, avoiding float/double ambiguity)
+    __CH_HD __half &operator=(short v) { __x = (_Float16)v; return *this; }
+    __CH_HD __half &operator=(unsigned short v) { __x = (_Float16)v; return *this; }
+    __CH_HD __half &operator=(int v) { __x = (_Float16)v; return *this; }
+    __CH_HD __half &operator=(unsigned int v) { __x = (_Float16)v; return *this; }
+    __CH_HD __half &operator=(long v) { __x = (_Float16)v; return *this; }
+    __CH_HD __half &operator=(unsigned long v) { __x = (_Float16)v; return *this; }
+    __CH_HD __half &operator=(long long v) { __x = (_Float16)v; return *this; }
+    __CH_HD __half &operator=(unsigned long long v) { __x = (_Float16)v; return *this; }
 
     __CH_HD operator __half_raw() const { __half_raw r; r.x = __builtin_bit_cast(unsigned short, __x); return r; }
     __CH_HD operator float() const { return (float)__x; }
