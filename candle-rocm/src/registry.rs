@@ -124,6 +124,11 @@ pub fn select(module: Module, input: &SelectionInput<'_>) -> Result<Choice, Kern
     })
 }
 
+/// Whether this build embeds a code object for (module, target).
+pub fn is_embedded(module: Module, target: &str) -> bool {
+    candle_rocm_kernels::embedded().any(|(m, t)| m == module && t == target)
+}
+
 /// Loaded kernel modules of one device.
 pub struct KernelRegistry {
     device: Device,
@@ -164,11 +169,10 @@ impl KernelRegistry {
     }
 
     fn load(&self, module: Module) -> Result<rocm_safe::Module, KernelError> {
-        let embedded = |m: Module, t: &str| candle_rocm_kernels::code_object(m, t).is_some();
         let input = SelectionInput {
             arch: &self.device.info().arch,
             runtime_version: self.runtime_version,
-            embedded: &embedded,
+            embedded: &is_embedded,
             dir: self.dir.as_deref(),
         };
         let image: Vec<u8> = match select(module, &input)? {
@@ -255,10 +259,10 @@ mod tests {
 
     #[test]
     fn unsupported_arch_is_a_clear_error() {
-        let a = arch("gfx906:sramecc+:xnack-");
+        let a = arch("gfx908:sramecc+:xnack-");
         let e = select(Module::Affine, &input(&a, 60_400_000, &all_embedded, None)).unwrap_err();
         let msg = e.to_string();
-        assert!(msg.contains("no `affine` kernels for gfx906"), "{msg}");
+        assert!(msg.contains("no `affine` kernels for gfx908"), "{msg}");
         assert!(msg.contains("gfx90a, gfx942"), "{msg}");
         assert!(msg.contains(KERNELS_DIR_VAR), "{msg}");
     }

@@ -3,7 +3,9 @@
 
 use std::fmt;
 
-use candle_rocm_kernels::{match_target, TargetMatch, KERNELS_DIR_VAR, TARGETS};
+use candle_rocm_kernels::{Module, KERNELS_DIR_VAR};
+
+use crate::registry::{self, Choice, KernelError, SelectionInput};
 use rocm_safe::{Device, DeviceInfo, RocmError, Runtime};
 
 /// One visible device and how it would get kernels.
@@ -13,15 +15,15 @@ pub struct DeviceEntry {
     pub info: DeviceInfo,
     /// Free device memory in bytes, when it could be read.
     pub free_mem: Option<usize>,
-    /// How the device's processor matches the embedded kernel targets.
-    pub kernels: TargetMatch,
+    /// Where the device's kernels would come from (the registry's choice for one module), or
+    /// why there are none.
+    pub kernels: Result<Choice, KernelError>,
 }
 
 impl DeviceEntry {
-    /// Whether candle-rocm can run on this device: its architecture has embedded kernels or
-    /// the user supplies a kernel directory.
-    pub fn usable(&self, kernels_dir: bool) -> bool {
-        kernels_dir || self.kernels != TargetMatch::Unsupported
+    /// Whether candle-rocm can run on this device.
+    pub fn usable(&self) -> bool {
+        self.kernels.is_ok()
     }
 }
 
@@ -144,12 +146,19 @@ impl Report {
             }
         };
         let mut errors = Vec::new();
+        let runtime_version = rt.runtime_version().unwrap_or(0);
+        let dir = report.kernels_dir.as_ref().map(std::path::PathBuf::from);
         for ordinal in 0..count {
             match Device::with_runtime(rt.clone(), ordinal) {
                 Ok(dev) => {
-                    let arch = &dev.info().arch;
+                    let input = SelectionInput {
+                        arch: &dev.info().arch,
+                        runtime_version,
+                        embedded: &registry::is_embedded,
+                        dir: dir.as_deref(),
+                    };
                     report.devices.push(DeviceEntry {
-                        kernels: match_target(&arch.processor, arch.generic_target()),
+                        kernels: registry::select(Module::Affine, &input),
                         free_mem: dev.mem_info().ok().map(|(free, _)| free),
                         info: dev.info().clone(),
                     });
@@ -157,23 +166,11 @@ impl Report {
                 Err(e) => errors.push(format!("device {ordinal}: {e}")),
             }
         }
-        let has_dir = report.kernels_dir.is_some();
-        if report.devices.iter().any(|d| d.usable(has_dir)) {
+        if report.devices.iter().any(DeviceEntry::usable) {
             report.verdict = Verdict::Usable;
-        } else if !report.devices.is_empty() {
+        } else if let Some(Err(e)) = report.devices.first().map(|d| &d.kernels) {
             report.verdict = Verdict::UnsupportedArch;
-            let archs: Vec<_> = report
-                .devices
-                .iter()
-                .map(|d| d.info.arch.processor.clone())
-                .collect();
-            report.reason = format!(
-                "no prebuilt kernels for {}; candle-rocm embeds {}. To fix: build kernels for \
-                 it (cargo xtask kernels --arch {}) and set {KERNELS_DIR_VAR} to their directory",
-                archs.join(", "),
-                TARGETS.join(", "),
-                archs[0]
-            );
+            report.reason = e.to_string();
         } else {
             report.verdict = Verdict::Error;
             report.reason = errors.join("; ");
@@ -214,9 +211,10 @@ impl fmt::Display for Report {
         for d in &self.devices {
             let i = &d.info;
             let kernels = match &d.kernels {
-                TargetMatch::Exact(t) => format!("kernels for {t}"),
-                TargetMatch::Generic(t) => format!("kernels via {t}"),
-                TargetMatch::Unsupported => "no embedded kernels".to_string(),
+                Ok(Choice::Exact(t)) => format!("kernels for {t}"),
+                Ok(Choice::Generic(t)) => format!("kernels via {t}"),
+                Ok(Choice::File(p)) => format!("kernels from {}", p.display()),
+                Err(_) => "no kernels".to_string(),
             };
             writeln!(
                 f,

@@ -11,7 +11,7 @@ pub mod code_object;
 mod objects;
 
 /// A device-code module, one per source file candle-core's CUDA backend loads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Module {
     /// `affine.cu`: `x * mul + add`.
     Affine,
@@ -77,7 +77,12 @@ pub const TARGETS: &[&str] = &[
 ];
 
 /// LLVM generic targets built as fallbacks for processors of the same family.
-pub const GENERIC_TARGETS: &[&str] = &["gfx10-3-generic", "gfx11-generic", "gfx12-generic"];
+pub const GENERIC_TARGETS: &[&str] = &[
+    "gfx9-generic",
+    "gfx10-3-generic",
+    "gfx11-generic",
+    "gfx12-generic",
+];
 
 /// Variable naming a directory of code objects that overrides the embedded ones (e.g. built
 /// for an unsupported architecture, or with nvcc for the HIP-on-CUDA test harness).
@@ -103,29 +108,6 @@ pub fn embedded() -> impl Iterator<Item = (Module, &'static str)> {
     objects::OBJECTS.iter().map(|(m, t, _)| (*m, *t))
 }
 
-/// How a device's processor would get its kernels.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum TargetMatch {
-    /// Built for exactly this processor.
-    Exact(&'static str),
-    /// Covered by a generic family target.
-    Generic(&'static str),
-    /// Not covered by any embedded target.
-    Unsupported,
-}
-
-/// Matches a processor name (e.g. `gfx1103`) and its generic family (if any) against the
-/// embedded targets.
-pub fn match_target(processor: &str, generic: Option<&str>) -> TargetMatch {
-    if let Some(t) = TARGETS.iter().find(|t| **t == processor) {
-        return TargetMatch::Exact(t);
-    }
-    match generic.and_then(|g| GENERIC_TARGETS.iter().find(|t| **t == g)) {
-        Some(t) => TargetMatch::Generic(t),
-        None => TargetMatch::Unsupported,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,22 +118,5 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), Module::ALL.len());
-    }
-
-    #[test]
-    fn target_matching() {
-        assert_eq!(
-            match_target("gfx1100", Some("gfx11-generic")),
-            TargetMatch::Exact("gfx1100")
-        );
-        assert_eq!(
-            match_target("gfx1103", Some("gfx11-generic")),
-            TargetMatch::Generic("gfx11-generic")
-        );
-        assert_eq!(
-            match_target("gfx906", Some("gfx9-generic")),
-            TargetMatch::Unsupported
-        );
-        assert_eq!(match_target("sm_90", None), TargetMatch::Unsupported);
     }
 }

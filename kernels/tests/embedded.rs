@@ -1,0 +1,109 @@
+//! Static checks of the embedded code objects (no GPU needed): every module is there for every
+//! target, each decompresses and parses, the kernel set of a module is the same on every
+//! target (the symbol contract the backend launches against), and no kernel uses scratch
+//! memory unless `kernels/scratch-allowlist.txt` lists it with a measured reason.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use candle_rocm_kernels::code_object::CodeObject;
+use candle_rocm_kernels::{code_object, embedded, Module, GENERIC_TARGETS, TARGETS};
+
+fn objects() -> Vec<(Module, &'static str, CodeObject)> {
+    embedded()
+        .map(|(m, t)| {
+            let raw = code_object(m, t).unwrap().unwrap();
+            let co = CodeObject::parse(&raw).unwrap_or_else(|e| panic!("{}.{t}: {e}", m.name()));
+            (m, t, co)
+        })
+        .collect()
+}
+
+#[test]
+fn every_module_is_embedded_for_every_target() {
+    let have: BTreeSet<(Module, &str)> = embedded().collect();
+    let mut missing = Vec::new();
+    for m in Module::ALL {
+        for t in TARGETS.iter().chain(GENERIC_TARGETS) {
+            if !have.contains(&(m, *t)) {
+                missing.push(format!("{}.{t}", m.name()));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "not embedded: {missing:?} (run cargo xtask kernels)"
+    );
+}
+
+#[test]
+fn objects_match_their_target_and_wave_size() {
+    for (m, t, co) in objects() {
+        assert!(
+            co.target.ends_with(&format!("--{t}")) || co.target.contains(&format!("--{t}:")),
+            "{}.{t} was built for {}",
+            m.name(),
+            co.target
+        );
+        let wave = if t.starts_with("gfx9") { 64 } else { 32 };
+        for k in &co.kernels {
+            assert_eq!(k.wavefront_size, wave, "{}.{t}: {}", m.name(), k.name);
+        }
+    }
+}
+
+#[test]
+fn every_target_exports_the_same_kernels() {
+    let mut by_module: BTreeMap<&str, Vec<(&str, BTreeSet<String>)>> = BTreeMap::new();
+    for (m, t, co) in objects() {
+        let names = co.kernels.into_iter().map(|k| k.name).collect();
+        by_module.entry(m.name()).or_default().push((t, names));
+    }
+    for (module, per_target) in by_module {
+        let (first_t, first) = &per_target[0];
+        assert!(!first.is_empty(), "{module}.{first_t} has no kernels");
+        for (t, names) in &per_target[1..] {
+            let only_first: Vec<_> = first.difference(names).collect();
+            let only_this: Vec<_> = names.difference(first).collect();
+            assert!(
+                only_first.is_empty() && only_this.is_empty(),
+                "{module}: {first_t} and {t} differ: only in {first_t}: {only_first:?}; only in {t}: {only_this:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn no_kernel_uses_scratch_unless_allowed() {
+    let allow: BTreeSet<String> = include_str!("../scratch-allowlist.txt")
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect();
+    assert!(
+        allow.iter().all(|a| a.starts_with("quantized.")),
+        "only quantized.cu's GGUF matrix kernels may be allowlisted"
+    );
+    let mut offenders = Vec::new();
+    for (m, t, co) in objects() {
+        for k in co.kernels {
+            // SGPR spills go to VGPR lanes, not memory; only scratch use counts.
+            let spills = k.scratch_bytes > 0 || k.vgpr_spills > 0;
+            if spills && !allow.contains(&format!("{}.{t}.{}", m.name(), k.name)) {
+                offenders.push(format!(
+                    "{}.{t}.{} scratch={}B vgpr_spills={}",
+                    m.name(),
+                    k.name,
+                    k.scratch_bytes,
+                    k.vgpr_spills
+                ));
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "kernels using scratch: {offenders:#?}"
+    );
+}
