@@ -1,10 +1,12 @@
-//! Kernel inventory of candle-rocm: which device-code modules exist and which GPU targets
-//! they are built for.
+//! The GPU code of candle-rocm: which device-code modules exist, which AMD targets they are
+//! built for, and the prebuilt code objects themselves.
 //!
-//! This crate will hold the prebuilt, compressed code objects produced by `cargo xtask kernels`
-//! (from candle-kernels' `.cu` sources, read from the cargo registry, and our own `.hip`
-//! files), their manifest, and the lookup by (module, target). Today it holds the lists those
-//! pieces are built from; it does not depend on candle-core.
+//! `cargo xtask kernels` compiles candle-kernels' `.cu` sources (read from the cargo registry)
+//! through the compatibility headers in `kernels/include/` into one HSA code object per
+//! (module, target), deflate-compressed under `kernels/objects/` and listed in
+//! `kernels/manifest.json`; `src/objects.rs` embeds them. [`code_object`] returns one,
+//! decompressed; [`code_object::CodeObject`] reads a code object's kernel list and resource
+//! use. This crate does not depend on candle-core.
 
 pub mod code_object;
 #[rustfmt::skip]

@@ -24,7 +24,7 @@ cargo xtask <command>
 Commands:
   bindgen [--check]   regenerate rocm-sys/src/bindings/hip.rs from the HIP headers
                       (--check: fail if the checked-in file is stale)
-  kernels [--check | --report] [--arch A,B] [--module M,N] [--out DIR]
+  kernels [--check | --report [--kernels]] [--arch A,B] [--module M,N] [--out DIR]
                       compile the kernel modules for the AMD targets into kernels/
                       (--check: fail if sources changed; --report: resource table;
                       --out: plain objects for CANDLE_ROCM_KERNELS_DIR)
