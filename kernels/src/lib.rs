@@ -12,7 +12,8 @@ pub mod code_object;
 #[rustfmt::skip]
 mod objects;
 
-/// A device-code module, one per source file candle-core's CUDA backend loads.
+/// A device-code module: one per source file candle-core's CUDA backend loads (from
+/// candle-kernels), plus our own (`kernels/hip/<name>.hip`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Module {
     /// `affine.cu`: `x * mul + add`.
@@ -37,11 +38,22 @@ pub enum Module {
     Ternary,
     /// `unary.cu`: elementwise unary ops.
     Unary,
+    /// Ours, `rand.hip`: counter-based (Philox4x32-10) uniform and normal random numbers.
+    Rand,
+}
+
+/// Where a module's source comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// `<name>.cu` of the crates.io package candle-kernels, read from the cargo registry.
+    Candle,
+    /// `kernels/hip/<name>.hip` in this repository.
+    Ours,
 }
 
 impl Module {
     /// Every module, in a fixed order (usable as an index).
-    pub const ALL: [Module; 11] = [
+    pub const ALL: [Module; 12] = [
         Module::Affine,
         Module::Binary,
         Module::Cast,
@@ -53,6 +65,7 @@ impl Module {
         Module::Sort,
         Module::Ternary,
         Module::Unary,
+        Module::Rand,
     ];
 
     /// The source file's stem, e.g. `binary`.
@@ -69,6 +82,15 @@ impl Module {
             Module::Sort => "sort",
             Module::Ternary => "ternary",
             Module::Unary => "unary",
+            Module::Rand => "rand",
+        }
+    }
+
+    /// Where the module's source lives.
+    pub fn source(self) -> Source {
+        match self {
+            Module::Rand => Source::Ours,
+            _ => Source::Candle,
         }
     }
 }

@@ -51,8 +51,8 @@ if ! nvcc -cubin -arch=sm_90 -x cu -o "$BUILD/test_kernels.cubin" \
 fi
 nvcc -O2 -o "$BUILD/launch_bench" tests/hip-on-cuda/launch_bench.c -lcuda > "$OUT/bench-build.log" 2>&1 \
     || cat "$OUT/bench-build.log"
-# candle-kernels' own CUDA sources (carried in the bundle), compiled natively by nvcc for the
-# kernel registry's override directory: <module>.<processor>.co.
+# candle-kernels' own CUDA sources (carried in the bundle) and ours, compiled natively by nvcc
+# for the kernel registry's override directory: <module>.<processor>.co.
 KDIR="$BUILD/kernels"
 mkdir -p "$KDIR"
 kfail=0
@@ -63,9 +63,15 @@ if [ -d .device-bundle/candle-kernels ]; then
         nvcc -cubin -arch=sm_90 -std=c++17 -O3 --expt-relaxed-constexpr \
             -o "$KDIR/$m.sm_90.co" "$src" > "$OUT/nvcc-$m.log" 2>&1 &
     done
-    for job in $(jobs -p); do wait "$job" || kfail=$((kfail + 1)); done
 fi
-row "candle kernels (nvcc sm_90)" "$(ls "$KDIR" | wc -l) modules built, $kfail failed"
+# Our own kernels (kernels/hip/*.hip), same sources as the AMD build, CUDA's own headers.
+for src in kernels/hip/*.hip; do
+    m=$(basename "$src" .hip)
+    nvcc -cubin -arch=sm_90 -std=c++17 -O3 -x cu -o "$KDIR/$m.sm_90.co" "$src" \
+        > "$OUT/nvcc-$m.log" 2>&1 &
+done
+for job in $(jobs -p); do wait "$job" || kfail=$((kfail + 1)); done
+row "kernel modules (nvcc sm_90)" "$(ls "$KDIR" | wc -l) built, $kfail failed"
 row "test double" "built ($(ls "$BUILD" | tr '\n' ' '))"
 
 export ROCM_SYS_HIP_LIB="$BUILD/libamdhip64.so"

@@ -2,8 +2,8 @@
 //! committed code objects plus a manifest, and checks or reports on them.
 //!
 //! Sources: candle-kernels' `.cu` files, read from the cargo registry (fetched if needed, never
-//! copied into this repository), compiled through our compatibility headers in
-//! `kernels/include/`. Compiler: `$ROCM_PATH/llvm/bin/clang++` when `ROCM_PATH` is set,
+//! copied into this repository), and our own `kernels/hip/*.hip`, compiled through our
+//! compatibility headers in `kernels/include/`. Compiler: `$ROCM_PATH/llvm/bin/clang++` when `ROCM_PATH` is set,
 //! else Debian's `clang++-19` with `rocm-device-libs` (see `kernels/install-toolchain.sh`); for
 //! targets the Debian 5.2 device libraries predate, the `oclc_isa_version` bitcode is
 //! generated into an overlay directory.
@@ -29,7 +29,7 @@ use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
 use candle_rocm_kernels::code_object::{CodeObject, KernelInfo};
-use candle_rocm_kernels::{Module, GENERIC_TARGETS, TARGETS};
+use candle_rocm_kernels::{Module, Source, GENERIC_TARGETS, TARGETS};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -171,7 +171,15 @@ fn files_in(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
     Ok(())
 }
 
-/// Hash of everything one module's object depends on, except the compiler binary: its `.cu`,
+/// The source file of a module: candle's `<name>.cu` or our `kernels/hip/<name>.hip`.
+fn module_source(module: Module, candle: &Path) -> PathBuf {
+    match module.source() {
+        Source::Candle => candle.join(format!("{}.cu", module.name())),
+        Source::Ours => project_root().join(format!("kernels/hip/{}.hip", module.name())),
+    }
+}
+
+/// Hash of everything one module's object depends on, except the compiler binary: its source,
 /// candle's shared headers, our compatibility headers and the flags.
 fn source_hash(module: Module, candle: &Path, include: &Path, flags: &str) -> Result<String> {
     let mut h = Sha256::new();
@@ -182,7 +190,7 @@ fn source_hash(module: Module, candle: &Path, include: &Path, flags: &str) -> Re
         h.update([0]);
         Ok(())
     };
-    feed("module", &candle.join(format!("{}.cu", module.name())))?;
+    feed("module", &module_source(module, candle))?;
     let mut shared: Vec<PathBuf> = std::fs::read_dir(candle)?
         .flatten()
         .map(|e| e.path())
@@ -396,7 +404,11 @@ fn compile(
     target: &str,
     out: &Path,
 ) -> Result<BTreeMap<String, u64>> {
-    let candle_dir = src.parent().unwrap_or(src);
+    let src_dir = src.parent().unwrap_or(src);
+    let src_label = match module.source() {
+        Source::Candle => format!("candle-kernels-{CANDLE_KERNELS_VERSION}"),
+        Source::Ours => "kernels/hip".to_string(),
+    };
     let output = Command::new(&tc.clang)
         .args(flags(module, target))
         .arg("-Rpass-analysis=kernel-resource-usage")
@@ -404,8 +416,8 @@ fn compile(
         // depend on where the cargo registry lives.
         .arg(format!("-cuid=candle_{}", module.name()))
         .arg(format!(
-            "-ffile-prefix-map={}=candle-kernels-{CANDLE_KERNELS_VERSION}",
-            candle_dir.display()
+            "-ffile-prefix-map={}={src_label}",
+            src_dir.display()
         ))
         .arg(format!(
             "-ffile-prefix-map={}=kernels/include",
@@ -589,7 +601,7 @@ fn build_one(
     }
     let t0 = Instant::now();
     let tmp = obj.with_extension("tmp");
-    let src = candle.join(format!("{}.cu", module.name()));
+    let src = module_source(module, candle);
     let occupancy = compile(tc, include, module, &src, target, &tmp)?;
     std::fs::write(occupancy_path(&obj), serde_json::to_string(&occupancy)?)?;
     std::fs::rename(&tmp, &obj)?;
