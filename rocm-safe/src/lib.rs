@@ -49,7 +49,9 @@ pub use device::{Device, DeviceInfo};
 pub use error::{HipError, Result, RocmError};
 pub use host::PinnedHostBuffer;
 pub use miopen::MiopenHandle;
-pub use module::{DevicePtrArg, Function, KernelArg, LaunchArgs, LaunchConfig, Module};
+pub use module::{
+    DevicePtrArg, Function, KernelArg, LaunchArgs, LaunchConfig, Module, MAX_KERNEL_ARGS,
+};
 pub use runtime::Runtime;
 pub use stream::{Event, Stream};
 

@@ -164,11 +164,18 @@ impl LaunchConfig {
     }
 }
 
+/// Most kernel parameters a launch accepts (Candle's kernels take at most a dozen).
+pub const MAX_KERNEL_ARGS: usize = 32;
+
 /// Collects kernel arguments by reference, then launches. Built by [`Stream::launch_builder`].
+///
+/// The argument list lives inline (no heap allocation per launch).
 pub struct LaunchArgs<'a> {
     stream: &'a Stream,
     func: &'a Function,
-    args: Vec<*mut c_void>,
+    args: [*mut c_void; MAX_KERNEL_ARGS],
+    len: usize,
+    overflow: bool,
     _borrows: PhantomData<&'a ()>,
 }
 
@@ -214,16 +221,25 @@ impl Stream {
         LaunchArgs {
             stream: self,
             func,
-            args: Vec::new(),
+            args: [std::ptr::null_mut(); MAX_KERNEL_ARGS],
+            len: 0,
+            overflow: false,
             _borrows: PhantomData,
         }
     }
 }
 
 impl<'a> LaunchArgs<'a> {
-    /// Appends an argument; it must live until the launch.
+    /// Appends an argument; it must live until the launch. More than [`MAX_KERNEL_ARGS`]
+    /// arguments make [`LaunchArgs::launch`] fail.
     pub fn arg(&mut self, arg: &'a impl KernelArg) -> &mut Self {
-        self.args.push(arg.as_kernel_param());
+        match self.args.get_mut(self.len) {
+            Some(slot) => {
+                *slot = arg.as_kernel_param();
+                self.len += 1;
+            }
+            None => self.overflow = true,
+        }
         self
     }
 
@@ -239,6 +255,12 @@ impl<'a> LaunchArgs<'a> {
     pub unsafe fn launch(&mut self, cfg: LaunchConfig) -> Result<()> {
         let (gx, gy, gz) = cfg.grid_dim;
         let (bx, by, bz) = cfg.block_dim;
+        if self.overflow {
+            return Err(RocmError::InvalidArgument(format!(
+                "kernel {} was given more than {MAX_KERNEL_ARGS} arguments",
+                self.func.name
+            )));
+        }
         if gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 {
             return Err(RocmError::InvalidArgument(format!(
                 "kernel {} launched with an empty grid {:?} or block {:?}",
@@ -254,8 +276,9 @@ impl<'a> LaunchArgs<'a> {
             )));
         }
         let hip = self.stream.device().hip();
-        // SAFETY: handles are live; `args` holds one pointer per parameter, each pointing to
-        // memory borrowed for 'a (the caller guarantees they match the kernel, contract 1-3);
+        // SAFETY: handles are live; `args[..len]` holds one pointer per parameter, each
+        // pointing to memory borrowed for 'a (the caller guarantees they match the kernel,
+        // contract 1-3); the runtime reads only as many entries as the kernel has parameters;
         // `extra` is null so only kernelParams is used.
         let code = unsafe {
             (hip.hipModuleLaunchKernel)(

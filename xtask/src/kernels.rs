@@ -14,7 +14,8 @@
 //! hash) in `target/xtask/kernel-cache`.
 //!
 //! Flags: `--check` fails when a source or flag changed since the manifest (no compiler
-//! needed); `--report` prints per module and target the largest VGPR/AGPR/SGPR/LDS/scratch use
+//! needed); `--verify` recompiles everything and fails unless each object is byte-identical to
+//! the committed one (CI runs it: the committed binaries are exactly what the sources give); `--report` prints per module and target the largest VGPR/AGPR/SGPR/LDS/scratch use
 //! and the lowest occupancy (waves per SIMD, as the compiler computed it), `--report --kernels`
 //! the same per kernel;
 //! `--arch A,B` and `--module M,N` restrict a build; `--out DIR` writes uncompressed objects
@@ -53,6 +54,9 @@ pub struct Opts {
     pub modules: Vec<String>,
     /// Write plain objects here instead of updating the committed set.
     pub out: Option<PathBuf>,
+    /// Rebuild everything (in a fresh cache) and compare byte for byte with the committed
+    /// objects instead of updating them.
+    pub verify: bool,
 }
 
 impl Opts {
@@ -68,6 +72,7 @@ impl Opts {
             };
             match a.as_str() {
                 "--check" => o.check = true,
+                "--verify" => o.verify = true,
                 "--report" => o.report = true,
                 "--kernels" => o.per_kernel = true,
                 "--arch" => o.archs = split(&value("--arch")?),
@@ -493,7 +498,15 @@ fn build(root: &Path, opts: &Opts) -> Result<()> {
         Some(_) if !opts.archs.is_empty() => opts.archs.iter().map(|s| s.as_str()).collect(),
         _ => selected(&targets_all, &opts.archs, "target")?,
     };
-    let cache = root.join("target/xtask/kernel-cache");
+    // --verify never trusts the cache: every object is compiled again.
+    let cache = root.join(if opts.verify {
+        "target/xtask/kernel-verify"
+    } else {
+        "target/xtask/kernel-cache"
+    });
+    if opts.verify && cache.exists() {
+        std::fs::remove_dir_all(&cache)?;
+    }
     std::fs::create_dir_all(&cache)?;
 
     let mut jobs = Vec::new();
@@ -561,6 +574,9 @@ fn build(root: &Path, opts: &Opts) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
 
+    if opts.verify {
+        return verify(root, &results);
+    }
     if let Some(out) = &opts.out {
         std::fs::create_dir_all(out)?;
         for (m, t, r) in &results {
@@ -606,6 +622,38 @@ fn build_one(
     std::fs::write(occupancy_path(&obj), serde_json::to_string(&occupancy)?)?;
     std::fs::rename(&tmp, &obj)?;
     Ok((obj, hash, false, t0.elapsed().as_secs_f64()))
+}
+
+/// Compares freshly built objects with the committed ones.
+fn verify(root: &Path, results: &[(Module, String, Result<Built>)]) -> Result<()> {
+    let mut differ = Vec::new();
+    for (m, t, r) in results {
+        let Ok((obj, ..)) = r else { continue };
+        let fresh = std::fs::read(obj)?;
+        let file = root.join(format!("kernels/objects/{}.{t}.co.z", m.name()));
+        let committed = std::fs::read(&file)
+            .map_err(|e| anyhow!("{}: {e}", file.display()))
+            .and_then(|packed| {
+                miniz_oxide::inflate::decompress_to_vec(&packed)
+                    .map_err(|e| anyhow!("{} is corrupt: {e:?}", file.display()))
+            })?;
+        if fresh != committed {
+            differ.push(format!("{}.{t}", m.name()));
+        }
+    }
+    if !differ.is_empty() {
+        bail!(
+            "{} freshly built objects differ from the committed ones: {}\n(a different compiler \
+             or device-library version, or a non-reproducible build)",
+            differ.len(),
+            differ.join(", ")
+        );
+    }
+    eprintln!(
+        "kernels: {} freshly built objects are identical to the committed ones",
+        results.len()
+    );
+    Ok(())
 }
 
 fn write_committed(

@@ -24,9 +24,10 @@ cargo xtask <command>
 Commands:
   bindgen [--check]   regenerate rocm-sys/src/bindings/hip.rs from the HIP headers
                       (--check: fail if the checked-in file is stale)
-  kernels [--check | --report [--kernels]] [--arch A,B] [--module M,N] [--out DIR]
+  kernels [--check | --verify | --report [--kernels]] [--arch A,B] [--module M,N] [--out DIR]
                       compile the kernel modules for the AMD targets into kernels/
-                      (--check: fail if sources changed; --report: resource table;
+                      (--check: fail if sources changed; --verify: rebuild and compare
+                      byte for byte; --report: resource table;
                       --out: plain objects for CANDLE_ROCM_KERNELS_DIR)
   device-bundle       build the GPU test binaries for tests/hip-on-cuda/run.sh into
                       .device-bundle/ and print the device call
