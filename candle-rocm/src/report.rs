@@ -61,6 +61,8 @@ impl Verdict {
 pub struct Report {
     /// Path and version of the HIP runtime, when loaded.
     pub hip: Option<(String, String)>,
+    /// A warning about the runtime's version, if any.
+    pub warning: Option<String>,
     /// rocBLAS path and version, or why it is unavailable.
     pub rocblas: Result<(String, String), String>,
     /// MIOpen path and version, `Ok(None)` when absent (it is optional).
@@ -75,6 +77,20 @@ pub struct Report {
     pub verdict: Verdict,
     /// Why there is no usable device (empty when usable).
     pub reason: String,
+}
+
+/// The oldest HIP runtime candle-rocm supports: ROCm 5.7.
+pub const MIN_RUNTIME_VERSION: i32 = 50_700_000;
+
+/// A warning for runtimes older than [`MIN_RUNTIME_VERSION`], `None` otherwise.
+pub fn runtime_warning(version: i32) -> Option<String> {
+    (version > 0 && version < MIN_RUNTIME_VERSION).then(|| {
+        format!(
+            "HIP runtime {} is older than ROCm 5.7, the oldest supported release: devices may \
+             work, but kernels may fail to load. To fix: install ROCm 5.7 or newer",
+            hip_version_string(version)
+        )
+    })
 }
 
 /// Formats a HIP version number (`major * 10^7 + minor * 10^5 + patch`).
@@ -94,6 +110,7 @@ impl Report {
             .filter(|v| !v.is_empty());
         let mut report = Report {
             hip: None,
+            warning: None,
             rocblas: Err("not probed".into()),
             miopen: Ok(None),
             driver: None,
@@ -113,8 +130,9 @@ impl Report {
                 return report;
             }
         };
-        let version = rt
-            .runtime_version()
+        let raw_version = rt.runtime_version();
+        report.warning = raw_version.as_ref().ok().and_then(|v| runtime_warning(*v));
+        let version = raw_version
             .map(hip_version_string)
             .unwrap_or_else(|e| format!("unknown ({e})"));
         report.hip = Some((rt.hip().path().display().to_string(), version));
@@ -185,6 +203,9 @@ impl fmt::Display for Report {
         match &self.hip {
             Some((path, version)) => {
                 writeln!(f, "HIP runtime : {path} (version {version})")?;
+                if let Some(w) = &self.warning {
+                    writeln!(f, "warning     : {w}")?;
+                }
                 if let Some(d) = &self.driver {
                     writeln!(f, "driver      : version {d}")?;
                 }
@@ -249,6 +270,17 @@ mod tests {
     fn versions_format() {
         assert_eq!(hip_version_string(50_221_153), "5.2.21153");
         assert_eq!(hip_version_string(60_342_134), "6.3.42134");
+    }
+
+    #[test]
+    fn old_runtimes_are_flagged() {
+        assert!(runtime_warning(50_221_153).unwrap().contains("5.2.21153"));
+        assert!(runtime_warning(50_700_000).is_none());
+        assert!(runtime_warning(60_342_134).is_none());
+        assert!(
+            runtime_warning(0).is_none(),
+            "unknown versions are not flagged"
+        );
     }
 
     #[test]
