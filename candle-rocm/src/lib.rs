@@ -6,8 +6,20 @@
 //! file per op family), plus the fused ops candle-nn needs and quantized (GGUF) storage.
 //!
 //! Today it provides [`report`], the device-selection report behind the `rocm-info` binary
-//! (which libraries were loaded, which GPUs are usable, or precisely why none is), and
-//! [`registry`], which picks and lazily loads each device's kernel code objects.
+//! (which libraries were loaded, which GPUs are usable, or precisely why none is),
+//! [`registry`], which picks and lazily loads each device's kernel code objects, and the first
+//! slice of the backend: [`RocmDevice`] and [`RocmStorage`] with host transfers, seeded random
+//! numbers, `affine` and the unary ops. The `BackendDevice`/`BackendStorage` trait impls come
+//! once every method exists.
 
+mod device;
+mod error;
+pub mod ops;
 pub mod registry;
 pub mod report;
+mod storage;
+pub mod utils;
+
+pub use device::RocmDevice;
+pub use error::{BackendError, WrapErr};
+pub use storage::{RocmStorage, RocmStorageSlice};

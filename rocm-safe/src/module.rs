@@ -200,6 +200,11 @@ impl DevicePtrArg {
     pub fn null() -> Self {
         DevicePtrArg(std::ptr::null_mut())
     }
+
+    /// The address of any device memory (a buffer or a view of one).
+    pub fn of<T: DeviceRepr>(mem: &impl crate::DeviceSlice<T>) -> Self {
+        DevicePtrArg(mem.device_ptr())
+    }
 }
 
 impl KernelArg for DevicePtrArg {

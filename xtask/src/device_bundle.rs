@@ -25,7 +25,17 @@ const BUILDS: &[(&str, &[&str])] = &[
             "launch_overhead",
         ],
     ),
-    ("candle-rocm", &["--bin", "rocm-info", "--test", "gpu"]),
+    (
+        "candle-rocm",
+        &[
+            "--bin",
+            "rocm-info",
+            "--test",
+            "gpu",
+            "--test",
+            "gpu_parity",
+        ],
+    ),
 ];
 
 const BUNDLE: &str = ".device-bundle";

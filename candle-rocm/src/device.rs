@@ -1,0 +1,204 @@
+//! [`RocmDevice`]: one GPU as the backend sees it: the rocm-safe device, the stream every op is
+//! queued on, the kernel registry, and the random-number state.
+
+use std::sync::Arc;
+
+use candle_core::{DType, Layout};
+use candle_rocm_kernels::Module;
+use parking_lot::Mutex;
+use rocm_safe::{DeviceBuffer, DevicePtrArg, DeviceRepr, Function, LaunchConfig, Stream};
+
+use crate::error::{BackendError, WrapErr};
+use crate::registry::KernelRegistry;
+use crate::storage::{RocmStorage, RocmStorageSlice};
+
+/// Seed and running offset of the device's counter-based generator (`kernels/hip/rand.hip`):
+/// element i of the k-th draw after `set_seed(s)` depends only on (s, offset, i).
+#[derive(Clone, Copy, Debug)]
+struct RngState {
+    seed: u64,
+    offset: u64,
+}
+
+struct Inner {
+    device: rocm_safe::Device,
+    stream: Arc<Stream>,
+    kernels: Arc<KernelRegistry>,
+    rng: Mutex<RngState>,
+}
+
+/// A ROCm device for Candle. Cheap to clone (shared).
+#[derive(Clone)]
+pub struct RocmDevice {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for RocmDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RocmDevice({:?})", self.inner.device)
+    }
+}
+
+/// Threads per block for elementwise kernels (candle's kernels loop over the grid).
+const BLOCK: u32 = 1024;
+
+impl RocmDevice {
+    /// Opens device `ordinal`: loads ROCm if needed, creates the device's stream and registry.
+    pub fn new(ordinal: usize) -> Result<RocmDevice, BackendError> {
+        let device = rocm_safe::Device::new(ordinal)?;
+        let stream = Stream::new(&device)?;
+        let kernels = KernelRegistry::new(device.clone());
+        Ok(RocmDevice {
+            inner: Arc::new(Inner {
+                device,
+                stream,
+                kernels,
+                rng: Mutex::new(RngState {
+                    seed: 299_792_458,
+                    offset: 0,
+                }),
+            }),
+        })
+    }
+
+    /// The device ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.inner.device.ordinal()
+    }
+
+    /// The underlying rocm-safe device.
+    pub fn device(&self) -> &rocm_safe::Device {
+        &self.inner.device
+    }
+
+    /// The stream all of this device's work is queued on.
+    pub fn stream(&self) -> &Arc<Stream> {
+        &self.inner.stream
+    }
+
+    /// Whether two handles are the same device.
+    pub fn same_device(&self, other: &RocmDevice) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// Looks up a kernel (modules load once per device).
+    pub(crate) fn function(&self, module: Module, name: &str) -> Result<Function, BackendError> {
+        Ok(self.inner.kernels.function(module, name)?)
+    }
+
+    /// Uninitialised device memory from the caching allocator.
+    pub(crate) fn alloc<T: DeviceRepr>(&self, len: usize) -> Result<DeviceBuffer<T>, BackendError> {
+        Ok(self.stream().alloc::<T>(len)?)
+    }
+
+    /// Copies host data into a new buffer.
+    pub(crate) fn clone_htod<T: DeviceRepr>(
+        &self,
+        data: &[T],
+    ) -> Result<DeviceBuffer<T>, BackendError> {
+        Ok(self.stream().clone_htod(data)?)
+    }
+
+    /// Candle's `info` kernel argument for a layout: `None` (a null pointer) when contiguous,
+    /// else the dims followed by the strides, uploaded.
+    pub(crate) fn layout_info(
+        &self,
+        layouts: &[&Layout],
+    ) -> Result<Option<DeviceBuffer<usize>>, BackendError> {
+        if layouts.iter().all(|l| l.is_contiguous()) {
+            return Ok(None);
+        }
+        let mut info = layouts[0].dims().to_vec();
+        for l in layouts {
+            info.extend_from_slice(l.stride());
+        }
+        Ok(Some(self.clone_htod(&info)?))
+    }
+
+    /// The launch shape for `n` elements.
+    pub(crate) fn cfg(n: usize) -> LaunchConfig {
+        LaunchConfig::for_num_elems(n.min(u32::MAX as usize) as u32, BLOCK)
+    }
+
+    /// Sets the generator's seed and restarts its sequence.
+    pub fn set_seed(&self, seed: u64) {
+        *self.inner.rng.lock() = RngState { seed, offset: 0 };
+    }
+
+    /// The current seed.
+    pub fn current_seed(&self) -> u64 {
+        self.inner.rng.lock().seed
+    }
+
+    /// Takes the next (seed, offset) pair and advances the offset past `n` elements.
+    fn next_draw(&self, n: usize) -> (u64, u64) {
+        let mut st = self.inner.rng.lock();
+        let draw = (st.seed, st.offset);
+        st.offset = st.offset.wrapping_add(n as u64);
+        draw
+    }
+
+    /// `n` values uniform in [lo, hi) (`normal` = false) or normal(lo = mean, hi = std).
+    pub fn rand(
+        &self,
+        n: usize,
+        dtype: DType,
+        (a, b): (f64, f64),
+        normal: bool,
+    ) -> candle_core::Result<RocmStorage> {
+        let kind = if normal { "normal" } else { "uniform" };
+        let (seed, offset) = self.next_draw(n);
+        let name = format!("rand_{kind}_{}", dtype.as_str());
+        fn go<T: DeviceRepr, P: DeviceRepr>(
+            dev: &RocmDevice,
+            name: &str,
+            n: usize,
+            per_thread: usize,
+            (seed, offset): (u64, u64),
+            (a, b): (P, P),
+        ) -> Result<DeviceBuffer<T>, BackendError> {
+            let out = dev.alloc::<T>(n)?;
+            if n == 0 {
+                return Ok(out);
+            }
+            let f = dev.function(Module::Rand, name)?;
+            let (po, n64) = (out.as_arg(), n as u64);
+            let mut l = dev.stream().launch_builder(&f);
+            l.arg(&po).arg(&n64).arg(&seed).arg(&offset).arg(&a).arg(&b);
+            // SAFETY: rand_<kind>_<dtype>(T* out, u64 n, u64 seed, u64 offset, P a, P b) as in
+            // kernels/hip/rand.hip; `out` holds n elements and every thread bounds-checks.
+            unsafe { l.launch(RocmDevice::cfg(n.div_ceil(per_thread)))? };
+            Ok(out)
+        }
+        let draw = (seed, offset);
+        let slice = match dtype {
+            DType::F32 => {
+                RocmStorageSlice::F32(go(self, &name, n, 4, draw, (a as f32, b as f32)).w()?)
+            }
+            DType::F16 => {
+                RocmStorageSlice::F16(go(self, &name, n, 4, draw, (a as f32, b as f32)).w()?)
+            }
+            DType::BF16 => {
+                RocmStorageSlice::BF16(go(self, &name, n, 4, draw, (a as f32, b as f32)).w()?)
+            }
+            DType::F64 => RocmStorageSlice::F64(go(self, &name, n, 2, draw, (a, b)).w()?),
+            dtype => {
+                return Err(BackendError::UnsupportedDtype {
+                    op: if normal {
+                        "rand_normal"
+                    } else {
+                        "rand_uniform"
+                    },
+                    dtype,
+                })
+                .w()
+            }
+        };
+        Ok(RocmStorage::new(slice, self.clone()))
+    }
+
+    /// Null or a buffer's address, as a kernel argument.
+    pub(crate) fn ptr_arg<T: DeviceRepr>(buf: Option<&DeviceBuffer<T>>) -> DevicePtrArg {
+        buf.map_or_else(DevicePtrArg::null, DeviceBuffer::as_arg)
+    }
+}

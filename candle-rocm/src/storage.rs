@@ -1,0 +1,153 @@
+//! [`RocmStorage`]: a tensor's device memory, one typed buffer per Candle dtype.
+
+use candle_core::backend::BackendStorage;
+use candle_core::{CpuStorage, DType, Layout};
+use half::{bf16, f16};
+use rocm_safe::DeviceBuffer;
+
+use crate::device::RocmDevice;
+use crate::error::{BackendError, WrapErr};
+use crate::utils::Map1;
+
+/// The typed buffer behind a [`RocmStorage`].
+pub enum RocmStorageSlice {
+    /// `u8`.
+    U8(DeviceBuffer<u8>),
+    /// `u32`.
+    U32(DeviceBuffer<u32>),
+    /// `i16`.
+    I16(DeviceBuffer<i16>),
+    /// `i32`.
+    I32(DeviceBuffer<i32>),
+    /// `i64`.
+    I64(DeviceBuffer<i64>),
+    /// `bf16`.
+    BF16(DeviceBuffer<bf16>),
+    /// `f16`.
+    F16(DeviceBuffer<f16>),
+    /// `f32`.
+    F32(DeviceBuffer<f32>),
+    /// `f64`.
+    F64(DeviceBuffer<f64>),
+}
+
+/// Device memory of a tensor plus the device it lives on.
+pub struct RocmStorage {
+    /// The typed buffer.
+    pub slice: RocmStorageSlice,
+    device: RocmDevice,
+}
+
+impl std::fmt::Debug for RocmStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RocmStorage({:?} on {:?})", self.dtype(), self.device)
+    }
+}
+
+/// Applies `$body` to the buffer of every dtype variant, binding it to `$b`.
+macro_rules! for_each_slice {
+    ($slice:expr, $b:ident => $body:expr) => {
+        match $slice {
+            RocmStorageSlice::U8($b) => $body,
+            RocmStorageSlice::U32($b) => $body,
+            RocmStorageSlice::I16($b) => $body,
+            RocmStorageSlice::I32($b) => $body,
+            RocmStorageSlice::I64($b) => $body,
+            RocmStorageSlice::BF16($b) => $body,
+            RocmStorageSlice::F16($b) => $body,
+            RocmStorageSlice::F32($b) => $body,
+            RocmStorageSlice::F64($b) => $body,
+        }
+    };
+}
+
+impl RocmStorage {
+    pub(crate) fn new(slice: RocmStorageSlice, device: RocmDevice) -> Self {
+        RocmStorage { slice, device }
+    }
+
+    /// The storage's dtype.
+    pub fn dtype(&self) -> DType {
+        match &self.slice {
+            RocmStorageSlice::U8(_) => DType::U8,
+            RocmStorageSlice::U32(_) => DType::U32,
+            RocmStorageSlice::I16(_) => DType::I16,
+            RocmStorageSlice::I32(_) => DType::I32,
+            RocmStorageSlice::I64(_) => DType::I64,
+            RocmStorageSlice::BF16(_) => DType::BF16,
+            RocmStorageSlice::F16(_) => DType::F16,
+            RocmStorageSlice::F32(_) => DType::F32,
+            RocmStorageSlice::F64(_) => DType::F64,
+        }
+    }
+
+    /// The device.
+    pub fn device(&self) -> &RocmDevice {
+        &self.device
+    }
+
+    /// Copies host storage to the device.
+    pub fn from_cpu(device: &RocmDevice, cpu: &CpuStorage) -> candle_core::Result<Self> {
+        let d = device;
+        let slice = match cpu {
+            CpuStorage::U8(v) => RocmStorageSlice::U8(d.clone_htod(v).w()?),
+            CpuStorage::U32(v) => RocmStorageSlice::U32(d.clone_htod(v).w()?),
+            CpuStorage::I16(v) => RocmStorageSlice::I16(d.clone_htod(v).w()?),
+            CpuStorage::I32(v) => RocmStorageSlice::I32(d.clone_htod(v).w()?),
+            CpuStorage::I64(v) => RocmStorageSlice::I64(d.clone_htod(v).w()?),
+            CpuStorage::BF16(v) => RocmStorageSlice::BF16(d.clone_htod(v).w()?),
+            CpuStorage::F16(v) => RocmStorageSlice::F16(d.clone_htod(v).w()?),
+            CpuStorage::F32(v) => RocmStorageSlice::F32(d.clone_htod(v).w()?),
+            CpuStorage::F64(v) => RocmStorageSlice::F64(d.clone_htod(v).w()?),
+            other => {
+                return Err(BackendError::UnsupportedDtype {
+                    op: "storage_from_cpu_storage",
+                    dtype: other.dtype(),
+                })
+                .w()
+            }
+        };
+        Ok(RocmStorage::new(slice, device.clone()))
+    }
+
+    /// Copies the whole buffer back to the host.
+    pub fn to_cpu(&self) -> candle_core::Result<CpuStorage> {
+        let s = self.device.stream();
+        Ok(match &self.slice {
+            RocmStorageSlice::U8(b) => CpuStorage::U8(s.clone_dtoh(b).w()?),
+            RocmStorageSlice::U32(b) => CpuStorage::U32(s.clone_dtoh(b).w()?),
+            RocmStorageSlice::I16(b) => CpuStorage::I16(s.clone_dtoh(b).w()?),
+            RocmStorageSlice::I32(b) => CpuStorage::I32(s.clone_dtoh(b).w()?),
+            RocmStorageSlice::I64(b) => CpuStorage::I64(s.clone_dtoh(b).w()?),
+            RocmStorageSlice::BF16(b) => CpuStorage::BF16(s.clone_dtoh(b).w()?),
+            RocmStorageSlice::F16(b) => CpuStorage::F16(s.clone_dtoh(b).w()?),
+            RocmStorageSlice::F32(b) => CpuStorage::F32(s.clone_dtoh(b).w()?),
+            RocmStorageSlice::F64(b) => CpuStorage::F64(s.clone_dtoh(b).w()?),
+        })
+    }
+
+    /// Number of elements in the buffer.
+    pub fn len(&self) -> usize {
+        for_each_slice!(&self.slice, b => b.len())
+    }
+
+    /// Whether the buffer is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// `x * mul + add` elementwise over `layout` (candle's `affine`).
+    pub fn affine(&self, layout: &Layout, mul: f64, add: f64) -> candle_core::Result<Self> {
+        let slice = crate::ops::Affine(mul, add).map(&self.slice, &self.device, layout)?;
+        Ok(RocmStorage::new(slice, self.device.clone()))
+    }
+
+    /// A unary op (`exp`, `neg`, `gelu`, ...) over `layout` (candle's `unary_impl`).
+    pub fn unary<U: candle_core::op::UnaryOpT>(
+        &self,
+        layout: &Layout,
+    ) -> candle_core::Result<Self> {
+        let slice = crate::ops::Unary::<U>::new().map(&self.slice, &self.device, layout)?;
+        Ok(RocmStorage::new(slice, self.device.clone()))
+    }
+}
