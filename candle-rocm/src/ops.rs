@@ -1,4 +1,4 @@
-//! Elementwise ops on candle-kernels' `affine` and `unary` modules.
+//! Elementwise ops on candle-kernels' `affine`, `unary` and `binary` modules.
 //!
 //! Both kernels take `(numel, num_dims, info, inp, out, ...)`, where `info` is null for a
 //! contiguous input or the dims followed by the strides; the input pointer already includes
@@ -6,14 +6,40 @@
 
 use std::marker::PhantomData;
 
-use candle_core::op::UnaryOpT;
+use candle_core::op::{BinaryOpT, UnaryOpT};
 use candle_core::{Layout, WithDType};
 use candle_rocm_kernels::Module;
-use rocm_safe::{DeviceBuffer, DevicePtrArg, DeviceRepr, DeviceSlice};
+use rocm_safe::{DeviceBuffer, DevicePtrArg, DeviceRepr};
 
 use crate::device::RocmDevice;
 use crate::error::{BackendError, WrapErr};
-use crate::utils::{kernel_name, Map1};
+use crate::utils::{kernel_name, Map1, Map2};
+
+/// The part of `buf` a non-empty layout addresses, starting at its offset, after checking that
+/// every element the layout reaches lies inside the buffer (a kernel never reads out of
+/// bounds because of a bad layout).
+fn checked_view<'a, T: DeviceRepr>(
+    name: &str,
+    buf: &'a DeviceBuffer<T>,
+    layout: &Layout,
+) -> Result<rocm_safe::DeviceView<'a, T>, BackendError> {
+    let start = layout.start_offset();
+    let needed = layout
+        .dims()
+        .iter()
+        .zip(layout.stride())
+        .map(|(d, s)| d.saturating_sub(1).saturating_mul(*s))
+        .fold(1usize, usize::saturating_add);
+    if start.saturating_add(needed) > buf.len() {
+        return Err(rocm_safe::RocmError::InvalidArgument(format!(
+            "{name}: layout reaches element {} of a buffer of {}",
+            start.saturating_add(needed),
+            buf.len()
+        ))
+        .into());
+    }
+    Ok(buf.slice(start..)?)
+}
 
 /// Runs `(numel, num_dims, info, inp, out, extra...)` kernels.
 fn launch_elementwise<T: DeviceRepr + WithDType>(
@@ -29,23 +55,7 @@ fn launch_elementwise<T: DeviceRepr + WithDType>(
     if el == 0 {
         return Ok(out);
     }
-    let start = layout.start_offset();
-    let input = src.slice(start..)?;
-    let needed = layout
-        .dims()
-        .iter()
-        .zip(layout.stride())
-        .map(|(d, s)| d.saturating_sub(1) * s)
-        .sum::<usize>()
-        + 1;
-    if needed > input.len() {
-        return Err(rocm_safe::RocmError::InvalidArgument(format!(
-            "{name}: layout reaches element {} of a buffer of {}",
-            start + needed,
-            src.len()
-        ))
-        .into());
-    }
+    let input = checked_view(name, src, layout)?;
     let f = dev.function(module, name)?;
     let info = dev.layout_info(&[layout])?;
     let (numel, ndims) = (el, layout.dims().len());
@@ -108,5 +118,76 @@ impl<U: UnaryOpT> Map1 for Unary<U> {
     ) -> candle_core::Result<DeviceBuffer<T>> {
         let name = kernel_name::<T>(U::KERNEL);
         launch_elementwise(dev, Module::Unary, &name, src, layout, &[]).w()
+    }
+}
+
+/// A binary op of candle's `binary` module, named by `B::KERNEL` (`badd`, `bmul`, ...). The
+/// kernel takes `(numel, num_dims, dims_and_strides, lhs, rhs, out)`, where
+/// `dims_and_strides` is null when both operands are contiguous, else the dims, the lhs
+/// strides and the rhs strides.
+pub struct Binary<B>(PhantomData<B>);
+
+impl<B> Binary<B> {
+    /// The op.
+    pub fn new() -> Self {
+        Binary(PhantomData)
+    }
+}
+
+impl<B> Default for Binary<B> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<B: BinaryOpT> Map2 for Binary<B> {
+    fn f<T: DeviceRepr + WithDType>(
+        &self,
+        (lhs, lhs_l): (&DeviceBuffer<T>, &Layout),
+        (rhs, rhs_l): (&DeviceBuffer<T>, &Layout),
+        dev: &RocmDevice,
+    ) -> candle_core::Result<DeviceBuffer<T>> {
+        let name = kernel_name::<T>(B::KERNEL);
+        let run = || -> Result<DeviceBuffer<T>, BackendError> {
+            if lhs_l.dims() != rhs_l.dims() {
+                return Err(rocm_safe::RocmError::InvalidArgument(format!(
+                    "{name}: shapes {:?} and {:?} differ",
+                    lhs_l.dims(),
+                    rhs_l.dims()
+                ))
+                .into());
+            }
+            let el = lhs_l.shape().elem_count();
+            let out = dev.alloc::<T>(el)?;
+            if el == 0 {
+                return Ok(out);
+            }
+            let (a, b) = (
+                checked_view(&name, lhs, lhs_l)?,
+                checked_view(&name, rhs, rhs_l)?,
+            );
+            let f = dev.function(Module::Binary, &name)?;
+            let info = dev.layout_info(&[lhs_l, rhs_l])?;
+            let (numel, ndims) = (el, lhs_l.dims().len());
+            let (pinfo, pa, pb, pout) = (
+                RocmDevice::ptr_arg(info.as_ref()),
+                DevicePtrArg::of(&a),
+                DevicePtrArg::of(&b),
+                out.as_arg(),
+            );
+            let mut l = dev.stream().launch_builder(&f);
+            l.arg(&numel)
+                .arg(&ndims)
+                .arg(&pinfo)
+                .arg(&pa)
+                .arg(&pb)
+                .arg(&pout);
+            // SAFETY: (size_t numel, size_t num_dims, const size_t* dims_and_strides,
+            // const T* lhs, const T* rhs, T* out); the info holds 3 * num_dims values or is
+            // null; both layouts were checked against their buffers; `out` holds numel.
+            unsafe { l.launch(RocmDevice::cfg(el))? };
+            Ok(out)
+        };
+        run().w()
     }
 }

@@ -46,7 +46,18 @@ pub enum KernelError {
         /// The I/O error.
         reason: String,
     },
-    /// The runtime rejected the code object or a kernel lookup failed.
+    /// The module has no kernel of this name (e.g. an op/dtype pair candle-kernels lacks).
+    #[error("no kernel `{name}` in the `{module}` module: {source}. The op is not available for this dtype")]
+    MissingKernel {
+        /// The kernel module.
+        module: &'static str,
+        /// The kernel asked for.
+        name: String,
+        /// The HIP error.
+        #[source]
+        source: RocmError,
+    },
+    /// The runtime rejected the code object.
     #[error("loading `{module}` kernels: {source}")]
     Load {
         /// The kernel module.
@@ -162,8 +173,9 @@ impl KernelRegistry {
     pub fn function(&self, module: Module, name: &str) -> Result<Function, KernelError> {
         self.module(module)?
             .function(name)
-            .map_err(|source| KernelError::Load {
+            .map_err(|source| KernelError::MissingKernel {
                 module: module.name(),
+                name: name.to_string(),
                 source,
             })
     }

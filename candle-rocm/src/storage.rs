@@ -7,7 +7,7 @@ use rocm_safe::DeviceBuffer;
 
 use crate::device::RocmDevice;
 use crate::error::{BackendError, WrapErr};
-use crate::utils::Map1;
+use crate::utils::{Map1, Map2};
 
 /// The typed buffer behind a [`RocmStorage`].
 pub enum RocmStorageSlice {
@@ -61,14 +61,10 @@ macro_rules! for_each_slice {
     };
 }
 
-impl RocmStorage {
-    pub(crate) fn new(slice: RocmStorageSlice, device: RocmDevice) -> Self {
-        RocmStorage { slice, device }
-    }
-
-    /// The storage's dtype.
+impl RocmStorageSlice {
+    /// The dtype of the buffer.
     pub fn dtype(&self) -> DType {
-        match &self.slice {
+        match self {
             RocmStorageSlice::U8(_) => DType::U8,
             RocmStorageSlice::U32(_) => DType::U32,
             RocmStorageSlice::I16(_) => DType::I16,
@@ -79,6 +75,17 @@ impl RocmStorage {
             RocmStorageSlice::F32(_) => DType::F32,
             RocmStorageSlice::F64(_) => DType::F64,
         }
+    }
+}
+
+impl RocmStorage {
+    pub(crate) fn new(slice: RocmStorageSlice, device: RocmDevice) -> Self {
+        RocmStorage { slice, device }
+    }
+
+    /// The storage's dtype.
+    pub fn dtype(&self) -> DType {
+        self.slice.dtype()
     }
 
     /// The device.
@@ -139,6 +146,30 @@ impl RocmStorage {
     /// `x * mul + add` elementwise over `layout` (candle's `affine`).
     pub fn affine(&self, layout: &Layout, mul: f64, add: f64) -> candle_core::Result<Self> {
         let slice = crate::ops::Affine(mul, add).map(&self.slice, &self.device, layout)?;
+        Ok(RocmStorage::new(slice, self.device.clone()))
+    }
+
+    /// A binary op (`add`, `mul`, `maximum`, ...) of `self` over `lhs_l` and `rhs` over
+    /// `rhs_l`, which have the same shape (candle broadcasts with stride 0 before calling it).
+    pub fn binary<B: candle_core::op::BinaryOpT>(
+        &self,
+        rhs: &RocmStorage,
+        lhs_l: &Layout,
+        rhs_l: &Layout,
+    ) -> candle_core::Result<Self> {
+        if !self.device.same_device(&rhs.device) {
+            return Err(candle_core::Error::wrap(
+                rocm_safe::RocmError::InvalidArgument(format!(
+                    "{}: operands live on different devices",
+                    B::NAME
+                )),
+            ));
+        }
+        let slice = crate::ops::Binary::<B>::new().map(
+            (&self.slice, lhs_l),
+            (&rhs.slice, rhs_l),
+            &self.device,
+        )?;
         Ok(RocmStorage::new(slice, self.device.clone()))
     }
 

@@ -6,7 +6,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use candle_core::backend::BackendStorage;
-use candle_core::op::{Abs, Exp, Gelu, Neg, Sqr, Sqrt, UnaryOpT};
+use candle_core::op::{
+    Abs, Add, BinaryOpT, Div, Exp, Gelu, Maximum, Minimum, Mul, Neg, Sqr, Sqrt, Sub, UnaryOpT,
+};
 use candle_core::{CpuStorage, DType, Layout, Shape};
 use candle_rocm::{RocmDevice, RocmStorage};
 use half::{bf16, f16};
@@ -220,4 +222,113 @@ fn seeded_random_numbers_are_reproducible() {
     }
     assert_eq!(dev.current_seed(), 42);
     assert!(dev.rand(4, DType::U32, (0.0, 1.0), false).is_err());
+}
+
+/// (name, lhs layout and buffer length, rhs layout and buffer length) over a (37, 129) shape,
+/// with the broadcasts candle produces (stride 0).
+/// A layout and the length of the buffer it addresses.
+type Operand = (Layout, usize);
+
+fn binary_layouts() -> Vec<(&'static str, Operand, Operand)> {
+    let (r, c) = (37usize, 129usize);
+    let cont = || (Layout::contiguous(Shape::from((r, c))), r * c);
+    let transposed = (
+        Layout::contiguous(Shape::from((c, r)))
+            .transpose(0, 1)
+            .unwrap(),
+        r * c,
+    );
+    let row = (Layout::new(Shape::from((r, c)), vec![0, 1], 0), c);
+    let col = (Layout::new(Shape::from((r, c)), vec![1, 0], 0), r);
+    let narrowed = (
+        Layout::contiguous_with_offset(Shape::from((r, c + 7)), 3)
+            .narrow(1, 5, c)
+            .unwrap(),
+        r * (c + 7) + 3,
+    );
+    let empty = (Layout::contiguous(Shape::from((r, 0))), 0);
+    vec![
+        ("both contiguous", cont(), cont()),
+        ("lhs transposed", transposed, cont()),
+        ("rhs broadcast row", cont(), row),
+        ("lhs broadcast column", col, narrowed.clone()),
+        (
+            "narrowed and transposed",
+            narrowed,
+            (
+                Layout::contiguous(Shape::from((c, r)))
+                    .transpose(0, 1)
+                    .unwrap(),
+                r * c,
+            ),
+        ),
+        ("empty", empty.clone(), empty),
+    ]
+}
+
+fn binary_case<B: BinaryOpT>(dev: &RocmDevice, dtype: DType, seed: u64) -> usize {
+    let mut n = 0;
+    for (name, (ll, ln), (rl, rn)) in binary_layouts() {
+        let a = cpu_data(dtype, ln, seed + 2 * n as u64);
+        let mut b = cpu_data(dtype, rn, seed + 2 * n as u64 + 1);
+        if B::NAME == "div" {
+            // Keep divisors away from zero.
+            b = b
+                .affine(&Layout::contiguous(Shape::from(rn)), 0.1, 4.5)
+                .unwrap();
+        }
+        let (ga, gb) = (
+            RocmStorage::from_cpu(dev, &a).unwrap(),
+            RocmStorage::from_cpu(dev, &b).unwrap(),
+        );
+        let want = a.binary_impl::<B>(&b, &ll, &rl).unwrap();
+        let got = ga.binary::<B>(&gb, &ll, &rl).unwrap().to_cpu().unwrap();
+        assert_close(&format!("{} {name}", B::NAME), dtype, &got, &want);
+        n += 1;
+    }
+    n
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn binary_ops_match_cpu_with_broadcasting_and_strides() {
+    let dev = device();
+    let mut cases = 0;
+    let per = binary_layouts().len();
+    for dtype in [
+        DType::F32,
+        DType::F64,
+        DType::F16,
+        DType::BF16,
+        DType::U8,
+        DType::U32,
+        DType::I64,
+    ] {
+        cases += binary_case::<Add>(&dev, dtype, 1000);
+        cases += binary_case::<Mul>(&dev, dtype, 2000);
+        cases += binary_case::<Maximum>(&dev, dtype, 3000);
+        cases += binary_case::<Minimum>(&dev, dtype, 4000);
+        if dtype.is_float() {
+            cases += binary_case::<Sub>(&dev, dtype, 5000);
+            cases += binary_case::<Div>(&dev, dtype, 6000);
+        }
+    }
+    assert_eq!(cases, (7 * 4 + 4 * 2) * per);
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn binary_errors_are_typed() {
+    let dev = device();
+    let l = Layout::contiguous(Shape::from(8));
+    let f = RocmStorage::from_cpu(&dev, &cpu_data(DType::F32, 8, 1)).unwrap();
+    let d = RocmStorage::from_cpu(&dev, &cpu_data(DType::F64, 8, 2)).unwrap();
+    let e = f.binary::<Add>(&d, &l, &l).unwrap_err().to_string();
+    assert!(e.contains("different dtypes"), "{e}");
+    let short = Layout::contiguous(Shape::from(4));
+    assert!(f.binary::<Add>(&f, &l, &short).is_err(), "shape mismatch");
+    // candle-kernels has no i16 binary kernels (neither has candle's CUDA backend).
+    let i = RocmStorage::from_cpu(&dev, &cpu_data(DType::I16, 8, 3)).unwrap();
+    let e = i.binary::<Add>(&i, &l, &l).unwrap_err().to_string();
+    assert!(e.contains("badd_i16"), "{e}");
 }
