@@ -41,17 +41,18 @@ fn checked_view<'a, T: DeviceRepr>(
     Ok(buf.slice(start..)?)
 }
 
-/// Runs `(numel, num_dims, info, inp, out, extra...)` kernels.
-fn launch_elementwise<T: DeviceRepr + WithDType>(
+/// Runs `(numel, num_dims, info, inp, out, extra...)` kernels with input type `T` and output
+/// type `O`.
+fn launch_elementwise<T: DeviceRepr, O: DeviceRepr>(
     dev: &RocmDevice,
     module: Module,
     name: &str,
     src: &DeviceBuffer<T>,
     layout: &Layout,
     extra: &[T],
-) -> Result<DeviceBuffer<T>, BackendError> {
+) -> Result<DeviceBuffer<O>, BackendError> {
     let el = layout.shape().elem_count();
-    let out = dev.alloc::<T>(el)?;
+    let out = dev.alloc::<O>(el)?;
     if el == 0 {
         return Ok(out);
     }
@@ -70,7 +71,7 @@ fn launch_elementwise<T: DeviceRepr + WithDType>(
         l.arg(e);
     }
     // SAFETY: candle's elementwise kernels take (size_t numel, size_t num_dims,
-    // const size_t* info, const T* inp, T* out, T extra...); `info` is null or holds
+    // const size_t* info, const T* inp, O* out, T extra...); `info` is null or holds
     // 2 * num_dims values; the layout was checked to stay inside `input`, `out` holds numel
     // elements, and all buffers are ordered on the device's stream.
     unsafe { l.launch(RocmDevice::cfg(el))? };
@@ -190,4 +191,15 @@ impl<B: BinaryOpT> Map2 for Binary<B> {
         };
         run().w()
     }
+}
+
+/// `to_dtype`: candle-kernels' `cast_<src>_<dst>` for every pair it has; a pair it lacks is a
+/// [`crate::registry::KernelError::MissingKernel`].
+pub fn cast<S: DeviceRepr + WithDType, D: DeviceRepr + WithDType>(
+    dev: &RocmDevice,
+    src: &DeviceBuffer<S>,
+    layout: &Layout,
+) -> candle_core::Result<DeviceBuffer<D>> {
+    let name = format!("cast_{}_{}", S::DTYPE.as_str(), D::DTYPE.as_str());
+    launch_elementwise::<S, D>(dev, Module::Cast, &name, src, layout, &[]).w()
 }

@@ -149,6 +149,47 @@ impl RocmStorage {
         Ok(RocmStorage::new(slice, self.device.clone()))
     }
 
+    /// Converts to `dtype` (candle's `to_dtype`), reading `self` through `layout`.
+    pub fn to_dtype(&self, layout: &Layout, dtype: DType) -> candle_core::Result<Self> {
+        use crate::ops::cast;
+        use RocmStorageSlice as S;
+        let d = &self.device;
+        macro_rules! to {
+            ($b:expr) => {
+                match dtype {
+                    DType::U8 => S::U8(cast(d, $b, layout)?),
+                    DType::U32 => S::U32(cast(d, $b, layout)?),
+                    DType::I16 => S::I16(cast(d, $b, layout)?),
+                    DType::I32 => S::I32(cast(d, $b, layout)?),
+                    DType::I64 => S::I64(cast(d, $b, layout)?),
+                    DType::BF16 => S::BF16(cast(d, $b, layout)?),
+                    DType::F16 => S::F16(cast(d, $b, layout)?),
+                    DType::F32 => S::F32(cast(d, $b, layout)?),
+                    DType::F64 => S::F64(cast(d, $b, layout)?),
+                    other => {
+                        return Err(BackendError::UnsupportedDtype {
+                            op: "to_dtype",
+                            dtype: other,
+                        })
+                        .w()
+                    }
+                }
+            };
+        }
+        let slice = match &self.slice {
+            S::U8(b) => to!(b),
+            S::U32(b) => to!(b),
+            S::I16(b) => to!(b),
+            S::I32(b) => to!(b),
+            S::I64(b) => to!(b),
+            S::BF16(b) => to!(b),
+            S::F16(b) => to!(b),
+            S::F32(b) => to!(b),
+            S::F64(b) => to!(b),
+        };
+        Ok(RocmStorage::new(slice, self.device.clone()))
+    }
+
     /// A binary op (`add`, `mul`, `maximum`, ...) of `self` over `lhs_l` and `rhs` over
     /// `rhs_l`, which have the same shape (candle broadcasts with stride 0 before calling it).
     pub fn binary<B: candle_core::op::BinaryOpT>(

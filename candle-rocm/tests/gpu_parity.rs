@@ -332,3 +332,56 @@ fn binary_errors_are_typed() {
     let e = i.binary::<Add>(&i, &l, &l).unwrap_err().to_string();
     assert!(e.contains("badd_i16"), "{e}");
 }
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn to_dtype_matches_cpu_for_every_pair_with_a_kernel() {
+    let dev = device();
+    let (mut matched, mut missing) = (0, Vec::new());
+    for from in ALL {
+        for to in ALL {
+            for (name, layout, len) in layouts() {
+                let mut cpu = cpu_data(from, len, matched as u64 + 7);
+                if from.is_float() && !to.is_float() {
+                    // Negative floats to unsigned integers are undefined behaviour in C++:
+                    // convert values in [0, 4) only.
+                    cpu = cpu
+                        .unary_impl::<Abs>(&Layout::contiguous(Shape::from(len)))
+                        .unwrap();
+                }
+                let gpu = RocmStorage::from_cpu(&dev, &cpu).unwrap();
+                match gpu.to_dtype(&layout, to) {
+                    Ok(got) => {
+                        let want = cpu.to_dtype(&layout, to).unwrap();
+                        let what = format!("cast {from:?}->{to:?} {name}");
+                        assert_close(&what, to, &got.to_cpu().unwrap(), &want);
+                        matched += 1;
+                    }
+                    Err(e) => {
+                        let msg = e.to_string();
+                        assert!(msg.contains("no kernel `cast_"), "{from:?}->{to:?}: {msg}");
+                        if name == "contiguous" {
+                            missing.push(format!("{}->{}", from.as_str(), to.as_str()));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    println!(
+        "cast pairs without a candle-kernels kernel: {}",
+        missing.join(" ")
+    );
+    assert!(matched > 0);
+    for pair in [
+        "f32->f16",
+        "f16->f32",
+        "bf16->f32",
+        "f32->bf16",
+        "u8->f32",
+        "u32->f64",
+        "f64->f32",
+    ] {
+        assert!(!missing.contains(&pair.to_string()), "{pair} is missing");
+    }
+}
