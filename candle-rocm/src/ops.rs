@@ -193,6 +193,54 @@ impl<B: BinaryOpT> Map2 for Binary<B> {
     }
 }
 
+/// `copy_strided_src`: writes the elements `src` addresses through `layout`, in row-major
+/// order, to `dst[dst_offset..]`. A contiguous source is one device-to-device copy; anything
+/// else runs candle's `ucopy` kernel.
+pub fn copy_strided<T: DeviceRepr + WithDType>(
+    dev: &RocmDevice,
+    src: &DeviceBuffer<T>,
+    layout: &Layout,
+    dst: &mut DeviceBuffer<T>,
+    dst_offset: usize,
+) -> Result<(), BackendError> {
+    let name = kernel_name::<T>("ucopy");
+    let el = layout.shape().elem_count();
+    if el == 0 {
+        return Ok(());
+    }
+    let end = dst_offset
+        .checked_add(el)
+        .filter(|&e| e <= dst.len())
+        .ok_or_else(|| {
+            rocm_safe::RocmError::InvalidArgument(format!(
+                "{name}: {el} elements at offset {dst_offset} do not fit a buffer of {}",
+                dst.len()
+            ))
+        })?;
+    let input = checked_view(&name, src, layout)?;
+    let mut out = dst.slice_mut(dst_offset..end)?;
+    if layout.is_contiguous() {
+        let input = src.slice(layout.start_offset()..layout.start_offset() + el)?;
+        dev.stream().memcpy_dtod(&input, &mut out)?;
+        return Ok(());
+    }
+    let f = dev.function(Module::Unary, &name)?;
+    let info = dev.layout_info(&[layout])?;
+    let (numel, ndims) = (el, layout.dims().len());
+    let (pinfo, pin, pout) = (
+        RocmDevice::ptr_arg(info.as_ref()),
+        DevicePtrArg::of(&input),
+        DevicePtrArg::of(&out),
+    );
+    let mut l = dev.stream().launch_builder(&f);
+    l.arg(&numel).arg(&ndims).arg(&pinfo).arg(&pin).arg(&pout);
+    // SAFETY: ucopy_<T>(size_t numel, size_t num_dims, const size_t* info, const T* inp,
+    // T* out); the source layout was checked against `src`, `out` is an exclusive view of
+    // exactly numel elements of `dst`, and `info` holds 2 * num_dims values.
+    unsafe { l.launch(RocmDevice::cfg(el))? };
+    Ok(())
+}
+
 /// `to_dtype`: candle-kernels' `cast_<src>_<dst>` for every pair it has; a pair it lacks is a
 /// [`crate::registry::KernelError::MissingKernel`].
 pub fn cast<S: DeviceRepr + WithDType, D: DeviceRepr + WithDType>(

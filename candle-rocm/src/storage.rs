@@ -149,6 +149,36 @@ impl RocmStorage {
         Ok(RocmStorage::new(slice, self.device.clone()))
     }
 
+    /// Copies the elements `src_l` addresses into `dst` starting at `dst_offset` (candle's
+    /// `copy_strided_src`, which `Tensor::contiguous` uses).
+    pub fn copy_strided_src(
+        &self,
+        dst: &mut RocmStorage,
+        dst_offset: usize,
+        src_l: &Layout,
+    ) -> candle_core::Result<()> {
+        use crate::ops::copy_strided;
+        use RocmStorageSlice as S;
+        let d = &self.device;
+        match (&self.slice, &mut dst.slice) {
+            (S::U8(a), S::U8(b)) => copy_strided(d, a, src_l, b, dst_offset),
+            (S::U32(a), S::U32(b)) => copy_strided(d, a, src_l, b, dst_offset),
+            (S::I16(a), S::I16(b)) => copy_strided(d, a, src_l, b, dst_offset),
+            (S::I32(a), S::I32(b)) => copy_strided(d, a, src_l, b, dst_offset),
+            (S::I64(a), S::I64(b)) => copy_strided(d, a, src_l, b, dst_offset),
+            (S::BF16(a), S::BF16(b)) => copy_strided(d, a, src_l, b, dst_offset),
+            (S::F16(a), S::F16(b)) => copy_strided(d, a, src_l, b, dst_offset),
+            (S::F32(a), S::F32(b)) => copy_strided(d, a, src_l, b, dst_offset),
+            (S::F64(a), S::F64(b)) => copy_strided(d, a, src_l, b, dst_offset),
+            (a, b) => Err(BackendError::DtypeMismatch {
+                op: "copy_strided_src",
+                lhs: a.dtype(),
+                rhs: b.dtype(),
+            }),
+        }
+        .w()
+    }
+
     /// Converts to `dtype` (candle's `to_dtype`), reading `self` through `layout`.
     pub fn to_dtype(&self, layout: &Layout, dtype: DType) -> candle_core::Result<Self> {
         use crate::ops::cast;

@@ -385,3 +385,49 @@ fn to_dtype_matches_cpu_for_every_pair_with_a_kernel() {
         assert!(!missing.contains(&pair.to_string()), "{pair} is missing");
     }
 }
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn copy_strided_src_matches_cpu() {
+    let dev = device();
+    let mut cases = 0;
+    for dtype in ALL {
+        for (name, layout, len) in layouts() {
+            let src_cpu = cpu_data(dtype, len, cases + 11);
+            let el = layout.shape().elem_count();
+            // Copy into the middle of a larger destination that already holds data.
+            let dst_len = el + 9;
+            let mut want = cpu_data(dtype, dst_len, cases + 12);
+            let mut got = RocmStorage::from_cpu(&dev, &want).unwrap();
+            let src = RocmStorage::from_cpu(&dev, &src_cpu).unwrap();
+            src_cpu.copy_strided_src(&mut want, 4, &layout).unwrap();
+            let r = src.copy_strided_src(&mut got, 4, &layout);
+            if matches!(dtype, DType::I16 | DType::I32) && !layout.is_contiguous() && el > 0 {
+                // candle-kernels has no ucopy_i16/ucopy_i32: a typed error naming the kernel.
+                let e = r.unwrap_err().to_string();
+                assert!(e.contains("no kernel `ucopy_i"), "{e}");
+                cases += 1;
+                continue;
+            }
+            r.unwrap();
+            assert_close(
+                &format!("copy_strided_src {name}"),
+                dtype,
+                &got.to_cpu().unwrap(),
+                &want,
+            );
+            cases += 1;
+        }
+    }
+    assert_eq!(cases, 45);
+    // A destination too small is an error, not an out-of-bounds write.
+    let src = RocmStorage::from_cpu(&dev, &cpu_data(DType::F32, 16, 1)).unwrap();
+    let mut small = RocmStorage::from_cpu(&dev, &cpu_data(DType::F32, 8, 2)).unwrap();
+    let l = Layout::contiguous(Shape::from(16));
+    assert!(src.copy_strided_src(&mut small, 0, &l).is_err());
+    let mut other = RocmStorage::from_cpu(&dev, &cpu_data(DType::F64, 16, 3)).unwrap();
+    assert!(
+        src.copy_strided_src(&mut other, 0, &l).is_err(),
+        "dtype mismatch"
+    );
+}
