@@ -9,8 +9,8 @@
 //! (which libraries were loaded, which GPUs are usable, or precisely why none is),
 //! [`registry`], which picks and lazily loads each device's kernel code objects, and the first
 //! slice of the backend: [`RocmDevice`] and [`RocmStorage`] with host transfers, seeded random
-//! numbers, `affine`, unary and binary ops, `to_dtype` and `copy_strided_src`. The `BackendDevice`/`BackendStorage` trait impls come
-//! once every method exists.
+//! numbers, `affine`, unary and binary ops, `to_dtype` and `copy_strided_src`. The
+//! `BackendDevice`/`BackendStorage` trait impls come once every method exists.
 
 mod device;
 mod error;
