@@ -53,29 +53,42 @@ fn launch_elementwise<T: DeviceRepr, O: DeviceRepr>(
 ) -> Result<DeviceBuffer<O>, BackendError> {
     let el = layout.shape().elem_count();
     let out = dev.alloc::<O>(el)?;
-    if el == 0 {
-        return Ok(out);
+    if el > 0 {
+        launch_elementwise_into(dev, module, name, src, layout, &out.as_arg(), extra)?;
     }
+    Ok(out)
+}
+
+/// Launches a `(numel, num_dims, info, inp, out, extra...)` kernel over a non-empty layout,
+/// writing `numel` elements of type `O` at `out`.
+///
+/// The caller guarantees `out` addresses `numel` writable elements of type `O`, ordered on the
+/// device's stream and not aliased by `src`.
+fn launch_elementwise_into<T: DeviceRepr>(
+    dev: &RocmDevice,
+    module: Module,
+    name: &str,
+    src: &DeviceBuffer<T>,
+    layout: &Layout,
+    out: &DevicePtrArg,
+    extra: &[T],
+) -> Result<(), BackendError> {
     let input = checked_view(name, src, layout)?;
     let f = dev.function(module, name)?;
     let info = dev.layout_info(&[layout])?;
-    let (numel, ndims) = (el, layout.dims().len());
-    let (pinfo, pin, pout) = (
-        RocmDevice::ptr_arg(info.as_ref()),
-        DevicePtrArg::of(&input),
-        out.as_arg(),
-    );
+    let (numel, ndims) = (layout.shape().elem_count(), layout.dims().len());
+    let (pinfo, pin) = (RocmDevice::ptr_arg(info.as_ref()), DevicePtrArg::of(&input));
     let mut l = dev.stream().launch_builder(&f);
-    l.arg(&numel).arg(&ndims).arg(&pinfo).arg(&pin).arg(&pout);
+    l.arg(&numel).arg(&ndims).arg(&pinfo).arg(&pin).arg(out);
     for e in extra {
         l.arg(e);
     }
     // SAFETY: candle's elementwise kernels take (size_t numel, size_t num_dims,
     // const size_t* info, const T* inp, O* out, T extra...); `info` is null or holds
-    // 2 * num_dims values; the layout was checked to stay inside `input`, `out` holds numel
-    // elements, and all buffers are ordered on the device's stream.
-    unsafe { l.launch(RocmDevice::cfg(el))? };
-    Ok(out)
+    // 2 * num_dims values; the layout was checked to stay inside `input`; the caller
+    // guarantees `out` holds numel elements; all buffers are ordered on the device's stream.
+    unsafe { l.launch(RocmDevice::cfg(numel))? };
+    Ok(())
 }
 
 /// `x * mul + add`.
@@ -217,27 +230,24 @@ pub fn copy_strided<T: DeviceRepr + WithDType>(
                 dst.len()
             ))
         })?;
-    let input = checked_view(&name, src, layout)?;
     let mut out = dst.slice_mut(dst_offset..end)?;
     if layout.is_contiguous() {
+        // `slice` refuses a range past the end of `src`.
         let input = src.slice(layout.start_offset()..layout.start_offset() + el)?;
         dev.stream().memcpy_dtod(&input, &mut out)?;
         return Ok(());
     }
-    let f = dev.function(Module::Unary, &name)?;
-    let info = dev.layout_info(&[layout])?;
-    let (numel, ndims) = (el, layout.dims().len());
-    let (pinfo, pin, pout) = (
-        RocmDevice::ptr_arg(info.as_ref()),
-        DevicePtrArg::of(&input),
-        DevicePtrArg::of(&out),
-    );
-    let mut l = dev.stream().launch_builder(&f);
-    l.arg(&numel).arg(&ndims).arg(&pinfo).arg(&pin).arg(&pout);
-    // SAFETY: ucopy_<T>(size_t numel, size_t num_dims, const size_t* info, const T* inp,
-    // T* out); the source layout was checked against `src`, `out` is an exclusive view of
-    // exactly numel elements of `dst`, and `info` holds 2 * num_dims values.
-    unsafe { l.launch(RocmDevice::cfg(el))? };
+    // `out` is an exclusive view of exactly `el` elements of `dst`, which `src` (borrowed
+    // shared) cannot alias.
+    launch_elementwise_into(
+        dev,
+        Module::Unary,
+        &name,
+        src,
+        layout,
+        &DevicePtrArg::of(&out),
+        &[],
+    )?;
     Ok(())
 }
 
