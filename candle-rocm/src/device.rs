@@ -3,10 +3,13 @@
 
 use std::sync::Arc;
 
-use candle_core::{DType, Layout};
+use candle_core::backend::BackendDevice;
+use candle_core::{CpuStorage, DType, DeviceLocation, Layout, Shape, WithDType};
 use candle_rocm_kernels::Module;
 use parking_lot::Mutex;
-use rocm_safe::{DeviceBuffer, DevicePtrArg, DeviceRepr, Function, LaunchConfig, Stream};
+use rocm_safe::{
+    BlasHandle, DeviceBuffer, DevicePtrArg, DeviceRepr, Function, LaunchConfig, Stream,
+};
 
 use crate::error::{BackendError, WrapErr};
 use crate::registry::KernelRegistry;
@@ -25,6 +28,8 @@ struct Inner {
     stream: Arc<Stream>,
     kernels: Arc<KernelRegistry>,
     rng: Mutex<RngState>,
+    /// Created on the first matmul, so a missing rocBLAS only affects matmul.
+    blas: Mutex<Option<BlasHandle>>,
 }
 
 /// A ROCm device for Candle. Cheap to clone (shared).
@@ -43,11 +48,14 @@ impl std::fmt::Debug for RocmDevice {
 const BLOCK: u32 = 1024;
 
 impl RocmDevice {
-    /// Opens device `ordinal`: loads ROCm if needed, creates the device's stream and registry.
+    /// Opens device `ordinal`: loads ROCm if needed, creates the device's stream and registry,
+    /// and loads one kernel module, so a GPU without code objects for its architecture is an
+    /// error here rather than at the first op.
     pub fn new(ordinal: usize) -> Result<RocmDevice, BackendError> {
         let device = rocm_safe::Device::new(ordinal)?;
         let stream = Stream::new(&device)?;
         let kernels = KernelRegistry::new(device.clone());
+        kernels.module(Module::Fill)?;
         Ok(RocmDevice {
             inner: Arc::new(Inner {
                 device,
@@ -57,6 +65,7 @@ impl RocmDevice {
                     seed: 299_792_458,
                     offset: 0,
                 }),
+                blas: Mutex::new(None),
             }),
         })
     }
@@ -89,6 +98,66 @@ impl RocmDevice {
     /// Uninitialised device memory from the caching allocator.
     pub(crate) fn alloc<T: DeviceRepr>(&self, len: usize) -> Result<DeviceBuffer<T>, BackendError> {
         Ok(self.stream().alloc::<T>(len)?)
+    }
+
+    /// `len` zeroed elements.
+    pub(crate) fn zeros<T: DeviceRepr>(&self, len: usize) -> Result<DeviceBuffer<T>, BackendError> {
+        Ok(self.stream().alloc_zeros::<T>(len)?)
+    }
+
+    /// Runs `f` with the device's rocBLAS handle, creating it on first use.
+    pub(crate) fn blas<R>(
+        &self,
+        f: impl FnOnce(&mut BlasHandle) -> rocm_safe::Result<R>,
+    ) -> Result<R, BackendError> {
+        let mut guard = self.inner.blas.lock();
+        let handle = match guard.as_mut() {
+            Some(h) => h,
+            None => guard.insert(BlasHandle::new(self.stream())?),
+        };
+        Ok(f(handle)?)
+    }
+
+    /// An uninitialised storage of `shape` and `dtype` (every element must be written before
+    /// it is read; reading one gives unspecified values, never undefined behaviour, since every
+    /// element type accepts any bit pattern).
+    pub fn alloc_uninit_storage(
+        &self,
+        shape: &Shape,
+        dtype: DType,
+    ) -> candle_core::Result<RocmStorage> {
+        let n = shape.elem_count();
+        let slice = match dtype {
+            DType::U8 => RocmStorageSlice::U8(self.alloc(n).w()?),
+            DType::U32 => RocmStorageSlice::U32(self.alloc(n).w()?),
+            DType::I16 => RocmStorageSlice::I16(self.alloc(n).w()?),
+            DType::I32 => RocmStorageSlice::I32(self.alloc(n).w()?),
+            DType::I64 => RocmStorageSlice::I64(self.alloc(n).w()?),
+            DType::BF16 => RocmStorageSlice::BF16(self.alloc(n).w()?),
+            DType::F16 => RocmStorageSlice::F16(self.alloc(n).w()?),
+            DType::F32 => RocmStorageSlice::F32(self.alloc(n).w()?),
+            DType::F64 => RocmStorageSlice::F64(self.alloc(n).w()?),
+            dtype => return Err(BackendError::UnsupportedDtype { op: "alloc", dtype }).w(),
+        };
+        Ok(RocmStorage::new(slice, self.clone()))
+    }
+
+    /// A zeroed storage of `shape` and `dtype`.
+    pub fn zeros_storage(&self, shape: &Shape, dtype: DType) -> candle_core::Result<RocmStorage> {
+        let n = shape.elem_count();
+        let slice = match dtype {
+            DType::U8 => RocmStorageSlice::U8(self.zeros(n).w()?),
+            DType::U32 => RocmStorageSlice::U32(self.zeros(n).w()?),
+            DType::I16 => RocmStorageSlice::I16(self.zeros(n).w()?),
+            DType::I32 => RocmStorageSlice::I32(self.zeros(n).w()?),
+            DType::I64 => RocmStorageSlice::I64(self.zeros(n).w()?),
+            DType::BF16 => RocmStorageSlice::BF16(self.zeros(n).w()?),
+            DType::F16 => RocmStorageSlice::F16(self.zeros(n).w()?),
+            DType::F32 => RocmStorageSlice::F32(self.zeros(n).w()?),
+            DType::F64 => RocmStorageSlice::F64(self.zeros(n).w()?),
+            dtype => return Err(BackendError::UnsupportedDtype { op: "zeros", dtype }).w(),
+        };
+        Ok(RocmStorage::new(slice, self.clone()))
     }
 
     /// Copies host data into a new buffer.
@@ -200,5 +269,80 @@ impl RocmDevice {
     /// Null or a buffer's address, as a kernel argument.
     pub(crate) fn ptr_arg<T: DeviceRepr>(buf: Option<&DeviceBuffer<T>>) -> DevicePtrArg {
         buf.map_or_else(DevicePtrArg::null, DeviceBuffer::as_arg)
+    }
+}
+
+impl BackendDevice for RocmDevice {
+    type Storage = RocmStorage;
+
+    fn new(ordinal: usize) -> candle_core::Result<Self> {
+        RocmDevice::new(ordinal).w()
+    }
+
+    /// candle-core 0.11's `DeviceLocation` has no ROCm variant; until the backend-slot patch
+    /// (`cargo xtask candle`) adds one, a ROCm device reports itself as a GPU by ordinal
+    /// through the `Cuda` variant. Use [`RocmDevice::same_device`], not the location, to
+    /// compare devices.
+    fn location(&self) -> DeviceLocation {
+        DeviceLocation::Cuda {
+            gpu_id: self.ordinal(),
+        }
+    }
+
+    fn same_device(&self, other: &Self) -> bool {
+        RocmDevice::same_device(self, other)
+    }
+
+    fn zeros_impl(&self, shape: &Shape, dtype: DType) -> candle_core::Result<RocmStorage> {
+        self.zeros_storage(shape, dtype)
+    }
+
+    unsafe fn alloc_uninit(&self, shape: &Shape, dtype: DType) -> candle_core::Result<RocmStorage> {
+        self.alloc_uninit_storage(shape, dtype)
+    }
+
+    fn storage_from_slice<T: WithDType>(&self, data: &[T]) -> candle_core::Result<RocmStorage> {
+        RocmStorage::from_cpu(self, &T::to_cpu_storage(data))
+    }
+
+    fn storage_from_cpu_storage(&self, cpu: &CpuStorage) -> candle_core::Result<RocmStorage> {
+        RocmStorage::from_cpu(self, cpu)
+    }
+
+    fn storage_from_cpu_storage_owned(&self, cpu: CpuStorage) -> candle_core::Result<RocmStorage> {
+        RocmStorage::from_cpu(self, &cpu)
+    }
+
+    fn rand_uniform(
+        &self,
+        shape: &Shape,
+        dtype: DType,
+        lo: f64,
+        up: f64,
+    ) -> candle_core::Result<RocmStorage> {
+        self.rand(shape.elem_count(), dtype, (lo, up), false)
+    }
+
+    fn rand_normal(
+        &self,
+        shape: &Shape,
+        dtype: DType,
+        mean: f64,
+        std: f64,
+    ) -> candle_core::Result<RocmStorage> {
+        self.rand(shape.elem_count(), dtype, (mean, std), true)
+    }
+
+    fn set_seed(&self, seed: u64) -> candle_core::Result<()> {
+        RocmDevice::set_seed(self, seed);
+        Ok(())
+    }
+
+    fn get_current_seed(&self) -> candle_core::Result<u64> {
+        Ok(self.current_seed())
+    }
+
+    fn synchronize(&self) -> candle_core::Result<()> {
+        self.stream().synchronize().w()
     }
 }

@@ -12,9 +12,13 @@
 //! numbers, `affine`, unary and binary ops, `to_dtype` and `copy_strided_src`. The
 //! `BackendDevice`/`BackendStorage` trait impls come once every method exists.
 
+pub mod conv;
 mod device;
 mod error;
+pub mod indexing;
+pub mod matmul;
 pub mod ops;
+pub mod reduce;
 pub mod registry;
 pub mod report;
 mod storage;
@@ -22,4 +26,4 @@ pub mod utils;
 
 pub use device::RocmDevice;
 pub use error::{BackendError, WrapErr};
-pub use storage::{RocmStorage, RocmStorageSlice};
+pub use storage::{RocmDType, RocmStorage, RocmStorageSlice};

@@ -1,69 +1,121 @@
-//! Elementwise ops on candle-kernels' `affine`, `unary` and `binary` modules.
+//! Elementwise ops: `affine`, `powf`, `elu`, unary and binary ops, `cmp`, `where_cond`,
+//! `to_dtype`, `const_set`, `copy_strided_src` and `copy2d`.
 //!
-//! Both kernels take `(numel, num_dims, info, inp, out, ...)`, where `info` is null for a
-//! contiguous input or the dims followed by the strides; the input pointer already includes
-//! the layout's start offset.
+//! Candle's elementwise kernels take `(numel, num_dims, info, ...)`, where `info` is null for
+//! contiguous operands or the dims followed by each operand's strides; input pointers already
+//! include the layout's start offset. Every layout is checked against its buffer before a
+//! launch, so a bad layout is an error, never an out-of-bounds access.
 
 use std::marker::PhantomData;
 
-use candle_core::op::{BinaryOpT, UnaryOpT};
-use candle_core::{Layout, WithDType};
+use candle_core::op::{BinaryOpT, CmpOp, UnaryOpT};
+use candle_core::Layout;
 use candle_rocm_kernels::Module;
-use rocm_safe::{DeviceBuffer, DevicePtrArg, DeviceRepr};
+use rocm_safe::{DeviceBuffer, DevicePtrArg, DeviceRepr, DeviceView};
 
 use crate::device::RocmDevice;
 use crate::error::{BackendError, WrapErr};
-use crate::utils::{kernel_name, Map1, Map2};
+use crate::storage::{RocmDType, RocmStorageSlice as S};
+use crate::utils::{kernel_name, module_for, Map1, Map2, Map2Any};
 
-/// The part of `buf` a non-empty layout addresses, starting at its offset, after checking that
-/// every element the layout reaches lies inside the buffer (a kernel never reads out of
-/// bounds because of a bad layout).
-fn checked_view<'a, T: DeviceRepr>(
-    name: &str,
-    buf: &'a DeviceBuffer<T>,
-    layout: &Layout,
-) -> Result<rocm_safe::DeviceView<'a, T>, BackendError> {
-    let start = layout.start_offset();
-    let needed = layout
+/// An "invalid argument" error for op `name`.
+pub(crate) fn invalid(name: &str, msg: impl std::fmt::Display) -> BackendError {
+    rocm_safe::RocmError::InvalidArgument(format!("{name}: {msg}")).into()
+}
+
+/// Number of elements past `layout`'s start offset that its last element lies at, plus one
+/// (0 for an empty layout).
+fn span(layout: &Layout) -> usize {
+    if layout.shape().elem_count() == 0 {
+        return 0;
+    }
+    layout
         .dims()
         .iter()
         .zip(layout.stride())
         .map(|(d, s)| d.saturating_sub(1).saturating_mul(*s))
-        .fold(1usize, usize::saturating_add);
-    if start.saturating_add(needed) > buf.len() {
-        return Err(rocm_safe::RocmError::InvalidArgument(format!(
-            "{name}: layout reaches element {} of a buffer of {}",
-            start.saturating_add(needed),
-            buf.len()
-        ))
-        .into());
+        .fold(1usize, usize::saturating_add)
+}
+
+/// The part of `buf` a layout addresses, starting at its offset, after checking that every
+/// element the layout reaches lies inside the buffer (a kernel never reads out of bounds
+/// because of a bad layout).
+pub(crate) fn checked_view<'a, T: DeviceRepr>(
+    name: &str,
+    buf: &'a DeviceBuffer<T>,
+    layout: &Layout,
+) -> Result<DeviceView<'a, T>, BackendError> {
+    let start = layout.start_offset();
+    let end = start.saturating_add(span(layout));
+    if end > buf.len() || start > buf.len() {
+        return Err(invalid(
+            name,
+            format_args!("layout reaches element {end} of a buffer of {}", buf.len()),
+        ));
     }
     Ok(buf.slice(start..)?)
 }
 
-/// Runs `(numel, num_dims, info, inp, out, extra...)` kernels with input type `T` and output
-/// type `O`.
+/// The contiguous elements `layout` covers (its offsets `o1..o2`), or an error naming `op`
+/// when the layout is not contiguous (candle's `RequiresContiguous`).
+pub(crate) fn contiguous_view<'a, T: DeviceRepr>(
+    op: &'static str,
+    buf: &'a DeviceBuffer<T>,
+    layout: &Layout,
+) -> candle_core::Result<DeviceView<'a, T>> {
+    match layout.contiguous_offsets() {
+        Some((o1, o2)) if o2 <= buf.len() => buf.slice(o1..o2).w(),
+        Some((_, o2)) => Err(invalid(
+            op,
+            format_args!("layout reaches element {o2} of a buffer of {}", buf.len()),
+        ))
+        .w(),
+        None => Err(candle_core::Error::RequiresContiguous { op }.bt()),
+    }
+}
+
+/// The kernel arguments of an elementwise launch that surround the input pointer.
+struct Extra<'a, T> {
+    /// Scalars between `info` and the input pointer (`upowf`, `uelu`).
+    before: &'a [T],
+    /// Scalars after the output pointer (`affine`).
+    after: &'a [T],
+}
+
+impl<T> Extra<'_, T> {
+    /// No scalars.
+    fn none() -> Self {
+        Extra {
+            before: &[],
+            after: &[],
+        }
+    }
+}
+
+/// Runs a `(numel, num_dims, info, [before...], inp, out, [after...])` kernel with input type
+/// `T` and output type `O` into a new buffer.
 fn launch_elementwise<T: DeviceRepr, O: DeviceRepr>(
     dev: &RocmDevice,
     module: Module,
     name: &str,
     src: &DeviceBuffer<T>,
     layout: &Layout,
-    extra: &[T],
+    extra: Extra<'_, T>,
 ) -> Result<DeviceBuffer<O>, BackendError> {
     let el = layout.shape().elem_count();
     let out = dev.alloc::<O>(el)?;
     if el > 0 {
+        // `out` is a fresh buffer of `el` elements that nothing else references.
         launch_elementwise_into(dev, module, name, src, layout, &out.as_arg(), extra)?;
     }
     Ok(out)
 }
 
-/// Launches a `(numel, num_dims, info, inp, out, extra...)` kernel over a non-empty layout,
-/// writing `numel` elements of type `O` at `out`.
+/// Launches an elementwise kernel over a non-empty layout, writing `numel` elements of the
+/// kernel's output type at `out`.
 ///
-/// The caller guarantees `out` addresses `numel` writable elements of type `O`, ordered on the
-/// device's stream and not aliased by `src`.
+/// The caller guarantees `out` addresses `numel` writable elements of that type, ordered on
+/// the device's stream and not aliased by `src`.
 fn launch_elementwise_into<T: DeviceRepr>(
     dev: &RocmDevice,
     module: Module,
@@ -71,7 +123,7 @@ fn launch_elementwise_into<T: DeviceRepr>(
     src: &DeviceBuffer<T>,
     layout: &Layout,
     out: &DevicePtrArg,
-    extra: &[T],
+    extra: Extra<'_, T>,
 ) -> Result<(), BackendError> {
     let input = checked_view(name, src, layout)?;
     let f = dev.function(module, name)?;
@@ -79,12 +131,17 @@ fn launch_elementwise_into<T: DeviceRepr>(
     let (numel, ndims) = (layout.shape().elem_count(), layout.dims().len());
     let (pinfo, pin) = (RocmDevice::ptr_arg(info.as_ref()), DevicePtrArg::of(&input));
     let mut l = dev.stream().launch_builder(&f);
-    l.arg(&numel).arg(&ndims).arg(&pinfo).arg(&pin).arg(out);
-    for e in extra {
+    l.arg(&numel).arg(&ndims).arg(&pinfo);
+    for e in extra.before {
+        l.arg(e);
+    }
+    l.arg(&pin).arg(out);
+    for e in extra.after {
         l.arg(e);
     }
     // SAFETY: candle's elementwise kernels take (size_t numel, size_t num_dims,
-    // const size_t* info, const T* inp, O* out, T extra...); `info` is null or holds
+    // const size_t* info, [T before...], const T* inp, O* out, [T after...]) with the scalars
+    // each kernel declares (the callers below pass exactly those); `info` is null or holds
     // 2 * num_dims values; the layout was checked to stay inside `input`; the caller
     // guarantees `out` holds numel elements; all buffers are ordered on the device's stream.
     unsafe { l.launch(RocmDevice::cfg(numel))? };
@@ -95,15 +152,61 @@ fn launch_elementwise_into<T: DeviceRepr>(
 pub struct Affine(pub f64, pub f64);
 
 impl Map1 for Affine {
-    fn f<T: DeviceRepr + WithDType>(
+    fn f<T: RocmDType>(
         &self,
         src: &DeviceBuffer<T>,
         dev: &RocmDevice,
         layout: &Layout,
     ) -> candle_core::Result<DeviceBuffer<T>> {
         let name = kernel_name::<T>("affine");
-        let extra = [T::from_f64(self.0), T::from_f64(self.1)];
-        launch_elementwise(dev, Module::Affine, &name, src, layout, &extra).w()
+        let after = [T::from_f64(self.0), T::from_f64(self.1)];
+        let extra = Extra {
+            before: &[],
+            after: &after,
+        };
+        launch_elementwise(dev, Module::Affine, &name, src, layout, extra).w()
+    }
+}
+
+/// `x.powf(e)` (candle's `upowf`).
+pub struct Powf(pub f64);
+
+impl Map1 for Powf {
+    fn f<T: RocmDType>(
+        &self,
+        src: &DeviceBuffer<T>,
+        dev: &RocmDevice,
+        layout: &Layout,
+    ) -> candle_core::Result<DeviceBuffer<T>> {
+        let name = kernel_name::<T>("upowf");
+        let before = [T::from_f64(self.0)];
+        let extra = Extra {
+            before: &before,
+            after: &[],
+        };
+        let module = module_for(Module::Unary, T::DTYPE);
+        launch_elementwise(dev, module, &name, src, layout, extra).w()
+    }
+}
+
+/// `elu(x, alpha)` (candle's `uelu`).
+pub struct Elu(pub f64);
+
+impl Map1 for Elu {
+    fn f<T: RocmDType>(
+        &self,
+        src: &DeviceBuffer<T>,
+        dev: &RocmDevice,
+        layout: &Layout,
+    ) -> candle_core::Result<DeviceBuffer<T>> {
+        let name = kernel_name::<T>("uelu");
+        let before = [T::from_f64(self.0)];
+        let extra = Extra {
+            before: &before,
+            after: &[],
+        };
+        let module = module_for(Module::Unary, T::DTYPE);
+        launch_elementwise(dev, module, &name, src, layout, extra).w()
     }
 }
 
@@ -124,21 +227,66 @@ impl<U> Default for Unary<U> {
 }
 
 impl<U: UnaryOpT> Map1 for Unary<U> {
-    fn f<T: DeviceRepr + WithDType>(
+    fn f<T: RocmDType>(
         &self,
         src: &DeviceBuffer<T>,
         dev: &RocmDevice,
         layout: &Layout,
     ) -> candle_core::Result<DeviceBuffer<T>> {
         let name = kernel_name::<T>(U::KERNEL);
-        launch_elementwise(dev, Module::Unary, &name, src, layout, &[]).w()
+        let module = module_for(Module::Unary, T::DTYPE);
+        launch_elementwise(dev, module, &name, src, layout, Extra::none()).w()
     }
 }
 
+/// Launches a `(numel, num_dims, dims_and_strides, lhs, rhs, out)` kernel (candle's binary
+/// and comparison kernels) into a new buffer of `O`.
+fn launch_binary<T: RocmDType, O: DeviceRepr>(
+    dev: &RocmDevice,
+    name: &str,
+    (lhs, lhs_l): (&DeviceBuffer<T>, &Layout),
+    (rhs, rhs_l): (&DeviceBuffer<T>, &Layout),
+) -> Result<DeviceBuffer<O>, BackendError> {
+    if lhs_l.dims() != rhs_l.dims() {
+        return Err(invalid(
+            name,
+            format_args!("shapes {:?} and {:?} differ", lhs_l.dims(), rhs_l.dims()),
+        ));
+    }
+    let el = lhs_l.shape().elem_count();
+    let out = dev.alloc::<O>(el)?;
+    if el == 0 {
+        return Ok(out);
+    }
+    let (a, b) = (
+        checked_view(name, lhs, lhs_l)?,
+        checked_view(name, rhs, rhs_l)?,
+    );
+    let f = dev.function(module_for(Module::Binary, T::DTYPE), name)?;
+    let info = dev.layout_info(&[lhs_l, rhs_l])?;
+    let (numel, ndims) = (el, lhs_l.dims().len());
+    let (pinfo, pa, pb, pout) = (
+        RocmDevice::ptr_arg(info.as_ref()),
+        DevicePtrArg::of(&a),
+        DevicePtrArg::of(&b),
+        out.as_arg(),
+    );
+    let mut l = dev.stream().launch_builder(&f);
+    l.arg(&numel)
+        .arg(&ndims)
+        .arg(&pinfo)
+        .arg(&pa)
+        .arg(&pb)
+        .arg(&pout);
+    // SAFETY: (size_t numel, size_t num_dims, const size_t* dims_and_strides, const T* lhs,
+    // const T* rhs, O* out); the info holds 3 * num_dims values or is null; both layouts were
+    // checked against their buffers; `out` is a fresh buffer of numel elements.
+    unsafe { l.launch(RocmDevice::cfg(el))? };
+    Ok(out)
+}
+
 /// A binary op of candle's `binary` module, named by `B::KERNEL` (`badd`, `bmul`, ...). The
-/// kernel takes `(numel, num_dims, dims_and_strides, lhs, rhs, out)`, where
-/// `dims_and_strides` is null when both operands are contiguous, else the dims, the lhs
-/// strides and the rhs strides.
+/// layouts must have the same dims (Candle broadcasts by giving an operand stride 0).
 pub struct Binary<B>(PhantomData<B>);
 
 impl<B> Binary<B> {
@@ -155,50 +303,100 @@ impl<B> Default for Binary<B> {
 }
 
 impl<B: BinaryOpT> Map2 for Binary<B> {
-    fn f<T: DeviceRepr + WithDType>(
+    const OP: &'static str = "binary";
+
+    fn f<T: RocmDType>(
         &self,
-        (lhs, lhs_l): (&DeviceBuffer<T>, &Layout),
-        (rhs, rhs_l): (&DeviceBuffer<T>, &Layout),
+        lhs: (&DeviceBuffer<T>, &Layout),
+        rhs: (&DeviceBuffer<T>, &Layout),
         dev: &RocmDevice,
     ) -> candle_core::Result<DeviceBuffer<T>> {
-        let name = kernel_name::<T>(B::KERNEL);
+        launch_binary(dev, &kernel_name::<T>(B::KERNEL), lhs, rhs).w()
+    }
+}
+
+/// A comparison; the result is `u8` (1 or 0).
+pub struct Cmp(pub CmpOp);
+
+impl Map2Any for Cmp {
+    const OP: &'static str = "cmp";
+
+    fn f<T: RocmDType>(
+        &self,
+        lhs: (&DeviceBuffer<T>, &Layout),
+        rhs: (&DeviceBuffer<T>, &Layout),
+        dev: &RocmDevice,
+    ) -> candle_core::Result<S> {
+        let root = match self.0 {
+            CmpOp::Eq => "eq",
+            CmpOp::Ne => "ne",
+            CmpOp::Lt => "lt",
+            CmpOp::Le => "le",
+            CmpOp::Gt => "gt",
+            CmpOp::Ge => "ge",
+        };
+        let out = launch_binary::<T, u8>(dev, &kernel_name::<T>(root), lhs, rhs).w()?;
+        Ok(S::U8(out))
+    }
+}
+
+/// `cond ? on_true : on_false` elementwise (our `where` module, which takes every condition
+/// dtype Candle's CPU backend takes: u8, u32, i16, i32, i64).
+pub struct WhereCond<'a, C: RocmDType>(pub &'a DeviceBuffer<C>, pub &'a Layout);
+
+impl<C: RocmDType> Map2 for WhereCond<'_, C> {
+    const OP: &'static str = "where_cond";
+
+    fn f<T: RocmDType>(
+        &self,
+        (t, t_l): (&DeviceBuffer<T>, &Layout),
+        (f, f_l): (&DeviceBuffer<T>, &Layout),
+        dev: &RocmDevice,
+    ) -> candle_core::Result<DeviceBuffer<T>> {
+        let name = format!("where_{}_{}", C::DTYPE.as_str(), T::DTYPE.as_str());
         let run = || -> Result<DeviceBuffer<T>, BackendError> {
-            if lhs_l.dims() != rhs_l.dims() {
-                return Err(rocm_safe::RocmError::InvalidArgument(format!(
-                    "{name}: shapes {:?} and {:?} differ",
-                    lhs_l.dims(),
-                    rhs_l.dims()
-                ))
-                .into());
+            let (cond, cond_l) = (self.0, self.1);
+            if cond_l.dims() != t_l.dims() || cond_l.dims() != f_l.dims() {
+                return Err(invalid(
+                    &name,
+                    format_args!(
+                        "shapes {:?}, {:?} and {:?} differ",
+                        cond_l.dims(),
+                        t_l.dims(),
+                        f_l.dims()
+                    ),
+                ));
             }
-            let el = lhs_l.shape().elem_count();
+            let el = cond_l.shape().elem_count();
             let out = dev.alloc::<T>(el)?;
             if el == 0 {
                 return Ok(out);
             }
-            let (a, b) = (
-                checked_view(&name, lhs, lhs_l)?,
-                checked_view(&name, rhs, rhs_l)?,
-            );
-            let f = dev.function(Module::Binary, &name)?;
-            let info = dev.layout_info(&[lhs_l, rhs_l])?;
-            let (numel, ndims) = (el, lhs_l.dims().len());
-            let (pinfo, pa, pb, pout) = (
-                RocmDevice::ptr_arg(info.as_ref()),
+            let c = checked_view(&name, cond, cond_l)?;
+            let (a, b) = (checked_view(&name, t, t_l)?, checked_view(&name, f, f_l)?);
+            let func = dev.function(Module::Where, &name)?;
+            let info = [cond_l.dims(), cond_l.stride(), t_l.stride(), f_l.stride()].concat();
+            let info = dev.clone_htod(&info)?;
+            let ndims = cond_l.dims().len();
+            let (pinfo, pc, pa, pb, pout) = (
+                info.as_arg(),
+                DevicePtrArg::of(&c),
                 DevicePtrArg::of(&a),
                 DevicePtrArg::of(&b),
                 out.as_arg(),
             );
-            let mut l = dev.stream().launch_builder(&f);
-            l.arg(&numel)
+            let mut l = dev.stream().launch_builder(&func);
+            l.arg(&el)
                 .arg(&ndims)
                 .arg(&pinfo)
+                .arg(&pc)
                 .arg(&pa)
                 .arg(&pb)
                 .arg(&pout);
-            // SAFETY: (size_t numel, size_t num_dims, const size_t* dims_and_strides,
-            // const T* lhs, const T* rhs, T* out); the info holds 3 * num_dims values or is
-            // null; both layouts were checked against their buffers; `out` holds numel.
+            // SAFETY: where_<C>_<T>(size_t numel, size_t num_dims, const size_t* info,
+            // const C* cond, const T* t, const T* f, T* out) in kernels/hip/where.hip; info
+            // holds 4 * num_dims values; the three layouts were checked against their
+            // buffers; `out` is a fresh buffer of numel elements.
             unsafe { l.launch(RocmDevice::cfg(el))? };
             Ok(out)
         };
@@ -208,8 +406,8 @@ impl<B: BinaryOpT> Map2 for Binary<B> {
 
 /// `copy_strided_src`: writes the elements `src` addresses through `layout`, in row-major
 /// order, to `dst[dst_offset..]`. A contiguous source is one device-to-device copy; anything
-/// else runs candle's `ucopy` kernel.
-pub fn copy_strided<T: DeviceRepr + WithDType>(
+/// else runs the `ucopy` kernel.
+pub fn copy_strided<T: RocmDType>(
     dev: &RocmDevice,
     src: &DeviceBuffer<T>,
     layout: &Layout,
@@ -225,39 +423,114 @@ pub fn copy_strided<T: DeviceRepr + WithDType>(
         .checked_add(el)
         .filter(|&e| e <= dst.len())
         .ok_or_else(|| {
-            rocm_safe::RocmError::InvalidArgument(format!(
-                "{name}: {el} elements at offset {dst_offset} do not fit a buffer of {}",
-                dst.len()
-            ))
+            invalid(
+                &name,
+                format_args!(
+                    "{el} elements at offset {dst_offset} do not fit a buffer of {}",
+                    dst.len()
+                ),
+            )
         })?;
     let mut out = dst.slice_mut(dst_offset..end)?;
     if layout.is_contiguous() {
         // `slice` refuses a range past the end of `src`.
-        let input = src.slice(layout.start_offset()..layout.start_offset() + el)?;
+        let input = src.slice(layout.start_offset()..layout.start_offset().saturating_add(el))?;
         dev.stream().memcpy_dtod(&input, &mut out)?;
         return Ok(());
     }
     // `out` is an exclusive view of exactly `el` elements of `dst`, which `src` (borrowed
     // shared) cannot alias.
-    launch_elementwise_into(
-        dev,
-        Module::Unary,
-        &name,
-        src,
-        layout,
-        &DevicePtrArg::of(&out),
-        &[],
-    )?;
+    let module = module_for(Module::Unary, T::DTYPE);
+    let pout = DevicePtrArg::of(&out);
+    launch_elementwise_into(dev, module, &name, src, layout, &pout, Extra::none())?;
     Ok(())
 }
 
-/// `to_dtype`: candle-kernels' `cast_<src>_<dst>` for every pair it has; a pair it lacks is a
-/// [`crate::registry::KernelError::MissingKernel`].
-pub fn cast<S: DeviceRepr + WithDType, D: DeviceRepr + WithDType>(
+/// `copy2d`: `d1` rows of `d2` elements from `src[src_o + i * src_s ..]` to
+/// `dst[dst_o + i * dst_s ..]`.
+#[allow(clippy::too_many_arguments)]
+pub fn copy2d<T: RocmDType>(
     dev: &RocmDevice,
-    src: &DeviceBuffer<S>,
+    src: &DeviceBuffer<T>,
+    dst: &mut DeviceBuffer<T>,
+    (d1, d2): (usize, usize),
+    (src_s, dst_s): (usize, usize),
+    (src_o, dst_o): (usize, usize),
+) -> Result<(), BackendError> {
+    let name = kernel_name::<T>("copy2d");
+    if d1 == 0 || d2 == 0 {
+        return Ok(());
+    }
+    // Elements past the offset the last row ends at.
+    let reach = |stride: usize| (d1 - 1).checked_mul(stride).and_then(|v| v.checked_add(d2));
+    let fits = |o: usize, stride: usize, len: usize| {
+        reach(stride)
+            .and_then(|r| r.checked_add(o))
+            .is_some_and(|e| e <= len)
+    };
+    if !fits(src_o, src_s, src.len()) || !fits(dst_o, dst_s, dst.len()) {
+        return Err(invalid(
+            &name,
+            format_args!(
+                "{d1} rows of {d2} (strides {src_s} -> {dst_s}, offsets {src_o} -> {dst_o}) \
+                 do not fit buffers of {} and {}",
+                src.len(),
+                dst.len()
+            ),
+        ));
+    }
+    let limit = u32::MAX as usize;
+    if d1.saturating_mul(d2) > limit || src_s > limit || dst_s > limit {
+        return Err(invalid(&name, "sizes exceed the kernel's 32-bit indices"));
+    }
+    let input = src.slice(src_o..)?;
+    let out = dst.slice_mut(dst_o..)?;
+    let f = dev.function(module_for(Module::Fill, T::DTYPE), &name)?;
+    let (pin, pout) = (DevicePtrArg::of(&input), DevicePtrArg::of(&out));
+    let (a, b, c, d) = (d1 as u32, d2 as u32, src_s as u32, dst_s as u32);
+    let mut l = dev.stream().launch_builder(&f);
+    l.arg(&pin).arg(&pout).arg(&a).arg(&b).arg(&c).arg(&d);
+    // SAFETY: copy2d_<T>(const T* src, T* dst, u32 d1, u32 d2, u32 src_s, u32 dst_s), one
+    // thread per element of d1 * d2 (checked to fit u32); both extents were checked to lie
+    // inside their buffers; `dst` is borrowed exclusively so the views do not alias.
+    unsafe { l.launch(RocmDevice::cfg(d1 * d2))? };
+    Ok(())
+}
+
+/// `const_set`: writes `value` to every element `layout` addresses in `dst`.
+pub fn const_set<T: RocmDType>(
+    dev: &RocmDevice,
+    dst: &mut DeviceBuffer<T>,
     layout: &Layout,
-) -> candle_core::Result<DeviceBuffer<D>> {
-    let name = format!("cast_{}_{}", S::DTYPE.as_str(), D::DTYPE.as_str());
-    launch_elementwise::<S, D>(dev, Module::Cast, &name, src, layout, &[]).w()
+    value: T,
+) -> Result<(), BackendError> {
+    let name = kernel_name::<T>("const_set");
+    let el = layout.shape().elem_count();
+    if el == 0 {
+        return Ok(());
+    }
+    checked_view(&name, dst, layout)?;
+    let out = dst.slice_mut(layout.start_offset()..)?;
+    let f = dev.function(module_for(Module::Fill, T::DTYPE), &name)?;
+    let info = dev.layout_info(&[layout])?;
+    let ndims = layout.dims().len();
+    let (pinfo, pout) = (RocmDevice::ptr_arg(info.as_ref()), DevicePtrArg::of(&out));
+    let mut l = dev.stream().launch_builder(&f);
+    l.arg(&el).arg(&ndims).arg(&pinfo).arg(&value).arg(&pout);
+    // SAFETY: const_set_<T>(size_t numel, size_t num_dims, const size_t* info, T value,
+    // T* out); info is null (contiguous) or 2 * num_dims values; the layout was checked to
+    // stay inside `dst`, which is borrowed exclusively.
+    unsafe { l.launch(RocmDevice::cfg(el))? };
+    Ok(())
+}
+
+/// `to_dtype`: our `convert` module's `cast_<src>_<dst>` (Rust `as` semantics, like the CPU
+/// backend: float to integer saturates and maps NaN to 0).
+pub fn cast<Src: RocmDType, Dst: RocmDType>(
+    dev: &RocmDevice,
+    src: &DeviceBuffer<Src>,
+    layout: &Layout,
+) -> candle_core::Result<DeviceBuffer<Dst>> {
+    let name = format!("cast_{}_{}", Src::DTYPE.as_str(), Dst::DTYPE.as_str());
+    launch_elementwise::<Src, Dst>(dev, Module::Convert, &name, src, layout, Extra::none()).w()
 }

@@ -47,7 +47,10 @@ pub enum KernelError {
         reason: String,
     },
     /// The module has no kernel of this name (e.g. an op/dtype pair candle-kernels lacks).
-    #[error("no kernel `{name}` in the `{module}` module: {source}. The op is not available for this dtype")]
+    #[error(
+        "no kernel `{name}` in the `{module}` module: {source}. The op is not available for \
+         this dtype. To fix: convert the tensor with to_dtype first (e.g. to f32)"
+    )]
     MissingKernel {
         /// The kernel module.
         module: &'static str,

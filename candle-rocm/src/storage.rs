@@ -1,13 +1,19 @@
-//! [`RocmStorage`]: a tensor's device memory, one typed buffer per Candle dtype.
+//! [`RocmStorage`]: a tensor's device memory, one typed buffer per Candle dtype, and its
+//! `BackendStorage` implementation (each method dispatches to the op modules).
 
-use candle_core::backend::BackendStorage;
-use candle_core::{CpuStorage, DType, Layout};
+use candle_core::backend::{BackendDevice, BackendStorage};
+use candle_core::op::{BinaryOpT, CmpOp, ReduceOp, UnaryOpT};
+use candle_core::{CpuStorage, DType, Layout, WithDType};
 use half::{bf16, f16};
-use rocm_safe::DeviceBuffer;
+use rocm_safe::{DeviceBuffer, DeviceRepr};
 
+use crate::conv::{ConvParams, Pool2D, PoolOp, UpsampleBilinear, UpsampleNearest};
 use crate::device::RocmDevice;
 use crate::error::{BackendError, WrapErr};
-use crate::utils::{Map1, Map2};
+use crate::indexing::{Gather, IndexSelect, IndexedUpdate, Update};
+use crate::ops::{Affine, Binary, Cmp, Elu, Powf, Unary, WhereCond};
+use crate::reduce::FastReduce;
+use crate::utils::{Map1, Map1Any, Map2, Map2Any, Map2InPlace};
 
 /// The typed buffer behind a [`RocmStorage`].
 pub enum RocmStorageSlice {
@@ -30,6 +36,40 @@ pub enum RocmStorageSlice {
     /// `f64`.
     F64(DeviceBuffer<f64>),
 }
+
+/// An element type a [`RocmStorageSlice`] can hold (candle-core's CUDA backend has the same
+/// trait, `CudaDType`).
+pub trait RocmDType: DeviceRepr + WithDType {
+    /// Wraps a buffer in its slice variant.
+    fn wrap_slice(buf: DeviceBuffer<Self>) -> RocmStorageSlice;
+    /// The buffer, when `s` holds this type.
+    fn as_buffer(s: &RocmStorageSlice) -> Option<&DeviceBuffer<Self>>;
+}
+
+macro_rules! rocm_dtype {
+    ($t:ty, $v:ident) => {
+        impl RocmDType for $t {
+            fn wrap_slice(buf: DeviceBuffer<Self>) -> RocmStorageSlice {
+                RocmStorageSlice::$v(buf)
+            }
+            fn as_buffer(s: &RocmStorageSlice) -> Option<&DeviceBuffer<Self>> {
+                match s {
+                    RocmStorageSlice::$v(b) => Some(b),
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+rocm_dtype!(u8, U8);
+rocm_dtype!(u32, U32);
+rocm_dtype!(i16, I16);
+rocm_dtype!(i32, I32);
+rocm_dtype!(i64, I64);
+rocm_dtype!(bf16, BF16);
+rocm_dtype!(f16, F16);
+rocm_dtype!(f32, F32);
+rocm_dtype!(f64, F64);
 
 /// Device memory of a tensor plus the device it lives on.
 pub struct RocmStorage {
@@ -76,6 +116,21 @@ impl RocmStorageSlice {
             RocmStorageSlice::F64(_) => DType::F64,
         }
     }
+
+    /// Wraps a typed buffer.
+    pub fn from_buffer<T: RocmDType>(buf: DeviceBuffer<T>) -> Self {
+        T::wrap_slice(buf)
+    }
+
+    /// Number of elements in the buffer.
+    pub fn len(&self) -> usize {
+        for_each_slice!(self, b => b.len())
+    }
+
+    /// Whether the buffer is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 impl RocmStorage {
@@ -83,14 +138,26 @@ impl RocmStorage {
         RocmStorage { slice, device }
     }
 
-    /// The storage's dtype.
-    pub fn dtype(&self) -> DType {
-        self.slice.dtype()
+    /// Number of elements in the buffer.
+    pub fn len(&self) -> usize {
+        self.slice.len()
     }
 
-    /// The device.
-    pub fn device(&self) -> &RocmDevice {
-        &self.device
+    /// Whether the buffer is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The buffer, when the storage holds `T`.
+    pub fn as_buffer<T: RocmDType>(&self) -> candle_core::Result<&DeviceBuffer<T>> {
+        T::as_buffer(&self.slice).ok_or_else(|| {
+            candle_core::Error::UnexpectedDType {
+                msg: "unexpected dtype",
+                expected: T::DTYPE,
+                got: self.dtype(),
+            }
+            .bt()
+        })
     }
 
     /// Copies host storage to the device.
@@ -133,54 +200,95 @@ impl RocmStorage {
         })
     }
 
-    /// Number of elements in the buffer.
-    pub fn len(&self) -> usize {
-        for_each_slice!(&self.slice, b => b.len())
-    }
-
-    /// Whether the buffer is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// `x * mul + add` elementwise over `layout` (candle's `affine`).
-    pub fn affine(&self, layout: &Layout, mul: f64, add: f64) -> candle_core::Result<Self> {
-        let slice = crate::ops::Affine(mul, add).map(&self.slice, &self.device, layout)?;
-        Ok(RocmStorage::new(slice, self.device.clone()))
-    }
-
-    /// Copies the elements `src_l` addresses into `dst` starting at `dst_offset` (candle's
-    /// `copy_strided_src`, which `Tensor::contiguous` uses).
-    pub fn copy_strided_src(
-        &self,
-        dst: &mut RocmStorage,
-        dst_offset: usize,
-        src_l: &Layout,
-    ) -> candle_core::Result<()> {
-        use crate::ops::copy_strided;
-        use RocmStorageSlice as S;
-        let d = &self.device;
-        match (&self.slice, &mut dst.slice) {
-            (S::U8(a), S::U8(b)) => copy_strided(d, a, src_l, b, dst_offset),
-            (S::U32(a), S::U32(b)) => copy_strided(d, a, src_l, b, dst_offset),
-            (S::I16(a), S::I16(b)) => copy_strided(d, a, src_l, b, dst_offset),
-            (S::I32(a), S::I32(b)) => copy_strided(d, a, src_l, b, dst_offset),
-            (S::I64(a), S::I64(b)) => copy_strided(d, a, src_l, b, dst_offset),
-            (S::BF16(a), S::BF16(b)) => copy_strided(d, a, src_l, b, dst_offset),
-            (S::F16(a), S::F16(b)) => copy_strided(d, a, src_l, b, dst_offset),
-            (S::F32(a), S::F32(b)) => copy_strided(d, a, src_l, b, dst_offset),
-            (S::F64(a), S::F64(b)) => copy_strided(d, a, src_l, b, dst_offset),
-            (a, b) => Err(BackendError::DtypeMismatch {
-                op: "copy_strided_src",
-                lhs: a.dtype(),
-                rhs: b.dtype(),
-            }),
+    /// Fails unless `other` lives on the same device.
+    fn same_device_as(&self, other: &RocmStorage, op: &'static str) -> candle_core::Result<()> {
+        if self.device.same_device(&other.device) {
+            Ok(())
+        } else {
+            Err(candle_core::Error::DeviceMismatchBinaryOp {
+                lhs: self.device.location(),
+                rhs: other.device.location(),
+                op,
+            }
+            .bt())
         }
-        .w()
     }
 
-    /// Converts to `dtype` (candle's `to_dtype`), reading `self` through `layout`.
-    pub fn to_dtype(&self, layout: &Layout, dtype: DType) -> candle_core::Result<Self> {
+    fn wrap(&self, slice: RocmStorageSlice) -> RocmStorage {
+        RocmStorage::new(slice, self.device.clone())
+    }
+}
+
+/// A copy of the whole buffer (candle keeps the tensor's layout on the copy, so the layout
+/// does not narrow what is copied; this is what the CPU and CUDA backends do too).
+struct CloneBuffer;
+
+impl Map1 for CloneBuffer {
+    fn f<T: RocmDType>(
+        &self,
+        src: &DeviceBuffer<T>,
+        dev: &RocmDevice,
+        _layout: &Layout,
+    ) -> candle_core::Result<DeviceBuffer<T>> {
+        let mut out = dev.alloc::<T>(src.len()).w()?;
+        dev.stream().memcpy_dtod(src, &mut out).w()?;
+        Ok(out)
+    }
+}
+
+impl BackendStorage for RocmStorage {
+    type Device = RocmDevice;
+
+    fn try_clone(&self, layout: &Layout) -> candle_core::Result<Self> {
+        Ok(self.wrap(CloneBuffer.map(&self.slice, &self.device, layout)?))
+    }
+
+    fn dtype(&self) -> DType {
+        self.slice.dtype()
+    }
+
+    fn device(&self) -> &RocmDevice {
+        &self.device
+    }
+
+    fn to_cpu_storage(&self) -> candle_core::Result<CpuStorage> {
+        self.to_cpu()
+    }
+
+    fn affine(&self, layout: &Layout, mul: f64, add: f64) -> candle_core::Result<Self> {
+        Ok(self.wrap(Affine(mul, add).map(&self.slice, &self.device, layout)?))
+    }
+
+    fn powf(&self, layout: &Layout, e: f64) -> candle_core::Result<Self> {
+        Ok(self.wrap(Powf(e).map(&self.slice, &self.device, layout)?))
+    }
+
+    fn elu(&self, layout: &Layout, alpha: f64) -> candle_core::Result<Self> {
+        Ok(self.wrap(Elu(alpha).map(&self.slice, &self.device, layout)?))
+    }
+
+    fn reduce_op(
+        &self,
+        op: ReduceOp,
+        layout: &Layout,
+        dims: &[usize],
+    ) -> candle_core::Result<Self> {
+        Ok(self.wrap(FastReduce(dims, op).map(&self.slice, &self.device, layout)?))
+    }
+
+    fn cmp(
+        &self,
+        op: CmpOp,
+        rhs: &Self,
+        lhs_l: &Layout,
+        rhs_l: &Layout,
+    ) -> candle_core::Result<Self> {
+        self.same_device_as(rhs, "cmp")?;
+        let slice = Cmp(op).map((&self.slice, lhs_l), (&rhs.slice, rhs_l), &self.device)?;
+        Ok(self.wrap(slice))
+    }
+
+    fn to_dtype(&self, layout: &Layout, dtype: DType) -> candle_core::Result<Self> {
         use crate::ops::cast;
         use RocmStorageSlice as S;
         let d = &self.device;
@@ -206,50 +314,341 @@ impl RocmStorage {
                 }
             };
         }
-        let slice = match &self.slice {
-            S::U8(b) => to!(b),
-            S::U32(b) => to!(b),
-            S::I16(b) => to!(b),
-            S::I32(b) => to!(b),
-            S::I64(b) => to!(b),
-            S::BF16(b) => to!(b),
-            S::F16(b) => to!(b),
-            S::F32(b) => to!(b),
-            S::F64(b) => to!(b),
-        };
-        Ok(RocmStorage::new(slice, self.device.clone()))
+        let slice = for_each_slice!(&self.slice, b => to!(b));
+        Ok(self.wrap(slice))
     }
 
-    /// A binary op (`add`, `mul`, `maximum`, ...) of `self` over `lhs_l` and `rhs` over
-    /// `rhs_l`, which have the same shape (candle broadcasts with stride 0 before calling it).
-    pub fn binary<B: candle_core::op::BinaryOpT>(
+    fn unary_impl<B: UnaryOpT>(&self, layout: &Layout) -> candle_core::Result<Self> {
+        Ok(self.wrap(Unary::<B>::new().map(&self.slice, &self.device, layout)?))
+    }
+
+    fn binary_impl<B: BinaryOpT>(
         &self,
-        rhs: &RocmStorage,
+        rhs: &Self,
         lhs_l: &Layout,
         rhs_l: &Layout,
     ) -> candle_core::Result<Self> {
-        if !self.device.same_device(&rhs.device) {
-            return Err(candle_core::Error::wrap(
-                rocm_safe::RocmError::InvalidArgument(format!(
-                    "{}: operands live on different devices",
-                    B::NAME
-                )),
-            ));
-        }
-        let slice = crate::ops::Binary::<B>::new().map(
-            (&self.slice, lhs_l),
-            (&rhs.slice, rhs_l),
-            &self.device,
-        )?;
-        Ok(RocmStorage::new(slice, self.device.clone()))
+        self.same_device_as(rhs, B::NAME)?;
+        let slice =
+            Binary::<B>::new().map((&self.slice, lhs_l), (&rhs.slice, rhs_l), &self.device)?;
+        Ok(self.wrap(slice))
     }
 
-    /// A unary op (`exp`, `neg`, `gelu`, ...) over `layout` (candle's `unary_impl`).
-    pub fn unary<U: candle_core::op::UnaryOpT>(
+    fn where_cond(
         &self,
         layout: &Layout,
+        t: &Self,
+        t_l: &Layout,
+        f: &Self,
+        f_l: &Layout,
     ) -> candle_core::Result<Self> {
-        let slice = crate::ops::Unary::<U>::new().map(&self.slice, &self.device, layout)?;
-        Ok(RocmStorage::new(slice, self.device.clone()))
+        use RocmStorageSlice as S;
+        self.same_device_as(t, "where_cond")?;
+        self.same_device_as(f, "where_cond")?;
+        let (ts, fs, d) = ((&t.slice, t_l), (&f.slice, f_l), &self.device);
+        let slice = match &self.slice {
+            S::U8(c) => WhereCond(c, layout).map(ts, fs, d)?,
+            S::U32(c) => WhereCond(c, layout).map(ts, fs, d)?,
+            S::I16(c) => WhereCond(c, layout).map(ts, fs, d)?,
+            S::I32(c) => WhereCond(c, layout).map(ts, fs, d)?,
+            S::I64(c) => WhereCond(c, layout).map(ts, fs, d)?,
+            other => {
+                return Err(
+                    candle_core::Error::UnsupportedDTypeForOp(other.dtype(), "where-cond").bt(),
+                )
+            }
+        };
+        Ok(self.wrap(slice))
+    }
+
+    fn conv1d(
+        &self,
+        l: &Layout,
+        kernel: &Self,
+        kernel_l: &Layout,
+        params: &candle_core::conv::ParamsConv1D,
+    ) -> candle_core::Result<Self> {
+        self.same_device_as(kernel, "conv1d")?;
+        let p = ConvParams::from_debug(&format!("{params:?}"));
+        self.conv1d_with(l, kernel, kernel_l, &p)
+    }
+
+    fn conv_transpose1d(
+        &self,
+        l: &Layout,
+        kernel: &Self,
+        kernel_l: &Layout,
+        params: &candle_core::conv::ParamsConvTranspose1D,
+    ) -> candle_core::Result<Self> {
+        self.same_device_as(kernel, "conv_transpose1d")?;
+        let p = ConvParams::from_debug(&format!("{params:?}"));
+        self.conv_transpose1d_with(l, kernel, kernel_l, &p)
+    }
+
+    fn conv2d(
+        &self,
+        l: &Layout,
+        kernel: &Self,
+        kernel_l: &Layout,
+        params: &candle_core::conv::ParamsConv2D,
+    ) -> candle_core::Result<Self> {
+        self.same_device_as(kernel, "conv2d")?;
+        let p = ConvParams::from_debug(&format!("{params:?}"));
+        self.conv2d_with(l, kernel, kernel_l, &p)
+    }
+
+    fn conv_transpose2d(
+        &self,
+        l: &Layout,
+        kernel: &Self,
+        kernel_l: &Layout,
+        params: &candle_core::conv::ParamsConvTranspose2D,
+    ) -> candle_core::Result<Self> {
+        self.same_device_as(kernel, "conv_transpose2d")?;
+        let p = ConvParams::from_debug(&format!("{params:?}"));
+        self.conv_transpose2d_with(l, kernel, kernel_l, &p)
+    }
+
+    fn avg_pool2d(
+        &self,
+        l: &Layout,
+        k: (usize, usize),
+        stride: (usize, usize),
+    ) -> candle_core::Result<Self> {
+        let op = PoolOp::Avg;
+        Ok(self.wrap(Pool2D { k, stride, op }.map(&self.slice, &self.device, l)?))
+    }
+
+    fn max_pool2d(
+        &self,
+        l: &Layout,
+        k: (usize, usize),
+        stride: (usize, usize),
+    ) -> candle_core::Result<Self> {
+        let op = PoolOp::Max;
+        Ok(self.wrap(Pool2D { k, stride, op }.map(&self.slice, &self.device, l)?))
+    }
+
+    fn upsample_nearest1d(&self, l: &Layout, out: usize) -> candle_core::Result<Self> {
+        // Runs as 2-D nearest upsampling of (b, c, l, 1) to (b, c, out, 1).
+        let l4 = crate::conv::as_4d_with_unit_w("upsample_nearest1d", l).w()?;
+        let op = UpsampleNearest {
+            out_h: out,
+            out_w: 1,
+        };
+        Ok(self.wrap(op.map(&self.slice, &self.device, &l4)?))
+    }
+
+    fn upsample_nearest2d(
+        &self,
+        l: &Layout,
+        out_h: usize,
+        out_w: usize,
+    ) -> candle_core::Result<Self> {
+        let op = UpsampleNearest { out_h, out_w };
+        Ok(self.wrap(op.map(&self.slice, &self.device, l)?))
+    }
+
+    fn upsample_bilinear2d(
+        &self,
+        l: &Layout,
+        out_h: usize,
+        out_w: usize,
+        align_corners: bool,
+        scale_h: Option<f64>,
+        scale_w: Option<f64>,
+    ) -> candle_core::Result<Self> {
+        let op = UpsampleBilinear {
+            out_h,
+            out_w,
+            align_corners,
+            scale_h,
+            scale_w,
+        };
+        Ok(self.wrap(op.map(&self.slice, &self.device, l)?))
+    }
+
+    fn gather(
+        &self,
+        l: &Layout,
+        ids: &Self,
+        ids_l: &Layout,
+        dim: usize,
+    ) -> candle_core::Result<Self> {
+        self.same_device_as(ids, "gather")?;
+        Ok(self.wrap(Gather(ids, ids_l, dim).map(&self.slice, &self.device, l)?))
+    }
+
+    fn scatter_set(
+        &mut self,
+        l: &Layout,
+        ids: &Self,
+        ids_l: &Layout,
+        src: &Self,
+        src_l: &Layout,
+        dim: usize,
+    ) -> candle_core::Result<()> {
+        self.same_device_as(ids, "scatter")?;
+        self.same_device_as(src, "scatter")?;
+        let dev = self.device.clone();
+        IndexedUpdate(ids, ids_l, dim, Update::Scatter).map(
+            (&mut self.slice, l),
+            (&src.slice, src_l),
+            &dev,
+        )
+    }
+
+    fn scatter_add_set(
+        &mut self,
+        l: &Layout,
+        ids: &Self,
+        ids_l: &Layout,
+        src: &Self,
+        src_l: &Layout,
+        dim: usize,
+    ) -> candle_core::Result<()> {
+        self.same_device_as(ids, "scatter-add")?;
+        self.same_device_as(src, "scatter-add")?;
+        let dev = self.device.clone();
+        IndexedUpdate(ids, ids_l, dim, Update::ScatterAdd).map(
+            (&mut self.slice, l),
+            (&src.slice, src_l),
+            &dev,
+        )
+    }
+
+    fn index_select(
+        &self,
+        ids: &Self,
+        l: &Layout,
+        ids_l: &Layout,
+        dim: usize,
+    ) -> candle_core::Result<Self> {
+        self.same_device_as(ids, "index-select")?;
+        Ok(self.wrap(IndexSelect(ids, ids_l, dim).map(&self.slice, &self.device, l)?))
+    }
+
+    fn index_add(
+        &self,
+        l: &Layout,
+        ids: &Self,
+        ids_l: &Layout,
+        src: &Self,
+        src_l: &Layout,
+        dim: usize,
+    ) -> candle_core::Result<Self> {
+        self.same_device_as(ids, "index-add")?;
+        self.same_device_as(src, "index-add")?;
+        let mut acc = self.device.alloc_uninit_storage(l.shape(), self.dtype())?;
+        self.copy_strided_src(&mut acc, 0, l)?;
+        let acc_l = Layout::contiguous(l.shape());
+        IndexedUpdate(ids, ids_l, dim, Update::IndexAdd).map(
+            (&mut acc.slice, &acc_l),
+            (&src.slice, src_l),
+            &self.device,
+        )?;
+        Ok(acc)
+    }
+
+    fn matmul(
+        &self,
+        rhs: &Self,
+        bmnk: (usize, usize, usize, usize),
+        lhs_l: &Layout,
+        rhs_l: &Layout,
+    ) -> candle_core::Result<Self> {
+        self.same_device_as(rhs, "matmul")?;
+        self.matmul_impl(rhs, bmnk, lhs_l, rhs_l)
+    }
+
+    fn copy_strided_src(
+        &self,
+        dst: &mut Self,
+        dst_offset: usize,
+        src_l: &Layout,
+    ) -> candle_core::Result<()> {
+        use crate::ops::copy_strided;
+        use RocmStorageSlice as S;
+        self.same_device_as(dst, "copy_strided_src")?;
+        let d = &self.device;
+        match (&self.slice, &mut dst.slice) {
+            (S::U8(a), S::U8(b)) => copy_strided(d, a, src_l, b, dst_offset),
+            (S::U32(a), S::U32(b)) => copy_strided(d, a, src_l, b, dst_offset),
+            (S::I16(a), S::I16(b)) => copy_strided(d, a, src_l, b, dst_offset),
+            (S::I32(a), S::I32(b)) => copy_strided(d, a, src_l, b, dst_offset),
+            (S::I64(a), S::I64(b)) => copy_strided(d, a, src_l, b, dst_offset),
+            (S::BF16(a), S::BF16(b)) => copy_strided(d, a, src_l, b, dst_offset),
+            (S::F16(a), S::F16(b)) => copy_strided(d, a, src_l, b, dst_offset),
+            (S::F32(a), S::F32(b)) => copy_strided(d, a, src_l, b, dst_offset),
+            (S::F64(a), S::F64(b)) => copy_strided(d, a, src_l, b, dst_offset),
+            (a, b) => Err(BackendError::DtypeMismatch {
+                op: "copy_strided_src",
+                lhs: a.dtype(),
+                rhs: b.dtype(),
+            }),
+        }
+        .w()
+    }
+
+    fn copy2d(
+        &self,
+        dst: &mut Self,
+        d1: usize,
+        d2: usize,
+        src_s: usize,
+        dst_s: usize,
+        src_o: usize,
+        dst_o: usize,
+    ) -> candle_core::Result<()> {
+        use crate::ops::copy2d;
+        use RocmStorageSlice as S;
+        self.same_device_as(dst, "copy2d")?;
+        let d = &self.device;
+        let (dims, strides, offsets) = ((d1, d2), (src_s, dst_s), (src_o, dst_o));
+        match (&self.slice, &mut dst.slice) {
+            (S::U8(a), S::U8(b)) => copy2d(d, a, b, dims, strides, offsets),
+            (S::U32(a), S::U32(b)) => copy2d(d, a, b, dims, strides, offsets),
+            (S::I16(a), S::I16(b)) => copy2d(d, a, b, dims, strides, offsets),
+            (S::I32(a), S::I32(b)) => copy2d(d, a, b, dims, strides, offsets),
+            (S::I64(a), S::I64(b)) => copy2d(d, a, b, dims, strides, offsets),
+            (S::BF16(a), S::BF16(b)) => copy2d(d, a, b, dims, strides, offsets),
+            (S::F16(a), S::F16(b)) => copy2d(d, a, b, dims, strides, offsets),
+            (S::F32(a), S::F32(b)) => copy2d(d, a, b, dims, strides, offsets),
+            (S::F64(a), S::F64(b)) => copy2d(d, a, b, dims, strides, offsets),
+            (a, b) => Err(BackendError::DtypeMismatch {
+                op: "copy2d",
+                lhs: a.dtype(),
+                rhs: b.dtype(),
+            }),
+        }
+        .w()
+    }
+
+    fn const_set(
+        &mut self,
+        value: candle_core::scalar::Scalar,
+        l: &Layout,
+    ) -> candle_core::Result<()> {
+        use crate::ops::const_set;
+        use candle_core::scalar::Scalar;
+        use RocmStorageSlice as S;
+        let d = self.device.clone();
+        match (&mut self.slice, value) {
+            (S::U8(b), Scalar::U8(v)) => const_set(&d, b, l, v),
+            (S::U32(b), Scalar::U32(v)) => const_set(&d, b, l, v),
+            (S::I16(b), Scalar::I16(v)) => const_set(&d, b, l, v),
+            (S::I32(b), Scalar::I32(v)) => const_set(&d, b, l, v),
+            (S::I64(b), Scalar::I64(v)) => const_set(&d, b, l, v),
+            (S::BF16(b), Scalar::BF16(v)) => const_set(&d, b, l, v),
+            (S::F16(b), Scalar::F16(v)) => const_set(&d, b, l, v),
+            (S::F32(b), Scalar::F32(v)) => const_set(&d, b, l, v),
+            (S::F64(b), Scalar::F64(v)) => const_set(&d, b, l, v),
+            (b, v) => Err(BackendError::DtypeMismatch {
+                op: "const_set",
+                lhs: b.dtype(),
+                rhs: v.dtype(),
+            }),
+        }
+        .w()
     }
 }

@@ -1,17 +1,17 @@
 //! Dtype dispatch, in the shape of candle-core's `cuda_backend/utils.rs`: an op implements
 //! `f<T>` once, generically, and `map` matches on the storage's dtype.
 
-use candle_core::{Layout, WithDType};
-use rocm_safe::{DeviceBuffer, DeviceRepr};
+use candle_core::{DType, Layout, WithDType};
+use candle_rocm_kernels::Module;
+use rocm_safe::DeviceBuffer;
 
 use crate::device::RocmDevice;
-use crate::error::BackendError;
-use crate::storage::RocmStorageSlice as S;
+use crate::storage::{RocmDType, RocmStorageSlice as S};
 
 /// An op with one input that produces a buffer of the same dtype.
 pub trait Map1 {
     /// The op for element type `T`.
-    fn f<T: DeviceRepr + WithDType>(
+    fn f<T: RocmDType>(
         &self,
         src: &DeviceBuffer<T>,
         dev: &RocmDevice,
@@ -34,10 +34,65 @@ pub trait Map1 {
     }
 }
 
+/// An op with one input whose output dtype depends on the op (e.g. argmax gives `u32`).
+pub trait Map1Any {
+    /// The op for element type `T`; `wrap` turns a buffer of `T` into a storage slice.
+    fn f<T: RocmDType, W: Fn(DeviceBuffer<T>) -> S>(
+        &self,
+        src: &DeviceBuffer<T>,
+        dev: &RocmDevice,
+        layout: &Layout,
+        wrap: W,
+    ) -> candle_core::Result<S>;
+
+    /// Dispatches on the dtype of `s`.
+    fn map(&self, s: &S, dev: &RocmDevice, layout: &Layout) -> candle_core::Result<S> {
+        match s {
+            S::U8(b) => self.f(b, dev, layout, S::U8),
+            S::U32(b) => self.f(b, dev, layout, S::U32),
+            S::I16(b) => self.f(b, dev, layout, S::I16),
+            S::I32(b) => self.f(b, dev, layout, S::I32),
+            S::I64(b) => self.f(b, dev, layout, S::I64),
+            S::BF16(b) => self.f(b, dev, layout, S::BF16),
+            S::F16(b) => self.f(b, dev, layout, S::F16),
+            S::F32(b) => self.f(b, dev, layout, S::F32),
+            S::F64(b) => self.f(b, dev, layout, S::F64),
+        }
+    }
+}
+
+/// Applies `$body` to two buffers of the same dtype, or fails with a dtype mismatch for `$op`.
+macro_rules! same_dtype {
+    ($op:expr, ($a:expr, $b:expr), ($x:ident, $y:ident) => $body:expr) => {
+        match ($a, $b) {
+            ($crate::RocmStorageSlice::U8($x), $crate::RocmStorageSlice::U8($y)) => $body,
+            ($crate::RocmStorageSlice::U32($x), $crate::RocmStorageSlice::U32($y)) => $body,
+            ($crate::RocmStorageSlice::I16($x), $crate::RocmStorageSlice::I16($y)) => $body,
+            ($crate::RocmStorageSlice::I32($x), $crate::RocmStorageSlice::I32($y)) => $body,
+            ($crate::RocmStorageSlice::I64($x), $crate::RocmStorageSlice::I64($y)) => $body,
+            ($crate::RocmStorageSlice::BF16($x), $crate::RocmStorageSlice::BF16($y)) => $body,
+            ($crate::RocmStorageSlice::F16($x), $crate::RocmStorageSlice::F16($y)) => $body,
+            ($crate::RocmStorageSlice::F32($x), $crate::RocmStorageSlice::F32($y)) => $body,
+            ($crate::RocmStorageSlice::F64($x), $crate::RocmStorageSlice::F64($y)) => $body,
+            (a, b) => {
+                return $crate::WrapErr::w(Err($crate::BackendError::DtypeMismatch {
+                    op: $op,
+                    lhs: a.dtype(),
+                    rhs: b.dtype(),
+                }))
+            }
+        }
+    };
+}
+pub(crate) use same_dtype;
+
 /// An op with two inputs of one dtype that produces a buffer of that dtype.
 pub trait Map2 {
+    /// The op's name, for errors.
+    const OP: &'static str;
+
     /// The op for element type `T`.
-    fn f<T: DeviceRepr + WithDType>(
+    fn f<T: RocmDType>(
         &self,
         lhs: (&DeviceBuffer<T>, &Layout),
         rhs: (&DeviceBuffer<T>, &Layout),
@@ -51,28 +106,86 @@ pub trait Map2 {
         (b, lb): (&S, &Layout),
         dev: &RocmDevice,
     ) -> candle_core::Result<S> {
-        Ok(match (a, b) {
-            (S::U8(a), S::U8(b)) => S::U8(self.f((a, la), (b, lb), dev)?),
-            (S::U32(a), S::U32(b)) => S::U32(self.f((a, la), (b, lb), dev)?),
-            (S::I16(a), S::I16(b)) => S::I16(self.f((a, la), (b, lb), dev)?),
-            (S::I32(a), S::I32(b)) => S::I32(self.f((a, la), (b, lb), dev)?),
-            (S::I64(a), S::I64(b)) => S::I64(self.f((a, la), (b, lb), dev)?),
-            (S::BF16(a), S::BF16(b)) => S::BF16(self.f((a, la), (b, lb), dev)?),
-            (S::F16(a), S::F16(b)) => S::F16(self.f((a, la), (b, lb), dev)?),
-            (S::F32(a), S::F32(b)) => S::F32(self.f((a, la), (b, lb), dev)?),
-            (S::F64(a), S::F64(b)) => S::F64(self.f((a, la), (b, lb), dev)?),
-            _ => {
-                return Err(candle_core::Error::wrap(BackendError::DtypeMismatch {
-                    op: "binary",
-                    lhs: a.dtype(),
-                    rhs: b.dtype(),
-                }))
-            }
-        })
+        Ok(same_dtype!(Self::OP, (a, b), (x, y) => S::from_buffer(self.f((x, la), (y, lb), dev)?)))
+    }
+}
+
+/// An op with two inputs of one dtype whose output dtype depends on the op (e.g. `cmp`
+/// gives `u8`).
+pub trait Map2Any {
+    /// The op's name, for errors.
+    const OP: &'static str;
+
+    /// The op for element type `T`.
+    fn f<T: RocmDType>(
+        &self,
+        lhs: (&DeviceBuffer<T>, &Layout),
+        rhs: (&DeviceBuffer<T>, &Layout),
+        dev: &RocmDevice,
+    ) -> candle_core::Result<S>;
+
+    /// Dispatches on the operands' dtype; different dtypes are an error.
+    fn map(
+        &self,
+        (a, la): (&S, &Layout),
+        (b, lb): (&S, &Layout),
+        dev: &RocmDevice,
+    ) -> candle_core::Result<S> {
+        same_dtype!(Self::OP, (a, b), (x, y) => self.f((x, la), (y, lb), dev))
+    }
+}
+
+/// An op that updates its first operand in place from a second of the same dtype.
+pub trait Map2InPlace {
+    /// The op's name, for errors.
+    const OP: &'static str;
+
+    /// The op for element type `T`.
+    fn f<T: RocmDType>(
+        &self,
+        dst: (&mut DeviceBuffer<T>, &Layout),
+        src: (&DeviceBuffer<T>, &Layout),
+        dev: &RocmDevice,
+    ) -> candle_core::Result<()>;
+
+    /// Dispatches on the operands' dtype; different dtypes are an error.
+    fn map(
+        &self,
+        (dst, ld): (&mut S, &Layout),
+        (src, ls): (&S, &Layout),
+        dev: &RocmDevice,
+    ) -> candle_core::Result<()> {
+        same_dtype!(Self::OP, (dst, src), (x, y) => self.f((x, ld), (y, ls), dev))
     }
 }
 
 /// Candle's kernel name for an op root and element type, e.g. `affine_f32`.
 pub fn kernel_name<T: WithDType>(root: &str) -> String {
     format!("{root}_{}", T::DTYPE.as_str())
+}
+
+/// The module holding `base`'s kernels for `dtype`: candle-kernels has no i16/i32 versions of
+/// the elementwise, fill and reduction kernels, so those come from our `small_int` module.
+pub fn module_for(base: Module, dtype: DType) -> Module {
+    match (base, dtype) {
+        (
+            Module::Unary | Module::Binary | Module::Fill | Module::Reduce,
+            DType::I16 | DType::I32,
+        ) => Module::SmallInt,
+        _ => base,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_ints_use_our_module() {
+        assert_eq!(module_for(Module::Binary, DType::I16), Module::SmallInt);
+        assert_eq!(module_for(Module::Reduce, DType::I32), Module::SmallInt);
+        assert_eq!(module_for(Module::Binary, DType::I64), Module::Binary);
+        assert_eq!(module_for(Module::Conv, DType::I32), Module::Conv);
+        assert_eq!(kernel_name::<f32>("affine"), "affine_f32");
+    }
 }

@@ -33,7 +33,9 @@ const BUILDS: &[(&str, &[&str])] = &[
             "--test",
             "gpu",
             "--test",
-            "gpu_parity",
+            "parity",
+            "--test",
+            "robustness",
         ],
     ),
 ];

@@ -1,0 +1,316 @@
+//! `index_select`, `gather`, `scatter_set`, `scatter_add_set` and `index_add`, on our `index`
+//! module (`kernels/hip/index.hip`).
+//!
+//! Indices are `u8`, `u32` or `i64`, as on Candle's CPU and CUDA backends. Checking them on
+//! the host would need a device-to-host copy per op, so the kernels check them on the device
+//! instead: an index outside the indexed dimension (including Candle's "no index" sentinel,
+//! the type's maximum) reads as zero (`index_select`, `gather`) and writes nothing
+//! (`scatter_set`, `scatter_add_set`, `index_add`). The device never touches memory outside
+//! the tensors, whatever the indices hold. (The CPU backend returns an `InvalidIndex` error
+//! instead, except for the sentinel.)
+
+use candle_core::Layout;
+use candle_rocm_kernels::Module;
+use rocm_safe::{DeviceBuffer, DevicePtrArg, DeviceView};
+
+use crate::device::RocmDevice;
+use crate::error::{BackendError, WrapErr};
+use crate::ops::{contiguous_view, invalid};
+use crate::storage::{RocmDType, RocmStorage, RocmStorageSlice as S};
+use crate::utils::{Map1, Map2InPlace};
+
+/// The indices of an op: a view starting at the layout's first index, and the dtype suffix
+/// of the kernel name.
+struct Ids<'a> {
+    ptr: DevicePtrArg,
+    suffix: &'static str,
+    _view: std::marker::PhantomData<&'a ()>,
+}
+
+impl<'a> Ids<'a> {
+    /// Views the indices from `offset` (checking `needed` elements fit), or fails with a typed
+    /// error naming `op` when their dtype is not an index type.
+    fn new(
+        op: &'static str,
+        ids: &'a RocmStorage,
+        offset: usize,
+        needed: usize,
+    ) -> candle_core::Result<Ids<'a>> {
+        fn view<'b, I: RocmDType>(
+            op: &str,
+            b: &'b DeviceBuffer<I>,
+            offset: usize,
+            needed: usize,
+        ) -> Result<DeviceView<'b, I>, BackendError> {
+            match offset.checked_add(needed) {
+                Some(end) if end <= b.len() => Ok(b.slice(offset..)?),
+                _ => Err(invalid(
+                    op,
+                    format_args!(
+                        "indices reach element {} of a buffer of {}",
+                        offset.saturating_add(needed),
+                        b.len()
+                    ),
+                )),
+            }
+        }
+        let (ptr, suffix) = match &ids.slice {
+            S::U8(b) => (DevicePtrArg::of(&view(op, b, offset, needed).w()?), "u8"),
+            S::U32(b) => (DevicePtrArg::of(&view(op, b, offset, needed).w()?), "u32"),
+            S::I64(b) => (DevicePtrArg::of(&view(op, b, offset, needed).w()?), "i64"),
+            other => return Err(candle_core::Error::UnsupportedDTypeForOp(other.dtype(), op).bt()),
+        };
+        Ok(Ids {
+            ptr,
+            suffix,
+            _view: std::marker::PhantomData,
+        })
+    }
+}
+
+/// `(left, dim, right)`: the products of the dims before `dim`, at `dim`, and after it.
+fn split(op: &str, dims: &[usize], dim: usize) -> Result<(usize, usize, usize), BackendError> {
+    if dim >= dims.len() {
+        return Err(invalid(
+            op,
+            format_args!("dim {dim} is out of range for shape {dims:?}"),
+        ));
+    }
+    Ok((
+        dims[..dim].iter().product(),
+        dims[dim],
+        dims[dim + 1..].iter().product(),
+    ))
+}
+
+/// Checks that `a` and `b` agree on every dim except `dim`.
+fn same_except(op: &str, a: &[usize], b: &[usize], dim: usize) -> Result<(), BackendError> {
+    let ok = a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .enumerate()
+            .all(|(i, (x, y))| i == dim || x == y);
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            op,
+            format_args!("shapes {a:?} and {b:?} must agree except on dim {dim}"),
+        ))
+    }
+}
+
+/// `index_select(ids, dim)`: `out[.., j, ..] = src[.., ids[j], ..]`.
+pub struct IndexSelect<'a>(pub &'a RocmStorage, pub &'a Layout, pub usize);
+
+impl Map1 for IndexSelect<'_> {
+    fn f<T: RocmDType>(
+        &self,
+        src: &DeviceBuffer<T>,
+        dev: &RocmDevice,
+        src_l: &Layout,
+    ) -> candle_core::Result<DeviceBuffer<T>> {
+        const OP: &str = "index-select";
+        let (ids_l, dim) = (self.1, self.2);
+        let (n_ids, ids_stride) = match (ids_l.dims(), ids_l.stride()) {
+            ([n], [s]) => (*n, *s),
+            _ => {
+                return Err(candle_core::Error::UnexpectedNumberOfDims {
+                    expected: 1,
+                    got: ids_l.dims().len(),
+                    shape: ids_l.shape().clone(),
+                }
+                .bt())
+            }
+        };
+        let src = contiguous_view(OP, src, src_l)?;
+        let (left, src_dim, right) = split(OP, src_l.dims(), dim).w()?;
+        let dst_el = left * n_ids * right;
+        let out = dev.alloc::<T>(dst_el).w()?;
+        if dst_el == 0 {
+            return Ok(out);
+        }
+        let needed = (n_ids - 1) * ids_stride + 1;
+        let ids = Ids::new(OP, self.0, ids_l.start_offset(), needed)?;
+        let name = format!("is_{}_{}", ids.suffix, T::DTYPE.as_str());
+        let f = dev.function(Module::Index, &name).w()?;
+        let (psrc, pout) = (DevicePtrArg::of(&src), out.as_arg());
+        let mut l = dev.stream().launch_builder(&f);
+        l.arg(&dst_el)
+            .arg(&ids.ptr)
+            .arg(&ids_stride)
+            .arg(&psrc)
+            .arg(&pout)
+            .arg(&left)
+            .arg(&src_dim)
+            .arg(&n_ids)
+            .arg(&right);
+        // SAFETY: is_<I>_<T>(size_t numel, const I* ids, size_t ids_stride, const T* inp,
+        // T* out, size_t left, size_t src_dim, size_t ids_dim, size_t right) in
+        // kernels/hip/index.hip; `ids` holds (n_ids - 1) * ids_stride + 1 elements; `src` is
+        // the contiguous left * src_dim * right source; `out` holds numel elements; the kernel
+        // reads nothing for an out-of-range index.
+        unsafe { l.launch(RocmDevice::cfg(dst_el)).w()? };
+        Ok(out)
+    }
+}
+
+/// `gather(ids, dim)`: `out[i][j][k] = src[i][ids[i][j][k]][k]` (for `dim` = 1).
+pub struct Gather<'a>(pub &'a RocmStorage, pub &'a Layout, pub usize);
+
+impl Map1 for Gather<'_> {
+    fn f<T: RocmDType>(
+        &self,
+        src: &DeviceBuffer<T>,
+        dev: &RocmDevice,
+        src_l: &Layout,
+    ) -> candle_core::Result<DeviceBuffer<T>> {
+        const OP: &str = "gather";
+        let (ids_l, dim) = (self.1, self.2);
+        let (ids_o1, _) = ids_l
+            .contiguous_offsets()
+            .ok_or_else(|| candle_core::Error::RequiresContiguous { op: OP }.bt())?;
+        let src = contiguous_view(OP, src, src_l)?;
+        let (left, src_dim, right) = split(OP, src_l.dims(), dim).w()?;
+        same_except(OP, src_l.dims(), ids_l.dims(), dim).w()?;
+        let ids_dim = ids_l.dims()[dim];
+        let el = ids_l.shape().elem_count();
+        let out = dev.alloc::<T>(el).w()?;
+        if el == 0 {
+            return Ok(out);
+        }
+        let ids = Ids::new(OP, self.0, ids_o1, el)?;
+        let name = format!("gather_{}_{}", ids.suffix, T::DTYPE.as_str());
+        let f = dev.function(Module::Index, &name).w()?;
+        let (psrc, pout) = (DevicePtrArg::of(&src), out.as_arg());
+        let mut l = dev.stream().launch_builder(&f);
+        l.arg(&el)
+            .arg(&ids.ptr)
+            .arg(&psrc)
+            .arg(&pout)
+            .arg(&left)
+            .arg(&src_dim)
+            .arg(&ids_dim)
+            .arg(&right);
+        // SAFETY: gather_<I>_<T>(size_t numel, const I* ids, const T* inp, T* out,
+        // size_t left, size_t src_dim, size_t ids_dim, size_t right); `ids` and `out` hold
+        // numel = left * ids_dim * right elements (the shapes agree except on `dim`); `src`
+        // is the contiguous left * src_dim * right source; out-of-range indices read nothing.
+        unsafe { l.launch(RocmDevice::cfg(el)).w()? };
+        Ok(out)
+    }
+}
+
+/// Which in-place indexed update to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Update {
+    /// `scatter_set`: `dst[.., ids[..], ..] = src[..]`.
+    Scatter,
+    /// `scatter_add_set`: `dst[.., ids[..], ..] += src[..]`.
+    ScatterAdd,
+    /// `index_add`: `dst[.., ids[j], ..] += src[.., j, ..]` with 1-D `ids`.
+    IndexAdd,
+}
+
+/// An in-place indexed update of `dst` from `src` along dim `.2`, with indices `.0`/`.1`.
+pub struct IndexedUpdate<'a>(pub &'a RocmStorage, pub &'a Layout, pub usize, pub Update);
+
+impl Map2InPlace for IndexedUpdate<'_> {
+    const OP: &'static str = "scatter";
+
+    fn f<T: RocmDType>(
+        &self,
+        (dst, dst_l): (&mut DeviceBuffer<T>, &Layout),
+        (src, src_l): (&DeviceBuffer<T>, &Layout),
+        dev: &RocmDevice,
+    ) -> candle_core::Result<()> {
+        let (ids_l, dim, update) = (self.1, self.2, self.3);
+        let op = match update {
+            Update::Scatter => "scatter",
+            Update::ScatterAdd => "scatter-add",
+            Update::IndexAdd => "index-add",
+        };
+        let (ids_o1, _) = ids_l
+            .contiguous_offsets()
+            .ok_or_else(|| candle_core::Error::RequiresContiguous { op }.bt())?;
+        let src = contiguous_view(op, src, src_l)?;
+        let (left, src_dim, right) = split(op, src_l.dims(), dim).w()?;
+        let (_, dst_dim, _) = split(op, dst_l.dims(), dim).w()?;
+        same_except(op, src_l.dims(), dst_l.dims(), dim).w()?;
+        let ids_needed = match update {
+            Update::Scatter | Update::ScatterAdd => {
+                if ids_l.dims() != src_l.dims() {
+                    return Err(invalid(
+                        op,
+                        format_args!(
+                            "indices {:?} and source {:?} must have the same shape",
+                            ids_l.dims(),
+                            src_l.dims()
+                        ),
+                    ))
+                    .w();
+                }
+                src_l.shape().elem_count()
+            }
+            Update::IndexAdd => {
+                if ids_l.dims() != [src_dim] {
+                    return Err(invalid(
+                        op,
+                        format_args!(
+                            "indices {:?} must be 1-D with {src_dim} entries (source dim {dim})",
+                            ids_l.dims()
+                        ),
+                    ))
+                    .w();
+                }
+                src_dim
+            }
+        };
+        let (dst_o1, dst_o2) = dst_l
+            .contiguous_offsets()
+            .ok_or_else(|| candle_core::Error::RequiresContiguous { op }.bt())?;
+        if dst_o2 > dst.len() {
+            return Err(invalid(
+                op,
+                format_args!(
+                    "layout reaches element {dst_o2} of a buffer of {}",
+                    dst.len()
+                ),
+            ))
+            .w();
+        }
+        let threads = left * right;
+        if threads == 0 || src_dim == 0 {
+            return Ok(());
+        }
+        let ids = Ids::new(op, self.0, ids_o1, ids_needed)?;
+        let root = match update {
+            Update::Scatter => "s",
+            Update::ScatterAdd => "sa",
+            Update::IndexAdd => "ia",
+        };
+        let name = format!("{root}_{}_{}", ids.suffix, T::DTYPE.as_str());
+        let f = dev.function(Module::Index, &name).w()?;
+        let out = dst.slice_mut(dst_o1..dst_o2).w()?;
+        let (psrc, pdst) = (DevicePtrArg::of(&src), DevicePtrArg::of(&out));
+        let mut l = dev.stream().launch_builder(&f);
+        l.arg(&ids.ptr);
+        if update == Update::IndexAdd {
+            l.arg(&src_dim);
+        }
+        l.arg(&psrc)
+            .arg(&pdst)
+            .arg(&left)
+            .arg(&src_dim)
+            .arg(&dst_dim)
+            .arg(&right);
+        // SAFETY: s_/sa_<I>_<T>(const I* ids, const T* src, T* dst, size_t left,
+        // size_t src_dim, size_t dst_dim, size_t right) and ia_<I>_<T>(const I* ids,
+        // size_t ids_dim, <same>) in kernels/hip/index.hip, one thread per (left, right) pair;
+        // `ids` holds what the op indexes (checked above), `src` is the contiguous
+        // left * src_dim * right source, `out` the contiguous left * dst_dim * right
+        // destination, borrowed exclusively; out-of-range indices write nothing.
+        unsafe { l.launch(RocmDevice::cfg(threads)).w()? };
+        Ok(())
+    }
+}
