@@ -93,7 +93,13 @@ for t in "$BUNDLE"/*; do
 done
 
 results() { grep -E '^test result:' "$1" | tail -1 | sed 's/; finished.*//'; }
+mem_used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader | head -1; }
 
+# candle-rocm's parity suite appends (method, dtype, passed, unsupported) rows here.
+export CANDLE_ROCM_PARITY_LOG="$OUT/parity.tsv"
+: > "$CANDLE_ROCM_PARITY_LOG"
+row "gpu memory used before the tests" "$(mem_used)"
+suite_start=$(date +%s)
 for t in "${TESTS[@]}"; do
     name=$(basename "$t")
     echo "== $name --include-ignored"
@@ -102,6 +108,15 @@ for t in "${TESTS[@]}"; do
     rc=${PIPESTATUS[0]}
     row "tests $name" "$(results "$OUT/test-$name.log") (exit $rc, $(( $(date +%s) - start ))s)"
 done
+row "gpu tests wall time" "$(( $(date +%s) - suite_start ))s"
+row "gpu memory used after the tests" "$(mem_used)"
+unset CANDLE_ROCM_PARITY_LOG
+if [ -s "$OUT/parity.tsv" ]; then
+    awk -F'\t' '{ p[$1] += $3; u[$1] += $4; tp += $3; tu += $4 }
+        END { for (m in p) printf "%s %d %d\n", m, p[m], u[m] | "sort";
+              close("sort"); printf "TOTAL %d %d\n", tp, tu }' "$OUT/parity.tsv" \
+        | while read -r m p u; do row "parity $m" "$p matched the CPU, $u typed-unsupported"; done
+fi
 
 if [ -x "$BUNDLE/rocm-safe.gpu_faults" ]; then
     echo "== gpu_faults (failure injection)"
@@ -117,6 +132,8 @@ if [ "$SANITIZE" = 1 ]; then
             name=$(basename "$t")
             log="$OUT/$tool-$name.log"
             echo "== compute-sanitizer --tool $tool $name"
+            # Fewer random cases per parity test under the sanitizer (it is ~50x slower).
+            CANDLE_ROCM_PARITY_CASES=3 \
             compute-sanitizer --tool "$tool" --report-api-errors no --print-limit 20 \
                 "$t" --include-ignored --test-threads=1 > "$log" 2>&1
             rc=$?
@@ -139,7 +156,7 @@ for k in enqueue with_sync; do
 done
 
 # The device tool returns at most 8 files: pack the logs into one archive beside the summary.
-( cd "$OUT" && find . -maxdepth 1 -type f ! -name summary.txt ! -name logs.tar.gz -printf '%f\n' \
+( cd "$OUT" && find . -maxdepth 1 -type f ! -name summary.txt ! -name logs.tar.gz ! -name parity.tsv -printf '%f\n' \
     | tar czf logs.tar.gz --remove-files -T - )
 
 echo
