@@ -2,6 +2,7 @@
 //! built for, and the prebuilt code objects themselves.
 //!
 //! `cargo xtask kernels` compiles candle-kernels' `.cu` sources (read from the cargo registry)
+//! and our own `kernels/hip/*.hip` (`rand`, `index`, `convert`, `where`, `small_int`)
 //! through the compatibility headers in `kernels/include/` into one HSA code object per
 //! (module, target), deflate-compressed under `kernels/objects/` and listed in
 //! `kernels/manifest.json`; `src/objects.rs` embeds them. [`code_object`] returns one,
@@ -40,6 +41,16 @@ pub enum Module {
     Unary,
     /// Ours, `rand.hip`: counter-based (Philox4x32-10) uniform and normal random numbers.
     Rand,
+    /// Ours, `index.hip`: bounds-safe index-select, gather, scatter (set and add) and
+    /// index-add for u8/u32/i64 indices and all nine dtypes.
+    Index,
+    /// Ours, `convert.hip`: dtype conversions between all nine dtypes with Rust `as` semantics.
+    Convert,
+    /// Ours, `where.hip`: `where_cond` for u8/u32/i16/i32/i64 conditions and all nine dtypes.
+    Where,
+    /// Ours, `small_int.hip`: the copy, binary, comparison, fill and reduction kernels
+    /// candle-kernels lacks for i16 and i32, under candle-kernels' names.
+    SmallInt,
 }
 
 /// Where a module's source comes from.
@@ -53,7 +64,7 @@ pub enum Source {
 
 impl Module {
     /// Every module, in a fixed order (usable as an index).
-    pub const ALL: [Module; 12] = [
+    pub const ALL: [Module; 16] = [
         Module::Affine,
         Module::Binary,
         Module::Cast,
@@ -66,6 +77,10 @@ impl Module {
         Module::Ternary,
         Module::Unary,
         Module::Rand,
+        Module::Index,
+        Module::Convert,
+        Module::Where,
+        Module::SmallInt,
     ];
 
     /// The source file's stem, e.g. `binary`.
@@ -83,13 +98,19 @@ impl Module {
             Module::Ternary => "ternary",
             Module::Unary => "unary",
             Module::Rand => "rand",
+            Module::Index => "index",
+            Module::Convert => "convert",
+            Module::Where => "where",
+            Module::SmallInt => "small_int",
         }
     }
 
     /// Where the module's source lives.
     pub fn source(self) -> Source {
         match self {
-            Module::Rand => Source::Ours,
+            Module::Rand | Module::Index | Module::Convert | Module::Where | Module::SmallInt => {
+                Source::Ours
+            }
             _ => Source::Candle,
         }
     }
