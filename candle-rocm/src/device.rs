@@ -137,6 +137,7 @@ impl RocmDevice {
             DType::F16 => RocmStorageSlice::F16(self.alloc(n).w()?),
             DType::F32 => RocmStorageSlice::F32(self.alloc(n).w()?),
             DType::F64 => RocmStorageSlice::F64(self.alloc(n).w()?),
+            DType::F8E4M3 => RocmStorageSlice::F8E4M3(self.alloc(n).w()?),
             dtype => return Err(BackendError::UnsupportedDtype { op: "alloc", dtype }).w(),
         };
         Ok(RocmStorage::new(slice, self.clone()))
@@ -155,6 +156,7 @@ impl RocmDevice {
             DType::F16 => RocmStorageSlice::F16(self.zeros(n).w()?),
             DType::F32 => RocmStorageSlice::F32(self.zeros(n).w()?),
             DType::F64 => RocmStorageSlice::F64(self.zeros(n).w()?),
+            DType::F8E4M3 => RocmStorageSlice::F8E4M3(self.zeros(n).w()?),
             dtype => return Err(BackendError::UnsupportedDtype { op: "zeros", dtype }).w(),
         };
         Ok(RocmStorage::new(slice, self.clone()))

@@ -17,7 +17,7 @@ use crate::device::RocmDevice;
 use crate::error::{BackendError, WrapErr};
 use crate::ops::{contiguous_view, invalid};
 use crate::storage::{RocmDType, RocmStorage, RocmStorageSlice as S};
-use crate::utils::{Map1, Map2InPlace};
+use crate::utils::{bits_suffix, Map1, Map2InPlace};
 
 /// The indices of an op: a view starting at the layout's first index, and the dtype suffix
 /// of the kernel name.
@@ -132,7 +132,7 @@ impl Map1 for IndexSelect<'_> {
         }
         let needed = (n_ids - 1) * ids_stride + 1;
         let ids = Ids::new(OP, self.0, ids_l.start_offset(), needed)?;
-        let name = format!("is_{}_{}", ids.suffix, T::DTYPE.as_str());
+        let name = format!("is_{}_{}", ids.suffix, bits_suffix::<T>());
         let f = dev.function(Module::Index, &name).w()?;
         let (psrc, pout) = (DevicePtrArg::of(&src), out.as_arg());
         let mut l = dev.stream().launch_builder(&f);
@@ -180,7 +180,7 @@ impl Map1 for Gather<'_> {
             return Ok(out);
         }
         let ids = Ids::new(OP, self.0, ids_o1, el)?;
-        let name = format!("gather_{}_{}", ids.suffix, T::DTYPE.as_str());
+        let name = format!("gather_{}_{}", ids.suffix, bits_suffix::<T>());
         let f = dev.function(Module::Index, &name).w()?;
         let (psrc, pout) = (DevicePtrArg::of(&src), out.as_arg());
         let mut l = dev.stream().launch_builder(&f);
@@ -289,7 +289,12 @@ impl Map2InPlace for IndexedUpdate<'_> {
             Update::ScatterAdd => "sa",
             Update::IndexAdd => "ia",
         };
-        let name = format!("{root}_{}_{}", ids.suffix, T::DTYPE.as_str());
+        // A scatter moves bits (f8e4m3 runs as u8); the adds need the element type's kernel.
+        let value = match update {
+            Update::Scatter => bits_suffix::<T>(),
+            Update::ScatterAdd | Update::IndexAdd => T::DTYPE.as_str(),
+        };
+        let name = format!("{root}_{}_{value}", ids.suffix);
         let f = dev.function(Module::Index, &name).w()?;
         let out = dst.slice_mut(dst_o1..dst_o2).w()?;
         let (psrc, pdst) = (DevicePtrArg::of(&src), DevicePtrArg::of(&out));

@@ -9,14 +9,14 @@
 use std::marker::PhantomData;
 
 use candle_core::op::{BinaryOpT, CmpOp, UnaryOpT};
-use candle_core::Layout;
+use candle_core::{DType, Layout};
 use candle_rocm_kernels::Module;
 use rocm_safe::{DeviceBuffer, DevicePtrArg, DeviceRepr, DeviceView};
 
 use crate::device::RocmDevice;
 use crate::error::{BackendError, WrapErr};
 use crate::storage::{RocmDType, RocmStorageSlice as S};
-use crate::utils::{kernel_name, module_for, Map1, Map2, Map2Any};
+use crate::utils::{bits_suffix, kernel_name, kernel_suffix, module_for, Map1, Map2, Map2Any};
 
 /// An "invalid argument" error for op `name`.
 pub(crate) fn invalid(name: &str, msg: impl std::fmt::Display) -> BackendError {
@@ -353,7 +353,7 @@ impl<C: RocmDType> Map2 for WhereCond<'_, C> {
         (f, f_l): (&DeviceBuffer<T>, &Layout),
         dev: &RocmDevice,
     ) -> candle_core::Result<DeviceBuffer<T>> {
-        let name = format!("where_{}_{}", C::DTYPE.as_str(), T::DTYPE.as_str());
+        let name = format!("where_{}_{}", C::DTYPE.as_str(), bits_suffix::<T>());
         let run = || -> Result<DeviceBuffer<T>, BackendError> {
             let (cond, cond_l) = (self.0, self.1);
             if cond_l.dims() != t_l.dims() || cond_l.dims() != f_l.dims() {
@@ -525,12 +525,27 @@ pub fn const_set<T: RocmDType>(
 }
 
 /// `to_dtype`: our `convert` module's `cast_<src>_<dst>` (Rust `as` semantics, like the CPU
-/// backend: float to integer saturates and maps NaN to 0).
+/// backend: float to integer saturates and maps NaN to 0). f8e4m3 converts to and from the
+/// float types with candle-kernels' casts, and to and from the integer types through f32.
 pub fn cast<Src: RocmDType, Dst: RocmDType>(
     dev: &RocmDevice,
     src: &DeviceBuffer<Src>,
     layout: &Layout,
 ) -> candle_core::Result<DeviceBuffer<Dst>> {
-    let name = format!("cast_{}_{}", Src::DTYPE.as_str(), Dst::DTYPE.as_str());
-    launch_elementwise::<Src, Dst>(dev, Module::Convert, &name, src, layout, Extra::none()).w()
+    let (from, to) = (Src::DTYPE, Dst::DTYPE);
+    let module = match (from, to) {
+        (DType::F8E4M3, DType::F8E4M3) => Module::Cast,
+        (DType::F8E4M3, d) | (d, DType::F8E4M3) if d.is_float() => Module::Cast,
+        (DType::F8E4M3, _) | (_, DType::F8E4M3) => {
+            let mid = cast::<Src, f32>(dev, src, layout)?;
+            return cast::<f32, Dst>(dev, &mid, &Layout::contiguous(layout.shape()));
+        }
+        _ => Module::Convert,
+    };
+    let name = format!(
+        "cast_{}_{}",
+        kernel_suffix(from, "cast"),
+        kernel_suffix(to, "cast")
+    );
+    launch_elementwise::<Src, Dst>(dev, module, &name, src, layout, Extra::none()).w()
 }

@@ -4,6 +4,7 @@
 use candle_core::backend::{BackendDevice, BackendStorage};
 use candle_core::op::{BinaryOpT, CmpOp, ReduceOp, UnaryOpT};
 use candle_core::{CpuStorage, DType, Layout, WithDType};
+use float8::F8E4M3;
 use half::{bf16, f16};
 use rocm_safe::{DeviceBuffer, DeviceRepr};
 
@@ -35,6 +36,8 @@ pub enum RocmStorageSlice {
     F32(DeviceBuffer<f32>),
     /// `f64`.
     F64(DeviceBuffer<f64>),
+    /// `f8e4m3` (FP8, 4-bit exponent, 3-bit mantissa).
+    F8E4M3(DeviceBuffer<F8E4M3>),
 }
 
 /// An element type a [`RocmStorageSlice`] can hold (candle-core's CUDA backend has the same
@@ -70,6 +73,7 @@ rocm_dtype!(bf16, BF16);
 rocm_dtype!(f16, F16);
 rocm_dtype!(f32, F32);
 rocm_dtype!(f64, F64);
+rocm_dtype!(F8E4M3, F8E4M3);
 
 /// Device memory of a tensor plus the device it lives on.
 pub struct RocmStorage {
@@ -97,6 +101,7 @@ macro_rules! for_each_slice {
             RocmStorageSlice::F16($b) => $body,
             RocmStorageSlice::F32($b) => $body,
             RocmStorageSlice::F64($b) => $body,
+            RocmStorageSlice::F8E4M3($b) => $body,
         }
     };
 }
@@ -114,6 +119,7 @@ impl RocmStorageSlice {
             RocmStorageSlice::F16(_) => DType::F16,
             RocmStorageSlice::F32(_) => DType::F32,
             RocmStorageSlice::F64(_) => DType::F64,
+            RocmStorageSlice::F8E4M3(_) => DType::F8E4M3,
         }
     }
 
@@ -173,6 +179,7 @@ impl RocmStorage {
             CpuStorage::F16(v) => RocmStorageSlice::F16(d.clone_htod(v).w()?),
             CpuStorage::F32(v) => RocmStorageSlice::F32(d.clone_htod(v).w()?),
             CpuStorage::F64(v) => RocmStorageSlice::F64(d.clone_htod(v).w()?),
+            CpuStorage::F8E4M3(v) => RocmStorageSlice::F8E4M3(d.clone_htod(v).w()?),
             other => {
                 return Err(BackendError::UnsupportedDtype {
                     op: "storage_from_cpu_storage",
@@ -197,6 +204,7 @@ impl RocmStorage {
             RocmStorageSlice::F16(b) => CpuStorage::F16(s.clone_dtoh(b).w()?),
             RocmStorageSlice::F32(b) => CpuStorage::F32(s.clone_dtoh(b).w()?),
             RocmStorageSlice::F64(b) => CpuStorage::F64(s.clone_dtoh(b).w()?),
+            RocmStorageSlice::F8E4M3(b) => CpuStorage::F8E4M3(s.clone_dtoh(b).w()?),
         })
     }
 
@@ -304,6 +312,7 @@ impl BackendStorage for RocmStorage {
                     DType::F16 => S::F16(cast(d, $b, layout)?),
                     DType::F32 => S::F32(cast(d, $b, layout)?),
                     DType::F64 => S::F64(cast(d, $b, layout)?),
+                    DType::F8E4M3 => S::F8E4M3(cast(d, $b, layout)?),
                     other => {
                         return Err(BackendError::UnsupportedDtype {
                             op: "to_dtype",
@@ -581,6 +590,7 @@ impl BackendStorage for RocmStorage {
             (S::F16(a), S::F16(b)) => copy_strided(d, a, src_l, b, dst_offset),
             (S::F32(a), S::F32(b)) => copy_strided(d, a, src_l, b, dst_offset),
             (S::F64(a), S::F64(b)) => copy_strided(d, a, src_l, b, dst_offset),
+            (S::F8E4M3(a), S::F8E4M3(b)) => copy_strided(d, a, src_l, b, dst_offset),
             (a, b) => Err(BackendError::DtypeMismatch {
                 op: "copy_strided_src",
                 lhs: a.dtype(),
@@ -615,6 +625,7 @@ impl BackendStorage for RocmStorage {
             (S::F16(a), S::F16(b)) => copy2d(d, a, b, dims, strides, offsets),
             (S::F32(a), S::F32(b)) => copy2d(d, a, b, dims, strides, offsets),
             (S::F64(a), S::F64(b)) => copy2d(d, a, b, dims, strides, offsets),
+            (S::F8E4M3(a), S::F8E4M3(b)) => copy2d(d, a, b, dims, strides, offsets),
             (a, b) => Err(BackendError::DtypeMismatch {
                 op: "copy2d",
                 lhs: a.dtype(),
@@ -643,6 +654,7 @@ impl BackendStorage for RocmStorage {
             (S::F16(b), Scalar::F16(v)) => const_set(&d, b, l, v),
             (S::F32(b), Scalar::F32(v)) => const_set(&d, b, l, v),
             (S::F64(b), Scalar::F64(v)) => const_set(&d, b, l, v),
+            (S::F8E4M3(b), Scalar::F8E4M3(v)) => const_set(&d, b, l, v),
             (b, v) => Err(BackendError::DtypeMismatch {
                 op: "const_set",
                 lhs: b.dtype(),

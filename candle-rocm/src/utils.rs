@@ -30,6 +30,7 @@ pub trait Map1 {
             S::F16(b) => S::F16(self.f(b, dev, layout)?),
             S::F32(b) => S::F32(self.f(b, dev, layout)?),
             S::F64(b) => S::F64(self.f(b, dev, layout)?),
+            S::F8E4M3(b) => S::F8E4M3(self.f(b, dev, layout)?),
         })
     }
 }
@@ -57,6 +58,7 @@ pub trait Map1Any {
             S::F16(b) => self.f(b, dev, layout, S::F16),
             S::F32(b) => self.f(b, dev, layout, S::F32),
             S::F64(b) => self.f(b, dev, layout, S::F64),
+            S::F8E4M3(b) => self.f(b, dev, layout, S::F8E4M3),
         }
     }
 }
@@ -74,6 +76,7 @@ macro_rules! same_dtype {
             ($crate::RocmStorageSlice::F16($x), $crate::RocmStorageSlice::F16($y)) => $body,
             ($crate::RocmStorageSlice::F32($x), $crate::RocmStorageSlice::F32($y)) => $body,
             ($crate::RocmStorageSlice::F64($x), $crate::RocmStorageSlice::F64($y)) => $body,
+            ($crate::RocmStorageSlice::F8E4M3($x), $crate::RocmStorageSlice::F8E4M3($y)) => $body,
             (a, b) => {
                 return $crate::WrapErr::w(Err($crate::BackendError::DtypeMismatch {
                     op: $op,
@@ -159,9 +162,28 @@ pub trait Map2InPlace {
     }
 }
 
-/// Candle's kernel name for an op root and element type, e.g. `affine_f32`.
+/// Candle's kernel name for an op root and element type, e.g. `affine_f32`. candle-kernels
+/// spells f8e4m3 `f8_e4m3`, except in its unary math kernels (`uexp_fp8_e4m3`, ...).
 pub fn kernel_name<T: WithDType>(root: &str) -> String {
-    format!("{root}_{}", T::DTYPE.as_str())
+    format!("{root}_{}", kernel_suffix(T::DTYPE, root))
+}
+
+/// The dtype part of candle's kernel name for `root`.
+pub(crate) fn kernel_suffix(dtype: DType, root: &str) -> &'static str {
+    match dtype {
+        DType::F8E4M3 if root.starts_with('u') && root != "ucopy" => "fp8_e4m3",
+        DType::F8E4M3 => "f8_e4m3",
+        d => d.as_str(),
+    }
+}
+
+/// The dtype part of a kernel name for a pure copy of `T`'s bits: f8e4m3 is moved by the
+/// `u8` kernels (our index and where modules have no separate FP8 versions).
+pub fn bits_suffix<T: WithDType>() -> &'static str {
+    match T::DTYPE {
+        DType::F8E4M3 => "u8",
+        d => d.as_str(),
+    }
 }
 
 /// The module holding `base`'s kernels for `dtype`: candle-kernels has no i16/i32 versions of
@@ -187,5 +209,9 @@ mod tests {
         assert_eq!(module_for(Module::Binary, DType::I64), Module::Binary);
         assert_eq!(module_for(Module::Conv, DType::I32), Module::Conv);
         assert_eq!(kernel_name::<f32>("affine"), "affine_f32");
+        assert_eq!(kernel_name::<float8::F8E4M3>("uexp"), "uexp_fp8_e4m3");
+        assert_eq!(kernel_name::<float8::F8E4M3>("ucopy"), "ucopy_f8_e4m3");
+        assert_eq!(kernel_name::<float8::F8E4M3>("badd"), "badd_f8_e4m3");
+        assert_eq!(bits_suffix::<float8::F8E4M3>(), "u8");
     }
 }

@@ -39,6 +39,10 @@ device_repr!(
     half::bf16
 );
 
+// SAFETY: `F8E4M3` is `#[repr(transparent)]` over a `u8` and every bit pattern is a value (NaN
+// included): no padding, no pointers.
+unsafe impl DeviceRepr for float8::F8E4M3 {}
+
 /// How a buffer's memory is returned.
 enum Origin {
     /// `hipMalloc`: freed after synchronising the stream.

@@ -10,6 +10,7 @@ use std::sync::Mutex;
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, DType, Layout, Shape};
 use candle_rocm::RocmDevice;
+use float8::F8E4M3;
 use half::{bf16, f16};
 
 /// Device 0, or a panic saying a GPU test ran without one.
@@ -17,8 +18,8 @@ pub fn device() -> RocmDevice {
     RocmDevice::new(0).unwrap_or_else(|e| panic!("no HIP device for a GPU test: {e}"))
 }
 
-/// The nine dtypes of `RocmStorage`.
-pub const DTYPES: [DType; 9] = [
+/// The ten dtypes of `RocmStorage`.
+pub const DTYPES: [DType; 10] = [
     DType::U8,
     DType::U32,
     DType::I16,
@@ -28,9 +29,10 @@ pub const DTYPES: [DType; 9] = [
     DType::F16,
     DType::F32,
     DType::F64,
+    DType::F8E4M3,
 ];
 
-/// The float dtypes.
+/// The float dtypes with random-number kernels.
 pub const FLOATS: [DType; 4] = [DType::BF16, DType::F16, DType::F32, DType::F64];
 
 /// xorshift64*: a small, seeded generator so every failure reproduces from its seed.
@@ -194,9 +196,15 @@ pub fn random_data(rng: &mut Rng, dtype: DType, n: usize, values: Values) -> Cpu
         .collect();
     let special = values == Values::Special;
     if special && dtype.is_float() {
+        // f8e4m3 has no infinities (conversions saturate), so it gets NaN and zeros only.
+        let specials: &[f64] = if dtype == DType::F8E4M3 {
+            &[f64::NAN, -0.0, 0.0]
+        } else {
+            &[f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0]
+        };
         for x in v.iter_mut() {
             if rng.chance(0.05) {
-                *x = rng.pick(&[f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0]);
+                *x = rng.pick(specials);
             }
         }
     }
@@ -212,6 +220,7 @@ pub fn random_data(rng: &mut Rng, dtype: DType, n: usize, values: Values) -> Cpu
         DType::F64 => CpuStorage::F64(v),
         DType::F16 => CpuStorage::F16(v.iter().map(|&x| f16::from_f64(x)).collect()),
         DType::BF16 => CpuStorage::BF16(v.iter().map(|&x| bf16::from_f64(x)).collect()),
+        DType::F8E4M3 => CpuStorage::F8E4M3(v.iter().map(|&x| F8E4M3::from_f64(x)).collect()),
         DType::U8 => CpuStorage::U8(
             v.iter()
                 .map(|&x| ext(0.0, 255.0, (x.abs() * 15.0).floor()) as u8)
@@ -254,6 +263,7 @@ pub fn as_f64(s: &CpuStorage) -> Vec<f64> {
         CpuStorage::F64(v) => v.clone(),
         CpuStorage::F16(v) => v.iter().map(|x| x.to_f64()).collect(),
         CpuStorage::BF16(v) => v.iter().map(|x| x.to_f64()).collect(),
+        CpuStorage::F8E4M3(v) => v.iter().map(|x| x.to_f64()).collect(),
         CpuStorage::U8(v) => v.iter().map(|&x| x as f64).collect(),
         CpuStorage::U32(v) => v.iter().map(|&x| x as f64).collect(),
         CpuStorage::I16(v) => v.iter().map(|&x| x as f64).collect(),
@@ -270,6 +280,7 @@ pub fn tolerance(dtype: DType) -> f64 {
         DType::F32 => 2e-6,
         DType::F16 => 2e-3,
         DType::BF16 => 1.6e-2,
+        DType::F8E4M3 => 0.13,
         _ => 0.0,
     }
 }
