@@ -10,8 +10,16 @@
 //! use. This crate does not depend on candle-core.
 
 pub mod code_object;
+#[cfg(feature = "embed")]
 #[rustfmt::skip]
 mod objects;
+
+/// Without the `embed` feature, no code object is embedded.
+#[cfg(not(feature = "embed"))]
+mod objects {
+    /// Embedded code objects: none in this build.
+    pub(crate) static OBJECTS: &[(crate::Module, &str, &[u8])] = &[];
+}
 
 /// A device-code module: one per source file candle-core's CUDA backend loads (from
 /// candle-kernels), plus our own (`kernels/hip/<name>.hip`).

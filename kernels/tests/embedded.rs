@@ -3,6 +3,7 @@
 //! target (the symbol contract the backend launches against), and no kernel uses scratch
 //! memory unless `kernels/scratch-allowlist.txt` lists it with a measured reason.
 
+#![cfg(feature = "embed")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
