@@ -429,6 +429,14 @@ impl Map1 for Pool2D {
         };
         let name = kernel_name::<T>(root);
         let run = || -> Result<DeviceBuffer<T>, BackendError> {
+            if self.op == PoolOp::Avg && !T::DTYPE.is_float() {
+                // An integer average has no agreed meaning (candle's CPU backend scales by
+                // an integer 1 / (k_h * k_w), i.e. 0); refuse it rather than pick one.
+                return Err(BackendError::UnsupportedDtype {
+                    op: "avg_pool2d",
+                    dtype: T::DTYPE,
+                });
+            }
             let d = dims_n(root, "the input", layout, 4)?;
             let ((k_h, k_w), (s_h, s_w)) = (self.k, self.stride);
             let h_out = conv_out(root, d[2], k_h, 0, s_h, 1)?;

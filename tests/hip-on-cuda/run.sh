@@ -112,10 +112,13 @@ row "gpu tests wall time" "$(( $(date +%s) - suite_start ))s"
 row "gpu memory used after the tests" "$(mem_used)"
 unset CANDLE_ROCM_PARITY_LOG
 if [ -s "$OUT/parity.tsv" ]; then
-    awk -F'\t' '{ p[$1] += $3; u[$1] += $4; tp += $3; tu += $4 }
-        END { for (m in p) printf "%s %d %d\n", m, p[m], u[m] | "sort";
-              close("sort"); printf "TOTAL %d %d\n", tp, tu }' "$OUT/parity.tsv" \
-        | while read -r m p u; do row "parity $m" "$p matched the CPU, $u typed-unsupported"; done
+    awk -F'\t' '{ p[$1] += $3; u[$1] += $4; c[$1] += $5; f[$1] += $6
+                   tp += $3; tu += $4; tc += $5; tf += $6 }
+        END { for (m in p) printf "%s %d %d %d %d\n", m, p[m], u[m], c[m], f[m] | "sort";
+              close("sort"); printf "TOTAL %d %d %d %d\n", tp, tu, tc, tf }' "$OUT/parity.tsv" \
+        | while read -r m p u c f; do
+            row "parity $m" "$p matched, $f FAILED, $u typed-unsupported, $c cpu-panicked"
+        done
 fi
 
 if [ -x "$BUNDLE/rocm-safe.gpu_faults" ]; then

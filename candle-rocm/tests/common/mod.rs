@@ -256,6 +256,18 @@ pub fn random_data(rng: &mut Rng, dtype: DType, n: usize, values: Values) -> Cpu
     }
 }
 
+/// `v` rounded to `dtype` (floats only).
+pub fn from_f64(dtype: DType, v: &[f64]) -> CpuStorage {
+    match dtype {
+        DType::F32 => CpuStorage::F32(v.iter().map(|&x| x as f32).collect()),
+        DType::F64 => CpuStorage::F64(v.to_vec()),
+        DType::F16 => CpuStorage::F16(v.iter().map(|&x| f16::from_f64(x)).collect()),
+        DType::BF16 => CpuStorage::BF16(v.iter().map(|&x| bf16::from_f64(x)).collect()),
+        DType::F8E4M3 => CpuStorage::F8E4M3(v.iter().map(|&x| F8E4M3::from_f64(x)).collect()),
+        other => panic!("no float conversion to {other:?}"),
+    }
+}
+
 /// The elements as f64 (exact for every dtype but i64 beyond 2^53, compared separately).
 pub fn as_f64(s: &CpuStorage) -> Vec<f64> {
     match s {
@@ -287,27 +299,86 @@ pub fn tolerance(dtype: DType) -> f64 {
 
 /// Compares `got` with `want` elementwise: NaN matches NaN, infinities must match exactly,
 /// finite values within `tolerance(dtype) * scale * (1 + |want|)`; integers exactly (i64
-/// bit for bit).
+/// bit for bit). Panics with the first difference.
 pub fn assert_close(what: &str, got: &CpuStorage, want: &CpuStorage, scale: f64) {
-    assert_eq!(got.dtype(), want.dtype(), "{what}: dtype");
+    if let Err(e) = compare(what, got, want, scale) {
+        panic!("{e}");
+    }
+}
+
+/// [`assert_close`]'s comparison, returning the first difference.
+pub fn compare(what: &str, got: &CpuStorage, want: &CpuStorage, scale: f64) -> Result<(), String> {
+    if got.dtype() != want.dtype() {
+        return Err(format!(
+            "{what}: dtype {:?} vs {:?}",
+            got.dtype(),
+            want.dtype()
+        ));
+    }
     if let (CpuStorage::I64(g), CpuStorage::I64(w)) = (got, want) {
-        assert_eq!(g, w, "{what}");
-        return;
+        if g.len() != w.len() {
+            return Err(format!("{what}: length {} vs {}", g.len(), w.len()));
+        }
+        return match g.iter().zip(w).position(|(a, b)| a != b) {
+            Some(i) => Err(format!(
+                "{what}: element {i}: rocm {} vs cpu {}",
+                g[i], w[i]
+            )),
+            None => Ok(()),
+        };
     }
     let (g, w) = (as_f64(got), as_f64(want));
-    assert_eq!(g.len(), w.len(), "{what}: length");
+    if g.len() != w.len() {
+        return Err(format!("{what}: length {} vs {}", g.len(), w.len()));
+    }
     let tol = tolerance(got.dtype()) * scale;
     for (i, (a, b)) in g.iter().zip(&w).enumerate() {
         let ok = (a.is_nan() && b.is_nan())
             || a == b
             || (a.is_finite() && b.is_finite() && (a - b).abs() <= tol * (1.0 + b.abs()));
-        assert!(ok, "{what}: element {i}: rocm {a} vs cpu {b}");
+        if !ok {
+            return Err(format!("{what}: element {i}: rocm {a} vs cpu {b}"));
+        }
+    }
+    Ok(())
+}
+
+/// Failures recorded by [`fail`], per method, so one run reports every failing case.
+static FAILURES: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
+
+/// Records a failing case of `method` for `dtype`.
+pub fn fail(method: &str, dtype: DType, msg: String) {
+    eprintln!("FAIL {msg}");
+    TALLY
+        .lock()
+        .unwrap()
+        .entry((method.to_string(), dtype.as_str().to_string()))
+        .or_default()
+        .3 += 1;
+    FAILURES.lock().unwrap().push((method.to_string(), msg));
+}
+
+/// Panics listing the recorded failures of the methods starting with one of `methods` (the
+/// first 30), if any.
+pub fn finish(methods: &[&str]) {
+    let all = FAILURES.lock().unwrap();
+    let mine: Vec<&String> = all
+        .iter()
+        .filter(|(m, _)| methods.iter().any(|x| m.starts_with(x)))
+        .map(|(_, msg)| msg)
+        .collect();
+    if !mine.is_empty() {
+        let shown: Vec<&str> = mine.iter().take(30).map(|s| s.as_str()).collect();
+        panic!("{} failing cases:\n{}", mine.len(), shown.join("\n"));
     }
 }
 
-/// Per (method, dtype): cases that matched the CPU, and cases that returned the documented
-/// "not supported" error.
-static TALLY: Mutex<BTreeMap<(String, String), (usize, usize)>> = Mutex::new(BTreeMap::new());
+/// Per (method, dtype): cases that matched the CPU, cases that returned the documented
+/// "not supported" error, and cases the CPU backend panicked on (not comparable).
+static TALLY: Mutex<BTreeMap<(String, String), Counts>> = Mutex::new(BTreeMap::new());
+
+/// (matched, typed-unsupported, cpu panicked, failed).
+type Counts = (usize, usize, usize, usize);
 
 /// Records a case that matched the CPU.
 pub fn passed(method: &str, dtype: DType) {
@@ -329,6 +400,16 @@ pub fn unsupported(method: &str, dtype: DType) {
         .1 += 1;
 }
 
+/// Records a case candle's CPU backend panicked on.
+pub fn cpu_panicked(method: &str, dtype: DType) {
+    TALLY
+        .lock()
+        .unwrap()
+        .entry((method.to_string(), dtype.as_str().to_string()))
+        .or_default()
+        .2 += 1;
+}
+
 /// Total cases recorded for `method`.
 pub fn cases(method: &str) -> usize {
     TALLY
@@ -336,12 +417,12 @@ pub fn cases(method: &str) -> usize {
         .unwrap()
         .iter()
         .filter(|((m, _), _)| m == method)
-        .map(|(_, (p, u))| p + u)
+        .map(|(_, (p, u, c, f))| p + u + c + f)
         .sum()
 }
 
 /// Appends the tally of `method` to `$CANDLE_ROCM_PARITY_LOG` (tab-separated: method,
-/// dtype, passed, unsupported) when the variable is set.
+/// dtype, passed, unsupported, cpu panicked, failed) when the variable is set.
 pub fn flush(method: &str) {
     let Some(path) = std::env::var_os("CANDLE_ROCM_PARITY_LOG") else {
         return;
@@ -352,8 +433,8 @@ pub fn flush(method: &str) {
         .append(true)
         .open(path)
         .unwrap();
-    for ((m, d), (p, u)) in tally.iter().filter(|((m, _), _)| m == method) {
-        writeln!(f, "{m}\t{d}\t{p}\t{u}").unwrap();
+    for ((m, d), (p, u, c, x)) in tally.iter().filter(|((m, _), _)| m == method) {
+        writeln!(f, "{m}\t{d}\t{p}\t{u}\t{c}\t{x}").unwrap();
     }
 }
 
