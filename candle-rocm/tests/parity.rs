@@ -95,6 +95,7 @@ fn check(
     gpu: impl FnOnce() -> candle_core::Result<CpuStorage>,
 ) {
     if !supported(method, dtype) {
+        append_log("trace", what);
         match gpu() {
             Err(err) => {
                 let msg = err.to_string();
@@ -112,6 +113,7 @@ fn check(
         unsupported(method, dtype);
         return;
     }
+    append_log("trace", what);
     let got = gpu();
     let want = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(cpu)) {
         Ok(want) => want,

@@ -206,7 +206,11 @@ fn bad_input_is_an_error_never_a_panic() {
     );
     // An allocation larger than the device.
     let huge = Shape::from(1usize << 45);
-    assert_err("oom", dev.zeros_impl(&huge, DType::F32), "out of memory");
+    assert_err(
+        "oom",
+        dev.zeros_impl(&huge, DType::F32),
+        "out of device memory",
+    );
     // where_cond with a float condition.
     assert_err(
         "where dtype",

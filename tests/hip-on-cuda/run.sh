@@ -104,7 +104,8 @@ for t in "${TESTS[@]}"; do
     name=$(basename "$t")
     echo "== $name --include-ignored"
     start=$(date +%s)
-    "$t" --include-ignored 2>&1 | tee "$OUT/test-$name.log"
+    # A hung test must not eat the device call: libtest names tests running over 60 s.
+    timeout "${TEST_TIMEOUT:-300}" "$t" --include-ignored 2>&1 | tee "$OUT/test-$name.log"
     rc=${PIPESTATUS[0]}
     row "tests $name" "$(results "$OUT/test-$name.log") (exit $rc, $(( $(date +%s) - start ))s)"
 done

@@ -349,23 +349,46 @@ static FAILURES: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
 /// Records a failing case of `method` for `dtype`.
 pub fn fail(method: &str, dtype: DType, msg: String) {
     eprintln!("FAIL {msg}");
+    append_log("fail", &format!("FAIL {msg}"));
     TALLY
         .lock()
-        .unwrap()
+        .unwrap_or_else(|e| e.into_inner())
         .entry((method.to_string(), dtype.as_str().to_string()))
         .or_default()
         .3 += 1;
-    FAILURES.lock().unwrap().push((method.to_string(), msg));
+    FAILURES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((method.to_string(), msg));
+}
+
+/// Appends `line` to `$CANDLE_ROCM_PARITY_LOG.<suffix>` when the variable is set (written at
+/// once, so a run cut short still shows what happened).
+pub fn append_log(suffix: &str, line: &str) {
+    let Some(path) = std::env::var_os("CANDLE_ROCM_PARITY_LOG") else {
+        return;
+    };
+    let mut path = std::path::PathBuf::from(path).into_os_string();
+    path.push(format!(".{suffix}"));
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = writeln!(f, "{line}");
+    }
 }
 
 /// Panics listing the recorded failures of the methods starting with one of `methods` (the
 /// first 30), if any.
 pub fn finish(methods: &[&str]) {
-    let all = FAILURES.lock().unwrap();
-    let mine: Vec<&String> = all
+    // Copy out and release the lock before panicking, so other tests can still record.
+    let mine: Vec<String> = FAILURES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
         .iter()
         .filter(|(m, _)| methods.iter().any(|x| m.starts_with(x)))
-        .map(|(_, msg)| msg)
+        .map(|(_, msg)| msg.clone())
         .collect();
     if !mine.is_empty() {
         let shown: Vec<&str> = mine.iter().take(30).map(|s| s.as_str()).collect();
@@ -384,7 +407,7 @@ type Counts = (usize, usize, usize, usize);
 pub fn passed(method: &str, dtype: DType) {
     TALLY
         .lock()
-        .unwrap()
+        .unwrap_or_else(|e| e.into_inner())
         .entry((method.to_string(), dtype.as_str().to_string()))
         .or_default()
         .0 += 1;
@@ -394,7 +417,7 @@ pub fn passed(method: &str, dtype: DType) {
 pub fn unsupported(method: &str, dtype: DType) {
     TALLY
         .lock()
-        .unwrap()
+        .unwrap_or_else(|e| e.into_inner())
         .entry((method.to_string(), dtype.as_str().to_string()))
         .or_default()
         .1 += 1;
@@ -404,7 +427,7 @@ pub fn unsupported(method: &str, dtype: DType) {
 pub fn cpu_panicked(method: &str, dtype: DType) {
     TALLY
         .lock()
-        .unwrap()
+        .unwrap_or_else(|e| e.into_inner())
         .entry((method.to_string(), dtype.as_str().to_string()))
         .or_default()
         .2 += 1;
@@ -414,7 +437,7 @@ pub fn cpu_panicked(method: &str, dtype: DType) {
 pub fn cases(method: &str) -> usize {
     TALLY
         .lock()
-        .unwrap()
+        .unwrap_or_else(|e| e.into_inner())
         .iter()
         .filter(|((m, _), _)| m == method)
         .map(|(_, (p, u, c, f))| p + u + c + f)
@@ -427,7 +450,7 @@ pub fn flush(method: &str) {
     let Some(path) = std::env::var_os("CANDLE_ROCM_PARITY_LOG") else {
         return;
     };
-    let tally = TALLY.lock().unwrap();
+    let tally = TALLY.lock().unwrap_or_else(|e| e.into_inner());
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
