@@ -535,7 +535,10 @@ pub fn cast<Src: RocmDType, Dst: RocmDType>(
     let (from, to) = (Src::DTYPE, Dst::DTYPE);
     let module = match (from, to) {
         (DType::F8E4M3, DType::F8E4M3) => Module::Cast,
-        (DType::F8E4M3, d) | (d, DType::F8E4M3) if d.is_float() => Module::Cast,
+        // f8e4m3 <-> f64 goes through f32 (exact one way, the same rounding the other): the
+        // first f8e4m3 -> f64 parity case on the direct kernel stalled in the HIP-on-CUDA
+        // harness (2026-11-22, not root-caused).
+        (DType::F8E4M3, d) | (d, DType::F8E4M3) if d.is_float() && d != DType::F64 => Module::Cast,
         (DType::F8E4M3, _) | (_, DType::F8E4M3) => {
             let mid = cast::<Src, f32>(dev, src, layout)?;
             return cast::<f32, Dst>(dev, &mid, &Layout::contiguous(layout.shape()));

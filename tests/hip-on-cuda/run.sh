@@ -88,7 +88,8 @@ TESTS=()
 for t in "$BUNDLE"/*; do
     case "$(basename "$t")" in
         *.rocm-info|*.launch_overhead|*.gpu_faults) ;;
-        *) TESTS+=("$t") ;;
+        # ONLY=<substring> runs just the matching test binaries (quick re-runs).
+        *) [[ -z "${ONLY:-}" || "$(basename "$t")" == *"$ONLY"* ]] && TESTS+=("$t") ;;
     esac
 done
 
@@ -160,7 +161,7 @@ for k in enqueue with_sync; do
 done
 
 # The device tool returns at most 8 files: pack the logs into one archive beside the summary.
-( cd "$OUT" && find . -maxdepth 1 -type f ! -name summary.txt ! -name logs.tar.gz ! -name parity.tsv -printf '%f\n' \
+( cd "$OUT" && find . -maxdepth 1 -type f ! -name summary.txt ! -name logs.tar.gz ! -name 'parity.tsv*' -printf '%f\n' \
     | tar czf logs.tar.gz --remove-files -T - )
 
 echo
