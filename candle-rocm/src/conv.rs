@@ -151,8 +151,7 @@ fn conv_tr_out(
         .and_then(|v| v.checked_add(dilation.checked_mul(k - 1)?))
         .and_then(|v| v.checked_add(out_padding)?.checked_add(1))
         .and_then(|v| v.checked_sub(padding.checked_mul(2)?))
-        .filter(|&v| v > 0)
-        .ok_or_else(|| invalid(op, "the padding leaves no output"))
+        .ok_or_else(|| invalid(op, "the padding is larger than the output"))
 }
 
 /// Uploads `[dims, strides, ...]` of the layouts, the `info` argument of the conv kernels.
@@ -880,5 +879,6 @@ mod tests {
         assert_eq!(conv_tr_out("t", 5, 3, 0, 0, 2, 1).unwrap(), 11);
         assert_eq!(conv_tr_out("t", 5, 3, 1, 1, 2, 1).unwrap(), 10);
         assert!(conv_tr_out("t", 1, 1, 3, 0, 1, 1).is_err());
+        assert_eq!(conv_tr_out("t", 1, 2, 1, 0, 1, 1).unwrap(), 0);
     }
 }

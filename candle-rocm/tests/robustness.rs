@@ -15,6 +15,14 @@ use candle_rocm::conv::ConvParams;
 use candle_rocm::{RocmDevice, RocmStorage};
 use common::*;
 
+/// Held by every test here: they run one at a time, so device-wide free memory measured by
+/// `device_memory_returns_to_baseline` sees no other test's tensors.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn upload(dev: &RocmDevice, cpu: &CpuStorage) -> RocmStorage {
     dev.storage_from_cpu_storage(cpu).unwrap()
 }
@@ -40,6 +48,7 @@ fn assert_err<T>(what: &str, r: candle_core::Result<T>, needle: &str) {
 #[test]
 #[ignore = "needs a HIP device"]
 fn bad_input_is_an_error_never_a_panic() {
+    let _serial = serial();
     let dev = device();
     let a = f32s(&dev, &[1.0; 12]);
     let l = Layout::contiguous((3, 4));
@@ -232,6 +241,7 @@ fn bad_input_is_an_error_never_a_panic() {
 #[test]
 #[ignore = "needs a HIP device"]
 fn out_of_range_indices_stay_on_the_device() {
+    let _serial = serial();
     let dev = device();
     let src: Vec<f32> = (0..12).map(|x| x as f32 + 1.0).collect();
     let s = f32s(&dev, &src);
@@ -290,6 +300,7 @@ fn out_of_range_indices_stay_on_the_device() {
 #[test]
 #[ignore = "needs a HIP device"]
 fn tensors_over_2_pow_24_elements() {
+    let _serial = serial();
     let dev = device();
     let n = (1usize << 24) + 1031;
     let mut rng = Rng::new(24);
@@ -384,6 +395,7 @@ fn tensors_over_2_pow_24_elements() {
 #[test]
 #[ignore = "needs a HIP device"]
 fn backend_device_api() {
+    let _serial = serial();
     let dev = <RocmDevice as BackendDevice>::new(0).unwrap();
     assert!(BackendDevice::same_device(&dev, &dev.clone()));
     assert!(!BackendDevice::same_device(&dev, &device()));
@@ -466,6 +478,7 @@ fn backend_device_api() {
 #[test]
 #[ignore = "needs a HIP device"]
 fn device_memory_returns_to_baseline() {
+    let _serial = serial();
     let dev = device();
     let round = |dev: &RocmDevice| {
         let mut rng = Rng::new(5);

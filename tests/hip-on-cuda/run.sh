@@ -132,13 +132,19 @@ fi
 
 if [ "$SANITIZE" = 1 ]; then
     # API errors the tests provoke on purpose (out of memory, bad images) are not memory errors.
+    # Newest code first, each run bounded (SAN_TIMEOUT, default 240 s), so a short device call
+    # still reports the binaries that matter most.
+    ORDERED=()
+    for pat in parity robustness "candle-rocm.gpu" "rocm-safe.gpu"; do
+        for t in "${TESTS[@]}"; do [[ "$(basename "$t")" == *"$pat"* ]] && ORDERED+=("$t"); done
+    done
     for tool in memcheck racecheck; do
-        for t in "${TESTS[@]}"; do
+        for t in "${ORDERED[@]}"; do
             name=$(basename "$t")
             log="$OUT/$tool-$name.log"
             echo "== compute-sanitizer --tool $tool $name"
             # Fewer random cases per parity test under the sanitizer (it is ~50x slower).
-            CANDLE_ROCM_PARITY_CASES=3 \
+            CANDLE_ROCM_PARITY_CASES=2 timeout "${SAN_TIMEOUT:-240}" \
             compute-sanitizer --tool "$tool" --report-api-errors no --print-limit 20 \
                 "$t" --include-ignored --test-threads=1 > "$log" 2>&1
             rc=$?
