@@ -1069,9 +1069,16 @@ fn naive_conv(
     transposed: bool,
 ) -> (Vec<f64>, usize, usize) {
     let (oh, ow) = if transposed {
-        let o =
-            |n: usize, k: usize, p: usize| (n - 1) * stride + dil * (k - 1) + out_pad + 1 - 2 * p;
-        (o(h, kh, pad_h), o(w, kw, pad_w))
+        // A 1-D transposed conv (h = kh = 1, pad_h = 0) pads only its length.
+        let out_pad_h = if h == 1 && kh == 1 && pad_h == 0 {
+            0
+        } else {
+            out_pad
+        };
+        let o = |n: usize, k: usize, p: usize, op: usize| {
+            ((n - 1) * stride + dil * (k - 1) + op + 1).saturating_sub(2 * p)
+        };
+        (o(h, kh, pad_h, out_pad_h), o(w, kw, pad_w, out_pad))
     } else {
         let o = |n: usize, k: usize, p: usize| (n + 2 * p - dil * (k - 1) - 1) / stride + 1;
         (o(h, kh, pad_h), o(w, kw, pad_w))

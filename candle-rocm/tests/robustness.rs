@@ -505,7 +505,12 @@ fn device_memory_returns_to_baseline() {
     let cached = dev.device().allocator().stats();
     dev.device().allocator().trim().unwrap();
     let (after, _) = dev.device().mem_info().unwrap();
-    eprintln!("device memory free: before {before} after {after} of {total}; cache before trim {cached:?}");
+    let line = format!(
+        "device memory free: before {before} after {after} of {total} bytes; \
+         cache before trim {cached:?}"
+    );
+    eprintln!("{line}");
+    append_log("memory", &line);
     assert!(
         after + (2 << 20) >= before,
         "leaked {} bytes",
