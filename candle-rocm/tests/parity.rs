@@ -1229,6 +1229,9 @@ fn convolutions() {
                 &what,
                 scale,
                 || {
+                    if (l_small - 1) * stride + dil_t * (k - 1) + op_t + 1 < 2 * pad_t {
+                        candle_core::bail!("negative output size");
+                    }
                     let (v, _, _) = naive_conv(
                         &as_f64(&xt),
                         (b, c_in, 1, l_small),
@@ -1320,6 +1323,11 @@ fn convolutions() {
                 &what,
                 scale2,
                 || {
+                    // A padding that leaves a negative output size is an error (as in PyTorch).
+                    let raw = |n: usize, k: usize| (n - 1) * stride + dil * (k - 1) + op + 1;
+                    if raw(hs, kh) < 2 * pad2 || raw(ws, kw) < 2 * pad2 {
+                        candle_core::bail!("negative output size");
+                    }
                     let (v, _, _) = naive_conv(
                         &as_f64(&x2t),
                         (b, c_in, hs, ws),
