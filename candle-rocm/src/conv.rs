@@ -188,7 +188,7 @@ unsafe fn launch_conv<S: DeviceRepr>(
         l.arg(p);
     }
     // SAFETY: forwarded from this function's contract.
-    unsafe { l.launch(RocmDevice::cfg(threads))? };
+    unsafe { l.launch(RocmDevice::cfg(threads)?)? };
     Ok(())
 }
 
@@ -334,7 +334,7 @@ impl Map1 for Col2Im1D {
             // SAFETY: col2im1d_<T>(dst_el, l_out, l_in, c_out, k_size, stride, src, dst): one
             // thread per output element (dst_el allocated), reading the contiguous
             // (b, l_in, c_out, k) columns, which `col` holds (checked above).
-            unsafe { l.launch(RocmDevice::cfg(dst_el))? };
+            unsafe { l.launch(RocmDevice::cfg(dst_el)?)? };
             Ok(dst)
         };
         run().w()
@@ -507,7 +507,7 @@ impl Map1 for UpsampleNearest {
             // SAFETY: upsample_nearest2d_<T>(w_out, h_out, w_scale, h_scale, info, src, dst)
             // (candle's "w" is dims[2]): one thread per output element (dst_el allocated);
             // source indices are clamped to the checked input's dims.
-            unsafe { l.launch(RocmDevice::cfg(dst_el))? };
+            unsafe { l.launch(RocmDevice::cfg(dst_el)?)? };
             Ok(dst)
         };
         run().w()
@@ -575,7 +575,7 @@ impl Map1 for UpsampleBilinear {
             // bool has_scale_h, double scale_h, bool has_scale_w, double scale_w, info, src,
             // dst); bools are passed as one byte holding 0 or 1; one thread per output element
             // (dst_el allocated); source indices are clamped to the checked input's dims.
-            unsafe { l.launch(RocmDevice::cfg(dst_el))? };
+            unsafe { l.launch(RocmDevice::cfg(dst_el)?)? };
             Ok(dst)
         };
         run().w()

@@ -186,9 +186,18 @@ impl RocmDevice {
         Ok(Some(self.clone_htod(&info)?))
     }
 
-    /// The launch shape for `n` elements.
-    pub(crate) fn cfg(n: usize) -> LaunchConfig {
-        LaunchConfig::for_num_elems(n.min(u32::MAX as usize) as u32, BLOCK)
+    /// The launch shape for `n` threads, one per element. candle-kernels index elements with
+    /// 32-bit integers, so more than `u32::MAX` elements is an error rather than a wrong
+    /// result.
+    pub(crate) fn cfg(n: usize) -> Result<LaunchConfig, BackendError> {
+        let n = u32::try_from(n).map_err(|_| rocm_safe::RocmError::Unsupported {
+            what: "tensors of more than 2^32 - 1 elements",
+            detail: format!(
+                "{n} elements; candle's kernels use 32-bit element indices. To fix: split \
+                     the tensor (e.g. with chunk) and process the parts"
+            ),
+        })?;
+        Ok(LaunchConfig::for_num_elems(n, BLOCK))
     }
 
     /// Sets the generator's seed and restarts its sequence.
@@ -238,7 +247,7 @@ impl RocmDevice {
             l.arg(&po).arg(&n64).arg(&seed).arg(&offset).arg(&a).arg(&b);
             // SAFETY: rand_<kind>_<dtype>(T* out, u64 n, u64 seed, u64 offset, P a, P b) as in
             // kernels/hip/rand.hip; `out` holds n elements and every thread bounds-checks.
-            unsafe { l.launch(RocmDevice::cfg(n.div_ceil(per_thread)))? };
+            unsafe { l.launch(RocmDevice::cfg(n.div_ceil(per_thread))?)? };
             Ok(out)
         }
         let draw = (seed, offset);

@@ -150,7 +150,7 @@ impl Map1 for IndexSelect<'_> {
         // kernels/hip/index.hip; `ids` holds (n_ids - 1) * ids_stride + 1 elements; `src` is
         // the contiguous left * src_dim * right source; `out` holds numel elements; the kernel
         // reads nothing for an out-of-range index.
-        unsafe { l.launch(RocmDevice::cfg(dst_el)).w()? };
+        unsafe { l.launch(RocmDevice::cfg(dst_el).w()?).w()? };
         Ok(out)
     }
 }
@@ -196,7 +196,7 @@ impl Map1 for Gather<'_> {
         // size_t left, size_t src_dim, size_t ids_dim, size_t right); `ids` and `out` hold
         // numel = left * ids_dim * right elements (the shapes agree except on `dim`); `src`
         // is the contiguous left * src_dim * right source; out-of-range indices read nothing.
-        unsafe { l.launch(RocmDevice::cfg(el)).w()? };
+        unsafe { l.launch(RocmDevice::cfg(el).w()?).w()? };
         Ok(out)
     }
 }
@@ -315,7 +315,7 @@ impl Map2InPlace for IndexedUpdate<'_> {
         // `ids` holds what the op indexes (checked above), `src` is the contiguous
         // left * src_dim * right source, `out` the contiguous left * dst_dim * right
         // destination, borrowed exclusively; out-of-range indices write nothing.
-        unsafe { l.launch(RocmDevice::cfg(threads)).w()? };
+        unsafe { l.launch(RocmDevice::cfg(threads).w()?).w()? };
         Ok(())
     }
 }

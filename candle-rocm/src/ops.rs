@@ -144,7 +144,7 @@ fn launch_elementwise_into<T: DeviceRepr>(
     // each kernel declares (the callers below pass exactly those); `info` is null or holds
     // 2 * num_dims values; the layout was checked to stay inside `input`; the caller
     // guarantees `out` holds numel elements; all buffers are ordered on the device's stream.
-    unsafe { l.launch(RocmDevice::cfg(numel))? };
+    unsafe { l.launch(RocmDevice::cfg(numel)?)? };
     Ok(())
 }
 
@@ -281,7 +281,7 @@ fn launch_binary<T: RocmDType, O: DeviceRepr>(
     // SAFETY: (size_t numel, size_t num_dims, const size_t* dims_and_strides, const T* lhs,
     // const T* rhs, O* out); the info holds 3 * num_dims values or is null; both layouts were
     // checked against their buffers; `out` is a fresh buffer of numel elements.
-    unsafe { l.launch(RocmDevice::cfg(el))? };
+    unsafe { l.launch(RocmDevice::cfg(el)?)? };
     Ok(out)
 }
 
@@ -397,7 +397,7 @@ impl<C: RocmDType> Map2 for WhereCond<'_, C> {
             // const C* cond, const T* t, const T* f, T* out) in kernels/hip/where.hip; info
             // holds 4 * num_dims values; the three layouts were checked against their
             // buffers; `out` is a fresh buffer of numel elements.
-            unsafe { l.launch(RocmDevice::cfg(el))? };
+            unsafe { l.launch(RocmDevice::cfg(el)?)? };
             Ok(out)
         };
         run().w()
@@ -493,7 +493,7 @@ pub fn copy2d<T: RocmDType>(
     // SAFETY: copy2d_<T>(const T* src, T* dst, u32 d1, u32 d2, u32 src_s, u32 dst_s), one
     // thread per element of d1 * d2 (checked to fit u32); both extents were checked to lie
     // inside their buffers; `dst` is borrowed exclusively so the views do not alias.
-    unsafe { l.launch(RocmDevice::cfg(d1 * d2))? };
+    unsafe { l.launch(RocmDevice::cfg(d1 * d2)?)? };
     Ok(())
 }
 
@@ -520,7 +520,7 @@ pub fn const_set<T: RocmDType>(
     // SAFETY: const_set_<T>(size_t numel, size_t num_dims, const size_t* info, T value,
     // T* out); info is null (contiguous) or 2 * num_dims values; the layout was checked to
     // stay inside `dst`, which is borrowed exclusively.
-    unsafe { l.launch(RocmDevice::cfg(el))? };
+    unsafe { l.launch(RocmDevice::cfg(el)?)? };
     Ok(())
 }
 

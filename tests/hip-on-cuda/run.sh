@@ -98,6 +98,7 @@ mem_used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader | head -1;
 
 # candle-rocm's parity suite appends (method, dtype, passed, unsupported) rows here.
 export CANDLE_ROCM_PARITY_LOG="$OUT/parity.tsv"
+rm -f "$CANDLE_ROCM_PARITY_LOG".*   # .fail, .trace and .memory of an earlier run
 : > "$CANDLE_ROCM_PARITY_LOG"
 row "gpu memory used before the tests" "$(mem_used)"
 suite_start=$(date +%s)
