@@ -161,7 +161,7 @@ fn info_of(dev: &RocmDevice, layouts: &[&Layout]) -> Result<DeviceBuffer<usize>,
         v.extend_from_slice(l.dims());
         v.extend_from_slice(l.stride());
     }
-    dev.clone_htod(&v)
+    dev.upload_info(v)
 }
 
 /// Launches one of the conv module's kernels with `scalars` (all `size_t`), then `info`,

@@ -170,6 +170,15 @@ impl RocmDevice {
         Ok(self.stream().clone_htod(data)?)
     }
 
+    /// Uploads a kernel's shape/stride argument without waiting for the stream (the stream
+    /// keeps the host copy alive until the copy has run).
+    pub(crate) fn upload_info(
+        &self,
+        info: Vec<usize>,
+    ) -> Result<DeviceBuffer<usize>, BackendError> {
+        Ok(self.stream().upload(info)?)
+    }
+
     /// Candle's `info` kernel argument for a layout: `None` (a null pointer) when contiguous,
     /// else the dims followed by the strides, uploaded.
     pub(crate) fn layout_info(
@@ -183,7 +192,7 @@ impl RocmDevice {
         for l in layouts {
             info.extend_from_slice(l.stride());
         }
-        Ok(Some(self.clone_htod(&info)?))
+        Ok(Some(self.upload_info(info)?))
     }
 
     /// The launch shape for `n` threads, one per element. candle-kernels index elements with

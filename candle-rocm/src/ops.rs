@@ -376,7 +376,7 @@ impl<C: RocmDType> Map2 for WhereCond<'_, C> {
             let (a, b) = (checked_view(&name, t, t_l)?, checked_view(&name, f, f_l)?);
             let func = dev.function(Module::Where, &name)?;
             let info = [cond_l.dims(), cond_l.stride(), t_l.stride(), f_l.stride()].concat();
-            let info = dev.clone_htod(&info)?;
+            let info = dev.upload_info(info)?;
             let ndims = cond_l.dims().len();
             let (pinfo, pc, pa, pb, pout) = (
                 info.as_arg(),

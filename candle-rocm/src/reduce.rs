@@ -105,7 +105,7 @@ impl Map1Any for FastReduce<'_> {
                 (kernel_name::<T>(root), cfg, src_el)
             };
             let f = dev.function(module, &name)?;
-            let info = dev.clone_htod(&[dims.as_slice(), stride.as_slice()].concat())?;
+            let info = dev.upload_info([dims.as_slice(), stride.as_slice()].concat())?;
             let ndims = dims.len();
             let (pinfo, pin) = (info.as_arg(), DevicePtrArg::of(&input));
             macro_rules! launch {

@@ -63,6 +63,34 @@ impl Stream {
         Ok(b)
     }
 
+    /// Copies `src` into a new buffer without waiting for the copy: the stream keeps `src`
+    /// alive until the copy has run. For small host-made arguments of a kernel launched next
+    /// on this stream (shapes, strides), where [`Stream::clone_htod`] would wait for all queued
+    /// work.
+    pub fn upload<T: DeviceRepr>(self: &Arc<Self>, src: Vec<T>) -> Result<DeviceBuffer<T>> {
+        /// Host copies kept at most before the oldest is waited for.
+        const MAX_IN_FLIGHT: usize = 4096;
+        let mut b = DeviceBuffer::alloc_cached(self, src.len())?;
+        if src.is_empty() {
+            return Ok(b);
+        }
+        let mut queue = self.in_flight.lock();
+        while let Some((event, _)) = queue.front() {
+            if !event.is_complete()? && queue.len() < MAX_IN_FLIGHT {
+                break;
+            }
+            event.synchronize()?;
+            queue.pop_front();
+        }
+        // SAFETY: `src`'s heap block is moved into `in_flight` below (moving a Vec does not
+        // move its elements) and is freed only after the event recorded after this copy has
+        // completed, or after Drop has synchronised the stream; nothing writes it meanwhile.
+        unsafe { self.memcpy_htod_async(&src, &mut b)? };
+        let event = self.record_event()?;
+        queue.push_back((event, Box::new(src)));
+        Ok(b)
+    }
+
     /// Copies device memory into a new `Vec` and waits for the copy.
     pub fn clone_dtoh<T: DeviceRepr>(&self, src: &impl DeviceSlice<T>) -> Result<Vec<T>> {
         let mut v = Vec::<T>::with_capacity(src.len());

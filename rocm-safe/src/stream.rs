@@ -1,9 +1,12 @@
 //! [`Stream`] (an in-order queue of device work) and [`Event`] (a marker in a stream, with
 //! optional timing).
 
+use std::collections::VecDeque;
 use std::ffi::c_uint;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use rocm_sys::{hipError_t, hipEvent_t, hipStream_t};
 
@@ -17,7 +20,13 @@ pub struct Stream {
     device: Device,
     raw: hipStream_t,
     id: u64,
+    /// Host memory of queued [`Stream::upload`]s, each with an event recorded after its copy;
+    /// freed once the event has completed (or when the stream, synchronised, is dropped).
+    pub(crate) in_flight: Mutex<VecDeque<(Event, InFlight)>>,
 }
+
+/// Host data an asynchronous copy still reads.
+pub(crate) type InFlight = Box<dyn std::any::Any + Send>;
 
 // SAFETY: a hipStream_t is an opaque handle the HIP runtime allows any host thread to use
 // concurrently (the runtime serialises submissions internally); `Stream` exposes no interior
@@ -42,6 +51,7 @@ impl Stream {
             device: device.clone(),
             raw,
             id: NEXT_STREAM_ID.fetch_add(1, Ordering::Relaxed),
+            in_flight: Mutex::new(VecDeque::new()),
         }))
     }
 

@@ -77,6 +77,25 @@ fn round_trips_direct_and_cached() {
 
 #[test]
 #[ignore = "needs a HIP device"]
+fn uploads_without_waiting_keep_their_data() {
+    let s = stream();
+    // Many small uploads queued behind one large copy, each from a Vec dropped by the caller
+    // at once: every buffer must still receive its own values.
+    let big = s.clone_htod(&values(1 << 22, 3)).unwrap();
+    let mut sink = s.alloc::<f32>(1 << 22).unwrap();
+    s.memcpy_dtod(&big, &mut sink).unwrap();
+    let bufs: Vec<_> = (0..5000u32)
+        .map(|i| s.upload(vec![i, i * 7, i ^ 0x5a5a]).unwrap())
+        .collect();
+    for (i, b) in bufs.iter().enumerate() {
+        let i = i as u32;
+        assert_eq!(s.clone_dtoh(b).unwrap(), [i, i * 7, i ^ 0x5a5a]);
+    }
+    assert!(s.upload(Vec::<u64>::new()).unwrap().is_empty());
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
 fn dtod_and_sub_slices() {
     let s = stream();
     let host: Vec<u32> = (0..1000).collect();
