@@ -233,6 +233,21 @@ fn bad_input_is_an_error_never_a_panic() {
         c.const_set(candle_core::scalar::Scalar::U8(1), &l),
         "different dtypes",
     );
+    // Candle's dummy MX types (raw bytes on the CPU): the typed error Candle's CUDA backend
+    // gives.
+    for dummy in [DType::F6E2M3, DType::F6E3M2, DType::F4, DType::F8E8M0] {
+        assert_err(
+            "dummy zeros",
+            dev.zeros_impl(&Shape::from(4), dummy),
+            "not available",
+        );
+        assert_err("dummy cast", a.to_dtype(&l, dummy), "not available");
+    }
+    assert_err(
+        "dummy upload",
+        dev.storage_from_cpu_storage(&CpuStorage::F4(vec![0; 4])),
+        "not available",
+    );
     // The device still works after all of that.
     let r = a.affine(&l, 2.0, 1.0).unwrap().to_cpu_storage().unwrap();
     assert_close("after errors", &r, &CpuStorage::F32(vec![3.0; 12]), 0.0);
