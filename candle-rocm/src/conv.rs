@@ -593,6 +593,30 @@ fn contiguous(storage: &RocmStorage, l: &Layout) -> candle_core::Result<RocmStor
     Ok(out)
 }
 
+/// The GEMM half of an im2col convolution: `col` holds (b * m, k) patches, the kernel is
+/// (n = c_out, k); the (b * m, n) product is copied out through `res_l`, the layout that puts
+/// it in (b, c_out, spatial...) order.
+fn patches_times_kernel(
+    col: &RocmStorage,
+    (b, m, n, k): (usize, usize, usize, usize),
+    kernel: &RocmStorage,
+    kernel_l: &Layout,
+    res_l: &Layout,
+) -> candle_core::Result<RocmStorage> {
+    let col_l = Layout::contiguous((b * m, k));
+    let kernel_c;
+    let (kernel, k_off) = if kernel_l.is_contiguous() {
+        (kernel, kernel_l.start_offset())
+    } else {
+        // copy_strided_src writes from offset 0, so the copy's layout starts there.
+        kernel_c = contiguous(kernel, kernel_l)?;
+        (&kernel_c, 0)
+    };
+    let kernel_mm = Layout::contiguous_with_offset((n, k), k_off).transpose(0, 1)?;
+    let res = col.matmul(kernel, (1, b * m, n, k), &col_l, &kernel_mm)?;
+    contiguous(&res, res_l)
+}
+
 impl RocmStorage {
     /// `conv1d` with parameters by name (see [`ConvParams`]): input (b, c_in, l_in), kernel
     /// (c_out, c_in, k).
@@ -626,20 +650,15 @@ impl RocmStorage {
             dilation,
         }
         .map(&self.slice, &dev, l)?;
-        let col = RocmStorage::new(col, dev.clone());
-        let (m, n, k) = (l_out, c_out, k_size * c_in);
-        let col_l = Layout::contiguous((b * m, k));
-        let kernel_c;
-        let (kernel, k_off) = if kernel_l.is_contiguous() {
-            (kernel, kernel_l.start_offset())
-        } else {
-            kernel_c = contiguous(kernel, kernel_l)?;
-            (&kernel_c, 0)
-        };
-        let kernel_mm = Layout::contiguous_with_offset((n, k), k_off).transpose(0, 1)?;
-        let res = col.matmul(kernel, (1, b * m, n, k), &col_l, &kernel_mm)?;
-        let res_l = Layout::contiguous((b, l_out, n)).transpose(1, 2)?;
-        contiguous(&res, &res_l)
+        let col = RocmStorage::new(col, dev);
+        let res_l = Layout::contiguous((b, l_out, c_out)).transpose(1, 2)?;
+        patches_times_kernel(
+            &col,
+            (b, l_out, c_out, k_size * c_in),
+            kernel,
+            kernel_l,
+            &res_l,
+        )
     }
 
     /// `conv2d` with parameters by name: input (b, c_in, h, w), kernel (c_out, c_in, k_h,
@@ -679,22 +698,18 @@ impl RocmStorage {
             dilation,
         }
         .map(&self.slice, &dev, l)?;
-        let col = RocmStorage::new(col, dev.clone());
-        let (m, n, k) = (h_out * w_out, c_out, k_h * k_w * c_in);
-        let col_l = Layout::contiguous((b * m, k));
-        let kernel_c;
-        let (kernel, k_off) = if kernel_l.is_contiguous() {
-            (kernel, kernel_l.start_offset())
-        } else {
-            kernel_c = contiguous(kernel, kernel_l)?;
-            (&kernel_c, 0)
-        };
-        let kernel_mm = Layout::contiguous_with_offset((n, k), k_off).transpose(0, 1)?;
-        let res = col.matmul(kernel, (1, b * m, n, k), &col_l, &kernel_mm)?;
-        let res_l = Layout::contiguous((b, h_out, w_out, n))
+        let col = RocmStorage::new(col, dev);
+        let res_l = Layout::contiguous((b, h_out, w_out, c_out))
             .transpose(1, 2)?
             .transpose(1, 3)?;
-        contiguous(&res, &res_l)
+        let m = h_out * w_out;
+        patches_times_kernel(
+            &col,
+            (b, m, c_out, k_h * k_w * c_in),
+            kernel,
+            kernel_l,
+            &res_l,
+        )
     }
 
     /// `conv_transpose1d` with parameters by name: input (b, c_in, l_in), kernel (c_in,

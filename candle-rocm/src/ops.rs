@@ -168,39 +168,24 @@ impl Map1 for Affine {
     }
 }
 
-/// `x.powf(e)` (candle's `upowf`).
-pub struct Powf(pub f64);
-
-impl Map1 for Powf {
-    fn f<T: RocmDType>(
-        &self,
-        src: &DeviceBuffer<T>,
-        dev: &RocmDevice,
-        layout: &Layout,
-    ) -> candle_core::Result<DeviceBuffer<T>> {
-        let name = kernel_name::<T>("upowf");
-        let before = [T::from_f64(self.0)];
-        let extra = Extra {
-            before: &before,
-            after: &[],
-        };
-        let module = module_for(Module::Unary, T::DTYPE);
-        launch_elementwise(dev, module, &name, src, layout, extra).w()
-    }
+/// A unary kernel with one scalar parameter, passed before the input: candle's `upowf`
+/// (`x.powf(e)`) and `uelu` (`elu(x, alpha)`).
+pub struct ScalarUnary {
+    /// Kernel root: `upowf` or `uelu`.
+    pub root: &'static str,
+    /// The scalar (exponent or alpha).
+    pub value: f64,
 }
 
-/// `elu(x, alpha)` (candle's `uelu`).
-pub struct Elu(pub f64);
-
-impl Map1 for Elu {
+impl Map1 for ScalarUnary {
     fn f<T: RocmDType>(
         &self,
         src: &DeviceBuffer<T>,
         dev: &RocmDevice,
         layout: &Layout,
     ) -> candle_core::Result<DeviceBuffer<T>> {
-        let name = kernel_name::<T>("uelu");
-        let before = [T::from_f64(self.0)];
+        let name = kernel_name::<T>(self.root);
+        let before = [T::from_f64(self.value)];
         let extra = Extra {
             before: &before,
             after: &[],

@@ -12,9 +12,9 @@ use crate::conv::{ConvParams, Pool2D, PoolOp, UpsampleBilinear, UpsampleNearest}
 use crate::device::RocmDevice;
 use crate::error::{BackendError, WrapErr};
 use crate::indexing::{Gather, IndexSelect, IndexedUpdate, Update};
-use crate::ops::{Affine, Binary, Cmp, Elu, Powf, Unary, WhereCond};
+use crate::ops::{Affine, Binary, Cmp, ScalarUnary, Unary, WhereCond};
 use crate::reduce::FastReduce;
-use crate::utils::{Map1, Map1Any, Map2, Map2Any, Map2InPlace};
+use crate::utils::{same_dtype, Map1, Map1Any, Map2, Map2Any, Map2InPlace};
 
 /// The typed buffer behind a [`RocmStorage`].
 pub enum RocmStorageSlice {
@@ -268,11 +268,19 @@ impl BackendStorage for RocmStorage {
     }
 
     fn powf(&self, layout: &Layout, e: f64) -> candle_core::Result<Self> {
-        Ok(self.wrap(Powf(e).map(&self.slice, &self.device, layout)?))
+        let op = ScalarUnary {
+            root: "upowf",
+            value: e,
+        };
+        Ok(self.wrap(op.map(&self.slice, &self.device, layout)?))
     }
 
     fn elu(&self, layout: &Layout, alpha: f64) -> candle_core::Result<Self> {
-        Ok(self.wrap(Elu(alpha).map(&self.slice, &self.device, layout)?))
+        let op = ScalarUnary {
+            root: "uelu",
+            value: alpha,
+        };
+        Ok(self.wrap(op.map(&self.slice, &self.device, layout)?))
     }
 
     fn reduce_op(
@@ -576,28 +584,11 @@ impl BackendStorage for RocmStorage {
         dst_offset: usize,
         src_l: &Layout,
     ) -> candle_core::Result<()> {
-        use crate::ops::copy_strided;
-        use RocmStorageSlice as S;
         self.same_device_as(dst, "copy_strided_src")?;
         let d = &self.device;
-        match (&self.slice, &mut dst.slice) {
-            (S::U8(a), S::U8(b)) => copy_strided(d, a, src_l, b, dst_offset),
-            (S::U32(a), S::U32(b)) => copy_strided(d, a, src_l, b, dst_offset),
-            (S::I16(a), S::I16(b)) => copy_strided(d, a, src_l, b, dst_offset),
-            (S::I32(a), S::I32(b)) => copy_strided(d, a, src_l, b, dst_offset),
-            (S::I64(a), S::I64(b)) => copy_strided(d, a, src_l, b, dst_offset),
-            (S::BF16(a), S::BF16(b)) => copy_strided(d, a, src_l, b, dst_offset),
-            (S::F16(a), S::F16(b)) => copy_strided(d, a, src_l, b, dst_offset),
-            (S::F32(a), S::F32(b)) => copy_strided(d, a, src_l, b, dst_offset),
-            (S::F64(a), S::F64(b)) => copy_strided(d, a, src_l, b, dst_offset),
-            (S::F8E4M3(a), S::F8E4M3(b)) => copy_strided(d, a, src_l, b, dst_offset),
-            (a, b) => Err(BackendError::DtypeMismatch {
-                op: "copy_strided_src",
-                lhs: a.dtype(),
-                rhs: b.dtype(),
-            }),
-        }
-        .w()
+        same_dtype!("copy_strided_src", (&self.slice, &mut dst.slice), (a, b) => {
+            crate::ops::copy_strided(d, a, src_l, b, dst_offset).w()
+        })
     }
 
     fn copy2d(
@@ -610,29 +601,12 @@ impl BackendStorage for RocmStorage {
         src_o: usize,
         dst_o: usize,
     ) -> candle_core::Result<()> {
-        use crate::ops::copy2d;
-        use RocmStorageSlice as S;
         self.same_device_as(dst, "copy2d")?;
         let d = &self.device;
         let (dims, strides, offsets) = ((d1, d2), (src_s, dst_s), (src_o, dst_o));
-        match (&self.slice, &mut dst.slice) {
-            (S::U8(a), S::U8(b)) => copy2d(d, a, b, dims, strides, offsets),
-            (S::U32(a), S::U32(b)) => copy2d(d, a, b, dims, strides, offsets),
-            (S::I16(a), S::I16(b)) => copy2d(d, a, b, dims, strides, offsets),
-            (S::I32(a), S::I32(b)) => copy2d(d, a, b, dims, strides, offsets),
-            (S::I64(a), S::I64(b)) => copy2d(d, a, b, dims, strides, offsets),
-            (S::BF16(a), S::BF16(b)) => copy2d(d, a, b, dims, strides, offsets),
-            (S::F16(a), S::F16(b)) => copy2d(d, a, b, dims, strides, offsets),
-            (S::F32(a), S::F32(b)) => copy2d(d, a, b, dims, strides, offsets),
-            (S::F64(a), S::F64(b)) => copy2d(d, a, b, dims, strides, offsets),
-            (S::F8E4M3(a), S::F8E4M3(b)) => copy2d(d, a, b, dims, strides, offsets),
-            (a, b) => Err(BackendError::DtypeMismatch {
-                op: "copy2d",
-                lhs: a.dtype(),
-                rhs: b.dtype(),
-            }),
-        }
-        .w()
+        same_dtype!("copy2d", (&self.slice, &mut dst.slice), (a, b) => {
+            crate::ops::copy2d(d, a, b, dims, strides, offsets).w()
+        })
     }
 
     fn const_set(
