@@ -87,7 +87,7 @@ row "rocm-info exit code" "${PIPESTATUS[0]}"
 TESTS=()
 for t in "$BUNDLE"/*; do
     case "$(basename "$t")" in
-        *.rocm-info|*.launch_overhead|*.gpu_faults) ;;
+        *.rocm-info|*.launch_overhead|*.gpu_faults|*.bandwidth) ;;
         # ONLY=<substring> runs just the matching test binaries (quick re-runs).
         *) [[ -z "${ONLY:-}" || "$(basename "$t")" == *"$ONLY"* ]] && TESTS+=("$t") ;;
     esac
@@ -154,6 +154,14 @@ if [ "$SANITIZE" = 1 ]; then
             row "$tool $name" "${errors:-no summary} ${hazards} $(results "$log") (exit $rc)"
         done
     done
+fi
+
+if [ -x "$BUNDLE/candle-rocm.bandwidth" ] && [ -z "${ONLY:-}" ]; then
+    echo "== bandwidth (memory-bound ops vs the card's copy bandwidth)"
+    timeout "${TEST_TIMEOUT:-300}" "$BUNDLE/candle-rocm.bandwidth" 2>&1 | tee "$OUT/bandwidth.txt"
+    while read -r _ op gbs ratio; do
+        row "bandwidth $op" "$gbs GB/s, $ratio of copy"
+    done < <(grep '^bandwidth ' "$OUT/bandwidth.txt")
 fi
 
 echo "== launch overhead"

@@ -1,7 +1,8 @@
 //! `cargo xtask device-bundle`: everything the HIP-on-CUDA harness runs, in one folder.
 //!
-//! Builds stripped release binaries of the GPU test targets (`tests/gpu.rs` and
-//! `tests/gpu_faults.rs`), the launch-overhead benchmark and `rocm-info`, copies them to `.device-bundle/bin`
+//! Builds stripped release binaries of the GPU test targets (rocm-safe's `gpu` and
+//! `gpu_faults`, candle-rocm's `gpu`, `parity` and `robustness`), the launch-overhead and
+//! bandwidth benchmarks and `rocm-info`, copies them to `.device-bundle/bin`
 //! (ignored by git, well under the device tool's 64 MiB carry limit), and prints the device
 //! call that runs them with `tests/hip-on-cuda/run.sh`.
 
@@ -36,6 +37,8 @@ const BUILDS: &[(&str, &[&str])] = &[
             "parity",
             "--test",
             "robustness",
+            "--bench",
+            "bandwidth",
         ],
     ),
 ];
