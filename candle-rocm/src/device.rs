@@ -126,6 +126,24 @@ impl RocmDevice {
         shape: &Shape,
         dtype: DType,
     ) -> candle_core::Result<RocmStorage> {
+        self.new_storage(shape, dtype, "alloc")
+    }
+
+    /// A zeroed storage of `shape` and `dtype`.
+    pub fn zeros_storage(&self, shape: &Shape, dtype: DType) -> candle_core::Result<RocmStorage> {
+        let mut s = self.new_storage(shape, dtype, "zeros")?;
+        s.slice.fill_zeros(self.stream()).w()?;
+        Ok(s)
+    }
+
+    /// A storage of `shape` and `dtype` from the caching allocator; `op` names the caller in
+    /// the error for a dtype without storage (Candle's dummy MX types).
+    fn new_storage(
+        &self,
+        shape: &Shape,
+        dtype: DType,
+        op: &'static str,
+    ) -> candle_core::Result<RocmStorage> {
         let n = shape.elem_count();
         let slice = match dtype {
             DType::U8 => RocmStorageSlice::U8(self.alloc(n).w()?),
@@ -138,26 +156,7 @@ impl RocmDevice {
             DType::F32 => RocmStorageSlice::F32(self.alloc(n).w()?),
             DType::F64 => RocmStorageSlice::F64(self.alloc(n).w()?),
             DType::F8E4M3 => RocmStorageSlice::F8E4M3(self.alloc(n).w()?),
-            dtype => return Err(BackendError::UnsupportedDtype { op: "alloc", dtype }).w(),
-        };
-        Ok(RocmStorage::new(slice, self.clone()))
-    }
-
-    /// A zeroed storage of `shape` and `dtype`.
-    pub fn zeros_storage(&self, shape: &Shape, dtype: DType) -> candle_core::Result<RocmStorage> {
-        let n = shape.elem_count();
-        let slice = match dtype {
-            DType::U8 => RocmStorageSlice::U8(self.zeros(n).w()?),
-            DType::U32 => RocmStorageSlice::U32(self.zeros(n).w()?),
-            DType::I16 => RocmStorageSlice::I16(self.zeros(n).w()?),
-            DType::I32 => RocmStorageSlice::I32(self.zeros(n).w()?),
-            DType::I64 => RocmStorageSlice::I64(self.zeros(n).w()?),
-            DType::BF16 => RocmStorageSlice::BF16(self.zeros(n).w()?),
-            DType::F16 => RocmStorageSlice::F16(self.zeros(n).w()?),
-            DType::F32 => RocmStorageSlice::F32(self.zeros(n).w()?),
-            DType::F64 => RocmStorageSlice::F64(self.zeros(n).w()?),
-            DType::F8E4M3 => RocmStorageSlice::F8E4M3(self.zeros(n).w()?),
-            dtype => return Err(BackendError::UnsupportedDtype { op: "zeros", dtype }).w(),
+            dtype => return Err(BackendError::UnsupportedDtype { op, dtype }).w(),
         };
         Ok(RocmStorage::new(slice, self.clone()))
     }

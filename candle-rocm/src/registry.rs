@@ -10,6 +10,7 @@
 //! 4. else a typed error naming the processor, the embedded targets and the command that builds
 //!    for it.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
@@ -149,6 +150,9 @@ pub struct KernelRegistry {
     dir: Option<PathBuf>,
     runtime_version: i32,
     modules: [OnceLock<Result<rocm_safe::Module, KernelError>>; Module::ALL.len()],
+    /// Kernels looked up so far: every op launch asks by name, and a hit skips the runtime's
+    /// symbol lookup.
+    functions: parking_lot::Mutex<HashMap<(Module, String), Function>>,
 }
 
 impl KernelRegistry {
@@ -163,6 +167,7 @@ impl KernelRegistry {
             dir,
             runtime_version,
             modules: std::array::from_fn(|_| OnceLock::new()),
+            functions: parking_lot::Mutex::new(HashMap::new()),
         })
     }
 
@@ -174,13 +179,20 @@ impl KernelRegistry {
 
     /// Looks up one kernel of a module.
     pub fn function(&self, module: Module, name: &str) -> Result<Function, KernelError> {
-        self.module(module)?
-            .function(name)
-            .map_err(|source| KernelError::MissingKernel {
-                module: module.name(),
-                name: name.to_string(),
-                source,
-            })
+        let key = (module, name.to_string());
+        if let Some(f) = self.functions.lock().get(&key) {
+            return Ok(f.clone());
+        }
+        let f =
+            self.module(module)?
+                .function(name)
+                .map_err(|source| KernelError::MissingKernel {
+                    module: module.name(),
+                    name: name.to_string(),
+                    source,
+                })?;
+        self.functions.lock().insert(key, f.clone());
+        Ok(f)
     }
 
     fn load(&self, module: Module) -> Result<rocm_safe::Module, KernelError> {

@@ -133,6 +133,11 @@ impl RocmStorageSlice {
         for_each_slice!(self, b => b.len())
     }
 
+    /// Queues a fill of the whole buffer with zero bytes (zero in every dtype).
+    pub(crate) fn fill_zeros(&mut self, stream: &rocm_safe::Stream) -> rocm_safe::Result<()> {
+        for_each_slice!(self, b => stream.memset_zeros(b))
+    }
+
     /// Whether the buffer is empty.
     pub fn is_empty(&self) -> bool {
         self.len() == 0

@@ -76,10 +76,12 @@ impl Stream {
         }
         let mut queue = self.in_flight.lock();
         while let Some((event, _)) = queue.front() {
-            if !event.is_complete()? && queue.len() < MAX_IN_FLIGHT {
-                break;
+            if !event.is_complete()? {
+                if queue.len() < MAX_IN_FLIGHT {
+                    break;
+                }
+                event.synchronize()?;
             }
-            event.synchronize()?;
             queue.pop_front();
         }
         // SAFETY: `src`'s heap block is moved into `in_flight` below (moving a Vec does not
