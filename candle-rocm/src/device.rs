@@ -302,9 +302,19 @@ impl BackendDevice for RocmDevice {
     /// (`cargo xtask candle`) adds one, a ROCm device reports itself as a GPU by ordinal
     /// through the `Cuda` variant. Use [`RocmDevice::same_device`], not the location, to
     /// compare devices.
+    #[cfg(not(feature = "candle"))]
     fn location(&self) -> DeviceLocation {
         DeviceLocation::Cuda {
             gpu_id: self.ordinal(),
+        }
+    }
+
+    /// `rocm:N`, in candle-core's out-of-tree backend slot.
+    #[cfg(feature = "candle")]
+    fn location(&self) -> DeviceLocation {
+        DeviceLocation::Ext {
+            backend: crate::slot::BACKEND_NAME,
+            ordinal: self.ordinal(),
         }
     }
 

@@ -25,6 +25,16 @@ pub enum BackendError {
         /// The dtype.
         dtype: DType,
     },
+    /// An op has no ROCm implementation and strict mode forbids the CPU fallback.
+    #[error(
+        "{op} has no ROCm implementation for these operands and CANDLE_ROCM_STRICT=1 forbids \
+         running it on the CPU. To fix: unset CANDLE_ROCM_STRICT to allow the slower CPU \
+         fallback, or convert the operands (e.g. to_dtype(F32), contiguous())"
+    )]
+    CpuFallback {
+        /// The op's name.
+        op: String,
+    },
     /// Operands of one operation have different dtypes.
     #[error("{op}: operands have different dtypes ({lhs:?} and {rhs:?})")]
     DtypeMismatch {

@@ -30,15 +30,21 @@
 pub mod conv;
 mod device;
 mod error;
+#[cfg(feature = "candle")]
+mod fused;
 pub mod indexing;
 pub mod matmul;
 pub mod ops;
 pub mod reduce;
 pub mod registry;
 pub mod report;
+#[cfg(feature = "candle")]
+mod slot;
 mod storage;
 pub mod utils;
 
 pub use device::RocmDevice;
 pub use error::{BackendError, WrapErr};
+#[cfg(feature = "candle")]
+pub use slot::{device, device_or_cpu, strict, BACKEND_NAME, STRICT_VAR};
 pub use storage::{RocmDType, RocmStorage, RocmStorageSlice};

@@ -218,7 +218,21 @@ impl<U: UnaryOpT> Map1 for Unary<U> {
         dev: &RocmDevice,
         layout: &Layout,
     ) -> candle_core::Result<DeviceBuffer<T>> {
-        let name = kernel_name::<T>(U::KERNEL);
+        NamedUnary(U::KERNEL).f(src, dev, layout)
+    }
+}
+
+/// A unary kernel of candle's `unary` module named by its root (`uexp`, `usigmoid`, ...).
+pub struct NamedUnary(pub &'static str);
+
+impl Map1 for NamedUnary {
+    fn f<T: RocmDType>(
+        &self,
+        src: &DeviceBuffer<T>,
+        dev: &RocmDevice,
+        layout: &Layout,
+    ) -> candle_core::Result<DeviceBuffer<T>> {
+        let name = kernel_name::<T>(self.0);
         let module = module_for(Module::Unary, T::DTYPE);
         launch_elementwise(dev, module, &name, src, layout, Extra::none()).w()
     }

@@ -5,7 +5,9 @@
 #   bash tests/hip-on-cuda/run.sh [--sanitize]
 #
 # 1. builds the HIP/rocBLAS test double (build.sh) and the test kernels (nvcc, sm_90 cubin);
-# 2. runs rocm-info and every GPU test binary of the bundle with --include-ignored;
+# 2. runs rocm-info and every GPU test binary of the bundle with --include-ignored (the
+#    Tensor-level ones of the tests/ workspace in strict mode, CANDLE_ROCM_STRICT=1), and
+#    tallies candle-suite's `::rocm` tests per module;
 # 3. with --sanitize, runs them again under compute-sanitizer memcheck and racecheck;
 # 4. runs the launch-overhead benchmark next to a raw cuLaunchKernel loop;
 # 5. writes full logs under $OUT and prints a summary table last.
@@ -94,12 +96,23 @@ for t in "$BUNDLE"/*; do
 done
 
 results() { grep -E '^test result:' "$1" | tail -1 | sed 's/; finished.*//'; }
+# The Tensor-level test binaries (tests/ workspace: candle-rocm-tests and the generated
+# candle-suite) run in strict mode: an op that would fall back to the CPU is an error, so no
+# test passes on the CPU unnoticed. Prints the environment assignments for `env`.
+test_env() {
+    case "$(basename "$1")" in
+        candle-rocm-tests.*|candle-suite.*) echo CANDLE_ROCM_STRICT=1 ;;
+    esac
+}
 mem_used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader | head -1; }
 
 # candle-rocm's parity suite appends (method, dtype, passed, unsupported) rows here.
 export CANDLE_ROCM_PARITY_LOG="$OUT/parity.tsv"
 rm -f "$CANDLE_ROCM_PARITY_LOG".*   # .fail, .trace and .memory of an earlier run
 : > "$CANDLE_ROCM_PARITY_LOG"
+# candle-rocm-tests append measurements (key<TAB>value: device memory) here.
+export CANDLE_ROCM_TESTS_REPORT="$OUT/tensor-tests.tsv"
+: > "$CANDLE_ROCM_TESTS_REPORT"
 row "gpu memory used before the tests" "$(mem_used)"
 suite_start=$(date +%s)
 for t in "${TESTS[@]}"; do
@@ -107,13 +120,35 @@ for t in "${TESTS[@]}"; do
     echo "== $name --include-ignored"
     start=$(date +%s)
     # A hung test must not eat the device call: libtest names tests running over 60 s.
-    timeout "${TEST_TIMEOUT:-300}" "$t" --include-ignored 2>&1 | tee "$OUT/test-$name.log"
+    # shellcheck disable=SC2046  # test_env prints whole VAR=value words
+    timeout "${TEST_TIMEOUT:-300}" env $(test_env "$t") "$t" --include-ignored 2>&1 \
+        | tee "$OUT/test-$name.log"
     rc=${PIPESTATUS[0]}
     row "tests $name" "$(results "$OUT/test-$name.log") (exit $rc, $(( $(date +%s) - start ))s)"
 done
 row "gpu tests wall time" "$(( $(date +%s) - suite_start ))s"
 row "gpu memory used after the tests" "$(mem_used)"
-unset CANDLE_ROCM_PARITY_LOG
+unset CANDLE_ROCM_PARITY_LOG CANDLE_ROCM_TESTS_REPORT
+while IFS=$'\t' read -r key value; do
+    row "tensor-tests $key" "$value"
+done < "$OUT/tensor-tests.tsv"
+# candle-suite: candle-core's own tests, each as `<name>_cpu` and `<name>::rocm`. Tally the
+# `::rocm` ones per module: the first path segment (`tensor_tests::zeros::rocm`), or the
+# binary's target name when the test sits at the top of its binary (`zeros::rocm`).
+for log in "$OUT"/test-candle-suite.*.log; do
+    [ -e "$log" ] || continue
+    bin=$(basename "$log" .log)
+    bin=${bin#test-candle-suite.}
+    sed -nE 's/^test (.+)::rocm \.\.\. (ok|FAILED|ignored).*$/\1 \2/p' "$log" \
+        | awk -v bin="$bin" '{ i = index($1, "::"); print (i ? substr($1, 1, i - 1) : bin), $2 }'
+done | awk '{ if (!($1 in seen)) n++; seen[$1] = 1
+              if ($2 == "ok") p[$1]++; else if ($2 == "FAILED") f[$1]++; else g[$1]++
+              tp += ($2 == "ok"); tf += ($2 == "FAILED"); tg += ($2 == "ignored") }
+        END { for (m in seen) printf "%s %d %d %d\n", m, p[m], f[m], g[m] | "sort"
+              close("sort"); if (n) printf "TOTAL %d %d %d\n", tp, tf, tg }' \
+    | while read -r m p f g; do
+        row "candle-suite $m ::rocm" "$p passed, $f FAILED, $g ignored"
+    done
 if [ -s "$OUT/parity.tsv" ]; then
     awk -F'\t' '{ p[$1] += $3; u[$1] += $4; c[$1] += $5; f[$1] += $6
                    tp += $3; tu += $4; tc += $5; tf += $6 }
@@ -136,8 +171,14 @@ if [ "$SANITIZE" = 1 ]; then
     # Newest code first, each run bounded (SAN_TIMEOUT, default 240 s), so a short device call
     # still reports the binaries that matter most.
     ORDERED=()
-    for pat in parity robustness "candle-rocm.gpu" "rocm-safe.gpu"; do
-        for t in "${TESTS[@]}"; do [[ "$(basename "$t")" == *"$pat"* ]] && ORDERED+=("$t"); done
+    declare -A QUEUED=()
+    for pat in parity robustness "candle-rocm.gpu" "rocm-safe.gpu" "candle-rocm-tests." "candle-suite."; do
+        for t in "${TESTS[@]}"; do
+            if [[ "$(basename "$t")" == *"$pat"* && -z "${QUEUED[$t]:-}" ]]; then
+                ORDERED+=("$t")
+                QUEUED[$t]=1
+            fi
+        done
     done
     for tool in memcheck racecheck; do
         for t in "${ORDERED[@]}"; do
@@ -145,7 +186,8 @@ if [ "$SANITIZE" = 1 ]; then
             log="$OUT/$tool-$name.log"
             echo "== compute-sanitizer --tool $tool $name"
             # Fewer random cases per parity test under the sanitizer (it is ~50x slower).
-            CANDLE_ROCM_PARITY_CASES=2 timeout "${SAN_TIMEOUT:-240}" \
+            # shellcheck disable=SC2046
+            env $(test_env "$t") CANDLE_ROCM_PARITY_CASES=2 timeout "${SAN_TIMEOUT:-240}" \
             compute-sanitizer --tool "$tool" --report-api-errors no --print-limit 20 \
                 "$t" --include-ignored --test-threads=1 > "$log" 2>&1
             rc=$?

@@ -2,9 +2,10 @@
 //!
 //! Builds stripped release binaries of the GPU test targets (rocm-safe's `gpu` and
 //! `gpu_faults`, candle-rocm's `gpu`, `parity` and `robustness`), the launch-overhead and
-//! bandwidth benchmarks and `rocm-info`, copies them to `.device-bundle/bin`
-//! (ignored by git, well under the device tool's 64 MiB carry limit), and prints the device
-//! call that runs them with `tests/hip-on-cuda/run.sh`.
+//! bandwidth benchmarks, `rocm-info`, and the integration tests of the Tensor-level test
+//! workspace `tests/` (candle-rocm-tests and the generated candle-suite), copies them to
+//! `.device-bundle/bin` (ignored by git, well under the device tool's 64 MiB carry limit), and
+//! prints the device call that runs them with `tests/hip-on-cuda/run.sh`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -49,6 +50,8 @@ const LIMIT: u64 = 64 << 20;
 /// Builds the bundle.
 pub fn run() -> Result<()> {
     let root = project_root();
+    // Before the long builds: the Tensor-level tests need the generated sources.
+    check_tests_workspace(&root)?;
     let out = root.join(BUNDLE).join("bin");
     if out.exists() {
         std::fs::remove_dir_all(&out).with_context(|| format!("clearing {}", out.display()))?;
@@ -65,22 +68,11 @@ pub fn run() -> Result<()> {
     copy_dir(&candle, &dest)?;
     for (package, selection) in BUILDS {
         for (name, exe) in build(&root, package, selection)? {
-            // Several crates have a `gpu` test: name every binary `<package>.<target>`.
-            let name = format!("{package}.{name}");
-            let dest = out.join(&name);
-            std::fs::copy(&exe, &dest)
-                .with_context(|| format!("copying {} to {}", exe.display(), dest.display()))?;
-            let status = Command::new("strip")
-                .arg(&dest)
-                .status()
-                .context("running strip (install binutils)")?;
-            if !status.success() {
-                bail!("strip failed on {}", dest.display());
-            }
-            let size = std::fs::metadata(&dest)?.len();
-            total += size;
-            eprintln!("  {name:<28} {:>6.1} MiB", size as f64 / (1 << 20) as f64);
+            total += add(&out, package, &name, &exe)?;
         }
+    }
+    for (package, name, exe) in build_tests_workspace(&root)? {
+        total += add(&out, &package, &name, &exe)?;
     }
     if total > LIMIT / 2 {
         bail!(
@@ -95,6 +87,25 @@ pub fn run() -> Result<()> {
         total as f64 / (1 << 20) as f64
     );
     Ok(())
+}
+
+/// Copies `exe` into the bundle as `<package>.<target>` (several crates have a `gpu` test),
+/// strips it, and returns its size.
+fn add(out: &Path, package: &str, target: &str, exe: &Path) -> Result<u64> {
+    let name = format!("{package}.{target}");
+    let dest = out.join(&name);
+    std::fs::copy(exe, &dest)
+        .with_context(|| format!("copying {} to {}", exe.display(), dest.display()))?;
+    let status = Command::new("strip")
+        .arg(&dest)
+        .status()
+        .context("running strip (install binutils)")?;
+    if !status.success() {
+        bail!("strip failed on {}", dest.display());
+    }
+    let size = std::fs::metadata(&dest)?.len();
+    eprintln!("  {name:<40} {:>6.1} MiB", size as f64 / (1 << 20) as f64);
+    Ok(size)
 }
 
 fn copy_dir(from: &Path, to: &Path) -> Result<()> {
@@ -158,4 +169,121 @@ fn build(root: &Path, package: &str, selection: &[&str]) -> Result<Vec<(String, 
         );
     }
     Ok(found)
+}
+
+/// The Tensor-level test workspace (`tests/Cargo.toml`, members `.` and `candle-suite`).
+const TESTS_MANIFEST: &str = "tests/Cargo.toml";
+
+/// (package, test target) of that workspace left out of the bundle: tests of a machine
+/// without a GPU, which CI runs (2.5 MiB the bundle's size limit is better spent on).
+const HOST_ONLY_TESTS: &[(&str, &str)] = &[("candle-rocm-tests", "no_gpu")];
+
+/// Builds the integration tests (`tests/*.rs` targets) of every member of the Tensor-level
+/// test workspace in release, without the embedded AMD code objects, and returns (package,
+/// target name, executable) for each. The members' library unit-test harnesses, which hold no
+/// tests, and [`HOST_ONLY_TESTS`] are left out.
+fn build_tests_workspace(root: &Path) -> Result<Vec<(String, String, PathBuf)>> {
+    check_tests_workspace(root)?;
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let manifest = root.join(TESTS_MANIFEST);
+    // Package names by manifest path: an artifact message names its package only through a
+    // package id, whose format cargo does not promise.
+    let metadata = Command::new(&cargo)
+        .current_dir(root)
+        .args([
+            "metadata",
+            "--no-deps",
+            "--format-version",
+            "1",
+            "--manifest-path",
+        ])
+        .arg(&manifest)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .context("running cargo metadata")?;
+    if !metadata.status.success() {
+        bail!("cargo metadata --manifest-path {TESTS_MANIFEST} failed");
+    }
+    let metadata: serde_json::Value =
+        serde_json::from_slice(&metadata.stdout).context("parsing cargo metadata")?;
+    let packages: Vec<(String, String)> = metadata["packages"]
+        .as_array()
+        .map(|ps| {
+            ps.iter()
+                .filter_map(|p| {
+                    Some((
+                        p["manifest_path"].as_str()?.to_string(),
+                        p["name"].as_str()?.to_string(),
+                    ))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let output = Command::new(&cargo)
+        .current_dir(root)
+        .args(["build", "--release", "--manifest-path"])
+        .arg(&manifest)
+        .args([
+            "--workspace",
+            "--tests",
+            // Each member's default `embed-kernels` off: the harness loads nvcc-built kernels.
+            "--no-default-features",
+            "--message-format=json-render-diagnostics",
+        ])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .context("running cargo build")?;
+    if !output.status.success() {
+        bail!("cargo build --release --manifest-path {TESTS_MANIFEST} --workspace --tests failed");
+    }
+    let mut found = Vec::new();
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if msg["reason"] != "compiler-artifact" {
+            continue;
+        }
+        let (Some(exe), Some(name), Some(manifest_path)) = (
+            msg["executable"].as_str(),
+            msg["target"]["name"].as_str(),
+            msg["manifest_path"].as_str(),
+        ) else {
+            continue;
+        };
+        let integration_test = msg["target"]["kind"]
+            .as_array()
+            .is_some_and(|k| k.iter().any(|k| k == "test"));
+        if !integration_test {
+            continue;
+        }
+        let Some((_, package)) = packages.iter().find(|(m, _)| m == manifest_path) else {
+            bail!("{manifest_path} is not a package of {TESTS_MANIFEST}");
+        };
+        if HOST_ONLY_TESTS.contains(&(package.as_str(), name)) {
+            continue;
+        }
+        found.push((package.clone(), name.to_string(), PathBuf::from(exe)));
+    }
+    if found.is_empty() {
+        bail!("cargo build --manifest-path {TESTS_MANIFEST} --workspace --tests produced no test binary");
+    }
+    Ok(found)
+}
+
+/// Fails, saying what to run, when the Tensor-level test workspace cannot load: it lists the
+/// generated suite as a member and patches candle-core/candle-nn with the generated sources.
+fn check_tests_workspace(root: &Path) -> Result<()> {
+    for (dir, what) in [
+        ("tests/candle-suite", "candle-core's test suite"),
+        (".candle/candle-core", "the patched candle-core"),
+    ] {
+        if !root.join(dir).join("Cargo.toml").is_file() {
+            bail!(
+                "{dir} is missing, so the Tensor-level test workspace ({TESTS_MANIFEST}) cannot \
+                 load: run `cargo xtask candle` first (it generates {what} there)"
+            );
+        }
+    }
+    Ok(())
 }

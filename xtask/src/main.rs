@@ -6,14 +6,21 @@
 //!   file differs from what would be generated.
 //!
 //! - `kernels [--check | --report]`: build the AMD code objects (see `kernels.rs`).
+//! - `candle [--check]`: materialise the patched candle-core and candle-nn into `.candle/`
+//!   (registry sources plus `patches/<crate>/*.patch`) and candle-core's own test suite into
+//!   `tests/candle-suite/` (see `candle.rs`); `--check` fails if either is stale.
 //! - `device-bundle`: build the stripped release test binaries the HIP-on-CUDA device harness
 //!   runs into `.device-bundle/`, and print the device call.
+//! - `test [-- ARGS]`: the root workspace's tests, then (regenerating the patched Candle if
+//!   stale) the `tests/` workspace's (see `test.rs`).
 //!
-//! Later issues add `kernels`, `candle`, `test` and `bench`.
+//! A later issue adds `bench`.
 
 mod bindgen_hip;
+mod candle;
 mod device_bundle;
 mod kernels;
+mod test;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -29,6 +36,11 @@ Commands:
                       (--check: fail if sources changed; --verify: rebuild and compare
                       byte for byte; --report: resource table;
                       --out: plain objects for CANDLE_ROCM_KERNELS_DIR)
+  candle [--check]    materialise the patched candle-core/candle-nn into .candle/ and
+                      candle-core's test suite into tests/candle-suite/
+                      (--check: fail if either is stale)
+  test [-- ARGS]      cargo test in the root workspace, then `candle` if stale, then
+                      cargo test in the tests/ workspace (ARGS go to libtest)
   device-bundle       build the GPU test binaries for tests/hip-on-cuda/run.sh into
                       .device-bundle/ and print the device call
   help                print this help
@@ -38,8 +50,14 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("bindgen") => parse_check(&args[1..]).and_then(bindgen_hip::run),
+        Some("candle") => parse_check(&args[1..]).and_then(candle::run),
         Some("device-bundle") if args.len() == 1 => device_bundle::run(),
         Some("kernels") => kernels::Opts::parse(&args[1..]).and_then(kernels::run),
+        Some("test") => match &args[1..] {
+            [] => test::run(&[]),
+            [sep, rest @ ..] if sep == "--" => test::run(rest),
+            other => Err(anyhow::anyhow!("unexpected arguments {other:?}\n\n{HELP}")),
+        },
         None | Some("help") | Some("--help") | Some("-h") => {
             print!("{HELP}");
             Ok(())

@@ -1,0 +1,89 @@
+//! The `candle` feature: [`RocmDevice`] and [`RocmStorage`] in candle-core's out-of-tree
+//! backend slot (`Device::Ext`, `Storage::Ext`, from the patch that `cargo xtask candle`
+//! applies), so `Tensor`s, candle-nn layers and candle-transformers models run on the GPU.
+//!
+//! Every `BackendStorage` method reaches the device through candle-core's blanket adapter; the
+//! fused ops of candle-nn and candle-core come here through [`ExtBackendStorage::ext_fused`]
+//! ([`crate::fused`]). An op the backend does not handle runs on the CPU after a `tracing`
+//! warning naming it, or fails when [`STRICT_VAR`] is `1`.
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use candle_core::ext::{ExtBackendDevice, ExtBackendStorage, FusedOp};
+use candle_core::{Device, Layout, Shape};
+use parking_lot::Mutex;
+
+use crate::error::{BackendError, WrapErr};
+use crate::{RocmDevice, RocmStorage};
+
+/// Environment variable: `1` turns every CPU fallback into an error (tests run this way).
+pub const STRICT_VAR: &str = "CANDLE_ROCM_STRICT";
+
+/// The backend's name in `DeviceLocation::Ext`, shown as `rocm:N`.
+pub const BACKEND_NAME: &str = "rocm";
+
+/// Whether [`STRICT_VAR`] asks for strict mode.
+pub fn strict() -> bool {
+    std::env::var(STRICT_VAR).is_ok_and(|v| v == "1")
+}
+
+impl ExtBackendDevice for RocmDevice {
+    fn ext_cpu_fallback(&self, op: &str) -> candle_core::Result<()> {
+        if strict() {
+            return Err(BackendError::CpuFallback { op: op.to_owned() }).w();
+        }
+        tracing::warn!(
+            op,
+            device = self.ordinal(),
+            "{op} has no ROCm implementation for these operands: running it on the CPU \
+             (operands copied to the host and the result back)"
+        );
+        Ok(())
+    }
+}
+
+impl ExtBackendStorage for RocmStorage {
+    fn ext_fused(
+        &self,
+        op: &FusedOp,
+        layout: &Layout,
+        args: &[(&Self, &Layout)],
+    ) -> candle_core::Result<Option<(Self, Shape)>> {
+        crate::fused::run(self, layout, op, args)
+    }
+}
+
+/// The process's devices, one per ordinal, so every `Device` for ordinal `n` is the same
+/// device (one stream, one allocator, one kernel registry).
+fn devices() -> &'static Mutex<HashMap<usize, Device>> {
+    static DEVICES: OnceLock<Mutex<HashMap<usize, Device>>> = OnceLock::new();
+    DEVICES.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// The ROCm GPU `ordinal` as a Candle [`Device`] (`Device::Ext`, location `rocm:N`). Every
+/// call for one ordinal gives the same device; it is safe to share across threads.
+///
+/// The error says why the GPU cannot be used (no ROCm runtime, no device, no kernels for its
+/// architecture, ...) and what to do, as `rocm-info` does.
+pub fn device(ordinal: usize) -> Result<Device, BackendError> {
+    let mut devices = devices().lock();
+    if let Some(d) = devices.get(&ordinal) {
+        return Ok(d.clone());
+    }
+    let device = Device::new_ext(RocmDevice::new(ordinal)?);
+    devices.insert(ordinal, device.clone());
+    tracing::info!(ordinal, "candle-rocm: using ROCm device {ordinal}");
+    Ok(device)
+}
+
+/// [`device`]`(ordinal)`, or the CPU when the GPU cannot be used, with the reason.
+pub fn device_or_cpu(ordinal: usize) -> (Device, Option<BackendError>) {
+    match device(ordinal) {
+        Ok(d) => (d, None),
+        Err(e) => {
+            tracing::warn!("candle-rocm: running on the CPU: {e}");
+            (Device::Cpu, Some(e))
+        }
+    }
+}

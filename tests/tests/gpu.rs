@@ -1,0 +1,16 @@
+//! Tensor-level GPU tests: candle-nn's fused ops, autograd, many threads on one device and the
+//! device handle itself, each result compared with the same candle API on the CPU.
+//!
+//! Every test needs a HIP device and is `#[ignore]`d; the HIP-on-CUDA harness runs them with
+//! `--include-ignored` and `CANDLE_ROCM_STRICT=1`, so an op that would silently fall back to
+//! the CPU fails the test instead. One binary for all of them keeps the device bundle small.
+
+// A crate root looks for `mod x;` beside itself; the modules live in `gpu/`.
+#[path = "gpu/autograd.rs"]
+mod autograd;
+#[path = "gpu/device.rs"]
+mod device;
+#[path = "gpu/fused.rs"]
+mod fused;
+#[path = "gpu/stress.rs"]
+mod stress;
