@@ -90,8 +90,8 @@ TESTS=()
 for t in "$BUNDLE"/*; do
     case "$(basename "$t")" in
         *.rocm-info|*.launch_overhead|*.gpu_faults|*.bandwidth) ;;
-        # ONLY=<substring> runs just the matching test binaries (quick re-runs).
-        *) [[ -z "${ONLY:-}" || "$(basename "$t")" == *"$ONLY"* ]] && TESTS+=("$t") ;;
+        # ONLY=<regex> runs just the matching test binaries (quick re-runs).
+        *) [[ -z "${ONLY:-}" || "$(basename "$t")" =~ $ONLY ]] && TESTS+=("$t") ;;
     esac
 done
 
@@ -102,6 +102,13 @@ results() { grep -E '^test result:' "$1" | tail -1 | sed 's/; finished.*//'; }
 test_env() {
     case "$(basename "$1")" in
         candle-rocm-tests.*|candle-suite.*) echo CANDLE_ROCM_STRICT=1 ;;
+    esac
+}
+# libtest arguments per binary: candle-suite runs its `::rocm` tests only (the CPU variants are
+# CI's), and never upstream's `#[ignore]`d benchmarks (`bench_*`, minutes each).
+test_args() {
+    case "$(basename "$1")" in
+        candle-suite.*) echo "::rocm --skip bench_" ;;
     esac
 }
 mem_used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader | head -1; }
@@ -121,7 +128,7 @@ for t in "${TESTS[@]}"; do
     start=$(date +%s)
     # A hung test must not eat the device call: libtest names tests running over 60 s.
     # shellcheck disable=SC2046  # test_env prints whole VAR=value words
-    timeout "${TEST_TIMEOUT:-300}" env $(test_env "$t") "$t" --include-ignored 2>&1 \
+    timeout "${TEST_TIMEOUT:-300}" env $(test_env "$t") "$t" --include-ignored $(test_args "$t") 2>&1 \
         | tee "$OUT/test-$name.log"
     rc=${PIPESTATUS[0]}
     row "tests $name" "$(results "$OUT/test-$name.log") (exit $rc, $(( $(date +%s) - start ))s)"
@@ -189,7 +196,7 @@ if [ "$SANITIZE" = 1 ]; then
             # shellcheck disable=SC2046
             env $(test_env "$t") CANDLE_ROCM_PARITY_CASES=2 timeout "${SAN_TIMEOUT:-240}" \
             compute-sanitizer --tool "$tool" --report-api-errors no --print-limit 20 \
-                "$t" --include-ignored --test-threads=1 > "$log" 2>&1
+                "$t" --include-ignored --test-threads=1 $(test_args "$t") > "$log" 2>&1
             rc=$?
             errors=$(grep -Eo 'ERROR SUMMARY: [0-9]+ error' "$log" | tail -1)
             hazards=$(grep -Eo 'RACECHECK SUMMARY: [0-9]+ hazard' "$log" | tail -1)
