@@ -101,7 +101,7 @@ results() { grep -E '^test result:' "$1" | tail -1 | sed 's/; finished.*//'; }
 # test passes on the CPU unnoticed. Prints the environment assignments for `env`.
 test_env() {
     case "$(basename "$1")" in
-        candle-rocm-tests.*|candle-suite.*) echo CANDLE_ROCM_STRICT=1 ;;
+        candle-rocm-tests.*|candle-suite.*|candle-rocm-demo.*) echo CANDLE_ROCM_STRICT=1 ;;
     esac
 }
 # libtest arguments per binary: candle-suite runs its `::rocm` tests only (the CPU variants are

@@ -11,6 +11,8 @@
 //!   `tests/candle-suite/` (see `candle.rs`); `--check` fails if either is stale.
 //! - `device-bundle`: build the stripped release test binaries the HIP-on-CUDA device harness
 //!   runs into `.device-bundle/`, and print the device call.
+//! - `demo [ARGS]`: the README demo (BERT sentence embeddings on the GPU or the CPU; see
+//!   `demo.rs`), regenerating the patched Candle first if stale.
 //! - `test [-- ARGS]`: the root workspace's tests, then (regenerating the patched Candle if
 //!   stale) the `tests/` workspace's (see `test.rs`).
 //!
@@ -18,6 +20,7 @@
 
 mod bindgen_hip;
 mod candle;
+mod demo;
 mod device_bundle;
 mod kernels;
 mod test;
@@ -39,6 +42,9 @@ Commands:
   candle [--check]    materialise the patched candle-core/candle-nn into .candle/ and
                       candle-core's test suite into tests/candle-suite/
                       (--check: fail if either is stale)
+  demo [ARGS]         `candle` if stale, then run the demo (release build): BERT sentence
+                      embeddings on the GPU or the CPU; ARGS: [--cpu] [--model DIR]
+                      [--dtype f32|f16|bf16] [SENTENCES...]
   test [-- ARGS]      cargo test in the root workspace, then `candle` if stale, then
                       cargo test in the tests/ workspace (ARGS go to libtest)
   device-bundle       build the GPU test binaries for tests/hip-on-cuda/run.sh into
@@ -51,6 +57,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("bindgen") => parse_check(&args[1..]).and_then(bindgen_hip::run),
         Some("candle") => parse_check(&args[1..]).and_then(candle::run),
+        Some("demo") => demo::run(&args[1..]),
         Some("device-bundle") if args.len() == 1 => device_bundle::run(),
         Some("kernels") => kernels::Opts::parse(&args[1..]).and_then(kernels::run),
         Some("test") => match &args[1..] {

