@@ -86,19 +86,8 @@ impl std::fmt::Debug for Embedder {
 impl Embedder {
     /// Loads the model in `dir` onto `device`, its weights converted to `dtype`.
     pub fn load(dir: &Path, device: &Device, dtype: DType) -> Result<Self, BertError> {
-        let file = |name: &str| {
-            let path = dir.join(name);
-            if path.is_file() {
-                Ok(path)
-            } else {
-                Err(BertError::Missing(path))
-            }
-        };
-        let (config_path, tokenizer_path, weights_path) = (
-            file("config.json")?,
-            file("tokenizer.json")?,
-            file("model.safetensors")?,
-        );
+        let (config_path, tokenizer_path, weights_path) =
+            crate::model_files(dir).map_err(BertError::Missing)?;
         let config = load_config(&config_path)?;
 
         let mut tokenizer =

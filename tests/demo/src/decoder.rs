@@ -718,19 +718,8 @@ impl std::fmt::Debug for LlamaDecoder {
 impl LlamaDecoder {
     /// Loads the llama directory `dir` onto `device`, its weights converted to `dtype`.
     pub fn load(dir: &Path, device: &Device, dtype: DType) -> Result<Self, DecoderError> {
-        let file = |name: &str| {
-            let path = dir.join(name);
-            if path.is_file() {
-                Ok(path)
-            } else {
-                Err(DecoderError::Missing(path))
-            }
-        };
-        let (config_path, tokenizer_path, weights_path) = (
-            file("config.json")?,
-            file("tokenizer.json")?,
-            file("model.safetensors")?,
-        );
+        let (config_path, tokenizer_path, weights_path) =
+            crate::model_files(dir).map_err(DecoderError::Missing)?;
         let llama_config: LlamaConfig = std::fs::read_to_string(&config_path)
             .map_err(|e| e.to_string())
             .and_then(|s| serde_json::from_str(&s).map_err(|e| e.to_string()))

@@ -10,3 +10,23 @@
 pub mod bert;
 pub mod decoder;
 pub mod weights;
+
+/// The three files of a Hugging Face model directory (`config.json`, `tokenizer.json`,
+/// `model.safetensors`), or the path of the first one missing.
+pub fn model_files(
+    dir: &std::path::Path,
+) -> Result<(std::path::PathBuf, std::path::PathBuf, std::path::PathBuf), std::path::PathBuf> {
+    let file = |name: &str| {
+        let path = dir.join(name);
+        if path.is_file() {
+            Ok(path)
+        } else {
+            Err(path)
+        }
+    };
+    Ok((
+        file("config.json")?,
+        file("tokenizer.json")?,
+        file("model.safetensors")?,
+    ))
+}
