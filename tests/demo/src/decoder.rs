@@ -809,6 +809,40 @@ impl LlamaDecoder {
             decode_time,
         })
     }
+
+    /// The next-token logits (as f32 on the host) after `prompt`, then after each token of
+    /// `continuation` fed in turn through the KV cache (teacher forcing): `continuation.len() +
+    /// 1` rows, for comparing devices and dtypes along one fixed token sequence.
+    pub fn forced_logits(
+        &self,
+        prompt: &str,
+        continuation: &[u32],
+    ) -> Result<Vec<Vec<f32>>, DecoderError> {
+        let prompt_ids = encode(&self.tokenizer, prompt)?;
+        if prompt_ids.is_empty() {
+            return Err(DecoderError::EmptyPrompt);
+        }
+        let mut cache = Cache::new(true, self.dtype, &self.config, &self.device)?;
+        let mut rows = Vec::with_capacity(continuation.len() + 1);
+        let mut pos = 0;
+        let mut input = prompt_ids;
+        for next in continuation.iter().map(Some).chain([None]) {
+            let x = Tensor::new(input.as_slice(), &self.device)?.unsqueeze(0)?;
+            let logits = self.model.forward(&x, pos, &mut cache)?;
+            rows.push(
+                logits
+                    .flatten_all()?
+                    .to_dtype(DType::F32)?
+                    .to_vec1::<f32>()?,
+            );
+            pos += input.len();
+            match next {
+                Some(&id) => input = vec![id],
+                None => break,
+            }
+        }
+        Ok(rows)
+    }
 }
 
 #[cfg(test)]

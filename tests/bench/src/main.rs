@@ -1,0 +1,507 @@
+//! `candle-rocm-bench`: the ops and models of `cargo xtask bench`, timed on one Candle device.
+//!
+//! The same source builds twice: against the patched Candle with our backend (feature `rocm`,
+//! the device is `candle_rocm::device(0)`) and against unmodified crates.io Candle 0.11.1 with
+//! its `cuda` feature (the device is `Device::new_cuda(0)`; `cargo xtask bench` generates that
+//! build). `tests/bench/torch_bench.py` times the same rows with PyTorch eager, and
+//! `tests/bench/table.py` joins the three outputs into one table.
+//!
+//! # Method
+//! Every row goes through the public `Tensor` API a model uses. A row's time is the median over
+//! [`SAMPLES`] batches of the wall time of `iters` back-to-back calls and one
+//! `Device::synchronize`, divided by `iters`, after warm-up; `iters` is sized so a batch takes
+//! about [`BATCH_SECONDS`]. Outputs are dropped inside the batch, so each backend's allocator
+//! recycles them as it would in a model. The work counted is the fewest bytes the op must move
+//! (every input element read once, every output element written once) or the flops of a
+//! matrix product; latency rows time one small op followed by a synchronize each.
+//!
+//! # Output
+//! One line per row on stdout, tab-separated:
+//! `bench <group> <op> <shape> <dtype> <seconds> <work> <unit>`, `unit` one of `bytes`,
+//! `flops`, `calls`, `tokens`, `sequences`; and a first line `device <description>`.
+
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use candle_core::{DType, Device, Tensor, D};
+use clap::Parser;
+
+/// Batches per row; the row reports their median.
+const SAMPLES: usize = 5;
+/// The wall time one batch aims at.
+const BATCH_SECONDS: f64 = 0.02;
+
+#[derive(Parser)]
+#[command(about = "Times Tensor ops and models on one device (see cargo xtask bench)")]
+struct Cli {
+    /// Only rows whose group or op contains one of these words (all rows when empty).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// Decode steps timed after the prompt in the decoder rows.
+    #[arg(long, default_value_t = 64)]
+    decode_tokens: usize,
+    /// Elements of the memory-bound rows, a multiple of 2^18 (2^26 by default; smaller for a
+    /// quick look).
+    #[arg(long, default_value_t = 1 << 26)]
+    elements: usize,
+    /// Run on the CPU (to try the bench itself on a machine without a GPU).
+    #[arg(long)]
+    cpu: bool,
+}
+
+/// The device this build benchmarks.
+fn device() -> Result<Device> {
+    #[cfg(feature = "cuda")]
+    {
+        Ok(Device::new_cuda(0)?)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        candle_rocm::device(0).context("opening the ROCm device")
+    }
+}
+
+/// Which backend this binary measures, for the `device` line.
+const BACKEND: &str = if cfg!(feature = "cuda") {
+    "candle-cuda"
+} else {
+    "candle-rocm"
+};
+
+/// Runs the rows the filter selects and prints them.
+struct Bench {
+    dev: Device,
+    only: Vec<String>,
+    /// Elements of the memory-bound rows.
+    n: usize,
+}
+
+impl Bench {
+    fn wanted(&self, group: &str, op: &str) -> bool {
+        self.only.is_empty()
+            || self
+                .only
+                .iter()
+                .any(|w| group.contains(w.as_str()) || op.contains(w.as_str()))
+    }
+
+    /// Median seconds per call of `f` (see the module comment).
+    fn time<T>(&self, mut f: impl FnMut() -> Result<T>) -> Result<f64> {
+        for _ in 0..3 {
+            drop(f()?);
+        }
+        self.dev.synchronize()?;
+        let t = Instant::now();
+        drop(f()?);
+        self.dev.synchronize()?;
+        let one = t.elapsed().as_secs_f64().max(1e-7);
+        let iters = ((BATCH_SECONDS / one) as usize).clamp(1, 2000);
+        let mut samples = Vec::with_capacity(SAMPLES);
+        for _ in 0..SAMPLES {
+            let t = Instant::now();
+            for _ in 0..iters {
+                drop(f()?);
+            }
+            self.dev.synchronize()?;
+            samples.push(t.elapsed().as_secs_f64() / iters as f64);
+        }
+        Ok(median(samples))
+    }
+
+    /// Prints a row; `key` is (group, op, shape, dtype).
+    fn print(&self, key: [&str; 4], secs: f64, work: f64, unit: &str) {
+        let [group, op, shape, dtype] = key;
+        println!("bench\t{group}\t{op}\t{shape}\t{dtype}\t{secs:.9e}\t{work}\t{unit}");
+    }
+
+    /// A memory-bound row: `f` moves `bytes`.
+    fn bw<T>(
+        &self,
+        op: &str,
+        shape: &str,
+        dtype: &str,
+        bytes: usize,
+        f: impl FnMut() -> Result<T>,
+    ) -> Result<()> {
+        if !self.wanted("bw", op) {
+            return Ok(());
+        }
+        let s = self
+            .time(f)
+            .with_context(|| format!("{op} {shape} {dtype}"))?;
+        self.print(["bw", op, shape, dtype], s, bytes as f64, "bytes");
+        Ok(())
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn name(dtype: DType) -> &'static str {
+    dtype.as_str()
+}
+
+/// The memory-bound rows for one float dtype.
+fn memory_bound(b: &Bench, dtype: DType) -> Result<()> {
+    let (dev, n) = (&b.dev, b.n);
+    let s = dtype.size_in_bytes();
+    let dt = name(dtype);
+    let (r, c) = (8192usize, n / 8192);
+    let shape = format!("{r}x{c}");
+    let x = Tensor::randn(0f32, 1.0, (r, c), dev)?.to_dtype(dtype)?;
+    let y = Tensor::randn(0f32, 1.0, (r, c), dev)?.to_dtype(dtype)?;
+    let row = Tensor::randn(0f32, 1.0, (1, c), dev)?.to_dtype(dtype)?;
+    let col = Tensor::randn(0f32, 1.0, (r, 1), dev)?.to_dtype(dtype)?;
+
+    b.bw("copy", &shape, dt, 2 * n * s, || Ok(x.copy()?))?;
+    b.bw("affine", &shape, dt, 2 * n * s, || Ok(x.affine(1.5, 0.5)?))?;
+    b.bw("exp", &shape, dt, 2 * n * s, || Ok(x.exp()?))?;
+    b.bw("gelu", &shape, dt, 2 * n * s, || Ok(x.gelu()?))?;
+    b.bw("silu", &shape, dt, 2 * n * s, || Ok(x.silu()?))?;
+    b.bw("add", &shape, dt, 3 * n * s, || Ok(x.add(&y)?))?;
+    b.bw("mul", &shape, dt, 3 * n * s, || Ok(x.mul(&y)?))?;
+    let bytes = 2 * n * s + c * s;
+    b.bw("broadcast_add_row", &shape, dt, bytes, || {
+        Ok(x.broadcast_add(&row)?)
+    })?;
+    let bytes = 2 * n * s + r * s;
+    b.bw("broadcast_add_col", &shape, dt, bytes, || {
+        Ok(x.broadcast_add(&col)?)
+    })?;
+    if b.wanted("bw", "where_cond") {
+        let m = x.ge(0.0)?;
+        b.bw("where_cond", &shape, dt, n + 3 * n * s, || {
+            Ok(m.where_cond(&x, &y)?)
+        })?;
+    }
+    let out = r * s;
+    b.bw(
+        "sum_last",
+        &shape,
+        dt,
+        n * s + out,
+        || Ok(x.sum_keepdim(1)?),
+    )?;
+    b.bw(
+        "max_last",
+        &shape,
+        dt,
+        n * s + out,
+        || Ok(x.max_keepdim(1)?),
+    )?;
+    b.bw(
+        "min_last",
+        &shape,
+        dt,
+        n * s + out,
+        || Ok(x.min_keepdim(1)?),
+    )?;
+    b.bw("argmax_last", &shape, dt, n * s + r * 4, || {
+        Ok(x.argmax_keepdim(1)?)
+    })?;
+    if b.wanted("bw", "_middle") {
+        let (d0, d1, d2) = (256usize, 1024usize, n / (256 * 1024));
+        let z = x.reshape((d0, d1, d2))?;
+        let mshape = format!("{d0}x{d1}x{d2}/1");
+        let out = d0 * d2 * s;
+        b.bw("sum_middle", &mshape, dt, n * s + out, || {
+            Ok(z.sum_keepdim(1)?)
+        })?;
+        b.bw("max_middle", &mshape, dt, n * s + out, || {
+            Ok(z.max_keepdim(1)?)
+        })?;
+        b.bw("min_middle", &mshape, dt, n * s + out, || {
+            Ok(z.min_keepdim(1)?)
+        })?;
+        b.bw("argmax_middle", &mshape, dt, n * s + d0 * d2 * 4, || {
+            Ok(z.argmax_keepdim(1)?)
+        })?;
+    }
+    b.bw("transpose_copy", &shape, dt, 2 * n * s, || {
+        Ok(x.t()?.contiguous()?)
+    })?;
+    if b.wanted("bw", "index_select") {
+        // Half the table's rows, picked at random: every picked row read once, written once.
+        let (rows, width) = (n / 1024, 1024usize);
+        let table = x.reshape((rows, width))?;
+        let picks = rows / 2;
+        let ids = Tensor::rand(0f32, rows as f32, picks, dev)?
+            .floor()?
+            .clamp(0f32, (rows - 1) as f32)?
+            .to_dtype(DType::U32)?;
+        b.bw(
+            "index_select",
+            &format!("{rows}x{width}[{picks}]"),
+            dt,
+            2 * picks * width * s + picks * 4,
+            || Ok(table.index_select(&ids, 0)?),
+        )?;
+    }
+    // The fused ops, on rows as long as an LLM's hidden state.
+    let (nr, nc) = (n / 4096, 4096usize);
+    let nshape = format!("{nr}x{nc}");
+    let xr = x.reshape((nr, nc))?;
+    let w = Tensor::randn(0f32, 1.0, nc, dev)?.to_dtype(dtype)?;
+    let bias = Tensor::randn(0f32, 1.0, nc, dev)?.to_dtype(dtype)?;
+    b.bw("softmax_last_dim", &nshape, dt, 2 * n * s, || {
+        Ok(candle_nn::ops::softmax_last_dim(&xr)?)
+    })?;
+    b.bw("rms_norm", &nshape, dt, 2 * n * s + nc * s, || {
+        Ok(candle_nn::ops::rms_norm(&xr, &w, 1e-5)?)
+    })?;
+    b.bw("layer_norm", &nshape, dt, 2 * n * s + 2 * nc * s, || {
+        Ok(candle_nn::ops::layer_norm(&xr, &w, &bias, 1e-5)?)
+    })?;
+    if b.wanted("bw", "rope") {
+        let (bb, h, t, d) = (16usize, 32usize, n / (16 * 32 * 128), 128usize);
+        let q = x.reshape((bb, h, t, d))?;
+        let cos = Tensor::rand(-1f32, 1.0, (t, d / 2), dev)?.to_dtype(dtype)?;
+        let sin = Tensor::rand(-1f32, 1.0, (t, d / 2), dev)?.to_dtype(dtype)?;
+        b.bw(
+            "rope",
+            &format!("{bb}x{h}x{t}x{d}"),
+            dt,
+            2 * n * s + t * d * s,
+            || Ok(candle_nn::rotary_emb::rope(&q, &cos, &sin)?),
+        )?;
+    }
+    Ok(())
+}
+
+/// Casts between f32 and the half types.
+fn casts(b: &Bench) -> Result<()> {
+    let (dev, n) = (&b.dev, b.n);
+    let shape = format!("{n}");
+    for (from, to) in [
+        (DType::F32, DType::BF16),
+        (DType::BF16, DType::F32),
+        (DType::F32, DType::F16),
+        (DType::F16, DType::F32),
+    ] {
+        let op = format!("cast_{}_{}", name(from), name(to));
+        if !b.wanted("bw", &op) {
+            continue;
+        }
+        let x = Tensor::randn(0f32, 1.0, n, dev)?.to_dtype(from)?;
+        let bytes = n * (from.size_in_bytes() + to.size_in_bytes());
+        b.bw(&op, &shape, name(from), bytes, || Ok(x.to_dtype(to)?))?;
+    }
+    Ok(())
+}
+
+/// Small-op latency (op + synchronize) and host enqueue time per launch.
+fn latency(b: &Bench) -> Result<()> {
+    let dev = &b.dev;
+    let x = Tensor::randn(0f32, 1.0, 1024, dev)?;
+    let y = Tensor::randn(0f32, 1.0, 1024, dev)?;
+    if b.wanted("lat", "op_sync") {
+        let s = b.time(|| {
+            let z = x.exp()?;
+            dev.synchronize()?;
+            Ok(z)
+        })?;
+        b.print(["lat", "exp_sync", "1024", "f32"], s, 1.0, "calls");
+        let s = b.time(|| {
+            let z = x.add(&y)?;
+            dev.synchronize()?;
+            Ok(z)
+        })?;
+        b.print(["lat", "add_sync", "1024", "f32"], s, 1.0, "calls");
+    }
+    if b.wanted("lat", "enqueue") {
+        // Host time of many launches with no synchronize inside the loop: on small tensors
+        // the device keeps up, so this is the host's cost per op.
+        let n = 20_000;
+        let mut samples = Vec::new();
+        for _ in 0..SAMPLES {
+            dev.synchronize()?;
+            let t = Instant::now();
+            for _ in 0..n {
+                drop(x.add(&y)?);
+            }
+            samples.push(t.elapsed().as_secs_f64() / n as f64);
+            dev.synchronize()?;
+        }
+        b.print(
+            ["lat", "enqueue_add", "1024", "f32"],
+            median(samples),
+            1.0,
+            "calls",
+        );
+    }
+    Ok(())
+}
+
+/// Matrix products.
+fn matmul(b: &Bench) -> Result<()> {
+    let dev = &b.dev;
+    for dtype in [DType::F32, DType::BF16, DType::F16] {
+        for (m, k, n) in [(4096usize, 4096usize, 4096usize), (1, 4096, 4096)] {
+            let op = if m == 1 { "matvec" } else { "matmul" };
+            if !b.wanted("flops", op) {
+                continue;
+            }
+            let a = Tensor::randn(0f32, 1.0, (m, k), dev)?.to_dtype(dtype)?;
+            let w = Tensor::randn(0f32, 1.0, (k, n), dev)?.to_dtype(dtype)?;
+            let s = b.time(|| Ok(a.matmul(&w)?))?;
+            let flops = 2.0 * (m * k * n) as f64;
+            b.print(
+                ["flops", op, &format!("{m}x{k}x{n}"), name(dtype)],
+                s,
+                flops,
+                "flops",
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Random weights of whatever shape a model asks for: timing needs the shapes, not the
+/// values. Normal with standard deviation 0.02, as the models' initialisers.
+struct RandomWeights;
+
+impl candle_nn::var_builder::SimpleBackend for RandomWeights {
+    fn get(
+        &self,
+        s: candle_core::Shape,
+        _name: &str,
+        _h: candle_nn::Init,
+        dtype: DType,
+        dev: &Device,
+    ) -> candle_core::Result<Tensor> {
+        Tensor::randn(0f32, 0.02, s, dev)?.to_dtype(dtype)
+    }
+
+    fn get_unchecked(
+        &self,
+        name: &str,
+        _dtype: DType,
+        _dev: &Device,
+    ) -> candle_core::Result<Tensor> {
+        candle_core::bail!("random weights need a shape for {name}")
+    }
+
+    fn contains_tensor(&self, _name: &str) -> bool {
+        true
+    }
+}
+
+/// all-MiniLM-L6-v2's BERT shape (the demo's embedder).
+const MINILM: &str = r#"{"vocab_size": 30522, "hidden_size": 384, "num_hidden_layers": 6,
+  "num_attention_heads": 12, "intermediate_size": 1536, "hidden_act": "gelu",
+  "hidden_dropout_prob": 0.1, "max_position_embeddings": 512, "type_vocab_size": 2,
+  "initializer_range": 0.02, "layer_norm_eps": 1e-12, "pad_token_id": 0,
+  "classifier_dropout": null, "model_type": "bert"}"#;
+
+/// BERT forward passes (no attention mask: every token real).
+fn bert(b: &Bench) -> Result<()> {
+    use candle_transformers::models::bert::{BertModel, Config};
+    let dev = &b.dev;
+    let cfg: Config = serde_json::from_str(MINILM)?;
+    for dtype in [DType::F32, DType::F16] {
+        for (batch, seq) in [(32usize, 128usize), (1, 16)] {
+            let op = format!("bert_minilm_b{batch}");
+            if !b.wanted("model", &op) {
+                continue;
+            }
+            let vb =
+                candle_nn::VarBuilder::from_backend(Box::new(RandomWeights), dtype, dev.clone());
+            let model = BertModel::load(vb, &cfg)?;
+            let ids = Tensor::rand(0f32, (cfg.vocab_size - 1) as f32, (batch, seq), dev)?
+                .floor()?
+                .to_dtype(DType::U32)?;
+            let tt = ids.zeros_like()?;
+            let s = b.time(|| Ok(model.forward(&ids, &tt, None)?))?;
+            b.print(
+                ["model", &op, &format!("{batch}x{seq}"), name(dtype)],
+                s,
+                batch as f64,
+                "sequences",
+            );
+        }
+    }
+    Ok(())
+}
+
+/// TinyLlama-1.1B's LLaMA shape.
+fn llama_config() -> candle_transformers::models::llama::Config {
+    candle_transformers::models::llama::Config {
+        hidden_size: 2048,
+        intermediate_size: 5632,
+        vocab_size: 32000,
+        num_hidden_layers: 22,
+        num_attention_heads: 32,
+        num_key_value_heads: 4,
+        use_flash_attn: false,
+        rms_norm_eps: 1e-5,
+        rope_theta: 10_000.0,
+        bos_token_id: None,
+        eos_token_id: None,
+        rope_scaling: None,
+        max_position_embeddings: 2048,
+        tie_word_embeddings: false,
+    }
+}
+
+/// Greedy decoding: a 16-token prompt, then `steps` tokens one at a time with the KV cache,
+/// each step's argmax read back to the host as a generation loop does. Reports seconds per
+/// decoded token.
+fn decode(b: &Bench, steps: usize) -> Result<()> {
+    use candle_transformers::models::llama::{Cache, Llama};
+    let dev = &b.dev;
+    let cfg = llama_config();
+    for dtype in [DType::F16, DType::BF16] {
+        let op = "decode_llama_1.1b";
+        if !b.wanted("model", op) {
+            continue;
+        }
+        let vb = candle_nn::VarBuilder::from_backend(Box::new(RandomWeights), dtype, dev.clone());
+        let model = Llama::load(vb, &cfg)?;
+        let run = |steps: usize| -> Result<f64> {
+            let mut cache = Cache::new(true, dtype, &cfg, dev)?;
+            let prompt: Vec<u32> = (0..16u32).map(|i| 100 + 37 * i).collect();
+            let input = Tensor::new(prompt.as_slice(), dev)?.unsqueeze(0)?;
+            let logits = model.forward(&input, 0, &mut cache)?;
+            let mut next = logits.argmax(D::Minus1)?.flatten_all()?.to_vec1::<u32>()?[0];
+            dev.synchronize()?;
+            let t = Instant::now();
+            for i in 0..steps {
+                let input = Tensor::new(&[next], dev)?.unsqueeze(0)?;
+                let logits = model.forward(&input, 16 + i, &mut cache)?;
+                next = logits.argmax(D::Minus1)?.flatten_all()?.to_vec1::<u32>()?[0];
+            }
+            Ok(t.elapsed().as_secs_f64() / steps as f64)
+        };
+        run(4)?;
+        let s = median((0..3).map(|_| run(steps)).collect::<Result<Vec<_>>>()?);
+        b.print(["model", op, "prompt16", name(dtype)], s, 1.0, "tokens");
+    }
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    anyhow::ensure!(
+        cli.elements >= 1 << 18 && cli.elements % (1 << 18) == 0,
+        "--elements must be a multiple of 2^18 = 262144, not {}",
+        cli.elements
+    );
+    let dev = if cli.cpu { Device::Cpu } else { device()? };
+    println!("device\t{BACKEND}\t{:?}", dev.location());
+    let b = Bench {
+        dev,
+        only: cli.only,
+        n: cli.elements,
+    };
+    for dtype in [DType::F32, DType::BF16] {
+        memory_bound(&b, dtype)?;
+    }
+    casts(&b)?;
+    latency(&b)?;
+    matmul(&b)?;
+    bert(&b)?;
+    decode(&b, cli.decode_tokens)?;
+    Ok(())
+}

@@ -1,0 +1,50 @@
+# Sourced by run.sh and bench.sh on the device machine (from the repository root): builds the
+# HIP/rocBLAS test double (build.sh), the rocm-safe test kernels, the raw-launch benchmark and
+# every kernel module (candle-kernels' CUDA sources carried under $BUNDLE_ROOT/candle-kernels
+# and ours under kernels/hip, compiled natively by nvcc for sm_90), then exports the variables
+# that point our unchanged rocm-sys and kernel registry at them.
+#
+# Needs: OUT, BUILD, BUNDLE_ROOT and a `row KEY VALUE` function. Returns 1 (the caller stops)
+# when the double or the test kernels do not build.
+
+echo "== build the test double and the kernels"
+if ! bash tests/hip-on-cuda/build.sh "$BUILD" > "$OUT/build.log" 2>&1; then
+    cat "$OUT/build.log"
+    echo "setup.sh: building the test double failed" >&2
+    return 1
+fi
+if ! nvcc -cubin -arch=sm_90 -x cu -o "$BUILD/test_kernels.cubin" \
+        rocm-safe/tests/kernels/test_kernels.hip > "$OUT/nvcc.log" 2>&1; then
+    cat "$OUT/nvcc.log"
+    return 1
+fi
+nvcc -O2 -o "$BUILD/launch_bench" tests/hip-on-cuda/launch_bench.c -lcuda > "$OUT/bench-build.log" 2>&1 \
+    || cat "$OUT/bench-build.log"
+# candle-kernels' own CUDA sources (carried in the bundle) and ours, compiled natively by nvcc
+# for the kernel registry's override directory: <module>.<processor>.co.
+KDIR="$BUILD/kernels"
+mkdir -p "$KDIR"
+kfail=0
+if [ -d "$BUNDLE_ROOT"/candle-kernels ]; then
+    for src in "$BUNDLE_ROOT"/candle-kernels/*.cu; do
+        m=$(basename "$src" .cu)
+        case "$m" in mmvq_gguf) continue ;; esac  # statically linked fast path, not a module
+        nvcc -cubin -arch=sm_90 -std=c++17 -O3 --expt-relaxed-constexpr \
+            -o "$KDIR/$m.sm_90.co" "$src" > "$OUT/nvcc-$m.log" 2>&1 &
+    done
+fi
+# Our own kernels (kernels/hip/*.hip), same sources as the AMD build, CUDA's own headers.
+for src in kernels/hip/*.hip; do
+    m=$(basename "$src" .hip)
+    nvcc -cubin -arch=sm_90 -std=c++17 -O3 -x cu -o "$KDIR/$m.sm_90.co" "$src" \
+        > "$OUT/nvcc-$m.log" 2>&1 &
+done
+for job in $(jobs -p); do wait "$job" || kfail=$((kfail + 1)); done
+row "kernel modules (nvcc sm_90)" "$(ls "$KDIR" | wc -l) built, $kfail failed"
+row "test double" "built ($(ls "$BUILD" | tr '\n' ' '))"
+
+export ROCM_SYS_HIP_LIB="$BUILD/libamdhip64.so"
+export ROCM_SAFE_TEST_MODULE="$BUILD/test_kernels.cubin"
+export CANDLE_ROCM_KERNELS_DIR="$KDIR"
+export RUST_BACKTRACE=1
+
