@@ -95,6 +95,15 @@ impl RocmDevice {
         Ok(self.inner.kernels.function(module, name)?)
     }
 
+    /// Looks up a kernel by a name known at compile time (no allocation once cached).
+    pub(crate) fn function_static(
+        &self,
+        module: Module,
+        name: &'static str,
+    ) -> Result<Function, BackendError> {
+        Ok(self.inner.kernels.function_static(module, name)?)
+    }
+
     /// Uninitialised device memory from the caching allocator.
     pub(crate) fn alloc<T: DeviceRepr>(&self, len: usize) -> Result<DeviceBuffer<T>, BackendError> {
         Ok(self.stream().alloc::<T>(len)?)

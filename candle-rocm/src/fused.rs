@@ -1,7 +1,9 @@
 //! The fused ops that candle-nn and candle-core hand to an out-of-tree backend
 //! ([`candle_core::ext::FusedOp`]): sigmoid, softmax over the last dim, RMS and layer norm, the
-//! three rotary embeddings and arg-sort, each one launch of candle-kernels' own kernel with the
-//! arguments candle-nn's CUDA path passes.
+//! three rotary embeddings and arg-sort, each one launch. Softmax and the norms run our `rows`
+//! kernels (single pass with the row in registers up to 8192 elements, two passes beyond; see
+//! `rows.rs`); the others candle-kernels' own kernel with the arguments candle-nn's CUDA path
+//! passes.
 //!
 //! Unlike Candle's CUDA path, a non-contiguous operand is first copied into a contiguous buffer
 //! on the device rather than refused. Shapes are checked against the buffers before a launch,
@@ -17,6 +19,7 @@ use rocm_safe::{DeviceBuffer, DevicePtrArg, DeviceSlice, DeviceView, LaunchConfi
 use crate::device::RocmDevice;
 use crate::error::{BackendError, WrapErr};
 use crate::ops::{invalid, NamedUnary};
+use crate::rows::{self, FusedRow};
 use crate::storage::{RocmDType, RocmStorage, RocmStorageSlice as S};
 use crate::utils::{kernel_name, Map1};
 
@@ -254,7 +257,8 @@ fn same<'a, T: FromFloat1>(op: &str, v: &Float1<'a>) -> Result<&'a DeviceBuffer<
     T::get(v).ok_or_else(|| invalid(op, "operands have different dtypes"))
 }
 
-/// Softmax over the last dim: candle's `softmax_<T>`, one row per block of (1, 32) threads.
+/// Softmax over the last dim: our `rsoftmax_<T>_<K>` (see `rows.rs`); candle's `softmax_<T>`,
+/// one row per block of (1, 32) threads, for a dtype ours lacks.
 fn softmax(dev: &RocmDevice, x: Float1<'_>, l: &Layout) -> candle_core::Result<S> {
     with_float!(x, b => softmax_t(dev, b, l).map(S::from_buffer).w())
 }
@@ -266,11 +270,14 @@ fn softmax_t<T: RocmDType>(
 ) -> Result<DeviceBuffer<T>, BackendError> {
     const OP: &str = "softmax-last-dim";
     let (rows, cols) = rows_cols(OP, l)?;
-    let out = dev.alloc::<T>(rows * cols)?;
     if rows * cols == 0 {
-        return Ok(out);
+        return dev.alloc::<T>(0);
     }
     let src = view(OP, x, l)?;
+    if let Some(out) = rows::fused(dev, FusedRow::Softmax, &src, (rows, cols), &[], &[], 0.0)? {
+        return Ok(out);
+    }
+    let out = dev.alloc::<T>(rows * cols)?;
     let f = dev.function(Module::Reduce, &kernel_name::<T>("softmax"))?;
     let (px, po, nc) = (
         DevicePtrArg::of(&src),
@@ -291,8 +298,9 @@ fn softmax_t<T: RocmDType>(
     Ok(out)
 }
 
-/// RMS norm (`rmsnorm`, one operand: alpha) or layer norm (`layernorm`, alpha and beta):
-/// candle's kernels, one row per block of 32 threads (1024 for rows of 1024 or more).
+/// RMS norm (`rmsnorm`, one operand: alpha) or layer norm (`layernorm`, alpha and beta): our
+/// `rrmsnorm`/`rlayernorm` kernels (see `rows.rs`); candle's, one row per block of 32 threads
+/// (1024 for rows of 1024 or more), for a dtype ours lacks.
 fn norm(
     dev: &RocmDevice,
     root: &'static str,
@@ -313,12 +321,12 @@ fn norm_t<T: FromFloat1>(
     eps: f32,
 ) -> Result<DeviceBuffer<T>, BackendError> {
     let (rows, cols) = rows_cols(root, l)?;
-    let out = dev.alloc::<T>(rows * cols)?;
     if rows * cols == 0 {
-        return Ok(out);
+        return dev.alloc::<T>(0);
     }
     let src = view(root, x, l)?;
     let mut views = Vec::with_capacity(params.len());
+    let mut ptrs = Vec::with_capacity(params.len());
     for (p, pl) in params {
         let v = view(root, same::<T>(root, p)?, pl)?;
         if v.len() < cols {
@@ -328,7 +336,17 @@ fn norm_t<T: FromFloat1>(
             ));
         }
         views.push(DevicePtrArg::of(&v));
+        ptrs.push(v.device_ptr());
     }
+    let op = if root == "rmsnorm" {
+        FusedRow::RmsNorm
+    } else {
+        FusedRow::LayerNorm
+    };
+    if let Some(out) = rows::fused(dev, op, &src, (rows, cols), &views, &ptrs, eps)? {
+        return Ok(out);
+    }
+    let out = dev.alloc::<T>(rows * cols)?;
     let f = dev.function(Module::Reduce, &kernel_name::<T>(root))?;
     let block: u32 = if cols < 1024 { 32 } else { 1024 };
     let (px, po) = (DevicePtrArg::of(&src), out.as_arg());

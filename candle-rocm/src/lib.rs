@@ -29,6 +29,7 @@
 
 pub mod conv;
 mod device;
+pub mod elementwise;
 mod error;
 #[cfg(feature = "candle")]
 mod fused;
@@ -38,6 +39,7 @@ pub mod ops;
 pub mod reduce;
 pub mod registry;
 pub mod report;
+mod rows;
 #[cfg(feature = "candle")]
 mod slot;
 mod storage;

@@ -5,6 +5,10 @@
 //! contiguous operands or the dims followed by each operand's strides; input pointers already
 //! include the layout's start offset. Every layout is checked against its buffer before a
 //! launch, so a bad layout is an error, never an out-of-bounds access.
+//!
+//! Unary ops, `affine`, `elu`, `powf`, binary ops and casts between the float dtypes first try
+//! our vectorised kernels ([`crate::elementwise`]), which take the shape by value; candle's
+//! kernels run what those do not cover (other dtypes, more than six unmergeable dims).
 
 use std::marker::PhantomData;
 
@@ -14,6 +18,7 @@ use candle_rocm_kernels::Module;
 use rocm_safe::{DeviceBuffer, DevicePtrArg, DeviceRepr, DeviceView};
 
 use crate::device::RocmDevice;
+use crate::elementwise::{self, UnaryOp};
 use crate::error::{BackendError, WrapErr};
 use crate::storage::{RocmDType, RocmStorageSlice as S};
 use crate::utils::{bits_suffix, kernel_name, kernel_suffix, module_for, Map1, Map2, Map2Any};
@@ -158,6 +163,10 @@ impl Map1 for Affine {
         dev: &RocmDevice,
         layout: &Layout,
     ) -> candle_core::Result<DeviceBuffer<T>> {
+        let fast = elementwise::unary(dev, UnaryOp::Affine(self.0, self.1), src, layout).w()?;
+        if let Some(out) = fast {
+            return Ok(out);
+        }
         let name = kernel_name::<T>("affine");
         let after = [T::from_f64(self.0), T::from_f64(self.1)];
         let extra = Extra {
@@ -184,6 +193,10 @@ impl Map1 for ScalarUnary {
         dev: &RocmDevice,
         layout: &Layout,
     ) -> candle_core::Result<DeviceBuffer<T>> {
+        let op = UnaryOp::Scalar(self.root, self.value);
+        if let Some(out) = elementwise::unary(dev, op, src, layout).w()? {
+            return Ok(out);
+        }
         let name = kernel_name::<T>(self.root);
         let before = [T::from_f64(self.value)];
         let extra = Extra {
@@ -232,6 +245,9 @@ impl Map1 for NamedUnary {
         dev: &RocmDevice,
         layout: &Layout,
     ) -> candle_core::Result<DeviceBuffer<T>> {
+        if let Some(out) = elementwise::unary(dev, UnaryOp::Named(self.0), src, layout).w()? {
+            return Ok(out);
+        }
         let name = kernel_name::<T>(self.0);
         let module = module_for(Module::Unary, T::DTYPE);
         launch_elementwise(dev, module, &name, src, layout, Extra::none()).w()
@@ -310,6 +326,9 @@ impl<B: BinaryOpT> Map2 for Binary<B> {
         rhs: (&DeviceBuffer<T>, &Layout),
         dev: &RocmDevice,
     ) -> candle_core::Result<DeviceBuffer<T>> {
+        if let Some(out) = elementwise::binary(dev, B::KERNEL, lhs, rhs).w()? {
+            return Ok(out);
+        }
         launch_binary(dev, &kernel_name::<T>(B::KERNEL), lhs, rhs).w()
     }
 }
@@ -531,6 +550,9 @@ pub fn cast<Src: RocmDType, Dst: RocmDType>(
     src: &DeviceBuffer<Src>,
     layout: &Layout,
 ) -> candle_core::Result<DeviceBuffer<Dst>> {
+    if let Some(out) = elementwise::cast::<Src, Dst>(dev, src, layout).w()? {
+        return Ok(out);
+    }
     let (from, to) = (Src::DTYPE, Dst::DTYPE);
     let module = match (from, to) {
         (DType::F8E4M3, DType::F8E4M3) => Module::Cast,

@@ -1,5 +1,6 @@
-//! `reduce_op`: sum, min, max, argmin and argmax over any set of dims, on candle's `fast_*`
-//! kernels (our `small_int` module for i16/i32).
+//! `reduce_op`: sum, min, max, argmin and argmax over any set of dims. Over the last dim(s) of
+//! a contiguous float tensor, our `rows` kernels run (one pass, vector loads, wave shuffles;
+//! see `rows.rs`); otherwise candle's `fast_*` kernels (our `small_int` module for i16/i32).
 //!
 //! The source's dims and strides are reordered so the reduced dims come last; output element
 //! `b` then reduces the consecutive logical elements `b * n .. (b + 1) * n`, one block each.
@@ -51,6 +52,9 @@ impl Map1Any for FastReduce<'_> {
         let src_el = layout.shape().elem_count();
         if needs_elements && src_el == 0 {
             return Err(candle_core::Error::EmptyTensor { op: "reduce" }.bt());
+        }
+        if let Some(out) = crate::rows::reduce(dev, src, layout, self.0, self.1, &wrap).w()? {
+            return Ok(out);
         }
         let mut dims = Vec::with_capacity(src_dims.len());
         let mut stride = Vec::with_capacity(src_dims.len());

@@ -10,6 +10,7 @@
 //! 4. else a typed error naming the processor, the embedded targets and the command that builds
 //!    for it.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -151,8 +152,8 @@ pub struct KernelRegistry {
     runtime_version: i32,
     modules: [OnceLock<Result<rocm_safe::Module, KernelError>>; Module::ALL.len()],
     /// Kernels looked up so far: every op launch asks by name, and a hit skips the runtime's
-    /// symbol lookup.
-    functions: parking_lot::Mutex<HashMap<(Module, String), Function>>,
+    /// symbol lookup. Names known at compile time are kept borrowed (no allocation per launch).
+    functions: parking_lot::Mutex<HashMap<(Module, Cow<'static, str>), Function>>,
 }
 
 impl KernelRegistry {
@@ -179,16 +180,30 @@ impl KernelRegistry {
 
     /// Looks up one kernel of a module.
     pub fn function(&self, module: Module, name: &str) -> Result<Function, KernelError> {
-        let key = (module, name.to_string());
+        self.lookup(module, Cow::Owned(name.to_string()))
+    }
+
+    /// Looks up one kernel by a name known at compile time; a cached kernel costs no
+    /// allocation.
+    pub fn function_static(
+        &self,
+        module: Module,
+        name: &'static str,
+    ) -> Result<Function, KernelError> {
+        self.lookup(module, Cow::Borrowed(name))
+    }
+
+    fn lookup(&self, module: Module, name: Cow<'static, str>) -> Result<Function, KernelError> {
+        let key = (module, name);
         if let Some(f) = self.functions.lock().get(&key) {
             return Ok(f.clone());
         }
         let f =
             self.module(module)?
-                .function(name)
+                .function(&key.1)
                 .map_err(|source| KernelError::MissingKernel {
                     module: module.name(),
-                    name: name.to_string(),
+                    name: key.1.to_string(),
                     source,
                 })?;
         self.functions.lock().insert(key, f.clone());

@@ -592,6 +592,9 @@ impl BackendStorage for RocmStorage {
         self.same_device_as(dst, "copy_strided_src")?;
         let d = &self.device;
         same_dtype!("copy_strided_src", (&self.slice, &mut dst.slice), (a, b) => {
+            if crate::rows::transpose(d, a, src_l, b, dst_offset).w()? {
+                return Ok(());
+            }
             crate::ops::copy_strided(d, a, src_l, b, dst_offset).w()
         })
     }

@@ -2,8 +2,8 @@
 //! built for, and the prebuilt code objects themselves.
 //!
 //! `cargo xtask kernels` compiles candle-kernels' `.cu` sources (read from the cargo registry)
-//! and our own `kernels/hip/*.hip` (`rand`, `index`, `convert`, `where`, `small_int`)
-//! through the compatibility headers in `kernels/include/` into one HSA code object per
+//! and our own `kernels/hip/*.hip` (`rand`, `index`, `convert`, `where`, `small_int`, `rows`,
+//! `elementwise`) through the compatibility headers in `kernels/include/` into one HSA code object per
 //! (module, target), deflate-compressed under `kernels/objects/` and listed in
 //! `kernels/manifest.json`; `src/objects.rs` embeds them. [`code_object`] returns one,
 //! decompressed; [`code_object::CodeObject`] reads a code object's kernel list and resource
@@ -59,6 +59,13 @@ pub enum Module {
     /// Ours, `small_int.hip`: the copy, binary, comparison, fill and reduction kernels
     /// candle-kernels lacks for i16 and i32, under candle-kernels' names.
     SmallInt,
+    /// Ours, `rows.hip`: last-dim reductions (sum, min, max, argmin, argmax), fused softmax,
+    /// RMS and layer norm over the last dim, and a tiled transpose; vectorised, wave-size
+    /// aware, sizes passed by value.
+    Rows,
+    /// Ours, `elementwise.hip`: unary, affine, elu, powf, binary and float-cast kernels with a
+    /// vectorised (128-bit) contiguous path and a strided path that takes its shape by value.
+    Elementwise,
 }
 
 /// Where a module's source comes from.
@@ -72,7 +79,7 @@ pub enum Source {
 
 impl Module {
     /// Every module, in a fixed order (usable as an index).
-    pub const ALL: [Module; 16] = [
+    pub const ALL: [Module; 18] = [
         Module::Affine,
         Module::Binary,
         Module::Cast,
@@ -89,6 +96,8 @@ impl Module {
         Module::Convert,
         Module::Where,
         Module::SmallInt,
+        Module::Rows,
+        Module::Elementwise,
     ];
 
     /// The source file's stem, e.g. `binary`.
@@ -110,15 +119,21 @@ impl Module {
             Module::Convert => "convert",
             Module::Where => "where",
             Module::SmallInt => "small_int",
+            Module::Rows => "rows",
+            Module::Elementwise => "elementwise",
         }
     }
 
     /// Where the module's source lives.
     pub fn source(self) -> Source {
         match self {
-            Module::Rand | Module::Index | Module::Convert | Module::Where | Module::SmallInt => {
-                Source::Ours
-            }
+            Module::Rand
+            | Module::Index
+            | Module::Convert
+            | Module::Where
+            | Module::SmallInt
+            | Module::Rows
+            | Module::Elementwise => Source::Ours,
             _ => Source::Candle,
         }
     }

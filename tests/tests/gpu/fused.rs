@@ -544,3 +544,98 @@ fn strict_mode_refuses_the_cpu_fallback() -> Result<()> {
         "sigmoid after refused fallbacks",
     )
 }
+
+/// Row lengths for the `rows` kernels behind softmax and the norms: around the chunk (2 to 8
+/// elements) and wave sizes, the register path's limits (4096 for f64, 8192 otherwise) and past
+/// them (the two-pass kernels).
+const ROW_LENGTHS: [usize; 14] = [
+    1, 3, 31, 32, 33, 63, 64, 65, 1023, 4096, 4097, 8192, 8193, 20_000,
+];
+
+/// `rows x cols` values as a contiguous CPU/GPU pair, either at offset 0 or at offset 1 of
+/// their buffer (a contiguous layout whose rows are not 16-byte aligned), with `edit` applied to
+/// the host values first.
+fn row_pair(
+    rows: usize,
+    cols: usize,
+    dtype: DType,
+    offset: bool,
+    r: &mut rand::rngs::StdRng,
+    dev: &Device,
+    edit: impl Fn(&mut [f32]),
+) -> Result<(Tensor, Tensor)> {
+    let n = rows * cols;
+    let extra = usize::from(offset);
+    let mut v = normal(r, n + extra, 2.0);
+    edit(&mut v[extra..]);
+    let (c, g) = host_pair(v, n + extra, dtype, dev)?;
+    let c = c.narrow(0, extra, n)?.reshape((rows, cols))?;
+    let g = g.narrow(0, extra, n)?.reshape((rows, cols))?;
+    assert!(g.is_contiguous());
+    Ok((c, g))
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn softmax_rows_of_every_length() -> Result<()> {
+    // Single-pass (row in registers) and two-pass kernels, aligned and misaligned rows, and
+    // rows holding -inf, +inf, NaN or only -inf: the CPU's values, NaN where it has NaN.
+    let dev = gpu()?;
+    let mut r = rng(21);
+    for dtype in FLOATS {
+        for &cols in &ROW_LENGTHS {
+            let rows = if cols >= 4096 { 5 } else { 9 };
+            for offset in [false, true] {
+                let specials = |v: &mut [f32]| {
+                    v[0] = f32::NEG_INFINITY; // row 0 starts with -inf
+                    v[cols..2 * cols].fill(f32::NEG_INFINITY); // row 1: all -inf (NaN out)
+                    v[2 * cols + cols / 2] = f32::NAN; // row 2: one NaN
+                    v[3 * cols + cols - 1] = f32::INFINITY; // row 3: one +inf
+                    v[4 * cols + cols / 3] = f32::NEG_INFINITY; // row 4: one -inf
+                };
+                let (c, g) = row_pair(rows, cols, dtype, offset, &mut r, &dev, specials)?;
+                let want = reference(&[&c], |t| candle_nn::ops::softmax_last_dim(&t[0]))?;
+                let got = candle_nn::ops::softmax_last_dim(&g)?;
+                let what = format!("softmax {dtype:?} {rows}x{cols} offset {offset}");
+                assert_gpu_close(&got, &want, tolerance(dtype), &what)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn norms_rows_of_every_length() -> Result<()> {
+    // RMS and layer norm on the single-pass and two-pass kernels, aligned and misaligned rows
+    // and scale/shift vectors.
+    let dev = gpu()?;
+    let mut r = rng(22);
+    let eps = 1e-5;
+    for dtype in FLOATS {
+        let tol = norm_tolerance(dtype);
+        for &cols in &ROW_LENGTHS {
+            let rows = if cols >= 4096 { 3 } else { 7 };
+            for offset in [false, true] {
+                let shift = |v: &mut [f32]| v.iter_mut().for_each(|x| *x += 0.5);
+                let (c, g) = row_pair(rows, cols, dtype, offset, &mut r, &dev, shift)?;
+                let (ca, ga) = row_pair(1, cols, dtype, offset, &mut r, &dev, |_| {})?;
+                let (cb, gb) = row_pair(1, cols, dtype, !offset, &mut r, &dev, |_| {})?;
+                let (ca, ga, cb, gb) = (
+                    ca.squeeze(0)?,
+                    ga.squeeze(0)?,
+                    cb.squeeze(0)?,
+                    gb.squeeze(0)?,
+                );
+                let what = format!("{dtype:?} {rows}x{cols} offset {offset}");
+                let got = candle_nn::ops::rms_norm(&g, &ga, eps)?;
+                let want = rms_norm_cpu(&c, &ca, eps)?;
+                assert_gpu_close(&got, &want, tol, &format!("rms_norm {what}"))?;
+                let got = candle_nn::ops::layer_norm(&g, &ga, &gb, eps)?;
+                let want = layer_norm_cpu(&c, &ca, &cb, eps)?;
+                assert_gpu_close(&got, &want, tol, &format!("layer_norm {what}"))?;
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,318 @@
+//! Parity cases aimed at the `elementwise` module's paths (candle-rocm/src/elementwise.rs):
+//! sizes around the 16-byte pack (1, 3, 4, 5, 7, 8, 9, ..., 4097, ~1M), views at element
+//! offsets that break 16-byte alignment, and strided and broadcast layouts (row, column,
+//! transposed, narrowed, unmergeable) of rank 1 to 8, past the six dims the kernels take by
+//! value (those run candle-kernels' upload path). Method names carry a `fast_` prefix so the
+//! main suite's per-method counts stay exact.
+
+use candle_core::backend::BackendStorage;
+use candle_core::op::{self, BinaryOpT, UnaryOpT};
+use candle_core::{DType, Layout, Shape};
+use candle_rocm::RocmDevice;
+
+use super::{check, seed, upload};
+use crate::common::*;
+
+/// Sizes around the pack widths (4 f32, 8 f16/bf16, 2 f64, 16 u8) and large ones.
+const SIZES: [usize; 16] = [
+    1,
+    2,
+    3,
+    4,
+    5,
+    7,
+    8,
+    9,
+    15,
+    16,
+    17,
+    33,
+    1023,
+    4097,
+    65_537,
+    (1 << 20) + 3,
+];
+
+/// Start offsets: aligned, then 1..3 elements (breaks 16-byte alignment for every dtype) and
+/// one pack further (aligned again for f32).
+const OFFSETS: [usize; 5] = [0, 1, 2, 3, 4];
+
+/// The binary dtypes the module takes (f8e4m3 keeps candle-kernels' path).
+const BINARY_DTYPES: [DType; 9] = [
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+    DType::F64,
+    DType::U8,
+    DType::U32,
+    DType::I16,
+    DType::I32,
+    DType::I64,
+];
+
+fn data(rng: &mut Rng, dtype: DType, n: usize, values: Values) -> candle_core::CpuStorage {
+    random_data(rng, dtype, n, values)
+}
+
+fn unary_case<U: UnaryOpT>(
+    dev: &RocmDevice,
+    dtype: DType,
+    layout: &Layout,
+    values: Values,
+    scale: f64,
+    rng: &mut Rng,
+    what: &str,
+) {
+    let c = data(rng, dtype, buffer_len(layout), values);
+    let g = upload(dev, &c);
+    check(
+        &format!("fast_unary_{}", U::NAME),
+        dtype,
+        &format!("{} {what}", U::NAME),
+        scale,
+        || c.unary_impl::<U>(layout),
+        || g.unary_impl::<U>(layout)?.to_cpu_storage(),
+    );
+}
+
+/// Every unary op, affine, elu and powf, and the casts to each float dtype, on one layout.
+fn all_unary(dev: &RocmDevice, dtype: DType, layout: &Layout, rng: &mut Rng, what: &str) {
+    use Values::*;
+    unary_case::<op::Exp>(dev, dtype, layout, Special, 4.0, rng, what);
+    unary_case::<op::Log>(dev, dtype, layout, Positive, 4.0, rng, what);
+    unary_case::<op::Sin>(dev, dtype, layout, Moderate, 4.0, rng, what);
+    unary_case::<op::Cos>(dev, dtype, layout, Moderate, 4.0, rng, what);
+    unary_case::<op::Tanh>(dev, dtype, layout, Special, 4.0, rng, what);
+    unary_case::<op::Neg>(dev, dtype, layout, Special, 1.0, rng, what);
+    unary_case::<op::Recip>(dev, dtype, layout, Special, 2.0, rng, what);
+    unary_case::<op::Sqr>(dev, dtype, layout, Special, 2.0, rng, what);
+    unary_case::<op::Sqrt>(dev, dtype, layout, Positive, 2.0, rng, what);
+    unary_case::<op::Gelu>(dev, dtype, layout, Moderate, 8.0, rng, what);
+    unary_case::<op::GeluErf>(dev, dtype, layout, Moderate, 8.0, rng, what);
+    unary_case::<op::Erf>(dev, dtype, layout, Moderate, 8.0, rng, what);
+    unary_case::<op::Relu>(dev, dtype, layout, Moderate, 1.0, rng, what);
+    unary_case::<op::Silu>(dev, dtype, layout, Moderate, 8.0, rng, what);
+    unary_case::<op::Abs>(dev, dtype, layout, Special, 1.0, rng, what);
+    unary_case::<op::Floor>(dev, dtype, layout, Special, 1.0, rng, what);
+    unary_case::<op::Ceil>(dev, dtype, layout, Special, 1.0, rng, what);
+    unary_case::<op::Round>(dev, dtype, layout, Moderate, 1.0, rng, what);
+    unary_case::<op::Sign>(dev, dtype, layout, Moderate, 1.0, rng, what);
+    let c = data(rng, dtype, buffer_len(layout), Special);
+    let g = upload(dev, &c);
+    check(
+        "fast_affine",
+        dtype,
+        &format!("affine {what}"),
+        1.0,
+        || c.affine(layout, 1.5, -0.25),
+        || g.affine(layout, 1.5, -0.25)?.to_cpu_storage(),
+    );
+    check(
+        "fast_elu",
+        dtype,
+        &format!("elu {what}"),
+        4.0,
+        || c.elu(layout, 0.7),
+        || g.elu(layout, 0.7)?.to_cpu_storage(),
+    );
+    let p = data(rng, dtype, buffer_len(layout), Positive);
+    let gp = upload(dev, &p);
+    check(
+        "fast_powf",
+        dtype,
+        &format!("powf {what}"),
+        4.0,
+        || p.powf(layout, 1.7),
+        || gp.powf(layout, 1.7)?.to_cpu_storage(),
+    );
+    for dst in FLOATS {
+        check(
+            "fast_to_dtype",
+            dst,
+            &format!("{dtype:?} -> {dst:?} {what}"),
+            1.0,
+            || c.to_dtype(layout, dst),
+            || g.to_dtype(layout, dst)?.to_cpu_storage(),
+        );
+    }
+}
+
+fn binary_case<B: BinaryOpT>(
+    dev: &RocmDevice,
+    dtype: DType,
+    (la, lb): (&Layout, &Layout),
+    rng: &mut Rng,
+    what: &str,
+) {
+    // Integers: small values (no overflow in a debug CPU build) and a nonzero divisor.
+    let (va, vb) = match (dtype.is_float(), B::NAME) {
+        (true, "maximum" | "minimum") => (Values::Moderate, Values::Moderate),
+        (true, _) => (Values::Moderate, Values::Special),
+        (false, "div") => (Values::Small, Values::Positive),
+        (false, _) => (Values::Small, Values::Small),
+    };
+    let ca = data(rng, dtype, buffer_len(la), va);
+    let mut cb = data(rng, dtype, buffer_len(lb), vb);
+    if !dtype.is_float() && B::NAME == "div" && as_f64(&cb).contains(&0.0) {
+        let ones: Vec<f64> = as_f64(&cb).iter().map(|&x| x.max(1.0)).collect();
+        cb = match dtype {
+            DType::U8 => candle_core::CpuStorage::U8(ones.iter().map(|&x| x as u8).collect()),
+            DType::U32 => candle_core::CpuStorage::U32(ones.iter().map(|&x| x as u32).collect()),
+            DType::I16 => candle_core::CpuStorage::I16(ones.iter().map(|&x| x as i16).collect()),
+            DType::I32 => candle_core::CpuStorage::I32(ones.iter().map(|&x| x as i32).collect()),
+            _ => candle_core::CpuStorage::I64(ones.iter().map(|&x| x as i64).collect()),
+        };
+    }
+    let (ga, gb) = (upload(dev, &ca), upload(dev, &cb));
+    check(
+        &format!("fast_binary_{}", B::NAME),
+        dtype,
+        &format!("{} {what}", B::NAME),
+        1.0,
+        || ca.binary_impl::<B>(&cb, la, lb),
+        || ga.binary_impl::<B>(&gb, la, lb)?.to_cpu_storage(),
+    );
+}
+
+fn all_binary(dev: &RocmDevice, dtype: DType, la: &Layout, lb: &Layout, rng: &mut Rng, w: &str) {
+    binary_case::<op::Add>(dev, dtype, (la, lb), rng, w);
+    binary_case::<op::Sub>(dev, dtype, (la, lb), rng, w);
+    binary_case::<op::Mul>(dev, dtype, (la, lb), rng, w);
+    binary_case::<op::Div>(dev, dtype, (la, lb), rng, w);
+    binary_case::<op::Maximum>(dev, dtype, (la, lb), rng, w);
+    binary_case::<op::Minimum>(dev, dtype, (la, lb), rng, w);
+}
+
+/// Contiguous operands of every size around the pack, at aligned and misaligned offsets.
+#[test]
+#[ignore = "needs a HIP device"]
+fn fast_paths_sizes_and_misaligned_offsets() {
+    let dev = device();
+    for (si, &n) in SIZES.iter().enumerate() {
+        // The largest sizes run at two offsets only (one aligned, one not).
+        let offsets: &[usize] = if n > 5000 { &[0, 1] } else { &OFFSETS };
+        for &off in offsets {
+            let l = Layout::contiguous_with_offset(Shape::from(n), off);
+            let what = format!("n {n} offset {off}");
+            for dtype in FLOATS {
+                let mut rng = Rng::new(seed("fast_sizes", dtype, (si * 8 + off) as u64));
+                all_unary(&dev, dtype, &l, &mut rng, &what);
+            }
+            for dtype in BINARY_DTYPES {
+                let mut rng = Rng::new(seed("fast_sizes_bin", dtype, (si * 8 + off) as u64));
+                // lhs misaligned by `off`, rhs by a different amount, and both aligned.
+                let lb = Layout::contiguous_with_offset(Shape::from(n), (off * 3) % 5);
+                all_binary(
+                    &dev,
+                    dtype,
+                    &l,
+                    &lb,
+                    &mut rng,
+                    &format!("{what} rhs {lb:?}"),
+                );
+            }
+        }
+    }
+    finish(&["fast_"]);
+}
+
+/// `dims` with the last two dims swapped in memory (a transposed view).
+fn transposed(dims: &[usize], offset: usize) -> Layout {
+    let r = dims.len();
+    if r < 2 {
+        return Layout::contiguous_with_offset(Shape::from(dims.to_vec()), offset);
+    }
+    let mut swapped = dims.to_vec();
+    swapped.swap(r - 2, r - 1);
+    Layout::contiguous_with_offset(Shape::from(swapped), offset)
+        .transpose(r - 2, r - 1)
+        .unwrap()
+}
+
+/// The layouts of one rank: (name, lhs, rhs).
+fn strided_layouts(dims: &[usize], rng: &mut Rng) -> Vec<(&'static str, Layout, Layout)> {
+    let r = dims.len();
+    let shape = Shape::from(dims.to_vec());
+    let contiguous = Layout::contiguous(shape.clone());
+    let strides = contiguous_strides(dims);
+    let mut out = Vec::new();
+    // Row broadcast: rhs is one row of the last dim, stride 0 elsewhere.
+    let mut row = vec![0usize; r];
+    row[r - 1] = 1;
+    out.push((
+        "row broadcast",
+        contiguous.clone(),
+        Layout::new(shape.clone(), row, rng.below(3)),
+    ));
+    // Column broadcast: rhs has size 1 in the last dim.
+    let mut col_dims = dims.to_vec();
+    col_dims[r - 1] = 1;
+    let mut col = contiguous_strides(&col_dims);
+    col[r - 1] = 0;
+    out.push((
+        "column broadcast",
+        contiguous.clone(),
+        Layout::new(shape.clone(), col, 0),
+    ));
+    // The broadcast operand on the left (sub and div are not symmetric).
+    let mut lrow = vec![0usize; r];
+    lrow[r - 1] = 1;
+    out.push((
+        "lhs row broadcast",
+        Layout::new(shape.clone(), lrow, 1),
+        Layout::contiguous_with_offset(shape.clone(), 2),
+    ));
+    // Every other dim broadcast: nothing merges, so rank > 6 takes the upload path.
+    let alternating: Vec<usize> = strides
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| if i % 2 == 1 { 0 } else { s })
+        .collect();
+    out.push((
+        "alternating broadcast",
+        contiguous.clone(),
+        Layout::new(shape.clone(), alternating, rng.below(3)),
+    ));
+    // Transposed and narrowed operands.
+    out.push(("transposed", transposed(dims, 1), contiguous.clone()));
+    let big: Vec<usize> = dims.iter().map(|d| d + 3).collect();
+    let mut narrowed = Layout::contiguous_with_offset(Shape::from(big.clone()), 1);
+    for (i, &d) in dims.iter().enumerate() {
+        narrowed = narrowed.narrow(i, rng.below(4), d).unwrap();
+    }
+    out.push(("narrowed", contiguous, narrowed));
+    out
+}
+
+/// Strided and broadcast operands of rank 1 to 8 (the kernels take 6 merged dims by value;
+/// above that, candle-kernels' path runs).
+#[test]
+#[ignore = "needs a HIP device"]
+fn fast_paths_strided_and_broadcast_by_rank() {
+    let dev = device();
+    for rank in 1..=8usize {
+        for case in 0..3u64 {
+            let mut rng = Rng::new(seed("fast_rank", DType::F32, rank as u64 * 16 + case));
+            // Small dims so rank 8 stays small; the last dim a multiple of 8 (packs) or odd.
+            let mut dims: Vec<usize> = (0..rank).map(|_| rng.pick(&[2, 3, 4])).collect();
+            dims[rank - 1] = rng.pick(&[8, 16, 24, 5, 7, 33]);
+            for (kind, la, lb) in strided_layouts(&dims, &mut rng) {
+                let what = format!("rank {rank} {dims:?} {kind} lhs {la:?} rhs {lb:?}");
+                for dtype in BINARY_DTYPES {
+                    all_binary(&dev, dtype, &la, &lb, &mut rng, &what);
+                }
+                for dtype in FLOATS {
+                    // Unary ops see the non-contiguous operand.
+                    all_unary(
+                        &dev,
+                        dtype,
+                        &lb,
+                        &mut rng,
+                        &format!("rank {rank} {kind} {lb:?}"),
+                    );
+                }
+            }
+        }
+    }
+    finish(&["fast_"]);
+}
