@@ -5,7 +5,22 @@
 # that point our unchanged rocm-sys and kernel registry at them.
 #
 # Needs: OUT, BUILD, BUNDLE_ROOT and a `row KEY VALUE` function. Returns 1 (the caller stops)
-# when the double or the test kernels do not build.
+# when the double or the test kernels do not build. Also unpacks the bundle's binaries (they
+# travel xz-compressed: the carry limit) into $BUILD/bin.
+
+echo "== unpack the bundle's binaries into $BUILD/bin"
+rm -rf "$BUILD/bin"
+mkdir -p "$BUILD/bin"
+for f in "$BUNDLE_ROOT"/bin/*; do
+    [ -f "$f" ] || continue
+    name=$(basename "$f" .xz)
+    if [ "$name" != "$(basename "$f")" ]; then
+        xz -dc "$f" > "$BUILD/bin/$name" || return 1
+    else
+        cp "$f" "$BUILD/bin/$name" || return 1
+    fi
+    chmod +x "$BUILD/bin/$name"
+done
 
 echo "== build the test double and the kernels"
 if ! bash tests/hip-on-cuda/build.sh "$BUILD" > "$OUT/build.log" 2>&1; then

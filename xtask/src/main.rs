@@ -15,11 +15,15 @@
 //!   `demo.rs`), regenerating the patched Candle first if stale.
 //! - `test [-- ARGS]`: the root workspace's tests, then (regenerating the patched Candle if
 //!   stale) the `tests/` workspace's (see `test.rs`).
-//!
-//! A later issue adds `bench`.
+//! - `bench [--no-cuda]`: build the side-by-side benchmark (ours, Candle's CUDA backend from
+//!   the same source, rocm-safe's launch overhead) into `.bench-bundle/` for
+//!   `tests/hip-on-cuda/bench.sh`, which adds PyTorch eager and prints one table (see
+//!   `bench.rs`).
 
+mod bench;
 mod bindgen_hip;
 mod candle;
+mod candle_cuda;
 mod demo;
 mod device_bundle;
 mod kernels;
@@ -49,12 +53,16 @@ Commands:
                       cargo test in the tests/ workspace (ARGS go to libtest)
   device-bundle       build the GPU test binaries for tests/hip-on-cuda/run.sh into
                       .device-bundle/ and print the device call
+  bench [--no-cuda]   build ours, Candle CUDA (nvcc 13 from PyPI) and the launch benchmark
+                      into .bench-bundle/ and print the device call (bench.sh: one table
+                      with PyTorch eager too); --no-cuda skips the Candle CUDA build
   help                print this help
 ";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
+        Some("bench") => bench::run(&args[1..]),
         Some("bindgen") => parse_check(&args[1..]).and_then(bindgen_hip::run),
         Some("candle") => parse_check(&args[1..]).and_then(candle::run),
         Some("demo") => demo::run(&args[1..]),

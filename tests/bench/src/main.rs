@@ -49,16 +49,25 @@ struct Cli {
     cpu: bool,
 }
 
-/// The device this build benchmarks.
+/// The device this build benchmarks: Candle's CUDA device in the Candle-CUDA build.
+#[cfg(feature = "cuda")]
 fn device() -> Result<Device> {
-    #[cfg(feature = "cuda")]
-    {
-        Ok(Device::new_cuda(0)?)
-    }
-    #[cfg(not(feature = "cuda"))]
-    {
-        candle_rocm::device(0).context("opening the ROCm device")
-    }
+    Ok(Device::new_cuda(0)?)
+}
+
+/// The device this build benchmarks: ours, through the patched Candle's slot.
+#[cfg(all(feature = "rocm", not(feature = "cuda")))]
+fn device() -> Result<Device> {
+    candle_rocm::device(0).context("opening the ROCm device")
+}
+
+/// A build with neither backend (e.g. `--no-default-features` alone) can only run `--cpu`.
+#[cfg(not(any(feature = "rocm", feature = "cuda")))]
+fn device() -> Result<Device> {
+    anyhow::bail!(
+        "this candle-rocm-bench was built without a GPU backend: build it with the `rocm` \
+         feature (on by default), or pass --cpu"
+    )
 }
 
 /// Which backend this binary measures, for the `device` line.

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# `cargo xtask bench`'s device side, run on the NVIDIA device machine from the repository root
+# with `.bench-bundle` carried (the device tool does this):
+#
+#   bash tests/hip-on-cuda/bench.sh
+#
+# 1. builds the test double and the kernels (setup.sh, as run.sh does);
+# 2. runs the same rows three times on the one GPU: ours (candle-rocm-bench over the double,
+#    "H100 via HIP-on-CUDA"), Candle 0.11.1's own CUDA backend (candle-cuda-bench, built from
+#    the same source against crates.io Candle with its `cuda` feature) and PyTorch eager
+#    (tests/bench/torch_bench.py with the machine's own PyTorch);
+# 3. runs the launch-overhead benchmark next to a raw cuLaunchKernel loop;
+# 4. joins them into one table (tests/bench/table.py), written to
+#    $OUT/bench-<date>-<gpu>.md and printed last; the raw outputs go in $OUT too.
+#
+# BENCH_ONLY=word,word picks rows (see candle-rocm-bench --help); BENCH_TIMEOUT bounds each of
+# the three runs (seconds, 200 by default).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+
+OUT="${OUT:-$PWD/target/hip-on-cuda-out}"
+BUILD=/tmp/hip-on-cuda
+BUNDLE_ROOT=.bench-bundle
+mkdir -p "$OUT" "$BUILD"
+SUMMARY="$OUT/summary.txt"
+: > "$SUMMARY"
+row() { printf '%-34s %s\n' "$1" "$2" | tee -a "$SUMMARY" >/dev/null; }
+
+if [ ! -d "$BUNDLE_ROOT/bin" ]; then
+    echo "bench.sh: $BUNDLE_ROOT/bin is missing: run \`cargo xtask bench\` and carry $BUNDLE_ROOT" >&2
+    exit 2
+fi
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+row "gpu" "$gpu, driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)"
+row "date (UTC)" "$(date -u +%Y-%m-%dT%H:%MZ)"
+
+# shellcheck source=tests/hip-on-cuda/setup.sh
+source tests/hip-on-cuda/setup.sh || exit 1
+
+only=()
+[ -n "${BENCH_ONLY:-}" ] && only=(--only "$BENCH_ONLY")
+limit="${BENCH_TIMEOUT:-200}"
+
+echo "== ours: candle-rocm-bench (H100 via HIP-on-CUDA)"
+timeout "$limit" "$BUILD/bin/candle-rocm-bench" "${only[@]}" > "$OUT/ours.tsv" 2> "$OUT/ours.err"
+row "candle-rocm-bench exit code" "$? ($(grep -c '^bench' "$OUT/ours.tsv") rows)"
+tail -3 "$OUT/ours.err"
+
+echo "== Candle 0.11.1 CUDA: candle-cuda-bench"
+if [ -x "$BUILD/bin/candle-cuda-bench" ]; then
+    (
+        # shellcheck source=tests/hip-on-cuda/cuda_libs.sh
+        source tests/hip-on-cuda/cuda_libs.sh
+        timeout "$limit" "$BUILD/bin/candle-cuda-bench" "${only[@]}" > "$OUT/candle-cuda.tsv" 2> "$OUT/candle-cuda.err"
+    )
+    row "candle-cuda-bench exit code" "$? ($(grep -c '^bench' "$OUT/candle-cuda.tsv") rows)"
+    tail -3 "$OUT/candle-cuda.err"
+else
+    row "candle-cuda-bench" "not in the bundle"
+fi
+
+echo "== PyTorch eager"
+only_py=()
+[ -n "${BENCH_ONLY:-}" ] && only_py=(--only "$BENCH_ONLY")
+PYTHONUNBUFFERED=1 timeout "$limit" python3 tests/bench/torch_bench.py "${only_py[@]}" \
+    > "$OUT/torch.tsv" 2> "$OUT/torch.err"
+row "torch_bench.py exit code" "$? ($(grep -c '^bench' "$OUT/torch.tsv") rows)"
+tail -3 "$OUT/torch.err"
+
+echo "== launch overhead"
+if [ -x "$BUILD/bin/rocm-safe.launch_overhead" ]; then
+    "$BUILD/bin/rocm-safe.launch_overhead" 100000 2>&1 | tee "$OUT/launch.txt"
+    [ -x "$BUILD/launch_bench" ] && "$BUILD/launch_bench" "$ROCM_SAFE_TEST_MODULE" 100000 2>&1 | tee -a "$OUT/launch.txt"
+    get() { awk -v k="$1" '$2 == k { print $3 }' "$OUT/launch.txt"; }
+    for k in enqueue with_sync; do
+        ours=$(get "rocm_safe_${k}_us")
+        raw=$(get "raw_culaunch_${k}_us")
+        ratio=$(awk -v a="$ours" -v b="$raw" 'BEGIN { if (a != "" && b > 0) printf "%.2f", a / b }')
+        row "launch $k (us/launch)" "rocm-safe ${ours:-?} | raw cuLaunchKernel ${raw:-?} | ratio ${ratio:-?}"
+    done
+fi
+
+stamp=$(date -u +%Y-%m-%d)
+slug=$(echo "$gpu" | tr -cs 'A-Za-z0-9' '-' | sed 's/-*$//')
+result="$OUT/bench-$stamp-$slug.md"
+python3 tests/bench/table.py "$OUT/ours.tsv" "$OUT/candle-cuda.tsv" "$OUT/torch.tsv" \
+    --title "$gpu, $(date -u +%Y-%m-%dT%H:%MZ); ours runs on it via HIP-on-CUDA" > "$result"
+{
+    echo
+    echo '```'
+    cat "$SUMMARY"
+    echo '```'
+} >> "$result"
+echo
+cat "$result"
