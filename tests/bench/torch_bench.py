@@ -141,19 +141,19 @@ def casts(b):
 
 def latency(b):
     x, y = randn(1024), randn(1024)
-    if b.wanted("lat", "op_sync"):
-        def exp_sync():
-            z = torch.exp(x)
-            sync()
-            return z
+    def exp_sync():
+        z = torch.exp(x)
+        sync()
+        return z
 
-        def add_sync():
-            z = x + y
-            sync()
-            return z
+    def add_sync():
+        z = x + y
+        sync()
+        return z
 
-        b.print("lat", "exp_sync", "1024", "f32", time_op(exp_sync), 1, "calls")
-        b.print("lat", "add_sync", "1024", "f32", time_op(add_sync), 1, "calls")
+    for op, f in [("exp_sync", exp_sync), ("add_sync", add_sync)]:
+        if b.wanted("lat", op):
+            b.print("lat", op, "1024", "f32", time_op(f), 1, "calls")
     if b.wanted("lat", "enqueue"):
         n, samples = 20000, []
         for _ in range(SAMPLES):
