@@ -16,7 +16,7 @@ use crate::device::RocmDevice;
 use crate::error::{BackendError, WrapErr};
 use crate::ops::{checked_view, invalid};
 use crate::storage::{RocmDType, RocmStorage};
-use crate::utils::{kernel_name, Map1};
+use crate::utils::{checked_product, kernel_name, size_overflow, Map1};
 
 /// The numeric parameters of a convolution, by name, as candle-core's `Params*` structs
 /// hold them (`b_size`, `c_in`, `c_out`, `k_size` / `k_h`, `k_w`, `padding`, `stride`,
@@ -116,10 +116,26 @@ fn conv_out(
             "kernel size, stride and dilation must be positive",
         ));
     }
-    let padded = padding.checked_mul(2).and_then(|p| p.checked_add(len));
-    let reach = dilation.checked_mul(k - 1).and_then(|r| r.checked_add(1));
+    let padded = padding
+        .checked_mul(2)
+        .and_then(|p| p.checked_add(len))
+        .ok_or_else(|| {
+            size_overflow(
+                op,
+                format_args!("padded input length ({len} + 2 * {padding})"),
+            )
+        })?;
+    let reach = dilation
+        .checked_mul(k - 1)
+        .and_then(|r| r.checked_add(1))
+        .ok_or_else(|| {
+            size_overflow(
+                op,
+                format_args!("kernel reach ({dilation} * ({k} - 1) + 1)"),
+            )
+        })?;
     match (padded, reach) {
-        (Some(p), Some(r)) if p >= r => Ok((p - r) / stride + 1),
+        (p, r) if p >= r => Ok((p - r) / stride + 1),
         _ => Err(invalid(
             op,
             format_args!(
@@ -146,12 +162,36 @@ fn conv_tr_out(
             "input length, kernel size, stride and dilation must be positive",
         ));
     }
-    (len - 1)
+    let full = (len - 1)
         .checked_mul(stride)
         .and_then(|v| v.checked_add(dilation.checked_mul(k - 1)?))
         .and_then(|v| v.checked_add(out_padding)?.checked_add(1))
-        .and_then(|v| v.checked_sub(padding.checked_mul(2)?))
+        .ok_or_else(|| {
+            size_overflow(
+                op,
+                format_args!(
+                    "output length (({len} - 1) * {stride} + {dilation} * ({k} - 1) + \
+                     {out_padding} + 1)"
+                ),
+            )
+        })?;
+    padding
+        .checked_mul(2)
+        .and_then(|p| full.checked_sub(p))
         .ok_or_else(|| invalid(op, "the padding is larger than the output"))
+}
+
+/// Element count of the (b, c, h, w) output of a pool or an upsampler.
+fn out_el_2d(
+    op: &str,
+    (b, c): (usize, usize),
+    (h, w): (usize, usize),
+) -> Result<usize, BackendError> {
+    checked_product(
+        op,
+        "output element count (b * c * h_out * w_out)",
+        &[b, c, h, w],
+    )
 }
 
 /// Uploads `[dims, strides, ...]` of the layouts, the `info` argument of the conv kernels.
@@ -211,8 +251,13 @@ impl Map1 for Im2Col1D {
         let name = kernel_name::<T>("im2col1d");
         let run = || -> Result<DeviceBuffer<T>, BackendError> {
             let dims = dims_n(&name, "the input", layout, 3)?;
-            let threads = dims[0] * self.l_out * dims[1];
-            let dst = dev.alloc::<T>(threads * self.l_k)?;
+            let threads = checked_product(
+                &name,
+                "patch count (b * l_out * c_in)",
+                &[dims[0], self.l_out, dims[1]],
+            )?;
+            let dst_el = checked_product(&name, "column buffer length", &[threads, self.l_k])?;
+            let dst = dev.alloc::<T>(dst_el)?;
             if threads == 0 || self.l_k == 0 {
                 return Ok(dst);
             }
@@ -259,7 +304,11 @@ impl Map1 for Im2Col {
         let name = kernel_name::<T>("im2col");
         let run = || -> Result<DeviceBuffer<T>, BackendError> {
             let dims = dims_n(&name, "the input", layout, 4)?;
-            let dst_el = dims[0] * self.h_out * self.w_out * dims[1] * self.h_k * self.w_k;
+            let dst_el = checked_product(
+                &name,
+                "column buffer length (b * h_out * w_out * c_in * k_h * k_w)",
+                &[dims[0], self.h_out, self.w_out, dims[1], self.h_k, self.w_k],
+            )?;
             let dst = dev.alloc::<T>(dst_el)?;
             if dst_el == 0 {
                 return Ok(dst);
@@ -305,17 +354,28 @@ impl Map1 for Col2Im1D {
         let run = || -> Result<DeviceBuffer<T>, BackendError> {
             let d = dims_n(&name, "the columns", layout, 4)?;
             let (b, l_in, c_out, k) = (d[0], d[1], d[2], d[3]);
-            if !layout.is_contiguous()
-                || layout.start_offset() != 0
-                || col.len() < b * l_in * c_out * k
-            {
+            let col_el = checked_product(&name, "column count", &[b, l_in, c_out, k])?;
+            if !layout.is_contiguous() || layout.start_offset() != 0 || col.len() < col_el {
                 return Err(invalid(
                     &name,
                     "the columns must be a whole contiguous buffer",
                 ));
             }
-            let l_out = (l_in.saturating_sub(1)) * self.stride + k;
-            let dst_el = b * c_out * l_out;
+            let l_out = l_in
+                .saturating_sub(1)
+                .checked_mul(self.stride)
+                .and_then(|v| v.checked_add(k))
+                .ok_or_else(|| {
+                    size_overflow(
+                        &name,
+                        format_args!("output length (({l_in} - 1) * {} + {k})", self.stride),
+                    )
+                })?;
+            let dst_el = checked_product(
+                &name,
+                "output element count (b * c_out * l_out)",
+                &[b, c_out, l_out],
+            )?;
             let dst = dev.alloc::<T>(dst_el)?;
             if dst_el == 0 || l_in == 0 {
                 return Ok(dst);
@@ -440,7 +500,7 @@ impl Map1 for Pool2D {
             let ((k_h, k_w), (s_h, s_w)) = (self.k, self.stride);
             let h_out = conv_out(root, d[2], k_h, 0, s_h, 1)?;
             let w_out = conv_out(root, d[3], k_w, 0, s_w, 1)?;
-            let dst_el = d[0] * d[1] * h_out * w_out;
+            let dst_el = out_el_2d(root, (d[0], d[1]), (h_out, w_out))?;
             let dst = dev.alloc::<T>(dst_el)?;
             if dst_el == 0 {
                 return Ok(dst);
@@ -479,7 +539,7 @@ impl Map1 for UpsampleNearest {
         let name = kernel_name::<T>("upsample_nearest2d");
         let run = || -> Result<DeviceBuffer<T>, BackendError> {
             let d = dims_n("upsample_nearest2d", "the input", layout, 4)?;
-            let dst_el = d[0] * d[1] * self.out_h * self.out_w;
+            let dst_el = out_el_2d(&name, (d[0], d[1]), (self.out_h, self.out_w))?;
             let dst = dev.alloc::<T>(dst_el)?;
             if dst_el == 0 {
                 return Ok(dst);
@@ -538,7 +598,7 @@ impl Map1 for UpsampleBilinear {
         let name = kernel_name::<T>("upsample_bilinear2d");
         let run = || -> Result<DeviceBuffer<T>, BackendError> {
             let d = dims_n("upsample_bilinear2d", "the input", layout, 4)?;
-            let dst_el = d[0] * d[1] * self.out_h * self.out_w;
+            let dst_el = out_el_2d(&name, (d[0], d[1]), (self.out_h, self.out_w))?;
             let dst = dev.alloc::<T>(dst_el)?;
             if dst_el == 0 {
                 return Ok(dst);
@@ -597,13 +657,15 @@ fn contiguous(storage: &RocmStorage, l: &Layout) -> candle_core::Result<RocmStor
 /// (n = c_out, k); the (b * m, n) product is copied out through `res_l`, the layout that puts
 /// it in (b, c_out, spatial...) order.
 fn patches_times_kernel(
+    op: &str,
     col: &RocmStorage,
     (b, m, n, k): (usize, usize, usize, usize),
     kernel: &RocmStorage,
     kernel_l: &Layout,
     res_l: &Layout,
 ) -> candle_core::Result<RocmStorage> {
-    let col_l = Layout::contiguous((b * m, k));
+    let bm = checked_product(op, "patch count (b * m)", &[b, m]).w()?;
+    let col_l = Layout::contiguous((bm, k));
     let kernel_c;
     let (kernel, k_off) = if kernel_l.is_contiguous() {
         (kernel, kernel_l.start_offset())
@@ -613,7 +675,7 @@ fn patches_times_kernel(
         (&kernel_c, 0)
     };
     let kernel_mm = Layout::contiguous_with_offset((n, k), k_off).transpose(0, 1)?;
-    let res = col.matmul(kernel, (1, b * m, n, k), &col_l, &kernel_mm)?;
+    let res = col.matmul(kernel, (1, bm, n, k), &col_l, &kernel_mm)?;
     contiguous(&res, res_l)
 }
 
@@ -652,13 +714,8 @@ impl RocmStorage {
         .map(&self.slice, &dev, l)?;
         let col = RocmStorage::new(col, dev);
         let res_l = Layout::contiguous((b, l_out, c_out)).transpose(1, 2)?;
-        patches_times_kernel(
-            &col,
-            (b, l_out, c_out, k_size * c_in),
-            kernel,
-            kernel_l,
-            &res_l,
-        )
+        let patch = checked_product(OP, "patch length (k_size * c_in)", &[k_size, c_in]).w()?;
+        patches_times_kernel(OP, &col, (b, l_out, c_out, patch), kernel, kernel_l, &res_l)
     }
 
     /// `conv2d` with parameters by name: input (b, c_in, h, w), kernel (c_out, c_in, k_h,
@@ -702,14 +759,10 @@ impl RocmStorage {
         let res_l = Layout::contiguous((b, h_out, w_out, c_out))
             .transpose(1, 2)?
             .transpose(1, 3)?;
-        let m = h_out * w_out;
-        patches_times_kernel(
-            &col,
-            (b, m, c_out, k_h * k_w * c_in),
-            kernel,
-            kernel_l,
-            &res_l,
-        )
+        let m = checked_product(OP, "output pixel count (h_out * w_out)", &[h_out, w_out]).w()?;
+        let patch =
+            checked_product(OP, "patch length (k_h * k_w * c_in)", &[k_h, k_w, c_in]).w()?;
+        patches_times_kernel(OP, &col, (b, m, c_out, patch), kernel, kernel_l, &res_l)
     }
 
     /// `conv_transpose1d` with parameters by name: input (b, c_in, l_in), kernel (c_in,
@@ -746,14 +799,16 @@ impl RocmStorage {
             )
         {
             // (b, l_in, c_in) x (c_in, c_out * k) -> (b, l_in, c_out, k) columns, then col2im.
+            let row =
+                checked_product(OP, "kernel row length (k_size * c_out)", &[k_size, c_out]).w()?;
             let kernel_mm = Layout::new(
-                Shape::from((b, c_in, k_size * c_out)),
-                vec![0, k_size * c_out, 1],
+                Shape::from((b, c_in, row)),
+                vec![0, row, 1],
                 kernel_l.start_offset(),
             );
             let col = self.matmul(
                 kernel,
-                (b, l_in, c_out * k_size, c_in),
+                (b, l_in, row, c_in),
                 &l.transpose(1, 2)?,
                 &kernel_mm,
             )?;
@@ -767,7 +822,12 @@ impl RocmStorage {
             padding,
             output_padding: out_padding,
             dilation,
-            dst_el: b * c_out * l_out,
+            dst_el: checked_product(
+                OP,
+                "output element count (b * c_out * l_out)",
+                &[b, c_out, l_out],
+            )
+            .w()?,
         };
         let slice = crate::utils::same_dtype!(OP, (&self.slice, &kernel.slice), (x, k) => {
             crate::storage::RocmStorageSlice::from_buffer(conv.run((x, l), (k, kernel_l), &dev).w()?)
@@ -810,7 +870,12 @@ impl RocmStorage {
             padding,
             output_padding: out_padding,
             dilation,
-            dst_el: b * c_out * h_out * w_out,
+            dst_el: checked_product(
+                OP,
+                "output element count (b * c_out * h_out * w_out)",
+                &[b, c_out, h_out, w_out],
+            )
+            .w()?,
         };
         let slice = crate::utils::same_dtype!(OP, (&self.slice, &kernel.slice), (x, k) => {
             crate::storage::RocmStorageSlice::from_buffer(conv.run((x, l), (k, kernel_l), &dev).w()?)
@@ -890,10 +955,75 @@ mod tests {
         assert_eq!(conv_out("t", 10, 3, 1, 2, 2).unwrap(), 4);
         assert!(conv_out("t", 2, 3, 0, 1, 1).is_err());
         assert!(conv_out("t", 10, 3, 0, 0, 1).is_err());
-        assert!(conv_out("t", usize::MAX, 3, usize::MAX, 1, 1).is_err());
+        assert!(matches!(
+            conv_out("t", usize::MAX, 3, usize::MAX, 1, 1),
+            Err(BackendError::SizeOverflow { .. })
+        ));
         assert_eq!(conv_tr_out("t", 5, 3, 0, 0, 2, 1).unwrap(), 11);
         assert_eq!(conv_tr_out("t", 5, 3, 1, 1, 2, 1).unwrap(), 10);
         assert!(conv_tr_out("t", 1, 1, 3, 0, 1, 1).is_err());
         assert_eq!(conv_tr_out("t", 1, 2, 1, 0, 1, 1).unwrap(), 0);
+    }
+
+    /// Huge dims or parameters give [`BackendError::SizeOverflow`], never a wrapped size or a
+    /// panic; a padding larger than the output stays an invalid argument.
+    #[test]
+    fn output_size_overflow_is_a_typed_error() {
+        let overflow =
+            |r: Result<usize, BackendError>| matches!(r, Err(BackendError::SizeOverflow { .. }));
+        let big = usize::MAX / 2 + 1;
+        assert!(overflow(conv_out("conv2d", 10, usize::MAX, 0, 1, 3)));
+        assert!(overflow(conv_tr_out(
+            "conv_transpose1d",
+            big,
+            3,
+            0,
+            0,
+            4,
+            1
+        )));
+        assert!(overflow(conv_tr_out(
+            "conv_transpose1d",
+            5,
+            big,
+            0,
+            0,
+            1,
+            4
+        )));
+        assert!(overflow(conv_tr_out(
+            "conv_transpose1d",
+            2,
+            1,
+            0,
+            usize::MAX,
+            1,
+            1
+        )));
+        let e = conv_tr_out("conv_transpose2d", big, 3, 0, 0, 4, 1).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with("conv_transpose2d: the output length")
+                && msg.contains("overflows usize")
+                && msg.contains("To fix"),
+            "{msg}"
+        );
+        let padding = conv_tr_out("t", 1, 1, 3, 0, 1, 1).unwrap_err();
+        assert!(matches!(padding, BackendError::Rocm(_)), "{padding}");
+        // What the ops compute from the output sizes: upsampling to a huge size, an im2col
+        // buffer, a transposed convolution's output.
+        assert!(overflow(out_el_2d(
+            "upsample_nearest2d",
+            (2, 3),
+            (1 << 40, 1 << 40)
+        )));
+        assert!(overflow(out_el_2d("avg_pool2d", (big, 3), (2, 2))));
+        assert_eq!(
+            out_el_2d("upsample_bilinear2d", (2, 3), (8, 9)).unwrap(),
+            432
+        );
+        let h_out = conv_out("conv2d", 1 << 33, 1, 0, 1, 1).unwrap();
+        let im2col = checked_product("im2col", "column buffer length", &[4, h_out, h_out, 3]);
+        assert!(overflow(im2col));
     }
 }

@@ -13,7 +13,7 @@ use rocm_safe::{
 
 use crate::error::{BackendError, WrapErr};
 use crate::registry::KernelRegistry;
-use crate::storage::{RocmStorage, RocmStorageSlice};
+use crate::storage::{match_dtype, RocmStorage, RocmStorageSlice};
 
 /// Seed and running offset of the device's counter-based generator (`kernels/hip/rand.hip`):
 /// element i of the k-th draw after `set_seed(s)` depends only on (s, offset, i).
@@ -154,19 +154,9 @@ impl RocmDevice {
         op: &'static str,
     ) -> candle_core::Result<RocmStorage> {
         let n = shape.elem_count();
-        let slice = match dtype {
-            DType::U8 => RocmStorageSlice::U8(self.alloc(n).w()?),
-            DType::U32 => RocmStorageSlice::U32(self.alloc(n).w()?),
-            DType::I16 => RocmStorageSlice::I16(self.alloc(n).w()?),
-            DType::I32 => RocmStorageSlice::I32(self.alloc(n).w()?),
-            DType::I64 => RocmStorageSlice::I64(self.alloc(n).w()?),
-            DType::BF16 => RocmStorageSlice::BF16(self.alloc(n).w()?),
-            DType::F16 => RocmStorageSlice::F16(self.alloc(n).w()?),
-            DType::F32 => RocmStorageSlice::F32(self.alloc(n).w()?),
-            DType::F64 => RocmStorageSlice::F64(self.alloc(n).w()?),
-            DType::F8E4M3 => RocmStorageSlice::F8E4M3(self.alloc(n).w()?),
-            dtype => return Err(BackendError::UnsupportedDtype { op, dtype }).w(),
-        };
+        let slice = match_dtype!(dtype, T => {
+            RocmStorageSlice::from_buffer(self.alloc::<T>(n).w()?)
+        }, dtype => return Err(BackendError::UnsupportedDtype { op, dtype }).w());
         Ok(RocmStorage::new(slice, self.clone()))
     }
 

@@ -45,6 +45,19 @@ pub enum BackendError {
         /// Second operand's dtype.
         rhs: DType,
     },
+    /// A size computed from an op's dims and parameters (an output's element count, a
+    /// buffer's length, a batch stride) does not fit in `usize`.
+    #[error(
+        "{op}: the {what} overflows usize. To fix: the operands or the op's parameters \
+         (output size, kernel size, stride, padding) are far too large; check them, or split \
+         the tensor (e.g. with chunk or narrow) and run the op on the parts"
+    )]
+    SizeOverflow {
+        /// The operation.
+        op: String,
+        /// Which size overflowed, with the values it is computed from.
+        what: String,
+    },
 }
 
 /// Converts backend results into Candle's error type (`Error::wrap`), like candle-core's

@@ -21,7 +21,7 @@ use crate::error::{BackendError, WrapErr};
 use crate::ops::{invalid, NamedUnary};
 use crate::rows::{self, FusedRow};
 use crate::storage::{RocmDType, RocmStorage, RocmStorageSlice as S};
-use crate::utils::{kernel_name, Map1};
+use crate::utils::{checked_product, kernel_name, Map1};
 
 /// What a fused op returns: the result and its shape, or `None` when not handled.
 type Fused = candle_core::Result<Option<(RocmStorage, Shape)>>;
@@ -407,15 +407,20 @@ fn rope_t<T: FromFloat1>(
     if d % 2 != 0 {
         return Err(invalid(name, format_args!("last dim {d} is odd")));
     }
-    let el = d0 * d1 * d2 * d3;
+    let size = |what, factors: &[usize]| checked_product(name, what, factors);
+    let el = size("element count", &[d0, d1, d2, d3])?;
     let batched = cl.dims().len() == 3 && sl.dims().len() == 3;
-    let table = if batched { b * t * d / 2 } else { t * d / 2 };
+    let table = if batched {
+        size("cos/sin table length", &[b, t, d])? / 2
+    } else {
+        size("cos/sin table length", &[t, d])? / 2
+    };
     let stride_b = if !batched {
         0
     } else if matches!(op, FusedOp::RopeThd) {
-        as_u32(name, "batch stride", t * d2 * d)?
+        as_u32(name, "batch stride", size("batch stride", &[t, d2, d])?)?
     } else {
-        as_u32(name, "batch stride", d1 * t * d)?
+        as_u32(name, "batch stride", size("batch stride", &[d1, t, d])?)?
     };
     let out = dev.alloc::<T>(el)?;
     if el == 0 {
@@ -450,6 +455,7 @@ fn rope_t<T: FromFloat1>(
         out.as_arg(),
     );
     let u = |what, v| as_u32(name, what, v);
+    // d0 * d1 and d2 * d3 divide el, which fit.
     let dims: Vec<u32> = match op {
         FusedOp::RopeI => vec![u("b*h", d0 * d1)?, u("t*d", d2 * d3)?],
         FusedOp::Rope => vec![u("b*h", d0 * d1)?, u("t*d", d2 * d3)?, u("d", d3)?],

@@ -17,7 +17,7 @@ use crate::device::RocmDevice;
 use crate::error::{BackendError, WrapErr};
 use crate::ops::{contiguous_view, invalid};
 use crate::storage::{RocmDType, RocmStorage, RocmStorageSlice as S};
-use crate::utils::{bits_suffix, Map1, Map2InPlace};
+use crate::utils::{bits_suffix, checked_product, size_overflow, Map1, Map2InPlace};
 
 /// The indices of an op: a view starting at the layout's first index, and the dtype suffix
 /// of the kernel name.
@@ -77,10 +77,30 @@ fn split(op: &str, dims: &[usize], dim: usize) -> Result<(usize, usize, usize), 
         ));
     }
     Ok((
-        dims[..dim].iter().product(),
+        checked_product(
+            op,
+            "product of the dims before the indexed dim",
+            &dims[..dim],
+        )?,
         dims[dim],
-        dims[dim + 1..].iter().product(),
+        checked_product(
+            op,
+            "product of the dims after the indexed dim",
+            &dims[dim + 1..],
+        )?,
     ))
+}
+
+/// Elements of a 1-D index layout of `n` indices `stride` apart, from its first:
+/// `(n - 1) * stride + 1` (0 for no indices).
+fn ids_span(op: &str, n: usize, stride: usize) -> Result<usize, BackendError> {
+    if n == 0 {
+        return Ok(0);
+    }
+    (n - 1)
+        .checked_mul(stride)
+        .and_then(|v| v.checked_add(1))
+        .ok_or_else(|| size_overflow(op, format_args!("index span (({n} - 1) * {stride} + 1)")))
 }
 
 /// Checks that `a` and `b` agree on every dim except `dim`.
@@ -125,12 +145,17 @@ impl Map1 for IndexSelect<'_> {
         };
         let src = contiguous_view(OP, src, src_l)?;
         let (left, src_dim, right) = split(OP, src_l.dims(), dim).w()?;
-        let dst_el = left * n_ids * right;
+        let dst_el = checked_product(
+            OP,
+            "output element count (left * n_ids * right)",
+            &[left, n_ids, right],
+        )
+        .w()?;
         let out = dev.alloc::<T>(dst_el).w()?;
         if dst_el == 0 {
             return Ok(out);
         }
-        let needed = (n_ids - 1) * ids_stride + 1;
+        let needed = ids_span(OP, n_ids, ids_stride).w()?;
         let ids = Ids::new(OP, self.0, ids_l.start_offset(), needed)?;
         let name = format!("is_{}_{}", ids.suffix, bits_suffix::<T>());
         let f = dev.function(Module::Index, &name).w()?;
@@ -279,7 +304,7 @@ impl Map2InPlace for IndexedUpdate<'_> {
             ))
             .w();
         }
-        let threads = left * right;
+        let threads = checked_product(op, "thread count (left * right)", &[left, right]).w()?;
         if threads == 0 || src_dim == 0 {
             return Ok(());
         }
@@ -317,5 +342,25 @@ impl Map2InPlace for IndexedUpdate<'_> {
         // destination, borrowed exclusively; out-of-range indices write nothing.
         unsafe { l.launch(RocmDevice::cfg(threads).w()?).w()? };
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_overflow_is_a_typed_error() {
+        fn overflow<T>(r: Result<T, BackendError>) -> bool {
+            matches!(r, Err(BackendError::SizeOverflow { .. }))
+        }
+        let big = usize::MAX / 2 + 1;
+        assert_eq!(split("t", &[2, 3, 4, 5], 1).unwrap(), (2, 3, 20));
+        assert!(overflow(split("index-select", &[big, 2, 3], 2)));
+        assert!(overflow(split("gather", &[3, 1, big, 4], 1)));
+        assert_eq!(ids_span("t", 0, 7).unwrap(), 0);
+        assert_eq!(ids_span("t", 3, 4).unwrap(), 9);
+        assert!(overflow(ids_span("index-select", 3, big)));
+        assert!(overflow(ids_span("index-select", 2, usize::MAX)));
     }
 }

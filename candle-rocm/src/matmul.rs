@@ -13,9 +13,11 @@ use crate::device::RocmDevice;
 use crate::error::{BackendError, WrapErr};
 use crate::ops::invalid;
 use crate::storage::{RocmStorage, RocmStorageSlice as S};
+use crate::utils::checked_product;
 
 /// The GEMM for `(b, m, n, k)` with `lhs` (b, m, k) and `rhs` (b, k, n) laid out as given,
-/// offsets excluded; or `None` when a layout has no strided-batched form.
+/// offsets excluded; or `None` when a layout has no strided-batched form or a matrix size
+/// overflows `usize` ([`gemm`] reports the latter as [`BackendError::SizeOverflow`] first).
 pub fn gemm_config(
     (b, m, n, k): (usize, usize, usize, usize),
     lhs_l: &Layout,
@@ -50,7 +52,7 @@ pub fn gemm_config(
         match (batch_dims, batch_strides) {
             ([], []) => Some(dense),
             ([_], [s]) => Some(*s),
-            ([d0, d1], [s0, s1]) if *s0 == s1 * d1 => Some(*s1),
+            ([d0, d1], [s0, s1]) if s1.checked_mul(*d1) == Some(*s0) => Some(*s1),
             ([1, _], [_, s1]) => Some(*s1),
             ([_, 1], [s0, _]) => Some(*s0),
             // Every batch dim but one has size 1.
@@ -64,8 +66,9 @@ pub fn gemm_config(
             }
         }
     };
-    let stride_b = batch_stride(lhs_l, m * k)?;
-    let stride_a = batch_stride(rhs_l, n * k)?;
+    let stride_b = batch_stride(lhs_l, m.checked_mul(k)?)?;
+    let stride_a = batch_stride(rhs_l, n.checked_mul(k)?)?;
+    let stride_c = m.checked_mul(n)?;
     Some(GemmConfig {
         trans_a,
         trans_b,
@@ -79,9 +82,17 @@ pub fn gemm_config(
         ldc: n.max(1),
         stride_a,
         stride_b,
-        stride_c: m * n,
+        stride_c,
         batch: b,
     })
+}
+
+/// The output element count `b * m * n` of a matmul, after checking that it and the dense
+/// matrix sizes `m * k`, `n * k` fit in `usize`.
+fn matmul_sizes((b, m, n, k): (usize, usize, usize, usize)) -> Result<usize, BackendError> {
+    checked_product("matmul", "lhs matrix size (m * k)", &[m, k])?;
+    checked_product("matmul", "rhs matrix size (k * n)", &[k, n])?;
+    checked_product("matmul", "output element count (b * m * n)", &[b, m, n])
 }
 
 /// Runs the GEMM for buffers of one element type.
@@ -91,6 +102,7 @@ fn gemm<T: GemmType>(
     (lhs, lhs_l): (&DeviceBuffer<T>, &Layout),
     (rhs, rhs_l): (&DeviceBuffer<T>, &Layout),
 ) -> Result<DeviceBuffer<T>, BackendError> {
+    let out_el = matmul_sizes((b, m, n, k))?;
     let cfg = gemm_config((b, m, n, k), lhs_l, rhs_l).ok_or_else(|| {
         invalid(
             "matmul",
@@ -103,8 +115,8 @@ fn gemm<T: GemmType>(
             ),
         )
     })?;
-    let mut out = dev.alloc::<T>(b * m * n)?;
-    if b * m * n == 0 {
+    let mut out = dev.alloc::<T>(out_el)?;
+    if out_el == 0 {
         return Ok(out);
     }
     if k == 0 {
@@ -195,5 +207,27 @@ mod tests {
         let l = Layout::new(Shape::from((1, 3, 4)), vec![12, 2, 3], 0);
         let r = Layout::contiguous((1, 4, 5));
         assert!(gemm_config((1, 3, 5, 4), &l, &r).is_none());
+    }
+
+    /// Huge (b, m, n, k) give [`BackendError::SizeOverflow`] (and no GEMM), never a wrapped
+    /// size or a panic.
+    #[test]
+    fn size_overflow_is_a_typed_error() {
+        let big = usize::MAX / 2 + 1;
+        for bmnk in [(3, big, 4, 1), (1, big, 1, 4), (1, 1, big, 4)] {
+            let e = matmul_sizes(bmnk).unwrap_err();
+            assert!(
+                matches!(e, BackendError::SizeOverflow { .. }),
+                "{bmnk:?}: {e}"
+            );
+        }
+        assert_eq!(matmul_sizes((2, 3, 5, 4)).unwrap(), 30);
+        assert_eq!(matmul_sizes((0, big, big, 0)).unwrap(), 0);
+        let (l, r) = (Layout::contiguous((3, 4)), Layout::contiguous((4, 5)));
+        assert!(gemm_config((1, big, 5, 4), &l, &r).is_none());
+        // A batch stride times a batch dim that overflows is not a dense batch.
+        let l = Layout::new(Shape::from((2, 3, 3, 4)), vec![7, big, 4, 1], 0);
+        let r = Layout::contiguous((2, 3, 4, 5));
+        assert!(gemm_config((6, 3, 5, 4), &l, &r).is_none());
     }
 }

@@ -14,7 +14,7 @@ use crate::device::RocmDevice;
 use crate::error::{BackendError, WrapErr};
 use crate::ops::{checked_view, invalid};
 use crate::storage::{RocmDType, RocmStorageSlice as S};
-use crate::utils::{kernel_name, module_for, Map1Any};
+use crate::utils::{checked_product, kernel_name, module_for, Map1Any};
 
 /// Reductions over up to this many elements per output use one thread per output
 /// (`fast_sum_small`) instead of one block per output.
@@ -58,20 +58,19 @@ impl Map1Any for FastReduce<'_> {
         }
         let mut dims = Vec::with_capacity(src_dims.len());
         let mut stride = Vec::with_capacity(src_dims.len());
-        let mut dst_el = 1usize;
         for (i, (&d, &s)) in src_dims.iter().zip(src_stride).enumerate() {
             if !self.0.contains(&i) {
-                dst_el *= d;
                 dims.push(d);
                 stride.push(s);
             }
         }
-        let mut per_block = 1usize;
+        let kept = dims.len();
         for &i in self.0 {
-            per_block *= src_dims[i];
             dims.push(src_dims[i]);
             stride.push(src_stride[i]);
         }
+        let dst_el = checked_product(root, "output element count", &dims[..kept]).w()?;
+        let per_block = checked_product(root, "reduced element count", &dims[kept..]).w()?;
         let run = || -> Result<S, BackendError> {
             if dst_el == 0 {
                 return Ok(if returns_index {

@@ -3,9 +3,8 @@
 
 use candle_core::backend::{BackendDevice, BackendStorage};
 use candle_core::op::{BinaryOpT, CmpOp, ReduceOp, UnaryOpT};
+use candle_core::scalar::Scalar;
 use candle_core::{CpuStorage, DType, Layout, WithDType};
-use float8::F8E4M3;
-use half::{bf16, f16};
 use rocm_safe::{DeviceBuffer, DeviceRepr};
 
 use crate::conv::{ConvParams, Pool2D, PoolOp, UpsampleBilinear, UpsampleNearest};
@@ -16,29 +15,32 @@ use crate::ops::{Affine, Binary, Cmp, ScalarUnary, Unary, WhereCond};
 use crate::reduce::FastReduce;
 use crate::utils::{same_dtype, Map1, Map1Any, Map2, Map2Any, Map2InPlace};
 
-/// The typed buffer behind a [`RocmStorage`].
-pub enum RocmStorageSlice {
-    /// `u8`.
-    U8(DeviceBuffer<u8>),
-    /// `u32`.
-    U32(DeviceBuffer<u32>),
-    /// `i16`.
-    I16(DeviceBuffer<i16>),
-    /// `i32`.
-    I32(DeviceBuffer<i32>),
-    /// `i64`.
-    I64(DeviceBuffer<i64>),
-    /// `bf16`.
-    BF16(DeviceBuffer<bf16>),
-    /// `f16`.
-    F16(DeviceBuffer<f16>),
-    /// `f32`.
-    F32(DeviceBuffer<f32>),
-    /// `f64`.
-    F64(DeviceBuffer<f64>),
-    /// `f8e4m3` (FP8, 4-bit exponent, 3-bit mantissa).
-    F8E4M3(DeviceBuffer<F8E4M3>),
+/// Calls `$callback! { $args <the dtypes> }`, the dtypes being one `Variant(element type,
+/// "doc"),` each. `Variant` names the dtype alike in [`RocmStorageSlice`], [`DType`],
+/// [`CpuStorage`] and candle's `Scalar`.
+///
+/// This is the one place the dtypes are written out: the storage enum, the [`RocmDType`]
+/// impls and every dispatch over dtypes ([`for_each_slice!`], [`match_dtype!`],
+/// `utils::same_dtype!`) are generated from it, so adding a dtype is one line here (plus its
+/// kernels).
+macro_rules! with_dtypes {
+    ($($callback:tt)::+ ! { $($args:tt)* }) => {
+        $($callback)::+! {
+            $($args)*
+            U8(u8, "`u8`."),
+            U32(u32, "`u32`."),
+            I16(i16, "`i16`."),
+            I32(i32, "`i32`."),
+            I64(i64, "`i64`."),
+            BF16(::half::bf16, "`bf16`."),
+            F16(::half::f16, "`f16`."),
+            F32(f32, "`f32`."),
+            F64(f64, "`f64`."),
+            F8E4M3(::float8::F8E4M3, "`f8e4m3` (FP8, 4-bit exponent, 3-bit mantissa)."),
+        }
+    };
 }
+pub(crate) use with_dtypes;
 
 /// An element type a [`RocmStorageSlice`] can hold (candle-core's CUDA backend has the same
 /// trait, `CudaDType`).
@@ -47,33 +49,91 @@ pub trait RocmDType: DeviceRepr + WithDType {
     fn wrap_slice(buf: DeviceBuffer<Self>) -> RocmStorageSlice;
     /// The buffer, when `s` holds this type.
     fn as_buffer(s: &RocmStorageSlice) -> Option<&DeviceBuffer<Self>>;
+    /// The value, when `s` is of this type.
+    fn from_scalar(s: Scalar) -> Option<Self>;
 }
 
-macro_rules! rocm_dtype {
-    ($t:ty, $v:ident) => {
-        impl RocmDType for $t {
-            fn wrap_slice(buf: DeviceBuffer<Self>) -> RocmStorageSlice {
-                RocmStorageSlice::$v(buf)
+/// The storage enum, its [`RocmDType`] impls and [`RocmStorageSlice::dtype`], one variant per
+/// dtype of [`with_dtypes!`].
+macro_rules! storage_slice {
+    ($($v:ident($t:ty, $doc:literal),)*) => {
+        /// The typed buffer behind a [`RocmStorage`].
+        pub enum RocmStorageSlice {
+            $(
+                #[doc = $doc]
+                $v(DeviceBuffer<$t>),
+            )*
+        }
+
+        $(
+            impl RocmDType for $t {
+                fn wrap_slice(buf: DeviceBuffer<Self>) -> RocmStorageSlice {
+                    RocmStorageSlice::$v(buf)
+                }
+                fn as_buffer(s: &RocmStorageSlice) -> Option<&DeviceBuffer<Self>> {
+                    match s {
+                        RocmStorageSlice::$v(b) => Some(b),
+                        _ => None,
+                    }
+                }
+                fn from_scalar(s: Scalar) -> Option<Self> {
+                    match s {
+                        Scalar::$v(v) => Some(v),
+                        _ => None,
+                    }
+                }
             }
-            fn as_buffer(s: &RocmStorageSlice) -> Option<&DeviceBuffer<Self>> {
-                match s {
-                    RocmStorageSlice::$v(b) => Some(b),
-                    _ => None,
+        )*
+
+        impl RocmStorageSlice {
+            /// The dtype of the buffer.
+            pub fn dtype(&self) -> DType {
+                match self {
+                    $(RocmStorageSlice::$v(_) => DType::$v,)*
                 }
             }
         }
     };
 }
-rocm_dtype!(u8, U8);
-rocm_dtype!(u32, U32);
-rocm_dtype!(i16, I16);
-rocm_dtype!(i32, I32);
-rocm_dtype!(i64, I64);
-rocm_dtype!(bf16, BF16);
-rocm_dtype!(f16, F16);
-rocm_dtype!(f32, F32);
-rocm_dtype!(f64, F64);
-rocm_dtype!(F8E4M3, F8E4M3);
+with_dtypes!(storage_slice! {});
+
+/// `match $slice { RocmStorageSlice::U8($b) => $body, ... }`: applies `$body` to the buffer
+/// of whichever dtype `$slice` holds, bound to `$b`.
+macro_rules! for_each_slice {
+    (@arms ($slice:expr, $b:ident, $body:expr) $($v:ident($t:ty, $doc:literal),)*) => {
+        match $slice {
+            $($crate::RocmStorageSlice::$v($b) => $body,)*
+        }
+    };
+    ($slice:expr, $b:ident => $body:expr) => {
+        $crate::storage::with_dtypes!(
+            $crate::storage::for_each_slice! { @arms ($slice, $b, $body) }
+        )
+    };
+}
+pub(crate) use for_each_slice;
+
+/// `match $dtype { DType::U8 => { type $T = u8; $body } ..., $other => $fallback }`: runs
+/// `$body` with `$T` naming the element type of `$dtype`; dtypes the backend does not store
+/// go to `$other => $fallback`.
+macro_rules! match_dtype {
+    (@arms ($dtype:expr, $T:ident, $body:expr, $other:pat, $fallback:expr)
+        $($v:ident($t:ty, $doc:literal),)*) => {
+        match $dtype {
+            $(::candle_core::DType::$v => {
+                type $T = $t;
+                $body
+            })*
+            $other => $fallback,
+        }
+    };
+    ($dtype:expr, $T:ident => $body:expr, $other:pat => $fallback:expr $(,)?) => {
+        $crate::storage::with_dtypes!(
+            $crate::storage::match_dtype! { @arms ($dtype, $T, $body, $other, $fallback) }
+        )
+    };
+}
+pub(crate) use match_dtype;
 
 /// Device memory of a tensor plus the device it lives on.
 pub struct RocmStorage {
@@ -88,41 +148,7 @@ impl std::fmt::Debug for RocmStorage {
     }
 }
 
-/// Applies `$body` to the buffer of every dtype variant, binding it to `$b`.
-macro_rules! for_each_slice {
-    ($slice:expr, $b:ident => $body:expr) => {
-        match $slice {
-            RocmStorageSlice::U8($b) => $body,
-            RocmStorageSlice::U32($b) => $body,
-            RocmStorageSlice::I16($b) => $body,
-            RocmStorageSlice::I32($b) => $body,
-            RocmStorageSlice::I64($b) => $body,
-            RocmStorageSlice::BF16($b) => $body,
-            RocmStorageSlice::F16($b) => $body,
-            RocmStorageSlice::F32($b) => $body,
-            RocmStorageSlice::F64($b) => $body,
-            RocmStorageSlice::F8E4M3($b) => $body,
-        }
-    };
-}
-
 impl RocmStorageSlice {
-    /// The dtype of the buffer.
-    pub fn dtype(&self) -> DType {
-        match self {
-            RocmStorageSlice::U8(_) => DType::U8,
-            RocmStorageSlice::U32(_) => DType::U32,
-            RocmStorageSlice::I16(_) => DType::I16,
-            RocmStorageSlice::I32(_) => DType::I32,
-            RocmStorageSlice::I64(_) => DType::I64,
-            RocmStorageSlice::BF16(_) => DType::BF16,
-            RocmStorageSlice::F16(_) => DType::F16,
-            RocmStorageSlice::F32(_) => DType::F32,
-            RocmStorageSlice::F64(_) => DType::F64,
-            RocmStorageSlice::F8E4M3(_) => DType::F8E4M3,
-        }
-    }
-
     /// Wraps a typed buffer.
     pub fn from_buffer<T: RocmDType>(buf: DeviceBuffer<T>) -> Self {
         T::wrap_slice(buf)
@@ -173,44 +199,25 @@ impl RocmStorage {
 
     /// Copies host storage to the device.
     pub fn from_cpu(device: &RocmDevice, cpu: &CpuStorage) -> candle_core::Result<Self> {
-        let d = device;
-        let slice = match cpu {
-            CpuStorage::U8(v) => RocmStorageSlice::U8(d.clone_htod(v).w()?),
-            CpuStorage::U32(v) => RocmStorageSlice::U32(d.clone_htod(v).w()?),
-            CpuStorage::I16(v) => RocmStorageSlice::I16(d.clone_htod(v).w()?),
-            CpuStorage::I32(v) => RocmStorageSlice::I32(d.clone_htod(v).w()?),
-            CpuStorage::I64(v) => RocmStorageSlice::I64(d.clone_htod(v).w()?),
-            CpuStorage::BF16(v) => RocmStorageSlice::BF16(d.clone_htod(v).w()?),
-            CpuStorage::F16(v) => RocmStorageSlice::F16(d.clone_htod(v).w()?),
-            CpuStorage::F32(v) => RocmStorageSlice::F32(d.clone_htod(v).w()?),
-            CpuStorage::F64(v) => RocmStorageSlice::F64(d.clone_htod(v).w()?),
-            CpuStorage::F8E4M3(v) => RocmStorageSlice::F8E4M3(d.clone_htod(v).w()?),
-            other => {
-                return Err(BackendError::UnsupportedDtype {
-                    op: "storage_from_cpu_storage",
-                    dtype: other.dtype(),
-                })
-                .w()
-            }
-        };
+        let slice = match_dtype!(cpu.dtype(), T => {
+            let host = T::cpu_storage_as_slice(cpu)?;
+            RocmStorageSlice::from_buffer(device.clone_htod(host).w()?)
+        }, dtype => {
+            return Err(BackendError::UnsupportedDtype {
+                op: "storage_from_cpu_storage",
+                dtype,
+            })
+            .w()
+        });
         Ok(RocmStorage::new(slice, device.clone()))
     }
 
     /// Copies the whole buffer back to the host.
     pub fn to_cpu(&self) -> candle_core::Result<CpuStorage> {
         let s = self.device.stream();
-        Ok(match &self.slice {
-            RocmStorageSlice::U8(b) => CpuStorage::U8(s.clone_dtoh(b).w()?),
-            RocmStorageSlice::U32(b) => CpuStorage::U32(s.clone_dtoh(b).w()?),
-            RocmStorageSlice::I16(b) => CpuStorage::I16(s.clone_dtoh(b).w()?),
-            RocmStorageSlice::I32(b) => CpuStorage::I32(s.clone_dtoh(b).w()?),
-            RocmStorageSlice::I64(b) => CpuStorage::I64(s.clone_dtoh(b).w()?),
-            RocmStorageSlice::BF16(b) => CpuStorage::BF16(s.clone_dtoh(b).w()?),
-            RocmStorageSlice::F16(b) => CpuStorage::F16(s.clone_dtoh(b).w()?),
-            RocmStorageSlice::F32(b) => CpuStorage::F32(s.clone_dtoh(b).w()?),
-            RocmStorageSlice::F64(b) => CpuStorage::F64(s.clone_dtoh(b).w()?),
-            RocmStorageSlice::F8E4M3(b) => CpuStorage::F8E4M3(s.clone_dtoh(b).w()?),
-        })
+        Ok(for_each_slice!(&self.slice, b => {
+            WithDType::to_cpu_storage_owned(s.clone_dtoh(b).w()?)
+        }))
     }
 
     /// Fails unless `other` lives on the same device.
@@ -313,30 +320,15 @@ impl BackendStorage for RocmStorage {
         use crate::ops::cast;
         use RocmStorageSlice as S;
         let d = &self.device;
-        macro_rules! to {
-            ($b:expr) => {
-                match dtype {
-                    DType::U8 => S::U8(cast(d, $b, layout)?),
-                    DType::U32 => S::U32(cast(d, $b, layout)?),
-                    DType::I16 => S::I16(cast(d, $b, layout)?),
-                    DType::I32 => S::I32(cast(d, $b, layout)?),
-                    DType::I64 => S::I64(cast(d, $b, layout)?),
-                    DType::BF16 => S::BF16(cast(d, $b, layout)?),
-                    DType::F16 => S::F16(cast(d, $b, layout)?),
-                    DType::F32 => S::F32(cast(d, $b, layout)?),
-                    DType::F64 => S::F64(cast(d, $b, layout)?),
-                    DType::F8E4M3 => S::F8E4M3(cast(d, $b, layout)?),
-                    other => {
-                        return Err(BackendError::UnsupportedDtype {
-                            op: "to_dtype",
-                            dtype: other,
-                        })
-                        .w()
-                    }
-                }
-            };
-        }
-        let slice = for_each_slice!(&self.slice, b => to!(b));
+        let slice = for_each_slice!(&self.slice, b => match_dtype!(dtype, D => {
+            S::from_buffer(cast::<_, D>(d, b, layout)?)
+        }, dtype => {
+            return Err(BackendError::UnsupportedDtype {
+                op: "to_dtype",
+                dtype,
+            })
+            .w()
+        }));
         Ok(self.wrap(slice))
     }
 
@@ -617,32 +609,54 @@ impl BackendStorage for RocmStorage {
         })
     }
 
-    fn const_set(
-        &mut self,
-        value: candle_core::scalar::Scalar,
-        l: &Layout,
-    ) -> candle_core::Result<()> {
+    fn const_set(&mut self, value: Scalar, l: &Layout) -> candle_core::Result<()> {
         use crate::ops::const_set;
-        use candle_core::scalar::Scalar;
-        use RocmStorageSlice as S;
         let d = self.device.clone();
-        match (&mut self.slice, value) {
-            (S::U8(b), Scalar::U8(v)) => const_set(&d, b, l, v),
-            (S::U32(b), Scalar::U32(v)) => const_set(&d, b, l, v),
-            (S::I16(b), Scalar::I16(v)) => const_set(&d, b, l, v),
-            (S::I32(b), Scalar::I32(v)) => const_set(&d, b, l, v),
-            (S::I64(b), Scalar::I64(v)) => const_set(&d, b, l, v),
-            (S::BF16(b), Scalar::BF16(v)) => const_set(&d, b, l, v),
-            (S::F16(b), Scalar::F16(v)) => const_set(&d, b, l, v),
-            (S::F32(b), Scalar::F32(v)) => const_set(&d, b, l, v),
-            (S::F64(b), Scalar::F64(v)) => const_set(&d, b, l, v),
-            (S::F8E4M3(b), Scalar::F8E4M3(v)) => const_set(&d, b, l, v),
-            (b, v) => Err(BackendError::DtypeMismatch {
+        let dtype = self.slice.dtype();
+        for_each_slice!(&mut self.slice, b => match RocmDType::from_scalar(value) {
+            Some(v) => const_set(&d, b, l, v),
+            None => Err(BackendError::DtypeMismatch {
                 op: "const_set",
-                lhs: b.dtype(),
-                rhs: v.dtype(),
+                lhs: dtype,
+                rhs: value.dtype(),
             }),
-        }
+        })
         .w()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The dtypes of [`with_dtypes!`].
+    fn listed() -> Vec<DType> {
+        macro_rules! list {
+            ($($v:ident($t:ty, $doc:literal),)*) => {
+                vec![$(DType::$v),*]
+            };
+        }
+        with_dtypes!(list! {})
+    }
+
+    #[test]
+    fn dtype_dispatch_follows_the_list() {
+        let dtypes = listed();
+        assert_eq!(
+            dtypes.iter().map(|d| d.as_str()).collect::<Vec<_>>(),
+            ["u8", "u32", "i16", "i32", "i64", "bf16", "f16", "f32", "f64", "f8e4m3"]
+        );
+        for &d in &dtypes {
+            assert_eq!(match_dtype!(d, T => Some(T::DTYPE), _ => None), Some(d));
+            for &other in &dtypes {
+                let got =
+                    match_dtype!(d, T => T::from_scalar(Scalar::zero(other)).is_some(), _ => false);
+                assert_eq!(got, d == other, "{d:?} from a {other:?} scalar");
+            }
+        }
+        // Dtypes candle has and the backend does not store take the fallback arm.
+        for d in [DType::F6E2M3, DType::F6E3M2, DType::F4, DType::F8E8M0] {
+            assert_eq!(match_dtype!(d, T => Some(T::DTYPE), _ => None), None);
+        }
     }
 }

@@ -6,7 +6,8 @@ use candle_rocm_kernels::Module;
 use rocm_safe::DeviceBuffer;
 
 use crate::device::RocmDevice;
-use crate::storage::{RocmDType, RocmStorageSlice as S};
+use crate::error::BackendError;
+use crate::storage::{for_each_slice, RocmDType, RocmStorageSlice as S};
 
 /// An op with one input that produces a buffer of the same dtype.
 pub trait Map1 {
@@ -20,18 +21,7 @@ pub trait Map1 {
 
     /// Dispatches on the dtype of `s`.
     fn map(&self, s: &S, dev: &RocmDevice, layout: &Layout) -> candle_core::Result<S> {
-        Ok(match s {
-            S::U8(b) => S::U8(self.f(b, dev, layout)?),
-            S::U32(b) => S::U32(self.f(b, dev, layout)?),
-            S::I16(b) => S::I16(self.f(b, dev, layout)?),
-            S::I32(b) => S::I32(self.f(b, dev, layout)?),
-            S::I64(b) => S::I64(self.f(b, dev, layout)?),
-            S::BF16(b) => S::BF16(self.f(b, dev, layout)?),
-            S::F16(b) => S::F16(self.f(b, dev, layout)?),
-            S::F32(b) => S::F32(self.f(b, dev, layout)?),
-            S::F64(b) => S::F64(self.f(b, dev, layout)?),
-            S::F8E4M3(b) => S::F8E4M3(self.f(b, dev, layout)?),
-        })
+        Ok(for_each_slice!(s, b => S::from_buffer(self.f(b, dev, layout)?)))
     }
 }
 
@@ -48,35 +38,17 @@ pub trait Map1Any {
 
     /// Dispatches on the dtype of `s`.
     fn map(&self, s: &S, dev: &RocmDevice, layout: &Layout) -> candle_core::Result<S> {
-        match s {
-            S::U8(b) => self.f(b, dev, layout, S::U8),
-            S::U32(b) => self.f(b, dev, layout, S::U32),
-            S::I16(b) => self.f(b, dev, layout, S::I16),
-            S::I32(b) => self.f(b, dev, layout, S::I32),
-            S::I64(b) => self.f(b, dev, layout, S::I64),
-            S::BF16(b) => self.f(b, dev, layout, S::BF16),
-            S::F16(b) => self.f(b, dev, layout, S::F16),
-            S::F32(b) => self.f(b, dev, layout, S::F32),
-            S::F64(b) => self.f(b, dev, layout, S::F64),
-            S::F8E4M3(b) => self.f(b, dev, layout, S::F8E4M3),
-        }
+        for_each_slice!(s, b => self.f(b, dev, layout, S::from_buffer))
     }
 }
 
-/// Applies `$body` to two buffers of the same dtype, or fails with a dtype mismatch for `$op`.
+/// Applies `$body` to two buffers of the same dtype, bound to `$x` and `$y`, or fails with a
+/// dtype mismatch for `$op` (one arm per dtype of `storage::with_dtypes!`).
 macro_rules! same_dtype {
-    ($op:expr, ($a:expr, $b:expr), ($x:ident, $y:ident) => $body:expr) => {
+    (@arms ($op:expr, ($a:expr, $b:expr), ($x:ident, $y:ident), $body:expr)
+        $($v:ident($t:ty, $doc:literal),)*) => {
         match ($a, $b) {
-            ($crate::RocmStorageSlice::U8($x), $crate::RocmStorageSlice::U8($y)) => $body,
-            ($crate::RocmStorageSlice::U32($x), $crate::RocmStorageSlice::U32($y)) => $body,
-            ($crate::RocmStorageSlice::I16($x), $crate::RocmStorageSlice::I16($y)) => $body,
-            ($crate::RocmStorageSlice::I32($x), $crate::RocmStorageSlice::I32($y)) => $body,
-            ($crate::RocmStorageSlice::I64($x), $crate::RocmStorageSlice::I64($y)) => $body,
-            ($crate::RocmStorageSlice::BF16($x), $crate::RocmStorageSlice::BF16($y)) => $body,
-            ($crate::RocmStorageSlice::F16($x), $crate::RocmStorageSlice::F16($y)) => $body,
-            ($crate::RocmStorageSlice::F32($x), $crate::RocmStorageSlice::F32($y)) => $body,
-            ($crate::RocmStorageSlice::F64($x), $crate::RocmStorageSlice::F64($y)) => $body,
-            ($crate::RocmStorageSlice::F8E4M3($x), $crate::RocmStorageSlice::F8E4M3($y)) => $body,
+            $(($crate::RocmStorageSlice::$v($x), $crate::RocmStorageSlice::$v($y)) => $body,)*
             (a, b) => {
                 return $crate::WrapErr::w(Err($crate::BackendError::DtypeMismatch {
                     op: $op,
@@ -85,6 +57,11 @@ macro_rules! same_dtype {
                 }))
             }
         }
+    };
+    ($op:expr, ($a:expr, $b:expr), ($x:ident, $y:ident) => $body:expr) => {
+        $crate::storage::with_dtypes!(
+            $crate::utils::same_dtype! { @arms ($op, ($a, $b), ($x, $y), $body) }
+        )
     };
 }
 pub(crate) use same_dtype;
@@ -162,6 +139,35 @@ pub trait Map2InPlace {
     }
 }
 
+/// The product of `factors`, the size `what` of `op` (e.g. "output element count"), or
+/// [`BackendError::SizeOverflow`] when it does not fit in `usize`: sizes computed from dims
+/// and parameters are never allowed to wrap. A zero factor makes the product 0 whatever the
+/// others are (an empty tensor).
+pub fn checked_product(
+    op: &str,
+    what: &'static str,
+    factors: &[usize],
+) -> Result<usize, BackendError> {
+    if factors.contains(&0) {
+        return Ok(0);
+    }
+    factors
+        .iter()
+        .try_fold(1usize, |acc, &f| acc.checked_mul(f))
+        .ok_or_else(|| {
+            let values: Vec<String> = factors.iter().map(usize::to_string).collect();
+            size_overflow(op, format_args!("{what} ({})", values.join(" * ")))
+        })
+}
+
+/// [`BackendError::SizeOverflow`] for `op`: `what`, with its values, overflows `usize`.
+pub(crate) fn size_overflow(op: &str, what: impl std::fmt::Display) -> BackendError {
+    BackendError::SizeOverflow {
+        op: op.to_string(),
+        what: what.to_string(),
+    }
+}
+
 /// Candle's kernel name for an op root and element type, e.g. `affine_f32`. candle-kernels
 /// spells f8e4m3 `f8_e4m3`, except in its unary math kernels (`uexp_fp8_e4m3`, ...).
 pub fn kernel_name<T: WithDType>(root: &str) -> String {
@@ -213,5 +219,40 @@ mod tests {
         assert_eq!(kernel_name::<float8::F8E4M3>("ucopy"), "ucopy_f8_e4m3");
         assert_eq!(kernel_name::<float8::F8E4M3>("badd"), "badd_f8_e4m3");
         assert_eq!(bits_suffix::<float8::F8E4M3>(), "u8");
+    }
+
+    #[test]
+    fn size_overflow_is_a_typed_error() {
+        assert_eq!(checked_product("t", "size", &[2, 3, 4]).unwrap(), 24);
+        assert_eq!(checked_product("t", "size", &[]).unwrap(), 1);
+        // An empty tensor's size is 0 whatever its other dims are.
+        assert_eq!(
+            checked_product("t", "size", &[usize::MAX, usize::MAX, 0]).unwrap(),
+            0
+        );
+        let e = checked_product(
+            "upsample_nearest2d",
+            "output element count (b * c * out_h * out_w)",
+            &[2, 3, 1 << 32, 1 << 32],
+        )
+        .unwrap_err();
+        match &e {
+            BackendError::SizeOverflow { op, what } => {
+                assert_eq!(op, "upsample_nearest2d");
+                assert_eq!(
+                    what,
+                    "output element count (b * c * out_h * out_w) (2 * 3 * 4294967296 * 4294967296)"
+                );
+            }
+            other => panic!("not a size overflow: {other:?}"),
+        }
+        // Through candle's error type the message keeps what overflowed and what to do.
+        let msg = crate::WrapErr::w(Err::<(), _>(e)).unwrap_err().to_string();
+        assert!(
+            msg.contains("upsample_nearest2d: the output element count")
+                && msg.contains("overflows usize")
+                && msg.contains("To fix"),
+            "{msg}"
+        );
     }
 }
