@@ -36,6 +36,8 @@ mod fused;
 pub mod indexing;
 pub mod matmul;
 pub mod ops;
+#[cfg(feature = "candle")]
+pub mod quantized;
 pub mod reduce;
 pub mod registry;
 pub mod report;

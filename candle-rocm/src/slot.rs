@@ -41,6 +41,15 @@ impl ExtBackendDevice for RocmDevice {
         );
         Ok(())
     }
+    fn ext_load_quantized(
+        &self,
+        data: &[u8],
+        dtype: candle_core::quantized::GgmlDType,
+    ) -> candle_core::Result<Box<dyn candle_core::ext::ExtQStorage>> {
+        Ok(Box::new(
+            crate::quantized::RocmQStorage::load(self, data, dtype).w()?,
+        ))
+    }
 }
 
 impl ExtBackendStorage for RocmStorage {

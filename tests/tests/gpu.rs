@@ -1,5 +1,6 @@
-//! Tensor-level GPU tests: candle-nn's fused ops, autograd, many threads on one device and the
-//! device handle itself, each result compared with the same candle API on the CPU.
+//! Tensor-level GPU tests: candle-nn's fused ops, autograd, quantized (GGML) tensors, many
+//! threads on one device and the device handle itself, each result compared with the same
+//! candle API on the CPU.
 //!
 //! Every test needs a HIP device and is `#[ignore]`d; the HIP-on-CUDA harness runs them with
 //! `--include-ignored` and `CANDLE_ROCM_STRICT=1`, so an op that would silently fall back to
@@ -12,5 +13,7 @@ mod autograd;
 mod device;
 #[path = "gpu/fused.rs"]
 mod fused;
+#[path = "gpu/quantized.rs"]
+mod quantized;
 #[path = "gpu/stress.rs"]
 mod stress;

@@ -1,0 +1,365 @@
+//! Quantized (GGML) tensors on the device: the `QStorage::Ext` of the patched candle-core.
+//!
+//! [`RocmQStorage`] holds a tensor's blocks as a GGUF file stores them, in a device buffer padded
+//! by `MATRIX_ROW_PADDING` elements' worth of blocks (as Candle's CUDA backend pads, so the
+//! matrix-vector kernels may read a whole padded row). It reads them back, and dequantizes them
+//! to f32 or f16 on the device with candle-kernels' `dequantize_block_*` kernels, launched with
+//! the shapes Candle's CUDA backend uses (`candle-core/src/quantized/cuda.rs`). F32, F16 and
+//! BF16 "blocks" are plain values, held as an ordinary storage of that dtype and cast.
+//!
+//! Not here yet (the slot's defaults run instead): the quantized matrix product dequantizes on
+//! the device and runs rocBLAS (`ExtQStorage::matmul_t`'s default; the mat-vec and mat-mat
+//! kernels on quantized weights need AMD tile sizes first), and Q8_1, which has no dequantize
+//! kernel, dequantizes on the host after the CPU-fallback check (refused in strict mode).
+
+use std::any::Any;
+use std::sync::Arc;
+
+use candle_core::backend::{BackendDevice, BackendStorage};
+use candle_core::ext::{ExtDevice, ExtQStorage, ExtStorage};
+use candle_core::quantized::GgmlDType;
+use candle_core::{CpuStorage, DType, Layout};
+use candle_rocm_kernels::Module;
+use rocm_safe::{DeviceBuffer, DeviceRepr, LaunchConfig};
+
+use crate::device::RocmDevice;
+use crate::error::{BackendError, WrapErr};
+use crate::ops::invalid;
+use crate::storage::{RocmStorage, RocmStorageSlice};
+
+/// Elements of padding after the last row (Candle's CUDA `MATRIX_ROW_PADDING`).
+const MATRIX_ROW_PADDING: usize = 512;
+/// Threads per block of the Q5 dequantize kernels (Candle's `CUDA_DEQUANTIZE_BLOCK_SIZE`).
+const DEQUANTIZE_BLOCK_SIZE: usize = 256;
+
+/// A quantized tensor's blocks on a ROCm device.
+pub struct RocmQStorage {
+    blocks: Blocks,
+    /// Bytes of blocks (without the padding).
+    len: usize,
+    dtype: GgmlDType,
+    device: RocmDevice,
+}
+
+/// Where the values live.
+enum Blocks {
+    /// GGML blocks, then zeroed padding.
+    Quantized(DeviceBuffer<u8>),
+    /// F32, F16 or BF16 "blocks": plain values, held as an ordinary storage of that dtype.
+    Float(RocmStorage),
+}
+
+/// The float dtype of a plain-value GGML type.
+fn float_dtype(dtype: GgmlDType) -> Option<DType> {
+    match dtype {
+        GgmlDType::F32 => Some(DType::F32),
+        GgmlDType::F16 => Some(DType::F16),
+        GgmlDType::BF16 => Some(DType::BF16),
+        _ => None,
+    }
+}
+
+/// Little-endian bytes of plain values as a host storage of `dtype` (f32, f16 or bf16).
+fn cpu_from_bytes(dtype: DType, bytes: &[u8]) -> Option<CpuStorage> {
+    let two = || bytes.chunks_exact(2).map(|c| [c[0], c[1]]);
+    Some(match dtype {
+        DType::F32 => CpuStorage::F32(
+            bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+        ),
+        DType::F16 => CpuStorage::F16(two().map(half::f16::from_le_bytes).collect()),
+        DType::BF16 => CpuStorage::BF16(two().map(half::bf16::from_le_bytes).collect()),
+        _ => return None,
+    })
+}
+
+/// The little-endian bytes of a host storage of f32, f16 or bf16.
+fn bytes_of(cpu: &CpuStorage) -> Option<Vec<u8>> {
+    Some(match cpu {
+        CpuStorage::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        CpuStorage::F16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        CpuStorage::BF16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        _ => return None,
+    })
+}
+
+impl std::fmt::Debug for RocmQStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "RocmQStorage({:?}, {} bytes, rocm:{})",
+            self.dtype,
+            self.len,
+            self.device.ordinal()
+        )
+    }
+}
+
+impl RocmQStorage {
+    /// Copies `data`, whole blocks of `dtype`, to the device.
+    pub fn load(device: &RocmDevice, data: &[u8], dtype: GgmlDType) -> Result<Self, BackendError> {
+        let (type_size, block_size) = (dtype.type_size(), dtype.block_size());
+        if data.len() % type_size != 0 {
+            return Err(invalid(
+                "load_quantized",
+                format_args!(
+                    "{} bytes are not whole {dtype:?} blocks of {type_size} bytes: the tensor \
+                     data is truncated or not of this type; check the GGUF file",
+                    data.len()
+                ),
+            ));
+        }
+        let blocks = match float_dtype(dtype) {
+            Some(float) => {
+                let cpu = cpu_from_bytes(float, data)
+                    .ok_or_else(|| invalid("load_quantized", "not a float type"))?;
+                Blocks::Float(
+                    <RocmDevice as BackendDevice>::storage_from_cpu_storage_owned(device, cpu)
+                        .map_err(|e| invalid("load_quantized", e))?,
+                )
+            }
+            None => {
+                let padding = MATRIX_ROW_PADDING / block_size * type_size;
+                let padded = data
+                    .len()
+                    .checked_add(padding)
+                    .ok_or_else(|| invalid("load_quantized", "the padded size overflows usize"))?;
+                let mut buf = device.zeros::<u8>(padded)?;
+                if !data.is_empty() {
+                    let mut head = buf.slice_mut(..data.len())?;
+                    device.stream().memcpy_htod(data, &mut head)?;
+                }
+                Blocks::Quantized(buf)
+            }
+        };
+        Ok(RocmQStorage {
+            blocks,
+            len: data.len(),
+            dtype,
+            device: device.clone(),
+        })
+    }
+
+    /// The device holding the blocks.
+    pub fn rocm_device(&self) -> &RocmDevice {
+        &self.device
+    }
+
+    /// Checks that `elem_count` values fit the blocks held.
+    fn check_count(&self, op: &str, elem_count: usize) -> Result<(), BackendError> {
+        let blocks = self.len / self.dtype.type_size();
+        let held = blocks.saturating_mul(self.dtype.block_size());
+        if elem_count > held || elem_count % self.dtype.block_size() != 0 {
+            return Err(invalid(
+                op,
+                format_args!(
+                    "{elem_count} values asked of {blocks} {:?} blocks ({held} values); the \
+                     QTensor's shape does not match its data",
+                    self.dtype
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Dequantizes the first `elem_count` values into a new buffer of `T` (f32 or f16) with
+    /// candle-kernels' `dequantize_block_<type>_<suffix>` kernels. `None` for the block types
+    /// they do not cover.
+    fn dequantize_blocks<T: DeviceRepr>(
+        &self,
+        data: &DeviceBuffer<u8>,
+        elem_count: usize,
+        suffix: &str,
+    ) -> Result<Option<DeviceBuffer<T>>, BackendError> {
+        let nb = elem_count.div_ceil(256);
+        let q5 = elem_count.div_ceil(2 * DEQUANTIZE_BLOCK_SIZE);
+        // (kernel type name, k-quant, threads per block, blocks), as Candle's CUDA backend.
+        let (name, is_k, threads, blocks) = match self.dtype {
+            GgmlDType::Q4_0 => ("q4_0", false, 32, nb),
+            GgmlDType::Q4_1 => ("q4_1", false, 32, nb),
+            GgmlDType::Q5_0 => ("q5_0", false, DEQUANTIZE_BLOCK_SIZE, q5),
+            GgmlDType::Q5_1 => ("q5_1", false, DEQUANTIZE_BLOCK_SIZE, q5),
+            GgmlDType::Q8_0 => ("q8_0", false, 32, nb),
+            GgmlDType::Q2K => ("q2_K", true, 64, nb),
+            GgmlDType::Q3K => ("q3_K", true, 64, nb),
+            GgmlDType::Q4K => ("q4_K", true, 32, nb),
+            GgmlDType::Q5K => ("q5_K", true, 64, nb),
+            GgmlDType::Q6K => ("q6_K", true, 64, nb),
+            GgmlDType::Q8K => ("q8_K", true, 32, nb),
+            _ => return Ok(None),
+        };
+        let out = self.device.alloc::<T>(elem_count)?;
+        if elem_count == 0 {
+            return Ok(Some(out));
+        }
+        let grid = u32::try_from(blocks).map_err(|_| {
+            invalid(
+                "dequantize",
+                format_args!("{elem_count} values need more than 2^32 blocks"),
+            )
+        })?;
+        let f = self.device.function(
+            Module::Quantized,
+            &format!("dequantize_block_{name}_{suffix}"),
+        )?;
+        let cfg = LaunchConfig {
+            grid_dim: (grid, 1, 1),
+            block_dim: (threads as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (pin, pout) = (data.as_arg(), out.as_arg());
+        let mut l = self.device.stream().launch_builder(&f);
+        l.arg(&pin).arg(&pout);
+        // The block-wise kernels take the element count they may write (`k`): every value for
+        // Q5_0/Q5_1, blocks of 32 values for the others.
+        let k = match self.dtype {
+            GgmlDType::Q5_0 | GgmlDType::Q5_1 => elem_count,
+            _ => elem_count / 32,
+        };
+        let k = i32::try_from(k).map_err(|_| {
+            invalid(
+                "dequantize",
+                format_args!("{elem_count} values exceed the kernels' 32-bit count"),
+            )
+        })?;
+        if !is_k {
+            l.arg(&k);
+        }
+        // SAFETY: candle-kernels' `dequantize_block_*` take (const void *blocks, T *out[, int
+        // k]); `check_count` made sure `elem_count` values lie within the blocks held, the
+        // k-quant kernels read and write whole 256-value super-blocks (`nb` of them, each in
+        // the buffer, which also holds `MATRIX_ROW_PADDING` values of zeroed padding), the
+        // others stop at `k`; `out` is a fresh buffer of `elem_count` values; everything is
+        // ordered on the device's stream.
+        unsafe { l.launch(cfg)? };
+        Ok(Some(out))
+    }
+
+    /// The first `elem_count` values as f32 (`to_f16` false) or f16 on the device; `None`
+    /// where no device path exists (Q8_1).
+    fn dequantize_on_device(
+        &self,
+        elem_count: usize,
+        to_f16: bool,
+    ) -> Result<Option<RocmStorage>, BackendError> {
+        self.check_count("dequantize", elem_count)?;
+        let dev = &self.device;
+        let data = match &self.blocks {
+            Blocks::Float(s) => {
+                // Plain values: a cast (or a copy) of the first `elem_count`.
+                let target = if to_f16 { DType::F16 } else { DType::F32 };
+                let l = Layout::contiguous(elem_count);
+                return BackendStorage::to_dtype(s, &l, target)
+                    .map(Some)
+                    .map_err(|e| invalid("dequantize", e));
+            }
+            Blocks::Quantized(data) => data,
+        };
+        let wrap = |slice| Ok(Some(RocmStorage::new(slice, dev.clone())));
+        if to_f16 {
+            match self.dequantize_blocks::<half::f16>(data, elem_count, "f16")? {
+                Some(b) => wrap(RocmStorageSlice::F16(b)),
+                None => Ok(None),
+            }
+        } else {
+            match self.dequantize_blocks::<f32>(data, elem_count, "f32")? {
+                Some(b) => wrap(RocmStorageSlice::F32(b)),
+                None => Ok(None),
+            }
+        }
+    }
+
+    /// The slot's host path (after the CPU-fallback check), for types without a kernel.
+    fn dequantize_on_host(
+        &self,
+        elem_count: usize,
+        to_f16: bool,
+    ) -> candle_core::Result<Box<dyn ExtStorage>> {
+        let device = ExtQStorage::device(self);
+        device.cpu_fallback("dequantize")?;
+        let host = self
+            .dtype
+            .from_data(std::borrow::Cow::Owned(ExtQStorage::data(self)?));
+        let mut cpu = host.dequantize(elem_count)?;
+        if to_f16 {
+            cpu = cpu.to_dtype(&Layout::contiguous(elem_count), DType::F16)?;
+        }
+        device.storage_from_cpu_storage_owned(cpu)
+    }
+}
+
+impl ExtQStorage for RocmQStorage {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn dtype(&self) -> GgmlDType {
+        self.dtype
+    }
+
+    fn device(&self) -> Arc<dyn ExtDevice> {
+        Arc::new(self.device.clone())
+    }
+
+    fn storage_size_in_bytes(&self) -> usize {
+        self.len
+    }
+
+    fn data(&self) -> candle_core::Result<Vec<u8>> {
+        match &self.blocks {
+            Blocks::Float(s) => bytes_of(&BackendStorage::to_cpu_storage(s)?)
+                .ok_or_else(|| candle_core::Error::Msg("not a float storage".into())),
+            Blocks::Quantized(data) => {
+                let mut out = vec![0u8; self.len];
+                if self.len > 0 {
+                    let head = data.slice(..self.len).w()?;
+                    self.device.stream().memcpy_dtoh(&head, &mut out).w()?;
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    fn dequantize(&self, elem_count: usize) -> candle_core::Result<Box<dyn ExtStorage>> {
+        match self.dequantize_on_device(elem_count, false).w()? {
+            Some(s) => Ok(Box::new(s)),
+            None => self.dequantize_on_host(elem_count, false),
+        }
+    }
+
+    fn dequantize_f16(&self, elem_count: usize) -> candle_core::Result<Box<dyn ExtStorage>> {
+        match self.dequantize_on_device(elem_count, true).w()? {
+            Some(s) => Ok(Box::new(s)),
+            None => self.dequantize_on_host(elem_count, true),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_value_bytes_round_trip() {
+        let f = CpuStorage::F32(vec![1.5, -0.0, f32::INFINITY, 3.25e-3]);
+        let h = CpuStorage::F16(vec![half::f16::from_f32(-2.5), half::f16::MAX]);
+        let b = CpuStorage::BF16(vec![half::bf16::from_f32(7.0)]);
+        for (dtype, cpu) in [(DType::F32, f), (DType::F16, h), (DType::BF16, b)] {
+            let bytes = bytes_of(&cpu).expect("a float storage");
+            let back = cpu_from_bytes(dtype, &bytes).expect("a float dtype");
+            assert_eq!(bytes_of(&back), Some(bytes), "{dtype:?}");
+        }
+        assert!(cpu_from_bytes(DType::U8, &[1, 2]).is_none());
+        assert!(bytes_of(&CpuStorage::U8(vec![1])).is_none());
+    }
+
+    #[test]
+    fn float_ggml_types_map_to_dtypes() {
+        assert_eq!(float_dtype(GgmlDType::F32), Some(DType::F32));
+        assert_eq!(float_dtype(GgmlDType::F16), Some(DType::F16));
+        assert_eq!(float_dtype(GgmlDType::BF16), Some(DType::BF16));
+        assert_eq!(float_dtype(GgmlDType::Q4K), None);
+    }
+}

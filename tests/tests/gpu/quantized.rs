@@ -1,0 +1,172 @@
+//! Quantized (GGML) tensors on the device (`QStorage::Ext`): blocks quantized on the CPU,
+//! loaded onto the GPU, read back byte for byte, dequantized on the device to f32 and f16, and
+//! multiplied (`QMatMul`) against the CPU's dequantized weights.
+
+use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor};
+use candle_core::{DType, Device, Module, Result, Tensor};
+use candle_rocm_tests::{assert_close, assert_gpu_close, gpu, normal, rng, root_cause};
+
+/// Every block type the device dequantizes with a kernel (Q8_1 has none; see below).
+const KERNEL_TYPES: [GgmlDType; 14] = [
+    GgmlDType::F32,
+    GgmlDType::F16,
+    GgmlDType::BF16,
+    GgmlDType::Q4_0,
+    GgmlDType::Q4_1,
+    GgmlDType::Q5_0,
+    GgmlDType::Q5_1,
+    GgmlDType::Q8_0,
+    GgmlDType::Q2K,
+    GgmlDType::Q3K,
+    GgmlDType::Q4K,
+    GgmlDType::Q5K,
+    GgmlDType::Q6K,
+    GgmlDType::Q8K,
+];
+
+/// A `(rows, k)` weight matrix quantized on the CPU, and the same blocks loaded on `dev`.
+fn weights(dtype: GgmlDType, rows: usize, k: usize, seed: u64) -> Result<(QTensor, QTensor)> {
+    let w = Tensor::from_vec(
+        normal(&mut rng(seed), rows * k, 1.0),
+        (rows, k),
+        &Device::Cpu,
+    )?;
+    let cpu = QTensor::quantize(&w, dtype)?;
+    let data = cpu.data()?;
+    let on_gpu = QTensor::new(QStorage::from_data(data, &gpu()?, dtype)?, (rows, k))?;
+    Ok((cpu, on_gpu))
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn blocks_round_trip_and_dequantize_like_the_cpu() -> Result<()> {
+    for (i, dtype) in KERNEL_TYPES.into_iter().enumerate() {
+        let (rows, k) = (3, 512);
+        let (cpu, q) = weights(dtype, rows, k, 100 + i as u64)?;
+        assert_eq!(q.dtype(), dtype);
+        assert!(q.device().is_ext(), "{dtype:?}: on {:?}", q.device());
+        assert_eq!(q.storage_size_in_bytes(), cpu.storage_size_in_bytes());
+        assert_eq!(q.data()?.as_ref(), cpu.data()?.as_ref(), "{dtype:?} bytes");
+        let want = cpu.dequantize(&Device::Cpu)?;
+        // The kernels compute each value as scale * quant in f32, as the CPU does.
+        let got = q.dequantize(&q.device())?;
+        assert_gpu_close(&got, &want, 1e-6, &format!("{dtype:?} dequantize"))?;
+        let got16 = q.dequantize_f16(&q.device())?;
+        assert_gpu_close(
+            &got16,
+            &want.to_dtype(DType::F16)?,
+            1e-3,
+            &format!("{dtype:?} dequantize_f16"),
+        )?;
+    }
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn qmatmul_matches_the_cpu_on_dequantized_weights() -> Result<()> {
+    let dev = gpu()?;
+    let (n, k) = (96, 512);
+    for (i, dtype) in KERNEL_TYPES.into_iter().enumerate() {
+        let (cpu, q) = weights(dtype, n, k, 200 + i as u64)?;
+        let w = cpu.dequantize(&Device::Cpu)?;
+        let mm = QMatMul::from_qtensor(q)?;
+        // Batch 1 (decode), 2..8, 9 and 64 rows, and a 3-D input.
+        for shape in [
+            vec![1, k],
+            vec![2, k],
+            vec![8, k],
+            vec![9, k],
+            vec![64, k],
+            vec![2, 5, k],
+        ] {
+            let m: usize = shape[..shape.len() - 1].iter().product();
+            let x = Tensor::from_vec(
+                normal(&mut rng(300 + m as u64), m * k, 1.0),
+                shape,
+                &Device::Cpu,
+            )?;
+            let want = x.broadcast_matmul(&w.t()?)?;
+            let got = mm.forward(&x.to_device(&dev)?)?;
+            assert_gpu_close(
+                &got,
+                &want,
+                1e-4,
+                &format!("{dtype:?} qmatmul {:?}", x.dims()),
+            )?;
+            if matches!(dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16) {
+                // `QMatMul` holds these as an f32 tensor: f32 inputs only, as on every device.
+                continue;
+            }
+            // Half-precision activations give half-precision outputs.
+            let got16 = mm.forward(&x.to_dtype(DType::F16)?.to_device(&dev)?)?;
+            assert_eq!(got16.dtype(), DType::F16);
+            assert_close(
+                &got16.to_dtype(DType::F32)?.to_device(&Device::Cpu)?,
+                &want,
+                2e-2,
+                &format!("{dtype:?} qmatmul f16 {:?}", x.dims()),
+            )?;
+        }
+    }
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn embedding_rows_come_from_the_device() -> Result<()> {
+    let dev = gpu()?;
+    let (cpu, q) = weights(GgmlDType::Q4K, 40, 256, 7)?;
+    let ids = Tensor::new(&[3u32, 0, 39, 3], &Device::Cpu)?;
+    let want = cpu.dequantize(&Device::Cpu)?.index_select(&ids, 0)?;
+    let got = q.embedding(&ids.to_device(&dev)?)?;
+    assert_gpu_close(&got, &want, 1e-6, "q4_K embedding")
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn q8_1_has_no_kernel_and_strict_mode_says_so() -> Result<()> {
+    let (cpu, q) = weights(GgmlDType::Q8_1, 2, 64, 9)?;
+    assert_eq!(q.data()?.as_ref(), cpu.data()?.as_ref());
+    match q.dequantize(&q.device()) {
+        // Strict mode (the harness): the host path is refused with the typed error.
+        Err(e) if candle_rocm::strict() => {
+            let msg = root_cause(&e).to_string();
+            assert!(
+                msg.contains("dequantize") && msg.contains("CANDLE_ROCM_STRICT"),
+                "{msg}"
+            );
+        }
+        Err(e) => return Err(e),
+        Ok(got) => {
+            assert!(!candle_rocm::strict());
+            assert_close(
+                &got.to_device(&Device::Cpu)?,
+                &cpu.dequantize(&Device::Cpu)?,
+                1e-6,
+                "q8_1 dequantize on the host",
+            )?;
+        }
+    }
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn truncated_blocks_are_a_typed_error() -> Result<()> {
+    let dev = gpu()?;
+    // 17 bytes are not whole Q4_0 blocks (18 bytes each).
+    let e = QStorage::from_data(
+        std::borrow::Cow::Owned(vec![0u8; 17]),
+        &dev,
+        GgmlDType::Q4_0,
+    )
+    .err()
+    .map(|e| root_cause(&e).to_string());
+    assert!(
+        e.as_deref()
+            .is_some_and(|m| m.contains("whole") && m.contains("Q4_0")),
+        "{e:?}"
+    );
+    Ok(())
+}
