@@ -343,6 +343,9 @@ pub fn unary<T: RocmDType>(
     src: &DeviceBuffer<T>,
     layout: &Layout,
 ) -> Result<Option<DeviceBuffer<T>>, BackendError> {
+    if !crate::registry::fast_kernels() {
+        return Ok(None);
+    }
     let Some(di) = float_index(T::DTYPE) else {
         return Ok(None);
     };
@@ -367,6 +370,9 @@ pub fn cast<S: RocmDType, D: RocmDType>(
     src: &DeviceBuffer<S>,
     layout: &Layout,
 ) -> Result<Option<DeviceBuffer<D>>, BackendError> {
+    if !crate::registry::fast_kernels() {
+        return Ok(None);
+    }
     let (Some(si), Some(di)) = (float_index(S::DTYPE), float_index(D::DTYPE)) else {
         return Ok(None);
     };
@@ -429,6 +435,9 @@ pub fn binary<T: RocmDType>(
     (lhs, lhs_l): (&DeviceBuffer<T>, &Layout),
     (rhs, rhs_l): (&DeviceBuffer<T>, &Layout),
 ) -> Result<Option<DeviceBuffer<T>>, BackendError> {
+    if !crate::registry::fast_kernels() {
+        return Ok(None);
+    }
     let Some(di) = binary_index(T::DTYPE) else {
         return Ok(None);
     };

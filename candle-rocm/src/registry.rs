@@ -18,6 +18,24 @@ use std::sync::{Arc, OnceLock};
 use candle_rocm_kernels::{Module, GENERIC_TARGETS, KERNELS_DIR_VAR, TARGETS};
 use rocm_safe::{Device, Function, GfxArch, RocmError};
 
+/// Variable that turns our fast kernel modules (`elementwise`, `rows`) off when `0` or `off`:
+/// candle's kernels then run every op they cover (for side-by-side measurements, and as an
+/// escape hatch). Read once per process.
+pub const FAST_KERNELS_VAR: &str = "CANDLE_ROCM_FAST_KERNELS";
+
+/// Whether the fast kernel modules run (see [`FAST_KERNELS_VAR`]).
+pub fn fast_kernels() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        let off = std::env::var(FAST_KERNELS_VAR)
+            .is_ok_and(|v| v == "0" || v.eq_ignore_ascii_case("off"));
+        if off {
+            tracing::info!("{FAST_KERNELS_VAR}: our fast kernels are off, candle's kernels run");
+        }
+        !off
+    })
+}
+
 /// First HIP runtime version that loads generic (`gfxN-generic`) code objects: ROCm 6.4.
 pub const GENERIC_MIN_RUNTIME: i32 = 60_400_000;
 

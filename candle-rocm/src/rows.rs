@@ -203,6 +203,9 @@ pub(crate) fn reduce<T: RocmDType, W: Fn(DeviceBuffer<T>) -> S>(
     op: ReduceOp,
     wrap: &W,
 ) -> Result<Option<S>, BackendError> {
+    if !crate::registry::fast_kernels() {
+        return Ok(None);
+    }
     let (root, col_root) = match op {
         ReduceOp::Sum => ("rsum", "csum"),
         ReduceOp::Max => ("rmax", "cmax"),
@@ -353,6 +356,9 @@ pub(crate) fn fused<T: RocmDType>(
     param_ptrs: &[*mut std::ffi::c_void],
     eps: f32,
 ) -> Result<Option<DeviceBuffer<T>>, BackendError> {
+    if !crate::registry::fast_kernels() {
+        return Ok(None);
+    }
     let root = match op {
         FusedRow::Softmax => "rsoftmax",
         FusedRow::RmsNorm => "rrmsnorm",
@@ -459,6 +465,9 @@ pub(crate) fn transpose<T: RocmDType>(
     dst: &mut DeviceBuffer<T>,
     dst_offset: usize,
 ) -> Result<bool, BackendError> {
+    if !crate::registry::fast_kernels() {
+        return Ok(false);
+    }
     let Some((batches, r, c)) = transposed(layout) else {
         return Ok(false);
     };

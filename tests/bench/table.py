@@ -1,7 +1,8 @@
 """Joins the outputs of candle-rocm-bench (ours), candle-cuda-bench (Candle's CUDA backend) and
 torch_bench.py (PyTorch eager) into one Markdown table: `cargo xtask bench`'s result.
 
-Usage: python3 tests/bench/table.py OURS CANDLE_CUDA TORCH [--title TEXT]
+Usage: python3 tests/bench/table.py OURS CANDLE_CUDA TORCH [--title TEXT] [--baseline FILE]
+(--baseline: ours again with CANDLE_ROCM_FAST_KERNELS=0, i.e. candle's own kernels)
 A missing or partial file leaves its columns empty ("-"). Ratios are speed ratios (the other's
 time / ours): above 1 we are faster.
 """
@@ -58,14 +59,16 @@ def main():
     p.add_argument("cuda")
     p.add_argument("torch")
     p.add_argument("--title", default="cargo xtask bench")
+    p.add_argument("--baseline", help="ours with CANDLE_ROCM_FAST_KERNELS=0 (candle's kernels)")
     a = p.parse_args()
     (dev_o, ours), (dev_c, cuda), (dev_t, torch) = read(a.ours), read(a.cuda), read(a.torch)
+    _, base = read(a.baseline)
     copies = {k[3]: v for k, v in ours.items() if k[1] == "copy"}
     print(f"## {a.title}\n")
     print(f"- ours: {dev_o}\n- Candle CUDA: {dev_c}\n- PyTorch: {dev_t}\n")
     print("| op | shape | dtype | ours | unit | of copy | Candle CUDA | PyTorch "
-          "| ours vs Candle CUDA | ours vs PyTorch |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| ours vs Candle CUDA | ours vs PyTorch | ours, candle's kernels | fast kernels' gain |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     keys = list(ours) + [k for k in list(cuda) + list(torch) if k not in ours]
     seen, wins, compared = set(), 0, 0
     for k in keys:
@@ -82,11 +85,14 @@ def main():
             frac = vo / value(copies["f32"])[0]
         rc = c[0] / o[0] if o and c else None
         rt = t[0] / o[0] if o and t else None
+        b = base.get(k)
+        vb = value(b)[0] if b else None
+        rb = b[0] / o[0] if o and b else None
         if rc is not None:
             compared += 1
             wins += rc >= 1.0
         print(f"| {op} | {shape} | {dtype} | {fmt(vo)} | {unit} | {fmt(frac)} | {fmt(vc)} "
-              f"| {fmt(vt)} | {fmt(rc)} | {fmt(rt)} |")
+              f"| {fmt(vt)} | {fmt(rc)} | {fmt(rt)} | {fmt(vb)} | {fmt(rb)} |")
     print(f"\nRatios are the other's time over ours (above 1: ours is faster). "
           f"Ours at least as fast as Candle CUDA on {wins} of {compared} rows. "
           f"'of copy' is ours against our own f32 device-to-device copy.")

@@ -6,7 +6,8 @@
 #
 # 1. builds the test double and the kernels (setup.sh, as run.sh does);
 # 2. runs the same rows three times on the one GPU: ours (candle-rocm-bench over the double,
-#    "H100 via HIP-on-CUDA"), Candle 0.11.1's own CUDA backend (candle-cuda-bench, built from
+#    "H100 via HIP-on-CUDA"; its memory-bound rows a second time with
+#    CANDLE_ROCM_FAST_KERNELS=0, candle's own kernels), Candle 0.11.1's own CUDA backend (candle-cuda-bench, built from
 #    the same source against crates.io Candle with its `cuda` feature) and PyTorch eager
 #    (tests/bench/torch_bench.py with the machine's own PyTorch);
 # 3. runs the launch-overhead benchmark next to a raw cuLaunchKernel loop;
@@ -46,6 +47,11 @@ timeout "$limit" "$BUILD/bin/candle-rocm-bench" "${only[@]}" > "$OUT/ours.tsv" 2
 row "candle-rocm-bench exit code" "$? ($(grep -c '^bench' "$OUT/ours.tsv") rows)"
 tail -3 "$OUT/ours.err"
 
+echo "== ours with candle's kernels (CANDLE_ROCM_FAST_KERNELS=0): the memory-bound rows"
+CANDLE_ROCM_FAST_KERNELS=0 timeout "$limit" "$BUILD/bin/candle-rocm-bench" --only "${BENCH_ONLY:-bw}" \
+    > "$OUT/ours-candle-kernels.tsv" 2> "$OUT/ours-candle-kernels.err"
+row "baseline (candle kernels) exit" "$? ($(grep -c '^bench' "$OUT/ours-candle-kernels.tsv") rows)"
+
 echo "== Candle 0.11.1 CUDA: candle-cuda-bench"
 if [ -x "$BUILD/bin/candle-cuda-bench" ]; then
     (
@@ -84,6 +90,7 @@ stamp=$(date -u +%Y-%m-%d)
 slug=$(echo "$gpu" | tr -cs 'A-Za-z0-9' '-' | sed 's/-*$//')
 result="$OUT/bench-$stamp-$slug.md"
 python3 tests/bench/table.py "$OUT/ours.tsv" "$OUT/candle-cuda.tsv" "$OUT/torch.tsv" \
+    --baseline "$OUT/ours-candle-kernels.tsv" \
     --title "$gpu, $(date -u +%Y-%m-%dT%H:%MZ); ours runs on it via HIP-on-CUDA" > "$result"
 {
     echo
