@@ -138,7 +138,7 @@ pub enum RocmError {
         name: String,
     },
     /// An MIOpen call returned an error.
-    #[error("MIOpen {op} failed: {name} (status {code})")]
+    #[error("MIOpen {op} failed: {name} (status {code}).{}", miopen_hint(*.code))]
     Miopen {
         /// The entry point that failed.
         op: &'static str,
@@ -169,6 +169,21 @@ fn blas_hint(code: u32) -> &'static str {
         }
         rocblas_status::rocblas_status_memory_error => {
             " To fix: free device memory (rocBLAS needs workspace)."
+        }
+        _ => "",
+    }
+}
+
+fn miopen_hint(code: u32) -> &'static str {
+    match miopenStatus_t(code) {
+        miopenStatus_t::miopenStatusNotImplemented
+        | miopenStatus_t::miopenStatusUnsupportedOp
+        | miopenStatus_t::miopenStatusBadParm => {
+            " MIOpen does not support this configuration (shape, dtype or parameters): use \
+             another implementation for it (candle-rocm falls back to its im2col path)."
+        }
+        miopenStatus_t::miopenStatusAllocFailed => {
+            " To fix: free device memory (MIOpen needs workspace), or use a smaller batch."
         }
         _ => "",
     }
@@ -308,5 +323,28 @@ mod tests {
             name: "rocblas_status_arch_mismatch".into(),
         };
         assert!(blas.to_string().contains("To fix"));
+    }
+
+    #[test]
+    fn miopen_errors_carry_the_status_name_and_a_remedy() {
+        let e = RocmError::Miopen {
+            op: "miopenConvolutionForward",
+            code: 3,
+            name: "miopenStatusBadParm".into(),
+        };
+        let s = e.to_string();
+        assert!(
+            s.starts_with(
+                "MIOpen miopenConvolutionForward failed: miopenStatusBadParm (status 3)."
+            ),
+            "{s}"
+        );
+        assert!(s.contains("im2col"), "{s}");
+        let unknown = RocmError::Miopen {
+            op: "miopenPoolingForward",
+            code: 9999,
+            name: "Unknown error status".into(),
+        };
+        assert!(unknown.to_string().ends_with("(status 9999)."));
     }
 }

@@ -34,7 +34,7 @@ mod copy;
 mod device;
 mod error;
 mod host;
-mod miopen;
+pub mod miopen;
 mod module;
 mod runtime;
 mod stream;
@@ -48,7 +48,10 @@ pub use buffer::{
 pub use device::{Device, DeviceInfo};
 pub use error::{HipError, Result, RocmError};
 pub use host::PinnedHostBuffer;
-pub use miopen::MiopenHandle;
+pub use miopen::{
+    miopen_unavailable, Conv2dConfig, ConvDirection, ConvKey, ConvTranspose2dConfig, MiopenHandle,
+    MiopenType, Pool2dConfig, PoolKey, PoolMode,
+};
 pub use module::{
     DevicePtrArg, Function, KernelArg, LaunchArgs, LaunchConfig, Module, MAX_KERNEL_ARGS,
 };

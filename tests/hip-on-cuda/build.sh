@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# Builds the HIP-on-CUDA test double (libamdhip64.so + librocblas.so.5).
+# Builds the HIP-on-CUDA test double (libamdhip64.so + librocblas.so.5) and, where cuDNN 9 is
+# found, the MIOpen double (OUT/miopen/libMIOpen.so.1, loaded only through ROCM_SYS_MIOPEN_LIB).
 #
-#   build.sh [OUT]               GPU machine: checks cuda_min.h against the real CUDA headers,
-#                                then links against libcuda + libcublas. OUT defaults to ./build.
-#   build.sh --check-decls [OUT] compile only, real headers + cuda_min.h (prototype/value check).
-#   build.sh --min-decls [OUT]   no CUDA needed: compiles with cuda_min.h to .o files, links an
-#                                UNLINKED probe .so (not loadable usefully) and checks with nm that
-#                                every symbol rocm-sys resolves is exported.
-# Env: CC (default cc), CUDA_HOME (default /usr/local/cuda).
+#   build.sh [OUT]               GPU machine: checks cuda_min.h (and cudnn_min.h) against the real
+#                                headers, then links against libcuda + libcublas (+ libcudnn).
+#                                OUT defaults to ./build.
+#   build.sh --check-decls [OUT] compile only, real headers + cuda_min.h/cudnn_min.h.
+#   build.sh --min-decls [OUT]   no CUDA needed: compiles with cuda_min.h/cudnn_min.h to .o files,
+#                                links UNLINKED probe .so files (not loadable usefully) and checks
+#                                with nm that every symbol rocm-sys resolves is exported.
+# Env: CC (default cc), CUDA_HOME (default /usr/local/cuda), CUDNN_HOME (a directory holding
+# include/cudnn.h and lib/libcudnn.so.9; default: python3's nvidia/cudnn package, e.g. PyTorch's
+# nvidia-cudnn-cu13, else the system's).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -16,7 +20,7 @@ MODE=full
 case "${1:-}" in
   --min-decls) MODE=min; shift ;;
   --check-decls) MODE=check; shift ;;
-  -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
 esac
 OUT="${1:-./build}"
 mkdir -p "$OUT"
@@ -25,6 +29,7 @@ CC="${CC:-cc}"
 CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
 CFLAGS=(-std=gnu11 -fPIC -O2 -Wall -Wextra -Werror -fvisibility=hidden -pthread)
 SRCS=(hip_on_cuda.c rocblas_on_cublas.c)
+MIOPEN_SRC=miopen_on_cudnn.c
 
 # Every name rocm-sys resolves: `pub fn NAME(` inside the api_table! blocks (required and optional).
 expected_symbols() {
@@ -34,6 +39,45 @@ expected_symbols() {
       sed -n 's/^ *pub fn \([A-Za-z_0-9]*\)(.*/\1/p'
   done
   echo hipGetDevicePropertiesR0600
+}
+
+# Every name rocm-sys resolves from MIOpen (required and optional).
+expected_miopen_symbols() {
+  awk '/api_table! *\{/ {t = 1} t && /^\}/ {t = 0} t' "$REPO/rocm-sys/src/miopen.rs" |
+    sed -n 's/^ *pub fn \([A-Za-z_0-9]*\)(.*/\1/p'
+}
+
+check_miopen_symbols() { # $1: shared object
+  local so="$1" missing=0 defined extra
+  defined="$(nm -D --defined-only "$so" | awk '{print $NF}')"
+  while read -r sym; do
+    if ! grep -qx "$sym" <<<"$defined"; then echo "MISSING: $sym"; missing=1; fi
+  done < <(expected_miopen_symbols | sort -u)
+  # Exactly those: an exported miopen* name rocm-sys does not declare is a drift to fix.
+  extra="$(grep '^miopen' <<<"$defined" | sort -u | comm -23 - <(expected_miopen_symbols | sort -u))"
+  if [ -n "$extra" ]; then echo "EXPORTED BUT NOT IN rocm-sys/src/miopen.rs: $extra"; missing=1; fi
+  [ "$missing" = 0 ] || { echo "MIOpen symbol check FAILED for $so"; return 1; }
+  echo "MIOpen symbol check OK: $(expected_miopen_symbols | sort -u | wc -l) names exported by $(basename "$so")"
+}
+
+# Prints the cuDNN directory (include/cudnn.h + lib/libcudnn.so.9), SYSTEM, or nothing.
+find_cudnn() {
+  local d
+  for d in "${CUDNN_HOME:-}" $(python3 -c '
+import os, site, sys
+try:
+    import nvidia.cudnn as m
+    print("\n".join(os.path.realpath(p) for p in m.__path__))
+except Exception:
+    pass
+for sp in list(getattr(site, "getsitepackages", lambda: [])()) + [site.getusersitepackages()] + sys.path:
+    print(os.path.join(sp, "nvidia", "cudnn"))
+' 2>/dev/null); do
+    [ -n "$d" ] && [ -e "$d/include/cudnn.h" ] && [ -e "$d/lib/libcudnn.so.9" ] && { echo "$d"; return; }
+  done
+  if [ -e /usr/include/cudnn.h ] && [ -e /usr/lib/x86_64-linux-gnu/libcudnn.so.9 ]; then
+    echo SYSTEM
+  fi
 }
 
 check_symbols() { # $1: shared object
@@ -58,6 +102,9 @@ case "$MODE" in
     # Shared objects may leave symbols undefined: this probe links without libcuda/libcublas.
     "$CC" -shared -pthread -o "$OUT/libhip_on_cuda_unlinked_probe.so" "$OUT"/hip_on_cuda.o "$OUT"/rocblas_on_cublas.o
     check_symbols "$OUT/libhip_on_cuda_unlinked_probe.so"
+    "$CC" "${CFLAGS[@]}" -DHIP_ON_CUDA_MIN_DECLS -c "$MIOPEN_SRC" -o "$OUT/${MIOPEN_SRC%.c}.o"
+    "$CC" -shared -pthread -o "$OUT/libmiopen_on_cudnn_unlinked_probe.so" "$OUT/${MIOPEN_SRC%.c}.o"
+    check_miopen_symbols "$OUT/libmiopen_on_cudnn_unlinked_probe.so"
     ;;
   check|full)
     INC=(-I"$CUDA_HOME/include")
@@ -65,6 +112,21 @@ case "$MODE" in
       "$CC" "${CFLAGS[@]}" "${INC[@]}" -DHIP_ON_CUDA_CHECK_DECLS -c "$s" -o "$OUT/${s%.c}.check.o"
     done
     echo "cuda_min.h agrees with $CUDA_HOME/include"
+    CUDNN="$(find_cudnn)"
+    CUDNN_INC=()
+    CUDNN_LIB=""
+    case "$CUDNN" in
+      "") ;;
+      SYSTEM) CUDNN_LIB=/usr/lib/x86_64-linux-gnu/libcudnn.so.9 ;;
+      *) CUDNN_INC=(-I"$CUDNN/include"); CUDNN_LIB="$CUDNN/lib/libcudnn.so.9" ;;
+    esac
+    if [ -n "$CUDNN" ]; then
+      "$CC" "${CFLAGS[@]}" "${INC[@]}" "${CUDNN_INC[@]}" -DHIP_ON_CUDA_CHECK_DECLS -c "$MIOPEN_SRC" \
+        -o "$OUT/${MIOPEN_SRC%.c}.check.o"
+      echo "cudnn_min.h agrees with cuDNN in $CUDNN"
+    else
+      echo "cuDNN 9 not found (set CUDNN_HOME, or pip install nvidia-cudnn-cu13): the MIOpen double is not built"
+    fi
     [ "$MODE" = check ] && exit 0
     # libcuda: the real driver from ldconfig if present, else the toolkit stub (the real one is
     # loaded at run time either way, by soname libcuda.so.1).
@@ -93,5 +155,17 @@ case "$MODE" in
     check_symbols "$OUT/libamdhip64.so"
     echo "built $OUT/libamdhip64.so (libcuda: $LIBCUDA, cublas: $CUBLAS_DIR)"
     echo "use: ROCM_SYS_HIP_LIB=$OUT/libamdhip64.so"
+    if [ -n "$CUDNN" ]; then
+      # A directory of its own: beside libamdhip64.so, rocm-sys would load it for every run.
+      # NEEDED libamdhip64.so resolves to the HIP double rocm-sys already loaded (same soname).
+      mkdir -p "$OUT/miopen"
+      "$CC" -shared "${CFLAGS[@]}" "${INC[@]}" "${CUDNN_INC[@]}" -Wl,-soname,libMIOpen.so.1 -Wl,-z,defs \
+        -o "$OUT/miopen/libMIOpen.so.1" "$MIOPEN_SRC" \
+        "$OUT/libamdhip64.so" "$LIBCUDA" "$CUDNN_LIB" \
+        -Wl,-rpath,'$ORIGIN/..' -Wl,-rpath,"$(dirname "$CUDNN_LIB")"
+      check_miopen_symbols "$OUT/miopen/libMIOpen.so.1"
+      echo "built $OUT/miopen/libMIOpen.so.1 (cuDNN: $CUDNN_LIB)"
+      echo "use: ROCM_SYS_MIOPEN_LIB=$OUT/miopen/libMIOpen.so.1"
+    fi
     ;;
 esac

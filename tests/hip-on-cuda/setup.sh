@@ -61,5 +61,13 @@ row "test double" "built ($(ls "$BUILD" | tr '\n' ' '))"
 export ROCM_SYS_HIP_LIB="$BUILD/libamdhip64.so"
 export ROCM_SAFE_TEST_MODULE="$BUILD/test_kernels.cubin"
 export CANDLE_ROCM_KERNELS_DIR="$KDIR"
+# The MIOpen double (miopen_on_cudnn.c), when build.sh found cuDNN: loaded lazily, by the code
+# that asks for MIOpen only (rocm-safe's miopen_gpu tests today).
+if [ -e "$BUILD/miopen/libMIOpen.so.1" ]; then
+    export ROCM_SYS_MIOPEN_LIB="$BUILD/miopen/libMIOpen.so.1"
+    row "MIOpen double" "built (cuDNN underneath)"
+else
+    row "MIOpen double" "not built (no cuDNN found; see build.log)"
+fi
 export RUST_BACKTRACE=1
 

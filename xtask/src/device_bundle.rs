@@ -24,6 +24,8 @@ const BUILDS: &[(&str, &[&str])] = &[
             "gpu",
             "--test",
             "gpu_faults",
+            "--test",
+            "miopen_gpu",
             "--bench",
             "launch_overhead",
         ],
