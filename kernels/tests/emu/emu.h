@@ -1,0 +1,333 @@
+// emu.h - runs our HIP/CUDA kernel sources on the host, in plain C++ (clang++ -std=c++17), to
+// check them without a GPU (kernels/tests/kernels_on_cpu.rs builds and runs the drivers).
+//
+// Execution model: the blocks of a launch run one after another; the threads of a block are
+// cooperative fibers (ucontext) that switch only at __syncthreads and at wave shuffles, so
+// `__shared__` is plain function-static storage and threadIdx/blockIdx are globals the scheduler
+// sets before resuming a fiber. The scheduler picks the next ready fiber at random (seeded per
+// launch), in half the blocks preferring the waves in a random priority order, and releases a
+// wave's shuffle as soon as all its lanes arrive, so waves run ahead of each other in varying
+// orders: a missing barrier tends to show up as a wrong result.
+//
+// Checked strictly (a launch that breaks a rule fails with a message, the driver counts it):
+//   - __syncthreads must be reached by every thread of the block (no thread may have exited or
+//     be waiting at a shuffle);
+//   - a shuffle must be reached by every lane of the wave, and read only lanes that exist.
+//
+// Wave size: EMU_WAVE (32 by default). Built with EMU_AMD_WAVE=32 or 64 it compiles the sources'
+// AMD paths instead (defines __HIP_DEVICE_COMPILE__ and __AMDGCN_WAVEFRONT_SIZE__) and emulates
+// the builtins they use (mbcnt, ds_bpermute); otherwise the CUDA paths with __shfl_xor_sync.
+//
+// What it cannot show: real memory-model and timing behaviour (no two threads ever run at the
+// same instant), the device compiler's code generation (ocml math, fp contraction, register
+// pressure), reads of uninitialised shared memory (the statics keep their values from block to
+// block), and AMD builtins other than the few emulated here.
+#pragma once
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ucontext.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#ifdef EMU_AMD_WAVE
+#define EMU_WAVE EMU_AMD_WAVE
+#define __HIP_DEVICE_COMPILE__ 1
+#define __AMDGCN_WAVEFRONT_SIZE__ EMU_AMD_WAVE
+#endif
+#ifndef EMU_WAVE
+#define EMU_WAVE 32
+#endif
+
+// kernels/include's cuda_fp16.h / cuda_bf16.h are used as they are; their device prelude
+// (candle_hip_compat.h, which needs clang -x hip) and their atomics are replaced by this file.
+#define CANDLE_HIP_COMPAT_H 1
+#define CANDLE_HIP_HAVE_HALF_ATOMICS 1
+#define CANDLE_HIP_HAVE_BF16_ATOMICS 1
+#define CANDLE_HIP 1
+
+#define __host__
+#define __device__
+#define __global__
+#define __shared__ static
+#define __forceinline__ inline __attribute__((always_inline))
+#define __noinline__ __attribute__((noinline))
+#define __launch_bounds__(...)
+#define warpSize 32
+
+struct dim3 {
+    unsigned int x, y, z;
+    constexpr dim3(unsigned int x_ = 1, unsigned int y_ = 1, unsigned int z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+struct uint3 {
+    unsigned int x, y, z;
+};
+inline uint3 threadIdx, blockIdx;
+inline dim3 blockDim, gridDim;
+
+struct __attribute__((aligned(8))) float2 {
+    float x, y;
+};
+inline float2 make_float2(float x, float y) { return float2{x, y}; }
+struct __attribute__((aligned(16))) uint4 {
+    unsigned int x, y, z, w;
+};
+
+inline unsigned int __float_as_uint(float x) { return __builtin_bit_cast(unsigned int, x); }
+inline int __float_as_int(float x) { return __builtin_bit_cast(int, x); }
+inline float __uint_as_float(unsigned int x) { return __builtin_bit_cast(float, x); }
+inline float __int_as_float(int x) { return __builtin_bit_cast(float, x); }
+inline long long __double_as_longlong(double x) { return __builtin_bit_cast(long long, x); }
+inline double __longlong_as_double(long long x) { return __builtin_bit_cast(double, x); }
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+inline float normcdff(float x) { return 0.5f * erfcf(-x * 0.70710678118654752f); }
+inline double normcdf(double x) { return 0.5 * erfc(-x * 0.70710678118654752440); }
+
+namespace emu {
+
+constexpr int WAVE = EMU_WAVE;
+constexpr size_t STACK = 256 * 1024;
+
+enum State { READY, SHFL, BAR, DONE };
+
+struct Fiber {
+    ucontext_t ctx;
+    State st;
+    unsigned tid; // linear thread id in the block
+    uint3 idx;
+    uint64_t val; // shuffle: this lane's value, source lane, result
+    int src;
+    uint64_t res;
+};
+
+struct Sched {
+    ucontext_t main_ctx, proto;
+    bool have_proto = false;
+    std::vector<Fiber> fibers;
+    std::vector<char *> stacks;
+    std::vector<unsigned> ready;
+    int cur = -1;
+    const std::function<void()> *body = nullptr;
+    std::mt19937 rng{12345};
+    std::string error;
+    unsigned long long launches = 0;
+    std::set<const void *> launched; // every kernel run so far (coverage checks)
+};
+inline Sched S;
+
+inline void fail(const std::string &m) {
+    if (S.error.empty()) S.error = m;
+}
+
+inline void switch_to_main() { swapcontext(&S.fibers[S.cur].ctx, &S.main_ctx); }
+
+inline void entry() {
+    (*S.body)();
+    S.fibers[S.cur].st = DONE;
+    setcontext(&S.main_ctx);
+}
+
+inline void resume(unsigned i) {
+    Fiber &f = S.fibers[i];
+    S.cur = (int)i;
+    threadIdx = f.idx;
+    swapcontext(&S.main_ctx, &f.ctx);
+    S.cur = -1;
+}
+
+// __syncthreads: wait until every thread of the block is here.
+inline void block_barrier() {
+    S.fibers[S.cur].st = BAR;
+    switch_to_main();
+}
+
+inline unsigned lane() { return S.fibers[S.cur].tid % WAVE; }
+
+// Exchange within the wave: returns the value `src_lane` passed (every lane takes part).
+inline uint64_t wave_exchange(uint64_t v, int src_lane) {
+    Fiber &f = S.fibers[S.cur];
+    f.val = v;
+    f.src = src_lane;
+    f.st = SHFL;
+    switch_to_main();
+    return S.fibers[S.cur].res;
+}
+
+// Releases wave w's shuffle if all its lanes have arrived.
+inline void try_release_wave(unsigned w) {
+    const unsigned n = (unsigned)S.fibers.size();
+    const unsigned lo = w * WAVE, hi = std::min<unsigned>(lo + WAVE, n);
+    for (unsigned i = lo; i < hi; ++i)
+        if (S.fibers[i].st != SHFL) return;
+    for (unsigned i = lo; i < hi; ++i) {
+        Fiber &f = S.fibers[i];
+        if (f.src < 0 || f.src >= WAVE || lo + (unsigned)f.src >= hi) {
+            fail("shuffle in wave " + std::to_string(w) + ": lane " + std::to_string(i - lo) + " reads lane " +
+                 std::to_string(f.src) + ", which does not exist");
+            f.res = 0;
+        } else {
+            f.res = S.fibers[lo + f.src].val;
+        }
+    }
+    for (unsigned i = lo; i < hi; ++i) {
+        S.fibers[i].st = READY;
+        S.ready.push_back(i);
+    }
+}
+
+inline void run_block(dim3 block) {
+    const unsigned n = block.x * block.y * block.z;
+    if (!S.have_proto) {
+        getcontext(&S.proto);
+        S.have_proto = true;
+    }
+    while (S.stacks.size() < n) {
+        char *p = (char *)malloc(STACK);
+        if (!p) abort();
+        S.stacks.push_back(p);
+    }
+    S.fibers.assign(n, Fiber{});
+    S.ready.clear();
+    for (unsigned t = 0; t < n; ++t) {
+        Fiber &f = S.fibers[t];
+        f.ctx = S.proto;
+        f.ctx.uc_stack.ss_sp = S.stacks[t];
+        f.ctx.uc_stack.ss_size = STACK;
+        f.ctx.uc_link = nullptr;
+        makecontext(&f.ctx, entry, 0);
+        f.st = READY;
+        f.tid = t;
+        f.idx = uint3{t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
+        S.ready.push_back(t);
+    }
+    // Half the blocks pick ready threads uniformly at random; the others by a random priority
+    // order of the waves, so that one wave runs as far ahead of the others as the barriers let
+    // it (what exposes a missing barrier before shared memory is reused).
+    const unsigned nwaves = (n + WAVE - 1) / WAVE;
+    const bool by_wave = S.rng() % 2;
+    std::vector<unsigned> prio(nwaves);
+    for (unsigned w = 0; w < nwaves; ++w) prio[w] = w;
+    std::shuffle(prio.begin(), prio.end(), S.rng);
+    while (true) {
+        while (!S.ready.empty()) {
+            size_t k = S.rng() % S.ready.size();
+            if (by_wave)
+                for (size_t j = 0; j < S.ready.size(); ++j)
+                    if (prio[S.ready[j] / WAVE] < prio[S.ready[k] / WAVE]) k = j;
+            unsigned i = S.ready[k];
+            S.ready[k] = S.ready.back();
+            S.ready.pop_back();
+            resume(i);
+            if (!S.error.empty()) return;
+            if (S.fibers[i].st == SHFL) try_release_wave(i / WAVE);
+            if (!S.error.empty()) return;
+        }
+        unsigned done = 0, bar = 0, shfl = 0;
+        for (auto &f : S.fibers) {
+            done += f.st == DONE;
+            bar += f.st == BAR;
+            shfl += f.st == SHFL;
+        }
+        if (done == n) return;
+        if (shfl) {
+            for (auto &f : S.fibers)
+                if (f.st == SHFL) {
+                    unsigned w = f.tid / WAVE, lo = w * WAVE, hi = std::min<unsigned>(lo + WAVE, n);
+                    std::string st;
+                    for (unsigned i = lo; i < hi; ++i) st += "RSBD"[S.fibers[i].st];
+                    fail("shuffle not reached by every lane of wave " + std::to_string(w) +
+                         " (lane states R=ready S=shuffle B=barrier D=exited: " + st + ")");
+                    return;
+                }
+        }
+        if (done) {
+            fail("__syncthreads reached by " + std::to_string(bar) + " of " + std::to_string(n) +
+                 " threads (the others exited)");
+            return;
+        }
+        for (unsigned t = 0; t < n; ++t) {
+            S.fibers[t].st = READY;
+            S.ready.push_back(t);
+        }
+    }
+}
+
+// Runs kernel(args...) over grid x block. Returns false (and prints why) when the launch broke
+// one of the rules above.
+template <typename... P, typename... A> bool launch(const char *name, void (*kernel)(P...), dim3 grid, dim3 block,
+                                                    A... args) {
+    const std::function<void()> body = [&]() { kernel(static_cast<P>(args)...); };
+    S.body = &body;
+    S.launched.insert((const void *)kernel);
+    S.error.clear();
+    S.rng.seed(0x9e3779b9u + (uint32_t)S.launches++);
+    gridDim = grid;
+    blockDim = block;
+    for (unsigned z = 0; z < grid.z && S.error.empty(); ++z)
+        for (unsigned y = 0; y < grid.y && S.error.empty(); ++y)
+            for (unsigned x = 0; x < grid.x && S.error.empty(); ++x) {
+                blockIdx = uint3{x, y, z};
+                run_block(block);
+            }
+    S.body = nullptr;
+    if (!S.error.empty()) {
+        printf("launch %s grid (%u,%u,%u) block (%u,%u,%u): %s\n", name, grid.x, grid.y, grid.z, block.x, block.y,
+               block.z, S.error.c_str());
+        return false;
+    }
+    return true;
+}
+
+// mbcnt: the number of set bits of `mask` below this lane, in the low / high 32 lanes.
+inline unsigned mbcnt_lo(unsigned mask, unsigned acc) {
+    unsigned l = lane();
+    unsigned below = l >= 32 ? 0xffffffffu : ((1u << l) - 1u);
+    return acc + (unsigned)__builtin_popcount(mask & below);
+}
+inline unsigned mbcnt_hi(unsigned mask, unsigned acc) {
+    unsigned l = lane();
+    unsigned below = l < 32 ? 0u : ((1u << (l - 32)) - 1u);
+    return acc + (unsigned)__builtin_popcount(mask & below);
+}
+// ds_bpermute: the value of lane (addr / 4) mod wave size.
+inline int ds_bpermute(int addr, int v) {
+    return (int)(uint32_t)wave_exchange((uint32_t)v, (int)(((unsigned)addr >> 2) & (WAVE - 1)));
+}
+
+} // namespace emu
+
+inline void __syncthreads() { emu::block_barrier(); }
+
+// CUDA's warp shuffle over 32-lane warps (the CUDA paths run with EMU_WAVE == 32).
+template <typename T> T __shfl_xor_sync(unsigned mask, T var, int laneMask, int width = warpSize) {
+    static_assert(sizeof(T) <= 8, "shuffle of a value over 8 bytes");
+    if (mask != 0xffffffffu) emu::fail("__shfl_xor_sync with a partial mask");
+    if (EMU_WAVE != 32) emu::fail("__shfl_xor_sync on a wave that is not 32 lanes");
+    int l = (int)emu::lane();
+    int src = l ^ laneMask;
+    if ((src & ~(width - 1)) != (l & ~(width - 1))) src = l;
+    uint64_t bits = 0;
+    memcpy(&bits, &var, sizeof(T));
+    bits = emu::wave_exchange(bits, src);
+    T r;
+    memcpy(&r, &bits, sizeof(T));
+    return r;
+}
+
+#ifdef EMU_AMD_WAVE
+#define __builtin_amdgcn_mbcnt_lo(m, a) emu::mbcnt_lo((m), (a))
+#define __builtin_amdgcn_mbcnt_hi(m, a) emu::mbcnt_hi((m), (a))
+#define __builtin_amdgcn_ds_bpermute(addr, v) emu::ds_bpermute((addr), (v))
+#endif
+
+#include "cuda_fp16.h"
+#include "cuda_bf16.h"

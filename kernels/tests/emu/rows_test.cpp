@@ -1,0 +1,454 @@
+// Runs kernels/hip/rows.hip on the host through emu.h and checks it against host references of
+// Candle's CPU semantics: last-dim sum/max/min/argmax/argmin (NaN, -inf, ties), middle-dim
+// reductions, fused softmax / RMS norm / layer norm (register path for every K and the two-pass
+// path), and the tiled transpose with batches and offsets. Launch shapes come from a
+// line-for-line port of candle-rocm/src/rows.rs (RowShape::new, fused_k, the vector-path and
+// grid rules). Built three ways by kernels/tests/kernels_on_cpu.rs: the CUDA path (wave 32,
+// __shfl_xor_sync) and the AMD path (ds_bpermute) with wave 32 and wave 64.
+// Prints bad=<mismatches> and exits non-zero on any mismatch.
+#include "emu.h"
+
+#include "check.h"
+
+// RW_SOURCE: another copy of the kernel source (mutation tests of this driver).
+#ifndef RW_SOURCE
+#define RW_SOURCE "../../hip/rows.hip"
+#endif
+#include RW_SOURCE
+
+using namespace chk;
+
+// ---- port of candle-rocm/src/rows.rs -----------------------------------------------------------
+static const size_t BLOCK = 256, MAX_GROUP = 32, BLOCK_STEP = 64, MAX_BLOCKS = 1 << 20, MAX_REG_VALUES = 32;
+static const size_t KS[4] = {1, 2, 4, 8};
+static const size_t TILE = 32, TILE_ROWS = 8, COL_X = 64, COL_Y = 4;
+static_assert(BLOCK == RW_BLOCK && TILE == RW_TILE && TILE_ROWS == RW_TROWS && COL_X == RW_CX && COL_Y == RW_CY,
+              "constants");
+
+struct RowShape {
+    unsigned tpr, block, grid;
+};
+static size_t next_pow2(size_t x) {
+    size_t p = 1;
+    while (p < x) p <<= 1;
+    return p;
+}
+static RowShape row_shape(size_t rows, size_t units, size_t per_thread) {
+    units = std::max<size_t>(units, 1);
+    size_t tpr, rpb;
+    if (units <= MAX_GROUP) {
+        tpr = next_pow2(units);
+        rpb = BLOCK / tpr;
+    } else {
+        size_t threads = (units + std::max<size_t>(per_thread, 1) - 1) / std::max<size_t>(per_thread, 1);
+        size_t block = (threads + BLOCK_STEP - 1) / BLOCK_STEP * BLOCK_STEP;
+        block = std::min(std::max(block, BLOCK_STEP), BLOCK);
+        tpr = block;
+        rpb = 1;
+    }
+    size_t block = rpb > 1 ? BLOCK : tpr;
+    size_t grid = std::min(std::max<size_t>((rows + rpb - 1) / rpb, 1), MAX_BLOCKS);
+    return RowShape{(unsigned)tpr, (unsigned)block, (unsigned)grid};
+}
+static long fused_k(size_t chunk_elems, size_t units) {
+    for (size_t k : KS)
+        if (k * chunk_elems <= MAX_REG_VALUES && (units + k - 1) / k <= BLOCK) return (long)k;
+    return -1;
+}
+static bool aligned(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+// ---- kernel tables ---------------------------------------------------------------------------
+enum Red { SUM, MAX, MIN, ARGMAX, ARGMIN };
+static const char *red_name[] = {"sum", "max", "min", "argmax", "argmin"};
+struct DtK {
+    void *r[5][2]; // last-dim reductions, [scalar, _v]
+    void *c[5];    // middle-dim
+    void *f[3][5][2]; // fused op, K index (0, 1, 2, 4, 8), [scalar, _v]
+};
+#define RK(op, TN) {(void *)&r##op##_##TN, (void *)&r##op##_##TN##_v}
+#define FK(op, TN, K) {(void *)&op##_##TN##_##K, (void *)&op##_##TN##_##K##_v}
+#define FK5(op, TN) {FK(op, TN, 0), FK(op, TN, 1), FK(op, TN, 2), FK(op, TN, 4), FK(op, TN, 8)}
+#define FK4(op, TN) {FK(op, TN, 0), FK(op, TN, 1), FK(op, TN, 2), FK(op, TN, 4), {nullptr, nullptr}}
+#define DTK(TN, FKN)                                                                                                   \
+    {{RK(sum, TN), RK(max, TN), RK(min, TN), RK(argmax, TN), RK(argmin, TN)},                                          \
+     {(void *)&csum_##TN, (void *)&cmax_##TN, (void *)&cmin_##TN, (void *)&cargmax_##TN, (void *)&cargmin_##TN},      \
+     {FKN(rsoftmax, TN), FKN(rrmsnorm, TN), FKN(rlayernorm, TN)}}
+static const DtK KT[4] = {DTK(f32, FK5), DTK(f16, FK4), DTK(bf16, FK4), DTK(f64, FK5)};
+static const DT DTS[4] = {F32, F16, BF16, F64};
+static int k_index(long k) { return k <= 0 ? 0 : k == 1 ? 1 : k == 2 ? 2 : k == 4 ? 3 : 4; }
+
+struct Ctx {
+    Counter c;
+    long launches = 0;
+} G;
+static std::mt19937_64 rng(7);
+static double uni(double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); }
+
+// Kernel pointer types (T the storage type: float, __half, __nv_bfloat16, double).
+template <typename T> using RedFn = void (*)(const T *, T *, size_t, size_t, unsigned);
+template <typename T> using ArgFn = void (*)(const T *, uint32_t *, size_t, size_t, unsigned);
+template <typename T> using ColFn = void (*)(const T *, T *, size_t, size_t, size_t);
+template <typename T> using ColArgFn = void (*)(const T *, uint32_t *, size_t, size_t, size_t);
+template <typename T>
+using FusedFn = void (*)(const T *, T *, const T *, const T *, size_t, size_t, unsigned, float);
+
+// ---- row values ----------------------------------------------------------------------------------
+// Row r's values by kind: plain, many ties, NaN inside, NaN first, all -inf, -inf and NaN with
+// one finite value last, +inf inside, all equal.
+static void fill_row(DT d, unsigned char *p, size_t start, size_t cols, int kind) {
+    for (size_t j = 0; j < cols; ++j) {
+        double v;
+        switch (kind) {
+        case 1: v = (double)((int)(rng() % 7) - 3); break;
+        case 4: v = -INFINITY; break;
+        case 5: v = j + 1 == cols ? 2.0 : (rng() % 2 ? -INFINITY : NAN); break;
+        case 7: v = 1.5; break;
+        default: v = uni(-4, 4);
+        }
+        if (kind == 2 && rng() % 5 == 0 && j > 0) v = NAN;
+        if (kind == 3 && j == 0) v = NAN;
+        if (kind == 6 && rng() % 9 == 0) v = INFINITY;
+        store(d, p, start + j, v);
+    }
+}
+
+// Candle's CPU rule: the first element is the start value; an element replaces it only when
+// strictly greater (smaller).
+static void ext_ref(const std::vector<double> &x, bool max, double &val, uint32_t &idx) {
+    val = x[0];
+    idx = 0;
+    for (size_t i = 1; i < x.size(); ++i)
+        if (max ? val < x[i] : val > x[i]) {
+            val = x[i];
+            idx = (uint32_t)i;
+        }
+}
+
+static double sum_tol(DT d, double abs_sum, double want) {
+    double r = d == F64 ? 1e-13 : 1e-5;
+    double out_ulp = d == F16 ? ldexp(1.0, -10) : d == BF16 ? ldexp(1.0, -7) : 0;
+    return r * abs_sum + out_ulp * fabs(want) + (d == F16 ? ldexp(1.0, -24) : 1e-300);
+}
+
+template <typename T>
+static void check_reduce_out(DT d, Red op, const std::vector<std::vector<double>> &xs, const Buf &out, size_t outs) {
+    for (size_t r = 0; r < outs; ++r) {
+        const std::vector<double> &x = xs[r];
+        G.c.checks++;
+        if (op == SUM) {
+            double s = 0, a = 0;
+            for (double v : x) {
+                s += v;
+                a += fabs(v);
+            }
+            double got = load(d, out.p, r);
+            if (!close(got, round_to(d, s), sum_tol(d, a, s)))
+                G.c.fail("row %zu: sum got %.9g want %.9g", r, got, s);
+            continue;
+        }
+        double val;
+        uint32_t idx;
+        ext_ref(x, op == MAX || op == ARGMAX, val, idx);
+        if (op == ARGMAX || op == ARGMIN) {
+            uint32_t got = ((const uint32_t *)out.p)[r];
+            if (got != idx) G.c.fail("row %zu: %s got %u want %u", r, red_name[op], got, idx);
+        } else {
+            double got = load(d, out.p, r);
+            if (!same(got, val)) G.c.fail("row %zu: %s got %.9g want %.9g", r, red_name[op], got, val);
+        }
+    }
+}
+
+// ---- last-dim reductions -------------------------------------------------------------------------
+// grid > 0: that many blocks instead of rows.rs's (the grid-stride loop over rows, which rows.rs
+// reaches past MAX_BLOCKS rows).
+template <typename T> static void reduce_rows(int di, Red op, size_t rows, size_t cols, size_t start, unsigned grid = 0) {
+    DT d = DTS[di];
+    Buf in(start + rows * cols, dt_size(d));
+    std::vector<std::vector<double>> xs(rows);
+    for (size_t r = 0; r < rows; ++r) {
+        fill_row(d, in.p, start + r * cols, cols, (int)(r % 8));
+        for (size_t j = 0; j < cols; ++j) xs[r].push_back(load(d, in.p, start + r * cols + j));
+    }
+    const T *src = (const T *)in.p + start;
+    // rows.rs: the _v kernel when the view starts 16-byte aligned and cols % N == 0.
+    size_t n = 16 / sizeof(T);
+    bool vec = aligned(src) && cols % n == 0;
+    RowShape sh = row_shape(rows, vec ? cols / n : cols, 4);
+    if (grid) sh.grid = grid;
+    bool idx = op == ARGMAX || op == ARGMIN;
+    Buf out(rows, idx ? 4 : sizeof(T));
+    void *k = KT[di].r[op][vec];
+    G.c.ctx = std::string("r") + red_name[op] + "_" + dt_name(d) + (vec ? "_v" : "") + " rows " +
+              std::to_string(rows) + " cols " + std::to_string(cols) + " start " + std::to_string(start) + " tpr " +
+              std::to_string(sh.tpr) + " block " + std::to_string(sh.block) + " grid " + std::to_string(sh.grid);
+    G.launches++;
+    bool ok = idx ? emu::launch("row reduce", (ArgFn<T>)k, dim3(sh.grid), dim3(sh.block), src, out.as<uint32_t>(),
+                                rows, cols, sh.tpr)
+                  : emu::launch("row reduce", (RedFn<T>)k, dim3(sh.grid), dim3(sh.block), src, out.as<T>(), rows,
+                                cols, sh.tpr);
+    if (!ok) {
+        G.c.fail("launch failed");
+        return;
+    }
+    if (!out.intact(rows)) G.c.fail("wrote outside the output");
+    check_reduce_out<T>(d, op, xs, out, rows);
+}
+
+// ---- middle-dim reductions -----------------------------------------------------------------------
+template <typename T> static void reduce_cols(int di, Red op, size_t a, size_t b, size_t c, unsigned grid_override = 0) {
+    DT d = DTS[di];
+    Buf in(a * b * c, dt_size(d));
+    // Column (ai, ci) gets kind (ai * c + ci) % 8.
+    std::vector<std::vector<double>> xs(a * c);
+    for (size_t ai = 0; ai < a; ++ai)
+        for (size_t ci = 0; ci < c; ++ci) {
+            std::vector<unsigned char> tmp(b * dt_size(d));
+            fill_row(d, tmp.data(), 0, b, (int)((ai * c + ci) % 8));
+            for (size_t bi = 0; bi < b; ++bi) {
+                memcpy(in.p + ((ai * b + bi) * c + ci) * dt_size(d), tmp.data() + bi * dt_size(d), dt_size(d));
+                xs[ai * c + ci].push_back(load(d, tmp.data(), bi));
+            }
+        }
+    bool idx = op == ARGMAX || op == ARGMIN;
+    Buf out(a * c, idx ? 4 : sizeof(T));
+    size_t blocks = std::min(std::max<size_t>(a * ((c + COL_X - 1) / COL_X), 1), MAX_BLOCKS);
+    if (grid_override) blocks = grid_override;
+    void *k = KT[di].c[op];
+    G.c.ctx = std::string("c") + red_name[op] + "_" + dt_name(d) + " (" + std::to_string(a) + "," + std::to_string(b) +
+              "," + std::to_string(c) + ") grid " + std::to_string(blocks);
+    G.launches++;
+    dim3 grid((unsigned)blocks), block((unsigned)COL_X, (unsigned)COL_Y);
+    const T *src = (const T *)in.p;
+    bool ok = idx ? emu::launch("col reduce", (ColArgFn<T>)k, grid, block, src, out.as<uint32_t>(), a, b, c)
+                  : emu::launch("col reduce", (ColFn<T>)k, grid, block, src, out.as<T>(), a, b, c);
+    if (!ok) {
+        G.c.fail("launch failed");
+        return;
+    }
+    if (!out.intact(a * c)) G.c.fail("wrote outside the output");
+    check_reduce_out<T>(d, op, xs, out, a * c);
+}
+
+// ---- fused rows ------------------------------------------------------------------------------------
+enum Fused { SOFTMAX, RMS, LAYER };
+static const char *fused_name[] = {"rsoftmax", "rrmsnorm", "rlayernorm"};
+
+// force_two_pass: the K = 0 kernel with RowShape(rows, units, 4) (rows.rs would keep such rows in
+// registers; the two-pass kernel takes any row length).
+template <typename T>
+static void fused_rows_case(int di, Fused op, size_t rows, size_t cols, size_t xskew, size_t askew, bool force_two_pass,
+                            unsigned grid = 0) {
+    DT d = DTS[di];
+    const float eps = 1e-5f;
+    Buf x(rows * cols, dt_size(d), xskew), alpha(cols, dt_size(d), askew), beta(cols, dt_size(d), askew);
+    std::vector<std::vector<double>> xs(rows);
+    for (size_t r = 0; r < rows; ++r) {
+        int kind = op == SOFTMAX ? (int)(r % 8) : (int)(r % 2); // norms: plain or small integers
+        if (kind == 5 || kind == 3) kind = 0;                     // softmax rows with NaN: kind 2
+        fill_row(d, x.p, r * cols, cols, kind);
+        if (op == LAYER)
+            for (size_t j = 0; j < cols; ++j) store(d, x.p, r * cols + j, round_to(d, load(d, x.p, r * cols + j) + 0.5));
+        for (size_t j = 0; j < cols; ++j) xs[r].push_back(load(d, x.p, r * cols + j));
+    }
+    for (size_t j = 0; j < cols; ++j) {
+        store(d, alpha.p, j, uni(0.5, 1.5));
+        store(d, beta.p, j, uni(-1, 1));
+    }
+    Buf out(rows * cols, dt_size(d));
+    const T *px = (const T *)x.p, *pa = (const T *)alpha.p, *pb = (const T *)beta.p;
+    size_t n = 16 / sizeof(T);
+    bool vec = cols % n == 0 && aligned(px) && aligned(out.p) && (op == SOFTMAX || aligned(pa)) &&
+               (op != LAYER || aligned(pb));
+    size_t units = (cols + n - 1) / n;
+    long k = force_two_pass ? -1 : fused_k(n, units);
+    RowShape sh = row_shape(rows, units, k > 0 ? (size_t)k : 4);
+    if (grid) sh.grid = grid;
+    void *kp = KT[di].f[op][k_index(k)][vec];
+    if (op == SOFTMAX) pa = px;
+    if (op != LAYER) pb = pa;
+    G.c.ctx = std::string(fused_name[op]) + "_" + dt_name(d) + "_" + std::to_string(k > 0 ? k : 0) + (vec ? "_v" : "") +
+              " rows " + std::to_string(rows) + " cols " + std::to_string(cols) + " tpr " + std::to_string(sh.tpr) +
+              " block " + std::to_string(sh.block) + " grid " + std::to_string(sh.grid) + " skews " + std::to_string(xskew) + "," + std::to_string(askew);
+    if (!kp) {
+        G.c.fail("no kernel");
+        return;
+    }
+    G.launches++;
+    if (!emu::launch(fused_name[op], (FusedFn<T>)kp, dim3(sh.grid), dim3(sh.block), px, out.as<T>(), pa, pb, rows, cols,
+                     sh.tpr, eps)) {
+        G.c.fail("launch failed");
+        return;
+    }
+    if (!out.intact(rows * cols)) G.c.fail("wrote outside the output");
+    const double rt = d == F64 ? 1e-12 : d == F32 ? 1e-5 : d == F16 ? ldexp(1.0, -10) + 1e-5 : ldexp(1.0, -7) + 1e-5;
+    const double at = d == F16 ? ldexp(1.0, -24) : d == BF16 ? 1e-38 : 1e-37;
+    for (size_t r = 0; r < rows; ++r) {
+        const std::vector<double> &v = xs[r];
+        double m = -INFINITY, s = 0, q = 0;
+        for (double e : v) {
+            if (e > m) m = e; // f32::max: NaN ignored
+            s += e;
+            q += e * e;
+        }
+        double es = 0;
+        if (op == SOFTMAX)
+            for (double e : v) es += exp(e - m);
+        double mean = s / cols, var = q / cols - mean * mean;
+        for (size_t j = 0; j < cols; ++j) {
+            double want, tol;
+            double a = load(d, alpha.p, j), b = load(d, beta.p, j);
+            if (op == SOFTMAX) {
+                want = exp(v[j] - m) / es;
+                tol = rt * fabs(want) + at;
+            } else if (op == RMS) {
+                double sc = 1 / sqrt(q / cols + eps);
+                want = v[j] * sc * a;
+                tol = rt * (fabs(want) + sc * fabs(a) * 1e-3) + at;
+            } else {
+                double sc = 1 / sqrt(var + eps);
+                want = (v[j] - mean) * sc * a + b;
+                tol = rt * (fabs(want) + sc * fabs(a) * (fabs(v[j]) + fabs(mean)) * 4 + fabs(b)) + at;
+            }
+            double got = load(d, out.p, r * cols + j);
+            G.c.checks++;
+            if (!close(got, round_to(d, want), tol))
+                G.c.fail("row %zu col %zu: x %.9g got %.9g want %.9g", r, j, v[j], got, want);
+        }
+    }
+}
+
+// ---- transpose -------------------------------------------------------------------------------------
+template <typename U> static void transpose_case(void (*k)(const U *, U *, size_t, unsigned, unsigned), size_t batches,
+                                                 size_t r, size_t c, size_t start, size_t dst_off) {
+    size_t el = batches * r * c;
+    Buf src(start + el, sizeof(U)), dst(dst_off + el, sizeof(U));
+    for (size_t i = 0; i < start + el; ++i) src.as<U>()[i] = (U)(rng() ^ (i * 0x9E3779B97F4A7C15ull));
+    size_t tiles = batches * ((r + TILE - 1) / TILE) * ((c + TILE - 1) / TILE);
+    dim3 grid((unsigned)std::min(std::max<size_t>(tiles, 1), MAX_BLOCKS)), block((unsigned)TILE, (unsigned)TILE_ROWS);
+    G.c.ctx = "rtranspose_u" + std::to_string(8 * sizeof(U)) + " batches " + std::to_string(batches) + " r " +
+              std::to_string(r) + " c " + std::to_string(c) + " start " + std::to_string(start) + " dst_off " +
+              std::to_string(dst_off);
+    G.launches++;
+    // rows.rs slices both buffers at their offsets; the untouched prefix of dst stays as it was.
+    if (!emu::launch("rtranspose", k, grid, block, src.as<U>() + start, dst.as<U>() + dst_off, batches, (unsigned)r,
+                     (unsigned)c)) {
+        G.c.fail("launch failed");
+        return;
+    }
+    if (!dst.intact(dst_off + el)) G.c.fail("wrote past the output");
+    for (size_t i = 0; i < dst_off; ++i)
+        if (dst.as<U>()[i] != (U)~(U)0) G.c.fail("wrote before the output at %zu", i);
+    for (size_t b = 0; b < batches; ++b)
+        for (size_t i = 0; i < r; ++i)
+            for (size_t j = 0; j < c; ++j) {
+                // src: (c, r) matrices; dst: (r, c).
+                U want = src.as<U>()[start + b * r * c + j * r + i], got = dst.as<U>()[dst_off + b * r * c + i * c + j];
+                G.c.checks++;
+                if (want != got) G.c.fail("b %zu (%zu,%zu): got %llx want %llx", b, i, j, (unsigned long long)got,
+                                          (unsigned long long)want);
+            }
+}
+
+// ---- the plan port against rows.rs's unit tests ----------------------------------------------------
+static void test_port() {
+    G.c.ctx = "port";
+    auto eq = [](RowShape s, unsigned t, unsigned b, unsigned g) { return s.tpr == t && s.block == b && s.grid == g; };
+    if (!eq(row_shape(1000, 7, 4), 8, 256, 32)) G.c.fail("row_shape(1000, 7)");
+    if (!eq(row_shape(3, 1, 4), 1, 256, 1)) G.c.fail("row_shape(3, 1)");
+    if (!eq(row_shape(8192, 2048, 4), 256, 256, 8192)) G.c.fail("row_shape(8192, 2048)");
+    if (!eq(row_shape(2, 33, 4), 64, 64, 2)) G.c.fail("row_shape(2, 33)");
+    if (fused_k(4, 257) != 2 || fused_k(4, 2049) != -1 || fused_k(8, 1024) != 4 || fused_k(2, 2049) != -1)
+        G.c.fail("fused_k");
+    G.c.checks += 5;
+}
+
+template <typename T> static void run_dtype(int di, const std::string &only) {
+    const size_t cols_list[] = {1, 31, 32, 33, 64, 65, 1000, 4097, 9000};
+    if (only.empty() || only == "reduce")
+        for (int op = 0; op < 5; ++op)
+            for (size_t cols : cols_list) {
+                size_t rows = cols <= 65 ? 37 : 3;
+                reduce_rows<T>(di, (Red)op, rows, cols, 0);
+                reduce_rows<T>(di, (Red)op, rows, cols, 1); // misaligned view: scalar path
+            }
+    if (only.empty() || only == "grid") { // fewer blocks than rows: every block loops
+        for (int op = 0; op < 5; ++op) {
+            reduce_rows<T>(di, (Red)op, 9, 1000, 0, 2);
+            reduce_rows<T>(di, (Red)op, 9, 65, 1, 2);
+            reduce_rows<T>(di, (Red)op, 100, 7, 0, 1);
+            reduce_cols<T>(di, (Red)op, 3, 9, 130, 2);
+        }
+        for (int op = 0; op < 3; ++op) {
+            fused_rows_case<T>(di, (Fused)op, 7, 1000, 0, 0, false, 2);
+            fused_rows_case<T>(di, (Fused)op, 7, 9000, 0, 0, false, 2);
+            fused_rows_case<T>(di, (Fused)op, 7, 1000, 0, 0, true, 2);
+            fused_rows_case<T>(di, (Fused)op, 70, 33, 0, 0, false, 1);
+        }
+    }
+    if (only.empty() || only == "cols") {
+        const size_t shapes[][3] = {{2, 7, 65}, {3, 33, 5}, {1, 1000, 3}, {4, 2, 130}, {2, 17, 64}, {1, 1, 2}};
+        for (int op = 0; op < 5; ++op)
+            for (auto &s : shapes) reduce_cols<T>(di, (Red)op, s[0], s[1], s[2]);
+    }
+    if (only.empty() || only == "fused") {
+        const size_t fcols[] = {1, 3, 8, 31, 32, 33, 64, 65, 100, 1000, 1024, 1500, 2048, 4096, 4097, 8192, 9000};
+        for (int op = 0; op < 3; ++op) {
+            for (size_t cols : fcols) {
+                size_t rows = cols <= 100 ? 19 : cols <= 2048 ? 3 : 2;
+                fused_rows_case<T>(di, (Fused)op, rows, cols, 0, 0, false);
+                if (cols == 1000 || cols == 33 || cols == 1500 || cols == 4096 || cols == 9000)
+                    fused_rows_case<T>(di, (Fused)op, rows, cols, 1, 0, false); // misaligned x
+                if (cols == 64 && op != SOFTMAX) fused_rows_case<T>(di, (Fused)op, rows, cols, 0, 1, false);
+                if (cols == 1 || cols == 33 || cols == 1000) fused_rows_case<T>(di, (Fused)op, rows, cols, 0, 0, true);
+            }
+        }
+    }
+}
+
+int main(int argc, char **argv) {
+    std::string only = argc > 1 ? argv[1] : "";
+    test_port();
+    run_dtype<float>(0, only);
+    run_dtype<__half>(1, only);
+    run_dtype<__nv_bfloat16>(2, only);
+    run_dtype<double>(3, only);
+    if (only.empty() || only == "transpose") {
+        const size_t cases[][5] = {{1, 3, 2, 0, 0},   {1, 32, 32, 0, 0}, {1, 33, 65, 1, 3}, {3, 7, 100, 5, 0},
+                                   {2, 64, 31, 0, 1}, {1, 1000, 3, 2, 2}, {4, 40, 40, 0, 0}};
+        for (auto &c : cases) {
+            transpose_case<uint8_t>(&rtranspose_u8, c[0], c[1], c[2], c[3], c[4]);
+            transpose_case<uint16_t>(&rtranspose_u16, c[0], c[1], c[2], c[3], c[4]);
+            transpose_case<uint32_t>(&rtranspose_u32, c[0], c[1], c[2], c[3], c[4]);
+            transpose_case<uint64_t>(&rtranspose_u64, c[0], c[1], c[2], c[3], c[4]);
+        }
+    }
+    // Every kernel of the tables ran at least once.
+    size_t kernels = 0;
+    auto covered = [&](const void *k, const char *what, int di) {
+        if (!k) return;
+        kernels++;
+        if (!emu::S.launched.count(k)) {
+            G.c.ctx = "coverage";
+            G.c.fail("a %s kernel for %s never ran", what, dt_name(DTS[di]));
+        }
+    };
+    if (only.empty())
+        for (int di = 0; di < 4; ++di) {
+            for (auto &r : KT[di].r)
+                for (void *k : r) covered(k, "last-dim reduction", di);
+            for (void *k : KT[di].c) covered(k, "middle-dim reduction", di);
+            for (auto &f : KT[di].f)
+                for (auto &kk : f)
+                    for (void *k : kk) covered(k, "fused", di);
+        }
+    printf("rows: %zu kernels of the tables ran\n", kernels);
+    printf("rows (wave %d, %s path): %ld launches, %ld checks, bad=%ld\n", emu::WAVE,
+#ifdef EMU_AMD_WAVE
+           "AMD",
+#else
+           "CUDA",
+#endif
+           G.launches, G.c.checks, G.c.bad);
+    return G.c.bad != 0;
+}
