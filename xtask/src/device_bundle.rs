@@ -203,6 +203,7 @@ const TESTS_MANIFEST: &str = "tests/Cargo.toml";
 /// without a GPU, which CI runs (bundle size better spent on GPU tests).
 const HOST_ONLY_TESTS: &[(&str, &str)] = &[
     ("candle-rocm-tests", "no_gpu"),
+    ("candle-rocm-tests", "ext_cpu"),
     ("candle-rocm-demo", "gguf_dequantized"),
 ];
 
