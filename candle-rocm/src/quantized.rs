@@ -7,18 +7,21 @@
 //! the shapes Candle's CUDA backend uses (`candle-core/src/quantized/cuda.rs`). F32, F16 and
 //! BF16 "blocks" are plain values, held as an ordinary storage of that dtype and cast.
 //!
-//! Not here yet (the slot's defaults run instead): the quantized matrix product dequantizes on
-//! the device and runs rocBLAS (`ExtQStorage::matmul_t`'s default; the mat-vec and mat-mat
-//! kernels on quantized weights need AMD tile sizes first), and Q8_1, which has no dequantize
-//! kernel, dequantizes on the host after the CPU-fallback check (refused in strict mode).
+//! The quantized matrix product: one f32 row (decode) runs candle-kernels'
+//! `dequantize_mul_mat_vec_*` kernels, which read the quantized weights once (Candle's CUDA
+//! backend runs them with `CANDLE_DMMV`-style forcing; its default q8_1 mat-vec kernels are
+//! linked statically there and are not ours to load); everything else dequantizes on the device
+//! and runs rocBLAS (the slot's `dequantize_matmul_t`). The q8_1 mat-vec and the tiled mat-mat
+//! kernels need AMD tile sizes first. Q8_1, which has no dequantize kernel, dequantizes on the
+//! host after the CPU-fallback check (refused in strict mode).
 
 use std::any::Any;
 use std::sync::Arc;
 
 use candle_core::backend::{BackendDevice, BackendStorage};
-use candle_core::ext::{ExtDevice, ExtQStorage, ExtStorage};
+use candle_core::ext::{dequantize_matmul_t, qmatmul_dims, ExtDevice, ExtQStorage, ExtStorage};
 use candle_core::quantized::GgmlDType;
-use candle_core::{CpuStorage, DType, Layout};
+use candle_core::{CpuStorage, DType, Layout, Shape};
 use candle_rocm_kernels::Module;
 use rocm_safe::{DeviceBuffer, DeviceRepr, LaunchConfig};
 
@@ -271,6 +274,72 @@ impl RocmQStorage {
         }
     }
 
+    /// `x (1, k) @ w^T` for one f32 row `x` with candle-kernels' dequantize-mat-vec kernels
+    /// (`w` is `(n, k)`): `None` when they do not apply (another type, or `k` not a multiple of
+    /// the kernels' stride).
+    fn mat_vec(
+        &self,
+        (n, k): (usize, usize),
+        x: &DeviceBuffer<f32>,
+        x_l: &Layout,
+    ) -> Result<Option<RocmStorage>, BackendError> {
+        let Blocks::Quantized(data) = &self.blocks else {
+            return Ok(None);
+        };
+        // (kernel, whether it takes the row count, the `k` multiple its loop needs).
+        let (name, with_rows, k_step) = match self.dtype {
+            GgmlDType::Q4_0 => ("dequantize_mul_mat_vec_q4_0_cuda", true, 64),
+            GgmlDType::Q4_1 => ("dequantize_mul_mat_vec_q4_1_cuda", true, 64),
+            GgmlDType::Q5_0 => ("dequantize_mul_mat_vec_q5_0_cuda", true, 64),
+            GgmlDType::Q5_1 => ("dequantize_mul_mat_vec_q5_1_cuda", true, 64),
+            GgmlDType::Q8_0 => ("dequantize_mul_mat_vec_q8_0_cuda", true, 64),
+            GgmlDType::Q2K => ("dequantize_mul_mat_vec_q2_k", true, 256),
+            GgmlDType::Q3K => ("dequantize_mul_mat_vec_q3_k", true, 256),
+            GgmlDType::Q4K => ("dequantize_mul_mat_vec_q4_k", true, 256),
+            // The q5_K kernel takes (vx, y, dst, ncols) only.
+            GgmlDType::Q5K => ("dequantize_mul_mat_vec_q5_k", false, 256),
+            GgmlDType::Q6K => ("dequantize_mul_mat_vec_q6_k", true, 256),
+            _ => return Ok(None),
+        };
+        if k % k_step != 0 || n == 0 {
+            return Ok(None);
+        }
+        self.check_count("mat_vec", n.saturating_mul(k))?;
+        let (ncols, nrows) = match (i32::try_from(k), i32::try_from(n)) {
+            (Ok(c), Ok(r)) => (c, r),
+            _ => return Ok(None),
+        };
+        let y = match x_l.contiguous_offsets() {
+            Some((o1, o2)) if o2 <= x.len() && o2 - o1 == k => x.slice(o1..o2)?,
+            _ => return Ok(None),
+        };
+        let out = self.device.alloc::<f32>(n)?;
+        let f = self.device.function(Module::Quantized, name)?;
+        let cfg = LaunchConfig {
+            // One 32-thread block per output row (Candle's WARP_SIZE x GGML_CUDA_MMV_Y = 1).
+            grid_dim: (nrows as u32, 1, 1),
+            block_dim: (32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (pw, py, pout) = (data.as_arg(), rocm_safe::DevicePtrArg::of(&y), out.as_arg());
+        let mut l = self.device.stream().launch_builder(&f);
+        l.arg(&pw).arg(&py).arg(&pout).arg(&ncols);
+        if with_rows {
+            l.arg(&nrows);
+        }
+        // SAFETY: candle-kernels' dequantize_mul_mat_vec kernels take (const void *w, const
+        // float *y, float *dst, int ncols[, int nrows]) (the q5_K one without nrows, as passed
+        // here); `check_count` made sure the n x k weights lie within the blocks held (plus
+        // MATRIX_ROW_PADDING of zeroed padding), `y` is a checked view of k f32 values, `k` is
+        // a multiple of the kernel's stride, `out` is a fresh buffer of n values; all ordered
+        // on the device's stream.
+        unsafe { l.launch(cfg)? };
+        Ok(Some(RocmStorage::new(
+            RocmStorageSlice::F32(out),
+            self.device.clone(),
+        )))
+    }
+
     /// The slot's host path (after the CPU-fallback check), for types without a kernel.
     fn dequantize_on_host(
         &self,
@@ -334,6 +403,22 @@ impl ExtQStorage for RocmQStorage {
             Some(s) => Ok(Box::new(s)),
             None => self.dequantize_on_host(elem_count, true),
         }
+    }
+    fn matmul_t(
+        &self,
+        w_shape: &Shape,
+        x: &dyn ExtStorage,
+        x_l: &Layout,
+    ) -> candle_core::Result<(Box<dyn ExtStorage>, Shape)> {
+        let (n, k, m, dst_shape) = qmatmul_dims(w_shape, x_l)?;
+        if m == 1 && x.dtype() == DType::F32 {
+            if let Some(x) = x.as_any().downcast_ref::<RocmStorage>() {
+                if let Some(out) = self.mat_vec((n, k), x.as_buffer::<f32>()?, x_l).w()? {
+                    return Ok((Box::new(out), dst_shape));
+                }
+            }
+        }
+        dequantize_matmul_t(self, w_shape, x, x_l)
     }
 }
 
