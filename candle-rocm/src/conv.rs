@@ -1,4 +1,5 @@
-//! Convolutions, pooling and upsampling: im2col + rocBLAS for `conv1d`/`conv2d`, col2im +
+//! Convolutions, pooling and upsampling: im2col + rocBLAS for `conv1d`/`conv2d` (or MIOpen
+//! when `CANDLE_ROCM_CONV=miopen`, see [`crate::miopen`]), col2im +
 //! rocBLAS or a direct kernel for `conv_transpose1d`, direct kernels for
 //! `conv_transpose2d`, the pools and the upsamplers (candle's `conv` module).
 //!
@@ -703,6 +704,12 @@ impl RocmStorage {
         agree(OP, "l_in", get("l_in")?, l_in).w()?;
         let (padding, stride, dilation) = (get("padding")?, get("stride")?, get("dilation")?);
         let l_out = conv_out(OP, l_in, k_size, padding, stride, dilation).w()?;
+        let cfg = rocm_safe::Conv2dConfig::conv1d(
+            b, c_in, l_in, c_out, k_size, 1, padding, stride, dilation,
+        );
+        if let Some(out) = crate::miopen::conv(OP, self, l, kernel, kernel_l, &cfg)? {
+            return Ok(out);
+        }
         let dev = self.device().clone();
         let col = Im2Col1D {
             l_k: k_size,
@@ -744,6 +751,16 @@ impl RocmStorage {
         let (padding, stride, dilation) = (get("padding")?, get("stride")?, get("dilation")?);
         let h_out = conv_out(OP, i_h, k_h, padding, stride, dilation).w()?;
         let w_out = conv_out(OP, i_w, k_w, padding, stride, dilation).w()?;
+        let cfg = crate::miopen::conv2d_config(
+            (b, c_in, i_h, i_w),
+            (c_out, k_h, k_w),
+            padding,
+            stride,
+            dilation,
+        );
+        if let Some(out) = crate::miopen::conv(OP, self, l, kernel, kernel_l, &cfg)? {
+            return Ok(out);
+        }
         let dev = self.device().clone();
         let col = Im2Col {
             h_k: k_h,

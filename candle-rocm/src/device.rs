@@ -8,7 +8,8 @@ use candle_core::{CpuStorage, DType, DeviceLocation, Layout, Shape, WithDType};
 use candle_rocm_kernels::Module;
 use parking_lot::Mutex;
 use rocm_safe::{
-    BlasHandle, DeviceBuffer, DevicePtrArg, DeviceRepr, Function, LaunchConfig, Stream,
+    BlasHandle, DeviceBuffer, DevicePtrArg, DeviceRepr, Function, LaunchConfig, MiopenHandle,
+    Stream,
 };
 
 use crate::error::{BackendError, WrapErr};
@@ -30,6 +31,9 @@ struct Inner {
     rng: Mutex<RngState>,
     /// Created on the first matmul, so a missing rocBLAS only affects matmul.
     blas: Mutex<Option<BlasHandle>>,
+    /// Tried on the first convolution that asks for MIOpen: `Some(None)` when it is absent,
+    /// disabled or failed to start (logged once).
+    miopen: Mutex<Option<Option<MiopenHandle>>>,
 }
 
 /// A ROCm device for Candle. Cheap to clone (shared).
@@ -66,6 +70,7 @@ impl RocmDevice {
                     offset: 0,
                 }),
                 blas: Mutex::new(None),
+                miopen: Mutex::new(None),
             }),
         })
     }
@@ -125,6 +130,26 @@ impl RocmDevice {
             None => guard.insert(BlasHandle::new(self.stream())?),
         };
         Ok(f(handle)?)
+    }
+
+    /// Runs `f` with the device's MIOpen handle, created on first use; `Ok(None)` when MIOpen
+    /// is absent, disabled (`ROCM_SYS_MIOPEN_LIB=none`) or failed to start.
+    pub(crate) fn miopen<R>(
+        &self,
+        f: impl FnOnce(&mut MiopenHandle) -> rocm_safe::Result<R>,
+    ) -> Result<Option<R>, BackendError> {
+        let mut guard = self.inner.miopen.lock();
+        let slot = guard.get_or_insert_with(|| match MiopenHandle::new(self.stream()) {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::warn!("MIOpen could not start on device {}: {e}", self.ordinal());
+                None
+            }
+        });
+        match slot.as_mut() {
+            Some(h) => Ok(Some(f(h)?)),
+            None => Ok(None),
+        }
     }
 
     /// An uninitialised storage of `shape` and `dtype` (every element must be written before

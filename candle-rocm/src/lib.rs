@@ -35,6 +35,7 @@ mod error;
 mod fused;
 pub mod indexing;
 pub mod matmul;
+pub mod miopen;
 pub mod ops;
 #[cfg(feature = "candle")]
 pub mod quantized;

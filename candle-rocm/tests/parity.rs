@@ -1352,6 +1352,16 @@ fn convolutions() {
         assert_eq!(cases(m), DTYPES.len() * n_cases() as usize, "{m}");
         flush(m);
     }
+    // With CANDLE_ROCM_CONV=miopen (the harness's second pass) the float cases must have run
+    // on MIOpen, not fallen back to im2col unnoticed.
+    if candle_rocm::miopen::conv_path() == candle_rocm::miopen::ConvPath::Miopen {
+        let runs = candle_rocm::miopen::miopen_runs();
+        eprintln!("convolutions: {runs} ran on MIOpen");
+        assert!(
+            runs > 0,
+            "CANDLE_ROCM_CONV=miopen, yet no convolution ran on MIOpen"
+        );
+    }
     finish(&["conv"]);
 }
 

@@ -135,6 +135,20 @@ if [ -s "$OUT/parity.tsv" ]; then
         done
 fi
 
+# candle-rocm's MIOpen path of the convolutions (CANDLE_ROCM_CONV=miopen) through the MIOpen
+# double, against the same references: the parity cases (which assert that MIOpen ran) and
+# candle-core's conv tests.
+if [ -n "${ROCM_SYS_MIOPEN_LIB:-}" ] && [[ -z "${ONLY:-}" || "miopen" =~ $ONLY ]]; then
+    echo "== convolutions on the MIOpen path (CANDLE_ROCM_CONV=miopen)"
+    CANDLE_ROCM_CONV=miopen timeout "${TEST_TIMEOUT:-300}" "$BUNDLE/candle-rocm.parity" \
+        --include-ignored convolutions > "$OUT/test-parity-miopen.log" 2>&1
+    row "parity convolutions, MIOpen path" "$(results "$OUT/test-parity-miopen.log") $(grep -ao '[0-9]* ran on MIOpen' "$OUT/test-parity-miopen.log")"
+    CANDLE_ROCM_STRICT=1 CANDLE_ROCM_CONV=miopen timeout "${TEST_TIMEOUT:-300}" \
+        "$BUNDLE/candle-suite.suite" --include-ignored conv_tests:: --skip ::cpu --skip ::ext_cpu \
+        > "$OUT/test-suite-conv-miopen.log" 2>&1
+    row "candle-suite conv_tests, MIOpen path" "$(results "$OUT/test-suite-conv-miopen.log")"
+fi
+
 if [ -x "$BUNDLE/rocm-safe.gpu_faults" ]; then
     echo "== gpu_faults (failure injection)"
     HIP_ON_CUDA_FAIL_MALLOC_AFTER=4 HIP_ON_CUDA_FAIL_LAUNCH_AFTER=3 \

@@ -1,0 +1,207 @@
+//! The MIOpen path of `conv1d` and `conv2d` (rocm-safe's [`MiopenHandle`]), chosen by
+//! [`CONV_VAR`]:
+//!
+//! - `miopen`: contiguous f32/f16/bf16 convolutions run through MIOpen when the library is
+//!   there; anything else (another dtype, a strided operand, MIOpen absent or failing for a
+//!   shape, logged once per shape through `tracing`) runs the im2col path;
+//! - `im2col`, or `auto` (the default): im2col + rocBLAS. `auto` becomes MIOpen-when-present
+//!   once the MIOpen path has run on a GPU (the HIP-on-CUDA harness's MIOpen double over cuDNN
+//!   is its first test); until then it is opt-in.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+use candle_core::backend::BackendStorage;
+use candle_core::Layout;
+use parking_lot::Mutex;
+use rocm_safe::{Conv2dConfig, DeviceBuffer, MiopenType};
+
+use crate::device::RocmDevice;
+use crate::ops::contiguous_view;
+use crate::storage::{RocmDType, RocmStorage, RocmStorageSlice as S};
+
+/// Variable choosing the convolution path: `auto` (default), `im2col` or `miopen`.
+pub const CONV_VAR: &str = "CANDLE_ROCM_CONV";
+
+/// A convolution path (see the module comment).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConvPath {
+    /// The default: im2col for now.
+    Auto,
+    /// im2col + rocBLAS.
+    Im2col,
+    /// MIOpen where it applies, im2col otherwise.
+    Miopen,
+}
+
+impl ConvPath {
+    /// Parses [`CONV_VAR`]'s value (case-insensitive); `None` for anything else.
+    pub fn parse(v: &str) -> Option<ConvPath> {
+        match v.trim().to_ascii_lowercase().as_str() {
+            "" | "auto" => Some(ConvPath::Auto),
+            "im2col" => Some(ConvPath::Im2col),
+            "miopen" => Some(ConvPath::Miopen),
+            _ => None,
+        }
+    }
+}
+
+/// The path [`CONV_VAR`] chooses, read once per process (an unknown value is logged and
+/// treated as `auto`).
+pub fn conv_path() -> ConvPath {
+    static PATH: OnceLock<ConvPath> = OnceLock::new();
+    *PATH.get_or_init(|| {
+        let v = std::env::var(CONV_VAR).unwrap_or_default();
+        ConvPath::parse(&v).unwrap_or_else(|| {
+            tracing::warn!("{CONV_VAR}={v:?} is not auto, im2col or miopen: using auto");
+            ConvPath::Auto
+        })
+    })
+}
+
+/// Convolutions MIOpen ran in this process (for tests that must know which path ran).
+static RUNS: AtomicU64 = AtomicU64::new(0);
+
+/// How many convolutions ran on MIOpen in this process.
+pub fn miopen_runs() -> u64 {
+    RUNS.load(Ordering::Relaxed)
+}
+
+/// Logs a fallback to im2col once per distinct `what`.
+fn log_once(what: String) {
+    static SEEN: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
+    if SEEN
+        .get_or_init(Default::default)
+        .lock()
+        .insert(what.clone())
+    {
+        tracing::warn!("{what}: running the im2col path");
+    }
+}
+
+/// `conv` on MIOpen when [`conv_path`] asks for it and it applies: the output storage, or
+/// `None` to run im2col. `op` names the op in logs; `cfg` holds the checked shape.
+pub(crate) fn conv(
+    op: &'static str,
+    x: &RocmStorage,
+    l: &Layout,
+    w: &RocmStorage,
+    wl: &Layout,
+    cfg: &Conv2dConfig,
+) -> candle_core::Result<Option<RocmStorage>> {
+    if conv_path() != ConvPath::Miopen {
+        return Ok(None);
+    }
+    if !l.is_contiguous() || !wl.is_contiguous() {
+        log_once(format!("{op} {cfg:?}: a strided operand"));
+        return Ok(None);
+    }
+    let dev = x.device();
+    let out = match (&x.slice, &w.slice) {
+        (S::F32(a), S::F32(b)) => run(op, dev, (a, l), (b, wl), cfg)?.map(S::F32),
+        (S::F16(a), S::F16(b)) => run(op, dev, (a, l), (b, wl), cfg)?.map(S::F16),
+        (S::BF16(a), S::BF16(b)) => run(op, dev, (a, l), (b, wl), cfg)?.map(S::BF16),
+        _ => {
+            log_once(format!(
+                "{op} in {:?}: MIOpen takes f32/f16/bf16",
+                x.dtype()
+            ));
+            None
+        }
+    };
+    Ok(out.map(|s| RocmStorage::new(s, dev.clone())))
+}
+
+/// Runs one convolution of `T` on the device's MIOpen handle; `None` (logged) when MIOpen is
+/// absent or refuses the problem.
+fn run<T: MiopenType + RocmDType>(
+    op: &'static str,
+    dev: &RocmDevice,
+    (x, l): (&DeviceBuffer<T>, &Layout),
+    (w, wl): (&DeviceBuffer<T>, &Layout),
+    cfg: &Conv2dConfig,
+) -> candle_core::Result<Option<DeviceBuffer<T>>> {
+    let xv = contiguous_view(op, x, l)?;
+    let wv = contiguous_view(op, w, wl)?;
+    let (h, w_out) = match cfg.out_hw() {
+        Ok(hw) => hw,
+        Err(e) => {
+            log_once(format!("{op} {cfg:?}: {e}"));
+            return Ok(None);
+        }
+    };
+    let len = [cfg.batch, cfg.out_channels, h, w_out]
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d));
+    let Some(len) = len else {
+        return Ok(None);
+    };
+    let mut y = dev.alloc::<T>(len).map_err(candle_core::Error::wrap)?;
+    match dev.miopen(|m| m.conv2d::<T>(cfg, &xv, &wv, &mut y)) {
+        Ok(Some(())) => {
+            RUNS.fetch_add(1, Ordering::Relaxed);
+            Ok(Some(y))
+        }
+        Ok(None) => {
+            log_once(format!("{op}: MIOpen is not available"));
+            Ok(None)
+        }
+        Err(e) => {
+            log_once(format!("{op} {cfg:?}: MIOpen failed ({e})"));
+            Ok(None)
+        }
+    }
+}
+
+/// The MIOpen problem of a `conv2d` with Candle's parameters (input `(b, c_in, h, w)`, kernel
+/// `(c_out, c_in, k_h, k_w)`, one padding/stride/dilation for both axes, no groups: Candle
+/// splits grouped convolutions before they reach a backend).
+pub(crate) fn conv2d_config(
+    (b, c_in, h, w): (usize, usize, usize, usize),
+    (c_out, k_h, k_w): (usize, usize, usize),
+    padding: usize,
+    stride: usize,
+    dilation: usize,
+) -> Conv2dConfig {
+    Conv2dConfig {
+        batch: b,
+        in_channels: c_in,
+        in_h: h,
+        in_w: w,
+        out_channels: c_out,
+        kernel_h: k_h,
+        kernel_w: k_w,
+        groups: 1,
+        padding: [padding; 2],
+        stride: [stride; 2],
+        dilation: [dilation; 2],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_variable_parses() {
+        assert_eq!(ConvPath::parse(""), Some(ConvPath::Auto));
+        assert_eq!(ConvPath::parse("AUTO"), Some(ConvPath::Auto));
+        assert_eq!(ConvPath::parse(" im2col "), Some(ConvPath::Im2col));
+        assert_eq!(ConvPath::parse("MIOpen"), Some(ConvPath::Miopen));
+        assert_eq!(ConvPath::parse("cudnn"), None);
+    }
+
+    #[test]
+    fn candle_parameters_map_to_one_problem() {
+        let c = conv2d_config((2, 3, 8, 9), (4, 3, 5), 1, 2, 1);
+        assert_eq!((c.batch, c.in_channels, c.in_h, c.in_w), (2, 3, 8, 9));
+        assert_eq!(
+            (c.out_channels, c.kernel_h, c.kernel_w, c.groups),
+            (4, 3, 5, 1)
+        );
+        assert_eq!((c.padding, c.stride, c.dilation), ([1, 1], [2, 2], [1, 1]));
+        // (8 + 2 - 3) / 2 + 1 = 4, (9 + 2 - 5) / 2 + 1 = 4.
+        assert_eq!(c.out_hw().ok(), Some((4, 4)));
+    }
+}
