@@ -11,49 +11,21 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
-use std::process::Command;
+mod host_program;
 
-fn clang() -> PathBuf {
-    match std::env::var_os("ROCM_PATH").filter(|v| !v.is_empty()) {
-        Some(rocm) => PathBuf::from(rocm).join("llvm/bin/clang++"),
-        None => PathBuf::from("clang++-19"),
-    }
-}
+use std::path::PathBuf;
 
 /// Builds `tests/emu/<driver>` with `defines` for the host, runs it and checks it reports no
 /// mismatch (`bad=0`).
 fn build_and_run(driver: &str, tag: &str, defines: &[&str]) {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let exe = std::env::temp_dir().join(format!("candle-rocm-emu-{tag}-{}", std::process::id()));
-    let out = Command::new(clang())
-        // -O0: the drivers build in about 2 s each and run in seconds; -O1 builds 5x slower.
-        .args(["-x", "c++", "-std=c++17", "-O0"])
-        .args(defines)
-        .arg(format!("-I{}", dir.join("include").display()))
-        .arg("-o")
-        .arg(&exe)
-        .arg(dir.join("tests/emu").join(driver))
-        .output()
-        .unwrap_or_else(|e| {
-            panic!(
-                "cannot run {} ({e}): install the kernel toolchain with \
-                 `bash kernels/install-toolchain.sh` or set ROCM_PATH",
-                clang().display()
-            )
-        });
-    assert!(
-        out.status.success(),
-        "compiling {driver} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let run = Command::new(&exe).output().unwrap();
-    let _ = std::fs::remove_file(&exe);
-    let text = String::from_utf8_lossy(&run.stdout);
-    assert!(
-        run.status.success() && text.contains("bad=0"),
-        "{text}{}",
-        String::from_utf8_lossy(&run.stderr)
+    // -O0: the drivers build in about 2 s each and run in seconds; -O1 builds 5x slower.
+    let mut args = vec!["-x", "c++", "-std=c++17", "-O0"];
+    args.extend_from_slice(defines);
+    host_program::build_and_check(
+        &format!("emu-{tag}"),
+        &args,
+        &dir.join("tests/emu").join(driver),
     );
 }
 

@@ -74,17 +74,7 @@ row "torch_bench.py exit code" "$? ($(grep -c '^bench' "$OUT/torch.tsv") rows)"
 tail -3 "$OUT/torch.err"
 
 echo "== launch overhead"
-if [ -x "$BUILD/bin/rocm-safe.launch_overhead" ]; then
-    "$BUILD/bin/rocm-safe.launch_overhead" 100000 2>&1 | tee "$OUT/launch.txt"
-    [ -x "$BUILD/launch_bench" ] && "$BUILD/launch_bench" "$ROCM_SAFE_TEST_MODULE" 100000 2>&1 | tee -a "$OUT/launch.txt"
-    get() { awk -v k="$1" '$2 == k { print $3 }' "$OUT/launch.txt"; }
-    for k in enqueue with_sync; do
-        ours=$(get "rocm_safe_${k}_us")
-        raw=$(get "raw_culaunch_${k}_us")
-        ratio=$(awk -v a="$ours" -v b="$raw" 'BEGIN { if (a != "" && b > 0) printf "%.2f", a / b }')
-        row "launch $k (us/launch)" "rocm-safe ${ours:-?} | raw cuLaunchKernel ${raw:-?} | ratio ${ratio:-?}"
-    done
-fi
+launch_overhead "$OUT/launch.txt"
 
 stamp=$(date -u +%Y-%m-%d)
 slug=$(echo "$gpu" | tr -cs 'A-Za-z0-9' '-' | sed 's/-*$//')

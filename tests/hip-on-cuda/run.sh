@@ -197,15 +197,7 @@ if [ -x "$BUNDLE/candle-rocm.bandwidth" ] && [ -z "${ONLY:-}" ]; then
 fi
 
 echo "== launch overhead"
-"$BUNDLE/rocm-safe.launch_overhead" 100000 2>&1 | tee "$OUT/bench.txt"
-[ -x "$BUILD/launch_bench" ] && "$BUILD/launch_bench" "$ROCM_SAFE_TEST_MODULE" 100000 2>&1 | tee -a "$OUT/bench.txt"
-get() { awk -v k="$1" '$2 == k { print $3 }' "$OUT/bench.txt"; }
-for k in enqueue with_sync; do
-    ours=$(get "rocm_safe_${k}_us")
-    raw=$(get "raw_culaunch_${k}_us")
-    ratio=$(awk -v a="$ours" -v b="$raw" 'BEGIN { if (a != "" && b > 0) printf "%.2f", a / b }')
-    row "launch $k (us/launch)" "rocm-safe ${ours:-?} | raw cuLaunchKernel ${raw:-?} | ratio ${ratio:-?}"
-done
+launch_overhead "$OUT/bench.txt"
 
 # The device tool returns at most 8 files: pack the logs into one archive beside the summary.
 ( cd "$OUT" && find . -maxdepth 1 -type f ! -name summary.txt ! -name logs.tar.gz ! -name 'parity.tsv*' -printf '%f\n' \

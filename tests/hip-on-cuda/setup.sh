@@ -6,7 +6,7 @@
 #
 # Needs: OUT, BUILD, BUNDLE_ROOT and a `row KEY VALUE` function. Returns 1 (the caller stops)
 # when the double or the test kernels do not build. Also unpacks the bundle's binaries (they
-# travel xz-compressed: the carry limit) into $BUILD/bin.
+# travel xz-compressed: the carry limit) into $BUILD/bin, and defines `launch_overhead LOG`.
 
 echo "== unpack the bundle's binaries into $BUILD/bin"
 rm -rf "$BUILD/bin"
@@ -71,3 +71,18 @@ else
 fi
 export RUST_BACKTRACE=1
 
+# launch_overhead LOG: rocm-safe's launch benchmark ($BUILD/bin/rocm-safe.launch_overhead) next
+# to a raw cuLaunchKernel loop of the same kernel, output in LOG, a summary row per measure.
+launch_overhead() {
+    local log="$1"
+    [ -x "$BUILD/bin/rocm-safe.launch_overhead" ] || return 0
+    "$BUILD/bin/rocm-safe.launch_overhead" 100000 2>&1 | tee "$log"
+    [ -x "$BUILD/launch_bench" ] && "$BUILD/launch_bench" "$ROCM_SAFE_TEST_MODULE" 100000 2>&1 | tee -a "$log"
+    local k ours raw ratio
+    for k in enqueue with_sync; do
+        ours=$(awk -v k="rocm_safe_${k}_us" '$2 == k { print $3 }' "$log")
+        raw=$(awk -v k="raw_culaunch_${k}_us" '$2 == k { print $3 }' "$log")
+        ratio=$(awk -v a="$ours" -v b="$raw" 'BEGIN { if (a != "" && b > 0) printf "%.2f", a / b }')
+        row "launch $k (us/launch)" "rocm-safe ${ours:-?} | raw cuLaunchKernel ${raw:-?} | ratio ${ratio:-?}"
+    done
+}

@@ -186,3 +186,25 @@ pub fn report(key: &str, value: &str) {
         }
     }
 }
+
+/// Every GGML block type but Q8_1, which candle's CPU cannot dequantize and candle-kernels has
+/// no dequantize kernel for: the types the quantized tests check.
+pub const GGML_TYPES_BUT_Q8_1: [candle_core::quantized::GgmlDType; 14] = {
+    use candle_core::quantized::GgmlDType as G;
+    [
+        G::F32,
+        G::F16,
+        G::BF16,
+        G::Q4_0,
+        G::Q4_1,
+        G::Q5_0,
+        G::Q5_1,
+        G::Q8_0,
+        G::Q2K,
+        G::Q3K,
+        G::Q4K,
+        G::Q5K,
+        G::Q6K,
+        G::Q8K,
+    ]
+};

@@ -8,7 +8,7 @@
 use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor};
 use candle_core::{DType, Device, Error, IndexOp, Module, Result, Tensor, Var, D};
 use candle_ext_cpu::{ext_cpu, ext_cpu_device, ext_cpu_device_strict, ExtCpuDevice, LOCATION};
-use candle_rocm_tests::{assert_close, max_abs_diff, normal, rng, root_cause};
+use candle_rocm_tests::{assert_close, max_abs_diff, normal, rng, root_cause, GGML_TYPES_BUT_Q8_1};
 
 /// A tensor of `shape` with normal values (standard deviation 1) from `seed`, made on the CPU
 /// and moved to `dev`, so both devices see the same bits.
@@ -448,28 +448,10 @@ fn autograd_of_a_small_mlp() -> Result<()> {
     Ok(())
 }
 
-/// The block types checked; Q8_1 is left out as on candle's CPU (no dequantization).
-const QTYPES: [GgmlDType; 14] = [
-    GgmlDType::F32,
-    GgmlDType::F16,
-    GgmlDType::BF16,
-    GgmlDType::Q4_0,
-    GgmlDType::Q4_1,
-    GgmlDType::Q5_0,
-    GgmlDType::Q5_1,
-    GgmlDType::Q8_0,
-    GgmlDType::Q2K,
-    GgmlDType::Q3K,
-    GgmlDType::Q4K,
-    GgmlDType::Q5K,
-    GgmlDType::Q6K,
-    GgmlDType::Q8K,
-];
-
 #[test]
 fn quantized_storage_and_dequantization() -> Result<()> {
     let (n, k) = (6, 512);
-    for dt in QTYPES {
+    for dt in GGML_TYPES_BUT_Q8_1 {
         let dev = ext_cpu_device();
         let w_cpu = input(&Device::Cpu, 38, &[n, k])?;
         let q_cpu = QTensor::quantize(&w_cpu, dt)?;
@@ -520,7 +502,7 @@ fn quantized_storage_and_dequantization() -> Result<()> {
 #[test]
 fn quantized_matmul_and_embedding() -> Result<()> {
     let (n, k) = (8, 256);
-    for dt in QTYPES {
+    for dt in GGML_TYPES_BUT_Q8_1 {
         let dev = ext_cpu_device();
         let w_cpu = input(&Device::Cpu, 39, &[n, k])?;
         let q_ext = QTensor::quantize(&w_cpu.to_device(&dev)?, dt)?;

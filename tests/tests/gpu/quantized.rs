@@ -4,25 +4,9 @@
 
 use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor};
 use candle_core::{DType, Device, Module, Result, Tensor};
-use candle_rocm_tests::{assert_close, assert_gpu_close, gpu, normal, rng, root_cause};
-
-/// Every block type the device dequantizes with a kernel (Q8_1 has none; see below).
-const KERNEL_TYPES: [GgmlDType; 14] = [
-    GgmlDType::F32,
-    GgmlDType::F16,
-    GgmlDType::BF16,
-    GgmlDType::Q4_0,
-    GgmlDType::Q4_1,
-    GgmlDType::Q5_0,
-    GgmlDType::Q5_1,
-    GgmlDType::Q8_0,
-    GgmlDType::Q2K,
-    GgmlDType::Q3K,
-    GgmlDType::Q4K,
-    GgmlDType::Q5K,
-    GgmlDType::Q6K,
-    GgmlDType::Q8K,
-];
+use candle_rocm_tests::{
+    assert_close, assert_gpu_close, gpu, normal, rng, root_cause, GGML_TYPES_BUT_Q8_1,
+};
 
 /// A `(rows, k)` weight matrix quantized on the CPU, and the same blocks loaded on `dev`.
 fn weights(dtype: GgmlDType, rows: usize, k: usize, seed: u64) -> Result<(QTensor, QTensor)> {
@@ -40,7 +24,7 @@ fn weights(dtype: GgmlDType, rows: usize, k: usize, seed: u64) -> Result<(QTenso
 #[test]
 #[ignore = "needs a HIP device"]
 fn blocks_round_trip_and_dequantize_like_the_cpu() -> Result<()> {
-    for (i, dtype) in KERNEL_TYPES.into_iter().enumerate() {
+    for (i, dtype) in GGML_TYPES_BUT_Q8_1.into_iter().enumerate() {
         let (rows, k) = (3, 512);
         let (cpu, q) = weights(dtype, rows, k, 100 + i as u64)?;
         assert_eq!(q.dtype(), dtype);
@@ -67,7 +51,7 @@ fn blocks_round_trip_and_dequantize_like_the_cpu() -> Result<()> {
 fn qmatmul_matches_the_cpu_on_dequantized_weights() -> Result<()> {
     let dev = gpu()?;
     let (n, k) = (96, 512);
-    for (i, dtype) in KERNEL_TYPES.into_iter().enumerate() {
+    for (i, dtype) in GGML_TYPES_BUT_Q8_1.into_iter().enumerate() {
         let (cpu, q) = weights(dtype, n, k, 200 + i as u64)?;
         let w = cpu.dequantize(&Device::Cpu)?;
         let mm = QMatMul::from_qtensor(q)?;
