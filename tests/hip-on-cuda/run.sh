@@ -162,8 +162,10 @@ if [ "$SANITIZE" = 1 ]; then
     # still reports the binaries that matter most.
     ORDERED=()
     declare -A QUEUED=()
+    # SAN_ONLY=<regex> sanitizes just the matching binaries (all of them still run once above).
     for pat in parity robustness "candle-rocm.gpu" "rocm-safe.gpu" "candle-rocm-tests." "candle-suite."; do
         for t in "${TESTS[@]}"; do
+            [[ -z "${SAN_ONLY:-}" || "$(basename "$t")" =~ $SAN_ONLY ]] || continue
             if [[ "$(basename "$t")" == *"$pat"* && -z "${QUEUED[$t]:-}" ]]; then
                 ORDERED+=("$t")
                 QUEUED[$t]=1

@@ -369,6 +369,51 @@ fn matmul(b: &Bench) -> Result<()> {
     Ok(())
 }
 
+/// Matrix products on quantized (GGML) weights, as a GGUF model's linear layers run them:
+/// decode-shaped (one f32 row; the work counted is the weight bytes, which dominate what the
+/// kernel must read) and prefill-shaped (512 rows; flops). Weights are random, quantized on the
+/// CPU, then placed on the device with `QTensor::quantize_onto`.
+fn quantized(b: &Bench) -> Result<()> {
+    use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+    use candle_core::Module;
+    let dev = &b.dev;
+    let types = [
+        (GgmlDType::Q4_0, "q4_0"),
+        (GgmlDType::Q4K, "q4k"),
+        (GgmlDType::Q8_0, "q8_0"),
+    ];
+    for (ty, ty_name) in types {
+        for (m, n, k) in [
+            (1usize, 4096usize, 4096usize),
+            (1, 32000, 4096),
+            (512, 4096, 4096),
+        ] {
+            let op = if m == 1 {
+                format!("qmatvec_{ty_name}")
+            } else {
+                format!("qmatmul_{ty_name}")
+            };
+            if !b.wanted("quant", &op) || (m > 1 && ty != GgmlDType::Q4_0) {
+                continue;
+            }
+            let w = Tensor::randn(0f32, 0.02, (n, k), &Device::Cpu)?;
+            let qw = QTensor::quantize_onto(&w, ty, dev)?;
+            let weight_bytes = qw.storage_size_in_bytes() as f64;
+            let mm = QMatMul::from_qtensor(qw)?;
+            let x = Tensor::randn(0f32, 1.0, (m, k), dev)?;
+            let s = b.time(|| Ok(mm.forward(&x)?))?;
+            let shape = format!("{m}x{k}x{n}");
+            if m == 1 {
+                b.print(["quant", &op, &shape, "f32"], s, weight_bytes, "bytes");
+            } else {
+                let flops = 2.0 * (m * k * n) as f64;
+                b.print(["quant", &op, &shape, "f32"], s, flops, "flops");
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Random weights of whatever shape a model asks for: timing needs the shapes, not the
 /// values. Normal with standard deviation 0.02, as the models' initialisers.
 struct RandomWeights;
@@ -512,6 +557,7 @@ fn main() -> Result<()> {
     casts(&b)?;
     latency(&b)?;
     matmul(&b)?;
+    quantized(&b)?;
     bert(&b)?;
     decode(&b, cli.decode_tokens)?;
     Ok(())
