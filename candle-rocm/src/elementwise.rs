@@ -1,6 +1,7 @@
 //! The fast elementwise paths: our `elementwise` module (kernels/hip/elementwise.hip) for unary
-//! ops, `affine`, `elu`, `powf` and float casts (f32, f16, bf16, f64) and binary ops (also u8,
-//! u32, i16, i32, i64).
+//! ops, `affine`, `elu`, `powf` and float casts (f32, f16, bf16, f64), binary ops (also u8,
+//! u32, i16, i32, i64) and `where_cond` (conditions u8, u32, i16, i32, i64; values of every
+//! binary dtype).
 //!
 //! Every launch is planned on the host from the layouts alone, with no allocation besides the
 //! output and no upload: size-1 dims are dropped and adjacent dims that every operand walks
@@ -12,10 +13,14 @@
 //!   and strides by value; when the innermost dim is a multiple of the pack and each operand is
 //!   either contiguous along it (with pack-aligned strides) or broadcast (stride 0), packs are
 //!   loaded whole (row and column broadcasts);
-//! - anything else: `None`, and the caller runs candle-kernels' path (which uploads the dims).
+//! - anything else: `None`, and the caller runs candle-kernels' path (which uploads the dims;
+//!   for `where_cond`, our `where` module).
+//!
+//! A `where_cond` pack is 16 bytes of the smaller of the condition and value types, capped at
+//! 64 bytes of the larger ([`select_pack_elems`]).
 //!
 //! The constants below must match `EW_BLOCK`, `EW_UNROLL` and `EW_MAX_RANK` in the kernel
-//! source; the structs match `EwDims`, `EwStrided1` and `EwStrided2`.
+//! source; the structs match `EwDims`, `EwStrided1`, `EwStrided2` and `EwStrided3`.
 
 use candle_core::{DType, Layout};
 use candle_rocm_kernels::Module;
@@ -44,6 +49,19 @@ pub fn pack_elems<I, O>() -> usize {
         / std::mem::size_of::<I>()
             .min(std::mem::size_of::<O>())
             .max(1)
+}
+
+/// Largest pack of one `where_cond` operand, in bytes (`SelVec` in the kernel source).
+pub const MAX_SELECT_PACK_BYTES: usize = 64;
+
+/// Elements per `where_cond` pack for condition type `C` and value type `T`: 16 bytes of the
+/// smaller type, capped at [`MAX_SELECT_PACK_BYTES`] of the larger (register use).
+pub fn select_pack_elems<C, T>() -> usize {
+    let (c, t) = (
+        std::mem::size_of::<C>().max(1),
+        std::mem::size_of::<T>().max(1),
+    );
+    (PACK_BYTES / c.min(t)).min(MAX_SELECT_PACK_BYTES / c.max(t))
 }
 
 /// The launch shape for `n` elements processed `vec` at a time: enough blocks of [`BLOCK`]
@@ -94,7 +112,8 @@ pub struct Dims {
     pub shift: [u32; MAX_RANK],
 }
 
-/// Shape plus the strides of `N` operands, by value (`EwStrided1`, `EwStrided2`).
+/// Shape plus the strides of `N` operands, by value (`EwStrided1`, `EwStrided2`,
+/// `EwStrided3`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Strided<const N: usize> {
@@ -276,6 +295,28 @@ const CASTS: [Names<4>; 4] = [
     names!("cast_bf16"; f32, f16, bf16, f64),
     names!("cast_f64"; f32, f16, bf16, f64),
 ];
+
+/// `where_cond` kernels, `[condition][value]`: conditions u8, u32, i16, i32, i64; values in
+/// the binary table's order.
+const WHERE: [Names<9>; 5] = [
+    names!("where_u8"; f32, f16, bf16, f64, u8, u32, i16, i32, i64),
+    names!("where_u32"; f32, f16, bf16, f64, u8, u32, i16, i32, i64),
+    names!("where_i16"; f32, f16, bf16, f64, u8, u32, i16, i32, i64),
+    names!("where_i32"; f32, f16, bf16, f64, u8, u32, i16, i32, i64),
+    names!("where_i64"; f32, f16, bf16, f64, u8, u32, i16, i32, i64),
+];
+
+/// Position of a condition dtype in the `where` table.
+fn cond_index(dtype: DType) -> Option<usize> {
+    match dtype {
+        DType::U8 => Some(0),
+        DType::U32 => Some(1),
+        DType::I16 => Some(2),
+        DType::I32 => Some(3),
+        DType::I64 => Some(4),
+        _ => None,
+    }
+}
 
 /// Position of a float dtype in the name tables.
 fn float_index(dtype: DType) -> Option<usize> {
@@ -483,6 +524,72 @@ pub fn binary<T: RocmDType>(
     Ok(Some(out))
 }
 
+/// `where_cond`: `cond[i] != 0 ? t[i] : f[i]`, bits copied as they are, when the module has
+/// the kernel for `C` and `T` and the layouts fit its kernels; `Ok(None)` otherwise (including
+/// differing dims, which the caller reports).
+pub fn where_cond<C: RocmDType, T: RocmDType>(
+    dev: &RocmDevice,
+    (cond, cond_l): (&DeviceBuffer<C>, &Layout),
+    (t, t_l): (&DeviceBuffer<T>, &Layout),
+    (f, f_l): (&DeviceBuffer<T>, &Layout),
+) -> Result<Option<DeviceBuffer<T>>, BackendError> {
+    if !crate::registry::fast_kernels() {
+        return Ok(None);
+    }
+    let (Some(ci), Some(vi)) = (cond_index(C::DTYPE), binary_index(T::DTYPE)) else {
+        return Ok(None);
+    };
+    if cond_l.dims() != t_l.dims() || cond_l.dims() != f_l.dims() {
+        return Ok(None);
+    }
+    let names = WHERE[ci][vi];
+    let n = cond_l.shape().elem_count();
+    if n == 0 {
+        return Ok(Some(dev.alloc::<T>(0)?));
+    }
+    let vec = select_pack_elems::<C, T>();
+    let plan = plan::<3>(
+        cond_l.dims(),
+        [cond_l.stride(), t_l.stride(), f_l.stride()],
+        vec,
+    );
+    if plan == Plan::Fallback {
+        return Ok(None);
+    }
+    let out = dev.alloc::<T>(n)?;
+    let (c, a, b) = (
+        checked_view(names[0], cond, cond_l)?,
+        checked_view(names[0], t, t_l)?,
+        checked_view(names[0], f, f_l)?,
+    );
+    let cfg = launch_config(n, vec)?;
+    let (pc, pa, pb, pout) = (
+        DevicePtrArg::of(&c),
+        DevicePtrArg::of(&a),
+        DevicePtrArg::of(&b),
+        out.as_arg(),
+    );
+    let func = match plan {
+        Plan::Strided(_) => dev.function_static(Module::Elementwise, names[1])?,
+        _ => dev.function_static(Module::Elementwise, names[0])?,
+    };
+    let mut l = dev.stream().launch_builder(&func);
+    l.arg(&n);
+    if let Plan::Strided(s) = &plan {
+        l.arg(s);
+    }
+    l.arg(&pc).arg(&pa).arg(&pb).arg(&pout);
+    // SAFETY: elementwise.hip's where kernels take (size_t n, [EwStrided3 s,] const C* cond,
+    // const T* t, const T* f, T* out) with C and T the unsigned integers of these dtypes'
+    // sizes; `Strided<3>` is `EwStrided3` field for field; the plan was built from these three
+    // layouts (same dims; n and every offset fit u32) and each layout was checked to lie
+    // inside its buffer; a contiguous plan reads exactly n elements from each view's start,
+    // which the same checks cover; `out` is a fresh buffer of n elements; everything is
+    // ordered on the device's stream.
+    unsafe { l.launch(cfg)? };
+    Ok(Some(out))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -558,6 +665,14 @@ mod tests {
         assert_eq!(pack_elems::<f32, half::bf16>(), 8);
         assert_eq!(pack_elems::<f64, f32>(), 4);
         assert_eq!(pack_elems::<u8, u8>(), 16);
+        assert_eq!(select_pack_elems::<u8, f32>(), 16);
+        assert_eq!(select_pack_elems::<u8, half::bf16>(), 16);
+        assert_eq!(select_pack_elems::<u8, f64>(), 8);
+        assert_eq!(select_pack_elems::<i64, u8>(), 8);
+        assert_eq!(select_pack_elems::<i64, half::f16>(), 8);
+        assert_eq!(select_pack_elems::<i32, u8>(), 16);
+        assert_eq!(select_pack_elems::<u32, f64>(), 4);
+        assert_eq!(select_pack_elems::<i64, i64>(), 2);
     }
 
     fn strided<const N: usize>(p: Plan<N>) -> Strided<N> {
@@ -599,6 +714,18 @@ mod tests {
         // Unused entries: size 1, magic of 1, stride 0.
         assert_eq!(s.dims.dims[2..], [1; MAX_RANK - 2]);
         assert_eq!(s.strides[0][2..], [0; MAX_RANK - 2]);
+        // where_cond on an attention mask: cond [S, S] broadcast over [B, H], t contiguous,
+        // f one scalar; the inner two dims merge, and packs load whole (u8 cond, f32 values).
+        let w = strided(plan::<3>(
+            &[2, 3, 4, 8],
+            [&[0, 0, 8, 1], &[96, 32, 8, 1], &[0, 0, 0, 0]],
+            16,
+        ));
+        assert_eq!((w.dims.rank, w.dims.vec), (2, 1));
+        assert_eq!(&w.dims.dims[..2], &[32, 6]);
+        assert_eq!(&w.strides[0][..2], &[1, 0]);
+        assert_eq!(&w.strides[1][..2], &[1, 32]);
+        assert_eq!(&w.strides[2][..2], &[0, 0]);
     }
 
     #[test]
@@ -626,6 +753,8 @@ mod tests {
         assert_eq!(std::mem::size_of::<Dims>(), 4 * (2 + 3 * MAX_RANK));
         assert_eq!(std::mem::size_of::<Strided<1>>(), 4 * (2 + 4 * MAX_RANK));
         assert_eq!(std::mem::size_of::<Strided<2>>(), 4 * (2 + 5 * MAX_RANK));
+        assert_eq!(std::mem::size_of::<Strided<3>>(), 4 * (2 + 6 * MAX_RANK));
+        assert_eq!(std::mem::align_of::<Strided<3>>(), 4);
         assert_eq!(std::mem::align_of::<Strided<2>>(), 4);
     }
 
@@ -643,7 +772,10 @@ mod tests {
         for row in &CASTS {
             wanted.extend(row.iter().flatten());
         }
-        assert_eq!(wanted.len(), (20 + 2 + 1) * 8 + 6 * 18 + 16 * 2);
+        for row in &WHERE {
+            wanted.extend(row.iter().flatten());
+        }
+        assert_eq!(wanted.len(), (20 + 2 + 1) * 8 + 6 * 18 + 16 * 2 + 5 * 9 * 2);
         let targets: Vec<&str> = candle_rocm_kernels::embedded()
             .filter(|(m, _)| *m == Module::Elementwise)
             .map(|(_, t)| t)

@@ -6,9 +6,10 @@
 //! include the layout's start offset. Every layout is checked against its buffer before a
 //! launch, so a bad layout is an error, never an out-of-bounds access.
 //!
-//! Unary ops, `affine`, `elu`, `powf`, binary ops and casts between the float dtypes first try
-//! our vectorised kernels ([`crate::elementwise`]), which take the shape by value; candle's
-//! kernels run what those do not cover (other dtypes, more than six unmergeable dims).
+//! Unary ops, `affine`, `elu`, `powf`, binary ops, `where_cond` and casts between the float
+//! dtypes first try our vectorised kernels ([`crate::elementwise`]), which take the shape by
+//! value; candle's kernels (our `where` module for `where_cond`) run what those do not cover
+//! (other dtypes, more than six unmergeable dims).
 
 use std::marker::PhantomData;
 
@@ -358,8 +359,9 @@ impl Map2Any for Cmp {
     }
 }
 
-/// `cond ? on_true : on_false` elementwise (our `where` module, which takes every condition
-/// dtype Candle's CPU backend takes: u8, u32, i16, i32, i64).
+/// `cond ? on_true : on_false` elementwise: first our vectorised `elementwise` kernels
+/// ([`elementwise::where_cond`]: shape by value, no upload), else our `where` module (every
+/// condition dtype Candle's CPU backend takes: u8, u32, i16, i32, i64; any rank and size).
 pub struct WhereCond<'a, C: RocmDType>(pub &'a DeviceBuffer<C>, pub &'a Layout);
 
 impl<C: RocmDType> Map2 for WhereCond<'_, C> {
@@ -371,9 +373,12 @@ impl<C: RocmDType> Map2 for WhereCond<'_, C> {
         (f, f_l): (&DeviceBuffer<T>, &Layout),
         dev: &RocmDevice,
     ) -> candle_core::Result<DeviceBuffer<T>> {
-        let name = format!("where_{}_{}", C::DTYPE.as_str(), bits_suffix::<T>());
         let run = || -> Result<DeviceBuffer<T>, BackendError> {
             let (cond, cond_l) = (self.0, self.1);
+            if let Some(out) = elementwise::where_cond(dev, (cond, cond_l), (t, t_l), (f, f_l))? {
+                return Ok(out);
+            }
+            let name = format!("where_{}_{}", C::DTYPE.as_str(), bits_suffix::<T>());
             if cond_l.dims() != t_l.dims() || cond_l.dims() != f_l.dims() {
                 return Err(invalid(
                     &name,

@@ -20,12 +20,17 @@
 //   <op>_<dt>_strided(size_t n, EwStrided2 s, const T *lhs, const T *rhs, T *out)
 //     <op> in badd bsub bmul bdiv bmaximum bminimum
 //   cast_<s>_<d>[_strided](size_t n, [EwStrided1 s,] const S *inp, D *out)
-// inp/lhs/rhs point at the layout's first element; out is contiguous with n elements. Scalars
-// of f16/bf16 kernels are f32 values the host already rounded to T.
+//   where_<c>_<dt>(size_t n, const C *cond, const T *t, const T *f, T *out)   contiguous select
+//   where_<c>_<dt>_strided(size_t n, EwStrided3 s, const C *cond, const T *t, const T *f, T *out)
+//     out[i] = cond[i] != 0 ? t[i] : f[i], bits copied as they are (a pure select: NaN payloads
+//     and -0.0 kept, like the CPU); C in u8 u32 i16 i32 i64, T every binary dtype; both are
+//     declared as the unsigned integer of their size (the select only moves bits).
+// inp/lhs/rhs/cond/t/f point at the layout's first element; out is contiguous with n elements.
+// Scalars of f16/bf16 kernels are f32 values the host already rounded to T.
 //
 // Work split (host: candle-rocm/src/elementwise.rs computes the grid from n and the vector
 // width): blocks of at most EW_BLOCK threads; a block handles tiles of blockDim * EW_UNROLL
-// packs of VEC = 16 / sizeof(smallest element type) elements, grid-stride. The contiguous path
+// packs of VEC = 16 / sizeof(smallest element type) elements, grid-stride (where: see SelVec). The contiguous path
 // loads and stores whole 16-byte-aligned packs when every pointer is 16-byte aligned, with a
 // scalar tail; otherwise (a view at an odd offset) it runs the same tiles element by element,
 // still coalesced. The strided path computes each element's offsets from its linear index with
@@ -318,6 +323,13 @@ struct EwStrided2 {
     uint32_t s1[EW_MAX_RANK];
 };
 
+struct EwStrided3 {
+    EwDims d;
+    uint32_t s0[EW_MAX_RANK];
+    uint32_t s1[EW_MAX_RANK];
+    uint32_t s2[EW_MAX_RANK];
+};
+
 __device__ __forceinline__ uint32_t fast_div(uint32_t x, uint32_t magic, uint32_t shift) {
     uint32_t hi = (uint32_t)(((uint64_t)x * magic) >> 32);
     return (uint32_t)(((uint64_t)hi + x) >> shift);
@@ -346,6 +358,23 @@ __device__ __forceinline__ void offset2(uint32_t i, const EwDims &d, const uint3
         uint32_t r = i - q * d.dims[k];
         o0 += r * s0[k];
         o1 += r * s1[k];
+        i = q;
+    }
+}
+
+__device__ __forceinline__ void offset3(uint32_t i, const EwDims &d, const uint32_t *s0, const uint32_t *s1,
+                                        const uint32_t *s2, uint32_t &o0, uint32_t &o1, uint32_t &o2) {
+    o0 = 0;
+    o1 = 0;
+    o2 = 0;
+#pragma unroll
+    for (int k = 0; k < EW_MAX_RANK; ++k) {
+        if (k >= (int)d.rank) break;
+        uint32_t q = fast_div(i, d.magic[k], d.shift[k]);
+        uint32_t r = i - q * d.dims[k];
+        o0 += r * s0[k];
+        o1 += r * s1[k];
+        o2 += r * s2[k];
         i = q;
     }
 }
@@ -573,6 +602,144 @@ __device__ __forceinline__ void map2_strided(size_t n_, const EwStrided2 &s, con
     }
 }
 
+// Select, out = cond != 0 ? a : b, with C and T unsigned integers of the operands' sizes (the
+// select moves bits). A pack is 16 bytes of the smaller type, capped at 64 bytes of the larger
+// (u8 conditions with 8-byte values, 8-byte conditions with u8 values: 8 elements, so one
+// thread's registers hold at most three 64-byte packs; the smaller operand then moves in 8-byte
+// pieces). Contiguous: whole packs when every pointer is 16-byte aligned, else elements.
+template <typename C, typename T> struct SelVec {
+    static constexpr int small = MinI<(int)sizeof(C), (int)sizeof(T)>::value;
+    static constexpr int large = (int)(sizeof(C) + sizeof(T)) - small;
+    static constexpr int value = MinI<16 / small, 64 / large>::value;
+};
+// A pack of N elements aligned to its size, at most 16 (the packs of a 16-byte-aligned base).
+template <typename T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) SPack {
+    T v[N];
+};
+
+template <typename C, typename T>
+__device__ __forceinline__ void select_contig(size_t n, const C *__restrict__ cond, const T *__restrict__ a,
+                                              const T *__restrict__ b, T *__restrict__ out) {
+    constexpr int VEC = SelVec<C, T>::value;
+    const size_t bd = blockDim.x;
+    const size_t tile = bd * EW_UNROLL * VEC;
+    const size_t t = threadIdx.x;
+    if (aligned16(cond) && aligned16(a) && aligned16(b) && aligned16(out)) {
+        typedef SPack<C, VEC> PC;
+        typedef SPack<T, VEC> PT;
+        const size_t npack = n / VEC;
+        const PC *pc = reinterpret_cast<const PC *>(cond);
+        const PT *pa = reinterpret_cast<const PT *>(a);
+        const PT *pb = reinterpret_cast<const PT *>(b);
+        PT *pout = reinterpret_cast<PT *>(out);
+        for (size_t base = (size_t)blockIdx.x * bd * EW_UNROLL; base < npack; base += (size_t)gridDim.x * bd * EW_UNROLL) {
+            PC c[EW_UNROLL];
+            PT x[EW_UNROLL], y[EW_UNROLL];
+#pragma unroll
+            for (int u = 0; u < EW_UNROLL; ++u) {
+                size_t p = base + u * bd + t;
+                if (p < npack) {
+                    c[u] = pc[p];
+                    x[u] = pa[p];
+                    y[u] = pb[p];
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < EW_UNROLL; ++u) {
+                size_t p = base + u * bd + t;
+                if (p < npack) {
+                    PT r;
+#pragma unroll
+                    for (int j = 0; j < VEC; ++j) r.v[j] = c[u].v[j] != 0 ? x[u].v[j] : y[u].v[j];
+                    pout[p] = r;
+                }
+            }
+        }
+        size_t i = npack * VEC + (size_t)blockIdx.x * bd + t;
+        if (i < n) out[i] = cond[i] != 0 ? a[i] : b[i];
+        return;
+    }
+    for (size_t base = (size_t)blockIdx.x * tile; base < n; base += (size_t)gridDim.x * tile) {
+#pragma unroll 1
+        for (int j = 0; j < EW_UNROLL * VEC; ++j) {
+            size_t i = base + j * bd + t;
+            if (i < n) out[i] = cond[i] != 0 ? a[i] : b[i];
+        }
+    }
+}
+
+// Loads pack p of a strided operand at offset o: the whole pack, or (stride 0 along dim 0)
+// one value repeated.
+template <typename S, int VEC>
+__device__ __forceinline__ SPack<S, VEC> load_pack(const S *__restrict__ base, uint32_t o, bool bcast) {
+    SPack<S, VEC> r;
+    if (bcast) {
+        S x = base[o];
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) r.v[j] = x;
+    } else {
+        r = *reinterpret_cast<const SPack<S, VEC> *>(base + o);
+    }
+    return r;
+}
+
+// Select with three strided operands (a broadcast condition is the common case). With `vec`
+// a broadcast operand (stride 0 along dim 0) is read one value per pack and needs no alignment.
+template <typename C, typename T>
+__device__ __forceinline__ void select_strided(size_t n_, const EwStrided3 &s, const C *__restrict__ cond,
+                                               const T *__restrict__ a, const T *__restrict__ b,
+                                               T *__restrict__ out) {
+    constexpr int VEC = SelVec<C, T>::value;
+    const size_t n = n_;
+    const size_t bd = blockDim.x;
+    const size_t t = threadIdx.x;
+    const bool bc = s.s0[0] == 0, ba = s.s1[0] == 0, bb = s.s2[0] == 0;
+    if (s.d.vec && (bc || aligned16(cond)) && (ba || aligned16(a)) && (bb || aligned16(b)) && aligned16(out)) {
+        typedef SPack<C, VEC> PC;
+        typedef SPack<T, VEC> PT;
+        const size_t npack = n / VEC;
+        PT *pout = reinterpret_cast<PT *>(out);
+        for (size_t base = (size_t)blockIdx.x * bd * EW_UNROLL; base < npack; base += (size_t)gridDim.x * bd * EW_UNROLL) {
+            PC c[EW_UNROLL];
+            PT x[EW_UNROLL], y[EW_UNROLL];
+#pragma unroll
+            for (int u = 0; u < EW_UNROLL; ++u) {
+                size_t p = base + u * bd + t;
+                if (p < npack) {
+                    uint32_t oc, oa, ob;
+                    offset3((uint32_t)(p * VEC), s.d, s.s0, s.s1, s.s2, oc, oa, ob);
+                    c[u] = load_pack<C, VEC>(cond, oc, bc);
+                    x[u] = load_pack<T, VEC>(a, oa, ba);
+                    y[u] = load_pack<T, VEC>(b, ob, bb);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < EW_UNROLL; ++u) {
+                size_t p = base + u * bd + t;
+                if (p < npack) {
+                    PT r;
+#pragma unroll
+                    for (int j = 0; j < VEC; ++j) r.v[j] = c[u].v[j] != 0 ? x[u].v[j] : y[u].v[j];
+                    pout[p] = r;
+                }
+            }
+        }
+        return;
+    }
+    const size_t tile = bd * EW_UNROLL * VEC;
+    for (size_t base = (size_t)blockIdx.x * tile; base < n; base += (size_t)gridDim.x * tile) {
+#pragma unroll 1
+        for (int j = 0; j < EW_UNROLL * VEC; ++j) {
+            size_t i = base + j * bd + t;
+            if (i < n) {
+                uint32_t oc, oa, ob;
+                offset3((uint32_t)i, s.d, s.s0, s.s1, s.s2, oc, oa, ob);
+                out[i] = cond[oc] != 0 ? a[oa] : b[ob];
+            }
+        }
+    }
+}
+
 // ---- kernels --------------------------------------------------------------------------------
 #define EW_KERNEL extern "C" __global__ void __launch_bounds__(EW_BLOCK)
 
@@ -627,6 +794,16 @@ __device__ __forceinline__ void map2_strided(size_t n_, const EwStrided2 &s, con
     }                                                                                             \
     EW_KERNEL cast_##FN##_##TN##_strided(const size_t n, const EwStrided1 s, const F::S *inp, T::S *out) { \
         map1_strided<true>(n, s, inp, out, CastF<F, T>());                                              \
+    }
+
+// C, T: the unsigned integer types of the condition's and the values' sizes.
+#define WHERE(C, CN, T, TN)                                                                       \
+    EW_KERNEL where_##CN##_##TN(const size_t n, const C *cond, const T *t, const T *f, T *out) {   \
+        select_contig(n, cond, t, f, out);                                                        \
+    }                                                                                             \
+    EW_KERNEL where_##CN##_##TN##_strided(const size_t n, const EwStrided3 s, const C *cond,      \
+                                          const T *t, const T *f, T *out) {                       \
+        select_strided(n, s, cond, t, f, out);                                                    \
     }
 
 #define FLOAT_UNARY(D, DN)                                                                        \
@@ -687,3 +864,20 @@ CAST_FROM(DF32, f32)
 CAST_FROM(DF16, f16)
 CAST_FROM(DBF16, bf16)
 CAST_FROM(DF64, f64)
+
+#define WHERE_ALL_T(C, CN)                                                                        \
+    WHERE(C, CN, uint32_t, f32)                                                                   \
+    WHERE(C, CN, uint16_t, f16)                                                                   \
+    WHERE(C, CN, uint16_t, bf16)                                                                  \
+    WHERE(C, CN, uint64_t, f64)                                                                   \
+    WHERE(C, CN, uint8_t, u8)                                                                     \
+    WHERE(C, CN, uint32_t, u32)                                                                   \
+    WHERE(C, CN, uint16_t, i16)                                                                   \
+    WHERE(C, CN, uint32_t, i32)                                                                   \
+    WHERE(C, CN, uint64_t, i64)
+
+WHERE_ALL_T(uint8_t, u8)
+WHERE_ALL_T(uint32_t, u32)
+WHERE_ALL_T(uint16_t, i16)
+WHERE_ALL_T(uint32_t, i32)
+WHERE_ALL_T(uint64_t, i64)

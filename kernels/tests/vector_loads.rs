@@ -46,6 +46,18 @@ const HOT: &[(Module, &str)] = &[
     (Module::Elementwise, "cast_f32_bf16"),
     (Module::Elementwise, "cast_bf16_f32"),
     (Module::Elementwise, "cast_f32_f16"),
+    // where_cond: u8 / u32 / i64 conditions (a pack is 16 bytes of the smaller of the
+    // condition and value types, so every operand moves in 128-bit packs).
+    (Module::Elementwise, "where_u8_f32"),
+    (Module::Elementwise, "where_u8_bf16"),
+    (Module::Elementwise, "where_u8_f16"),
+    (Module::Elementwise, "where_u8_f64"),
+    (Module::Elementwise, "where_u32_f32"),
+    (Module::Elementwise, "where_u32_bf16"),
+    (Module::Elementwise, "where_i64_f32"),
+    (Module::Elementwise, "where_i64_i64"),
+    // The strided select takes whole packs for row and column broadcasts.
+    (Module::Elementwise, "where_u8_f32_strided"),
     (Module::Rows, "rsum_f32_v"),
     (Module::Rows, "rsum_bf16_v"),
     (Module::Rows, "rmax_f32_v"),
@@ -58,9 +70,10 @@ const HOT: &[(Module, &str)] = &[
 ];
 
 /// Whether a kernel of `module` is a contiguous kernel with a vectorised path, by the
-/// modules' naming: in `elementwise` each `<op>_<dtype>` (its `<op>_<dtype>_strided` twin
-/// takes the shape; [`HOT`] checks the binary one, which branches to the vectorised path when
-/// both sides are contiguous); in `rows` the `*_v` kernels.
+/// modules' naming: in `elementwise` each `<op>_<dtype>` (including every
+/// `where_<cond>_<dtype>`; its `<op>_<dtype>_strided` twin takes the shape; [`HOT`] checks
+/// the binary and select ones, which load whole packs for contiguous and broadcast operands);
+/// in `rows` the `*_v` kernels.
 fn has_contiguous_path(module: Module, kernel: &str) -> bool {
     match module {
         Module::Elementwise => !kernel.ends_with("_strided"),

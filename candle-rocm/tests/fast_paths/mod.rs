@@ -2,12 +2,13 @@
 //! sizes around the 16-byte pack (1, 3, 4, 5, 7, 8, 9, ..., 4097, ~1M), views at element
 //! offsets that break 16-byte alignment, and strided and broadcast layouts (row, column,
 //! transposed, narrowed, unmergeable) of rank 1 to 8, past the six dims the kernels take by
-//! value (those run candle-kernels' upload path). Method names carry a `fast_` prefix so the
-//! main suite's per-method counts stay exact.
+//! value (those run candle-kernels' upload path, or our `where` module for `where_cond`).
+//! `where_cond` runs for every condition dtype and every binary dtype, compared bit for bit.
+//! Method names carry a `fast_` prefix so the main suite's per-method counts stay exact.
 
 use candle_core::backend::BackendStorage;
 use candle_core::op::{self, BinaryOpT, UnaryOpT};
-use candle_core::{DType, Layout, Shape};
+use candle_core::{CpuStorage, DType, Layout, Shape};
 use candle_rocm::RocmDevice;
 
 use super::{check, seed, upload};
@@ -315,4 +316,197 @@ fn fast_paths_strided_and_broadcast_by_rank() {
         }
     }
     finish(&["fast_"]);
+}
+
+/// The condition dtypes `where_cond` takes.
+const COND_DTYPES: [DType; 5] = [DType::U8, DType::U32, DType::I16, DType::I32, DType::I64];
+
+/// `n` conditions of `dtype`: about half zero, the rest small values, negatives and values
+/// whose only set bits are high ones (a narrower comparison than the type's would miss them).
+fn cond_data(rng: &mut Rng, dtype: DType, n: usize) -> CpuStorage {
+    let v: Vec<i64> = (0..n)
+        .map(|_| {
+            if rng.chance(0.5) {
+                0
+            } else {
+                rng.pick(&[1, 2, 7, 255, -1, -300, 1 << 8, 1 << 15, 1 << 31, 1 << 40])
+            }
+        })
+        .collect();
+    // Each value wraps to the dtype's width (`as`), nonzero ones kept nonzero.
+    let nz = |x: i64, bits: u32| {
+        if x != 0 && x & ((1i64 << bits) - 1) == 0 {
+            1
+        } else {
+            x
+        }
+    };
+    match dtype {
+        DType::U8 => CpuStorage::U8(v.iter().map(|&x| nz(x, 8) as u8).collect()),
+        DType::U32 => CpuStorage::U32(v.iter().map(|&x| nz(x, 32) as u32).collect()),
+        DType::I16 => CpuStorage::I16(v.iter().map(|&x| nz(x, 16) as i16).collect()),
+        DType::I32 => CpuStorage::I32(v.iter().map(|&x| nz(x, 32) as i32).collect()),
+        _ => CpuStorage::I64(v),
+    }
+}
+
+/// The elements' bits (exact for every dtype: NaN payloads and the sign of zero count).
+fn bits(s: &CpuStorage) -> Vec<u64> {
+    match s {
+        CpuStorage::F32(v) => v.iter().map(|x| x.to_bits() as u64).collect(),
+        CpuStorage::F64(v) => v.iter().map(|x| x.to_bits()).collect(),
+        CpuStorage::F16(v) => v.iter().map(|x| x.to_bits() as u64).collect(),
+        CpuStorage::BF16(v) => v.iter().map(|x| x.to_bits() as u64).collect(),
+        CpuStorage::U8(v) => v.iter().map(|&x| x as u64).collect(),
+        CpuStorage::U32(v) => v.iter().map(|&x| x as u64).collect(),
+        CpuStorage::I16(v) => v.iter().map(|&x| x as u16 as u64).collect(),
+        CpuStorage::I32(v) => v.iter().map(|&x| x as u32 as u64).collect(),
+        CpuStorage::I64(v) => v.iter().map(|&x| x as u64).collect(),
+        other => panic!("unexpected {:?}", other.dtype()),
+    }
+}
+
+/// `where_cond` on one (cond, t, f) layout triple, compared with the CPU value for value
+/// (scale 0: exact) and then bit for bit.
+fn where_case(
+    dev: &RocmDevice,
+    (cond_dtype, dtype): (DType, DType),
+    (lc, lt, lf): (&Layout, &Layout, &Layout),
+    rng: &mut Rng,
+    what: &str,
+) {
+    let cc = cond_data(rng, cond_dtype, buffer_len(lc));
+    let ct = data(rng, dtype, buffer_len(lt), Values::Special);
+    let cf = data(rng, dtype, buffer_len(lf), Values::Special);
+    let (gc, gt, gf) = (upload(dev, &cc), upload(dev, &ct), upload(dev, &cf));
+    let what = format!("where {cond_dtype:?} -> {dtype:?} {what}");
+    let (mut want_bits, mut got_bits) = (None, None);
+    check(
+        "fast_where_cond",
+        dtype,
+        &what,
+        0.0,
+        || {
+            let r = cc.where_cond(lc, &ct, lt, &cf, lf)?;
+            want_bits = Some(bits(&r));
+            Ok(r)
+        },
+        || {
+            let r = gc.where_cond(lc, &gt, lt, &gf, lf)?.to_cpu_storage()?;
+            got_bits = Some(bits(&r));
+            Ok(r)
+        },
+    );
+    if let (Some(w), Some(g)) = (want_bits, got_bits) {
+        if let Some(i) = (0..w.len().min(g.len())).find(|&i| w[i] != g[i]) {
+            let msg = format!(
+                "{what}: element {i}: rocm bits {:#x} vs cpu {:#x}",
+                g[i], w[i]
+            );
+            fail("fast_where_cond", dtype, msg);
+        }
+    }
+}
+
+/// `where_cond` with contiguous operands of every size around the pack (16 bytes of the
+/// smaller of the condition and value types), each operand at its own aligned or misaligned
+/// offset, for every condition dtype and every value dtype the module takes.
+#[test]
+#[ignore = "needs a HIP device"]
+fn fast_where_cond_sizes_offsets_and_dtypes() {
+    let dev = device();
+    for cond in COND_DTYPES {
+        for dtype in BINARY_DTYPES {
+            for (si, &n) in SIZES.iter().enumerate() {
+                let offsets: &[usize] = if n > 5000 { &[0, 1] } else { &OFFSETS };
+                for &off in offsets {
+                    let mut rng = Rng::new(seed(
+                        &format!("fast_where{cond:?}"),
+                        dtype,
+                        (si * 8 + off) as u64,
+                    ));
+                    let shape = Shape::from(n);
+                    let lc = Layout::contiguous_with_offset(shape.clone(), off);
+                    let lt = Layout::contiguous_with_offset(shape.clone(), (off * 3) % 5);
+                    let lf = Layout::contiguous_with_offset(shape, (off * 7) % 5);
+                    let w = format!("n {n} offsets {off}/{}/{}", (off * 3) % 5, (off * 7) % 5);
+                    where_case(&dev, (cond, dtype), (&lc, &lt, &lf), &mut rng, &w);
+                }
+            }
+        }
+    }
+    finish(&["fast_where_cond"]);
+}
+
+/// The (cond, t, f) layouts of one rank: broadcast conditions (row, column, an attention
+/// mask over the leading dims, a scalar), scalar and narrowed values, a transposed operand
+/// (the element path) and alternating broadcasts (above six dims: our `where` module).
+fn where_layouts(dims: &[usize], rng: &mut Rng) -> Vec<(&'static str, [Layout; 3])> {
+    let r = dims.len();
+    let shape = Shape::from(dims.to_vec());
+    let contiguous = Layout::contiguous(shape.clone());
+    let strides = contiguous_strides(dims);
+    let bcast = |keep: &dyn Fn(usize) -> bool, offset: usize| {
+        let s: Vec<usize> = (0..r)
+            .map(|i| if keep(i) { strides[i] } else { 0 })
+            .collect();
+        Layout::new(shape.clone(), s, offset)
+    };
+    // A row: only the last dim.
+    let row = bcast(&|i| i == r - 1, rng.below(3));
+    // A column: every dim but the last.
+    let mut col_dims = dims.to_vec();
+    col_dims[r - 1] = 1;
+    let mut col = contiguous_strides(&col_dims);
+    col[r - 1] = 0;
+    let col = Layout::new(shape.clone(), col, 0);
+    // An attention mask: the last two dims, broadcast over the rest.
+    let mask = bcast(&|i| i + 2 >= r, 0);
+    let scalar = bcast(&|_| false, rng.below(3));
+    let alternating = bcast(&|i| i % 2 == 0, rng.below(3));
+    let big: Vec<usize> = dims.iter().map(|d| d + 3).collect();
+    let mut narrowed = Layout::contiguous_with_offset(Shape::from(big), 1);
+    for (i, &d) in dims.iter().enumerate() {
+        narrowed = narrowed.narrow(i, rng.below(4), d).unwrap();
+    }
+    let c = || contiguous.clone();
+    vec![
+        ("cond row", [row.clone(), c(), c()]),
+        ("cond column", [col.clone(), c(), c()]),
+        ("cond mask", [mask.clone(), c(), c()]),
+        ("cond mask, scalar f", [mask, c(), scalar.clone()]),
+        ("scalar cond, row t", [scalar.clone(), row, c()]),
+        ("cond column, scalar t", [col, scalar, c()]),
+        ("transposed t", [c(), transposed(dims, 1), c()]),
+        ("narrowed f", [c(), c(), narrowed.clone()]),
+        (
+            "narrowed cond, transposed f",
+            [narrowed, c(), transposed(dims, 2)],
+        ),
+        ("alternating cond", [alternating, c(), c()]),
+    ]
+}
+
+/// `where_cond` with strided and broadcast operands of rank 1 to 8, every condition dtype and
+/// every value dtype the module takes.
+#[test]
+#[ignore = "needs a HIP device"]
+fn fast_where_cond_strided_and_broadcast_by_rank() {
+    let dev = device();
+    for rank in 1..=8usize {
+        for case in 0..2u64 {
+            let mut rng = Rng::new(seed("fast_where_rank", DType::F32, rank as u64 * 16 + case));
+            let mut dims: Vec<usize> = (0..rank).map(|_| rng.pick(&[2, 3, 4])).collect();
+            dims[rank - 1] = rng.pick(&[16, 32, 48, 5, 7, 33]);
+            for (kind, [lc, lt, lf]) in where_layouts(&dims, &mut rng) {
+                let w = format!("rank {rank} {dims:?} {kind} cond {lc:?} t {lt:?} f {lf:?}");
+                for cond in COND_DTYPES {
+                    for dtype in BINARY_DTYPES {
+                        where_case(&dev, (cond, dtype), (&lc, &lt, &lf), &mut rng, &w);
+                    }
+                }
+            }
+        }
+    }
+    finish(&["fast_where_cond"]);
 }

@@ -1,6 +1,7 @@
 // Runs kernels/hip/elementwise.hip on the host through emu.h and checks every result against a
 // host reference of the documented semantics: unary ops, affine, elu, powf, the six binary ops
-// (floats and integers) and all float casts, contiguous (aligned and misaligned) and strided
+// (floats and integers), all float casts and where_cond (every condition and value dtype, bits
+// compared exactly), contiguous (aligned and misaligned) and strided
 // (transposed, narrowed, row and column broadcasts, offsets), at sizes around the pack width.
 // Launches use candle-rocm/src/elementwise.rs's geometry and its by-value structs, built here
 // by a line-for-line port of its `plan`, `magic_divisor` and `launch_config`.
@@ -25,8 +26,13 @@ static_assert(BLOCK == EW_BLOCK && UNROLL == EW_UNROLL && MAX_RANK == EW_MAX_RAN
 static_assert(sizeof(EwDims) == 4 * (2 + 3 * MAX_RANK), "EwDims layout");
 static_assert(sizeof(EwStrided1) == 4 * (2 + 4 * MAX_RANK), "EwStrided1 layout");
 static_assert(sizeof(EwStrided2) == 4 * (2 + 5 * MAX_RANK), "EwStrided2 layout");
+static_assert(sizeof(EwStrided3) == 4 * (2 + 6 * MAX_RANK), "EwStrided3 layout");
 
 static size_t pack_elems(size_t in, size_t out) { return PACK_BYTES / std::max<size_t>(std::min(in, out), 1); }
+static const size_t MAX_SELECT_PACK_BYTES = 64;
+static size_t select_pack_elems(size_t c, size_t t) {
+    return std::min(PACK_BYTES / std::min(c, t), MAX_SELECT_PACK_BYTES / std::max(c, t));
+}
 
 static dim3 launch_config(size_t n, size_t vec) {
     size_t per_block = BLOCK * UNROLL * vec;
@@ -46,7 +52,7 @@ static bool magic_divisor(uint32_t d, uint32_t &magic, uint32_t &shift) {
 enum PlanKind { CONTIGUOUS, STRIDED, FALLBACK };
 struct Plan {
     PlanKind kind;
-    uint32_t w[2 + 5 * MAX_RANK]; // Strided<N> words
+    uint32_t w[2 + 6 * MAX_RANK]; // Strided<N> words (N <= 3)
 };
 
 static Plan plan(const std::vector<size_t> &dims, const std::vector<std::vector<size_t>> &strides, size_t vec) {
@@ -694,6 +700,167 @@ static void test_binary() {
     }
 }
 
+// ---- where_cond -------------------------------------------------------------------------------
+// Conditions u8, u32, i16, i32, i64 and values of all nine dtypes; the kernels take the unsigned
+// integers of those sizes and move bits, so values are random bit patterns (NaN payloads
+// included) compared bit for bit, and conditions are zero or a nonzero pattern (sometimes only
+// in the top byte, which a narrower comparison would miss).
+static const DT WHERE_CONDS[5] = {U8, U32, I16, I32, I64};
+static const DT WHERE_VALS[9] = {F32, F16, BF16, F64, U8, U32, I16, I32, I64};
+#define KW(c)                                                                                                          \
+    {{(void *)&where_##c##_f32, (void *)&where_##c##_f32_strided},                                                    \
+     {(void *)&where_##c##_f16, (void *)&where_##c##_f16_strided},                                                    \
+     {(void *)&where_##c##_bf16, (void *)&where_##c##_bf16_strided},                                                  \
+     {(void *)&where_##c##_f64, (void *)&where_##c##_f64_strided},                                                    \
+     {(void *)&where_##c##_u8, (void *)&where_##c##_u8_strided},                                                      \
+     {(void *)&where_##c##_u32, (void *)&where_##c##_u32_strided},                                                    \
+     {(void *)&where_##c##_i16, (void *)&where_##c##_i16_strided},                                                    \
+     {(void *)&where_##c##_i32, (void *)&where_##c##_i32_strided},                                                    \
+     {(void *)&where_##c##_i64, (void *)&where_##c##_i64_strided}}
+static const K2 WHERE_K[5][9] = {KW(u8), KW(u32), KW(i16), KW(i32), KW(i64)};
+
+struct WhereCase {
+    std::vector<size_t> dims;
+    std::vector<size_t> sc, st, sf; // strides of cond, t, f; empty: contiguous
+    size_t startc = 0, startt = 0, startf = 0;
+    unsigned blocks = 0; // 0: elementwise.rs's grid; else fewer blocks (grid-stride loops)
+};
+static std::vector<WhereCase> where_cases() {
+    std::vector<WhereCase> cs;
+    for (size_t n : {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 33, 1023, 4097}) cs.push_back({{n}});
+    // Misaligned views: each operand alone, then all three.
+    cs.push_back({{33}, {}, {}, {}, 1, 0, 0});
+    cs.push_back({{1023}, {}, {}, {}, 0, 1, 0});
+    cs.push_back({{4097}, {}, {}, {}, 0, 0, 3});
+    cs.push_back({{17}, {}, {}, {}, 2, 1, 5});
+    cs.push_back({{3, 1, 11}, {}, {}, {}, 1, 1, 1});
+    // Broadcast conditions: rows (an attention mask over batch and heads), columns, a scalar.
+    cs.push_back({{2, 3, 4, 32}, {0, 0, 32, 1}, {}, {}});
+    cs.push_back({{2, 3, 4, 32}, {0, 0, 32, 1}, {}, {0, 0, 0, 0}});  // and a scalar f
+    cs.push_back({{2, 3, 4, 32}, {0, 0, 32, 1}, {}, {}, 1, 0, 0});   // misaligned cond: elements
+    cs.push_back({{4, 3, 32}, {3, 1, 0}, {}, {}});                    // column
+    cs.push_back({{4, 3, 32}, {0, 0, 0}, {}, {}, 3, 0, 0});           // scalar cond, odd start
+    cs.push_back({{4, 3, 32}, {}, {0, 0, 0}, {0, 0, 1}, 0, 5, 1});    // scalar t, row f
+    cs.push_back({{6, 48}, {0, 1}, {}, {0, 1}, 0, 1, 0});             // misaligned t: elements
+    cs.push_back({{5, 7}, {0, 1}, {}, {}});                           // no packs
+    cs.push_back({{5, 7}, {1, 0}, {0, 1}, {}});
+    // Transposed and narrowed operands, a permutation, a fully broadcast case.
+    cs.push_back({{9, 33}, {}, {1, 9}, {}});
+    cs.push_back({{33, 9}, {1, 33}, {}, {1, 33}, 1, 0, 2});
+    cs.push_back({{32, 48}, {64, 1}, {1, 32}, {48, 1}, 0, 0, 16});
+    cs.push_back({{2, 3, 5}, {1, 2, 6}, {15, 5, 1}, {0, 1, 0}});
+    cs.push_back({{4, 8}, {0, 0}, {0, 0}, {0, 0}});
+    cs.push_back({{300, 20}, {1, 300}, {}, {}});                      // several blocks
+    cs.push_back({{64, 80}, {96, 1}, {0, 1}, {}});                    // narrowed cond rows, packs
+    // Grid-stride loops: the contiguous and strided kernels with fewer blocks than the work.
+    cs.push_back({{9000}, {}, {}, {}, 0, 0, 0, 2});
+    cs.push_back({{9000}, {}, {}, {}, 1, 0, 0, 2});
+    cs.push_back({{250, 64}, {0, 1}, {}, {}, 0, 0, 0, 3});
+    cs.push_back({{250, 36}, {1, 250}, {}, {}, 0, 0, 0, 3});
+    return cs;
+}
+
+template <typename C, typename T>
+static bool launch_where(const char *name, K2 k, const WhereCase &wc, const Layout &lc, const Layout &lt,
+                         const Layout &lf, const void *pc, const void *pt, const void *pf, void *out) {
+    size_t vec = select_pack_elems(sizeof(C), sizeof(T)), n = lc.elems();
+    if (vec != (size_t)SelVec<C, T>::value) G.c.fail("%s: pack of %zu, kernel's %d", name, vec, SelVec<C, T>::value);
+    Plan p = plan(lc.dims, {lc.strides, lt.strides, lf.strides}, vec);
+    if (p.kind == FALLBACK) {
+        G.c.fail("%s: unexpected fallback plan", name);
+        return false;
+    }
+    const C *c = (const C *)pc + lc.start;
+    const T *a = (const T *)pt + lt.start, *b = (const T *)pf + lf.start;
+    dim3 grid = wc.blocks ? dim3(wc.blocks) : launch_config(n, vec), block((unsigned)BLOCK);
+    G.launches++;
+    if (p.kind == CONTIGUOUS)
+        return emu::launch(name, (void (*)(size_t, const C *, const T *, const T *, T *))k.c, grid, block, n, c, a, b,
+                           (T *)out);
+    EwStrided3 s;
+    memcpy(&s, p.w, sizeof s);
+    return emu::launch(name, (void (*)(size_t, EwStrided3, const C *, const T *, const T *, T *))k.s, grid, block, n,
+                       s, c, a, b, (T *)out);
+}
+
+template <typename C>
+static bool launch_where_c(const char *name, K2 k, size_t vsize, const WhereCase &wc, const Layout &lc,
+                           const Layout &lt, const Layout &lf, const void *pc, const void *pt, const void *pf,
+                           void *out) {
+    switch (vsize) {
+    case 1: return launch_where<C, uint8_t>(name, k, wc, lc, lt, lf, pc, pt, pf, out);
+    case 2: return launch_where<C, uint16_t>(name, k, wc, lc, lt, lf, pc, pt, pf, out);
+    case 4: return launch_where<C, uint32_t>(name, k, wc, lc, lt, lf, pc, pt, pf, out);
+    default: return launch_where<C, uint64_t>(name, k, wc, lc, lt, lf, pc, pt, pf, out);
+    }
+}
+
+static void test_where() {
+    for (int ci = 0; ci < 5; ++ci) {
+        DT cd = WHERE_CONDS[ci];
+        size_t cs = dt_size(cd);
+        for (int vi = 0; vi < 9; ++vi) {
+            DT vd = WHERE_VALS[vi];
+            size_t vs = dt_size(vd);
+            char name[64];
+            snprintf(name, sizeof name, "where_%s_%s", dt_name(cd), dt_name(vd));
+            for (const WhereCase &wc : where_cases()) {
+                Layout lc = bin_layout(wc.dims, wc.sc, wc.startc), lt = bin_layout(wc.dims, wc.st, wc.startt),
+                       lf = bin_layout(wc.dims, wc.sf, wc.startf);
+                G.c.ctx = std::string(name) + " cond " + lc.str() + " t " + lt.str() + " f " + lf.str() +
+                          (wc.blocks ? " blocks " + std::to_string(wc.blocks) : "");
+                size_t n = lc.elems();
+                size_t lenc = lc.start + lc.reach(), lent = lt.start + lt.reach(), lenf = lf.start + lf.reach();
+                Buf bc(lenc, cs), bt(lent, vs), bf(lenf, vs), out(n, vs);
+                for (size_t i = 0; i < lenc; ++i) {
+                    // About half zero; nonzero values sometimes only in the top byte.
+                    uint64_t v = 0;
+                    int r = (int)(rng() % 8);
+                    if (r >= 4) v = rng();
+                    if (r == 7) v = (uint64_t)1 << (8 * cs - 1 - rng() % 8);
+                    if (v != 0 && (v & (~(uint64_t)0 >> (64 - 8 * cs))) == 0) v = 1;
+                    memcpy(bc.p + i * cs, &v, cs);
+                }
+                for (size_t i = 0; i < lent * vs; i += 8) {
+                    uint64_t v = rng();
+                    memcpy(bt.p + i, &v, std::min<size_t>(8, lent * vs - i));
+                }
+                for (size_t i = 0; i < lenf * vs; i += 8) {
+                    uint64_t v = rng();
+                    memcpy(bf.p + i, &v, std::min<size_t>(8, lenf * vs - i));
+                }
+                bool ok;
+                switch (cs) {
+                case 1: ok = launch_where_c<uint8_t>(name, WHERE_K[ci][vi], vs, wc, lc, lt, lf, bc.p, bt.p, bf.p, out.p); break;
+                case 2: ok = launch_where_c<uint16_t>(name, WHERE_K[ci][vi], vs, wc, lc, lt, lf, bc.p, bt.p, bf.p, out.p); break;
+                case 4: ok = launch_where_c<uint32_t>(name, WHERE_K[ci][vi], vs, wc, lc, lt, lf, bc.p, bt.p, bf.p, out.p); break;
+                default: ok = launch_where_c<uint64_t>(name, WHERE_K[ci][vi], vs, wc, lc, lt, lf, bc.p, bt.p, bf.p, out.p); break;
+                }
+                if (!ok) {
+                    G.c.fail("launch failed");
+                    continue;
+                }
+                if (!out.intact(n)) G.c.fail("wrote outside the output's %zu elements", n);
+                for (size_t i = 0; i < n; ++i) {
+                    const unsigned char *c = bc.p + (lc.start + lc.offset(i)) * cs;
+                    bool nz = false;
+                    for (size_t j = 0; j < cs; ++j) nz |= c[j] != 0;
+                    const unsigned char *want = nz ? bt.p + (lt.start + lt.offset(i)) * vs
+                                                   : bf.p + (lf.start + lf.offset(i)) * vs;
+                    G.c.checks++;
+                    if (memcmp(out.p + i * vs, want, vs) != 0) {
+                        uint64_t g = 0, w = 0;
+                        memcpy(&g, out.p + i * vs, vs);
+                        memcpy(&w, want, vs);
+                        G.c.fail("i=%zu cond %s got %#llx want %#llx", i, nz ? "!= 0" : "== 0",
+                                 (unsigned long long)g, (unsigned long long)w);
+                    }
+                }
+            }
+        }
+    }
+}
+
 // The grid-stride loops past the first grid (elementwise.rs caps the grid at MAX_GRID blocks,
 // which only huge tensors reach): the same kernels with fewer blocks than the work needs.
 static void test_grid_stride() {
@@ -744,7 +911,12 @@ static void test_plan_port() {
         G.c.fail("rank-7 plan");
     p = plan({5, 8}, {{10, 1}}, 4);
     if (!(p.kind == STRIDED && p.w[1] == 0)) G.c.fail("narrow plan");
-    G.c.checks += 4;
+    p = plan({2, 3, 4, 8}, {{0, 0, 8, 1}, {96, 32, 8, 1}, {0, 0, 0, 0}}, 16);
+    if (!(p.kind == STRIDED && p.w[0] == 2 && p.w[1] == 1 && p.w[2] == 32 && p.w[3] == 6 &&
+          p.w[2 + 3 * MAX_RANK] == 1 && p.w[3 + 3 * MAX_RANK] == 0 && p.w[2 + 4 * MAX_RANK] == 1 &&
+          p.w[3 + 4 * MAX_RANK] == 32 && p.w[2 + 5 * MAX_RANK] == 0 && p.w[3 + 5 * MAX_RANK] == 0))
+        G.c.fail("where mask plan");
+    G.c.checks += 5;
 }
 
 int main(int argc, char **argv) {
@@ -756,6 +928,7 @@ int main(int argc, char **argv) {
     if (want("cast")) test_casts();
     if (want("binary")) test_binary();
     if (want("grid")) test_grid_stride();
+    if (want("where")) test_where();
     // Every kernel of the tables ran at least once.
     size_t kernels = 0;
     auto covered = [&](K2 k) {
@@ -777,6 +950,8 @@ int main(int argc, char **argv) {
         }
         for (auto &b : BIN_K)
             for (K2 k : b) covered(k);
+        for (auto &w : WHERE_K)
+            for (K2 k : w) covered(k);
     }
     printf("elementwise: %zu kernels of the tables ran\n", kernels);
     printf("elementwise: %ld launches, %ld checks, bad=%ld\n", G.launches, G.c.checks, G.c.bad);
