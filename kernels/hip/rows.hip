@@ -112,22 +112,28 @@ template <typename A> struct SumV {
     __device__ __forceinline__ SumV shfl(int m) const { return SumV{rw_shfl_xor(s, m)}; }
 };
 
-// Value and index of the first extreme among the non-NaN elements; i == RW_NONE: none yet.
+// Value and index of the first extreme among the non-NaN elements, starting from -inf (max) or
+// +inf (min) with i == RW_NONE. A thread adds its elements in increasing index order, so a
+// strict comparison keeps the first of equal values (and -0.0 vs 0.0 as the CPU does) and
+// never takes a NaN (see the row-start rule in the kernels): one compare and two selects per
+// element. i == RW_NONE at the end: no element beat the start value (every non-NaN one is the
+// infinity itself), so v is already the answer and the index is the row's first.
 template <typename A, bool MAX> struct ExtV {
     A v;
     unsigned i;
-    __device__ __forceinline__ static ExtV empty() { return ExtV{(A)0, RW_NONE}; }
+    __device__ __forceinline__ static ExtV empty() {
+        return ExtV{MAX ? -(A)INFINITY : (A)INFINITY, RW_NONE};
+    }
     __device__ __forceinline__ static bool before(A a, A b) { return MAX ? a < b : a > b; }
     __device__ __forceinline__ void add(A x, unsigned j) {
-        if (x != x) return; // NaN: never replaces (see the row-start rule in the kernel)
-        if (i == RW_NONE || before(v, x)) {
+        if (before(v, x)) {
             v = x;
             i = j;
         }
     }
+    // The earlier index wins a tie; RW_NONE (the largest unsigned) never does.
     __device__ __forceinline__ void merge(const ExtV &o) {
-        if (o.i == RW_NONE) return;
-        if (i == RW_NONE || before(v, o.v) || (!before(o.v, v) && o.i < i)) {
+        if (before(v, o.v) || (!before(o.v, v) && o.i < i)) {
             v = o.v;
             i = o.i;
         }
@@ -297,7 +303,7 @@ __device__ __forceinline__ void row_ext(const T *src, D *dst, size_t rows, size_
             // The CPU starts from the first element: a leading NaN is never replaced.
             const bool nan_first = f != f;
             if constexpr (INDEX) {
-                dst[row] = nan_first ? 0u : v.i;
+                dst[row] = nan_first || v.i == RW_NONE ? 0u : v.i;
             } else {
                 dst[row] = nan_first ? first : rw_from<T>(v.v);
             }
@@ -367,7 +373,7 @@ __device__ __forceinline__ void col_reduce(const T *src, D *dst, size_t a, size_
                 const A f = rw_to(first);
                 const bool nan_first = f != f; // as for rows: a leading NaN is never replaced
                 if constexpr (INDEX) {
-                    dst[o] = nan_first ? 0u : v.i;
+                    dst[o] = nan_first || v.i == RW_NONE ? 0u : v.i;
                 } else {
                     dst[o] = nan_first ? first : rw_from<T>(v.v);
                 }
