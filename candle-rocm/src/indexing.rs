@@ -8,10 +8,16 @@
 //! (`scatter_set`, `scatter_add_set`, `index_add`). The device never touches memory outside
 //! the tensors, whatever the indices hold. (The CPU backend returns an `InvalidIndex` error
 //! instead, except for the sentinel.)
+//!
+//! `index_select` of a contiguous source whose row segments (the `right` elements after the
+//! indexed dim) are a multiple of 4 bytes, with source and output aligned to the pack, runs
+//! `is_rows_<I>_v<B>`: groups of threads copy whole segments in 16-, 8- or 4-byte packs
+//! (dtype-agnostic), reading each id once. Other cases, and everything when
+//! [`crate::registry::fast_kernels`] is off, run the per-element `is_<I>_<T>`.
 
 use candle_core::Layout;
 use candle_rocm_kernels::Module;
-use rocm_safe::{DeviceBuffer, DevicePtrArg, DeviceView};
+use rocm_safe::{DeviceBuffer, DevicePtrArg, DeviceSlice, DeviceView, LaunchConfig};
 
 use crate::device::RocmDevice;
 use crate::error::{BackendError, WrapErr};
@@ -120,6 +126,58 @@ fn same_except(op: &str, a: &[usize], b: &[usize], dim: usize) -> Result<(), Bac
     }
 }
 
+/// Threads per block of the `is_rows_*` kernels.
+const ROWS_BLOCK: usize = 256;
+/// Most blocks of an `is_rows_*` launch; its threads grid-stride over further rows.
+const ROWS_MAX_BLOCKS: usize = 1 << 16;
+
+/// Launch of an `is_rows_<I>_v<bytes>` kernel: `rows` row segments of `packs` packs of
+/// `bytes` bytes each, `tpr` threads per segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct RowsPlan {
+    /// Pack width in bytes: 16, 8 or 4.
+    bytes: usize,
+    /// Packs per row segment.
+    packs: usize,
+    /// Threads per row segment: a power of two dividing [`ROWS_BLOCK`].
+    tpr: u32,
+    /// Blocks of [`ROWS_BLOCK`] threads.
+    grid: u32,
+}
+
+impl RowsPlan {
+    /// The plan for `rows` segments of `row_bytes` bytes each, copied from address `src` to
+    /// address `out`: the widest pack that divides the segment and both addresses, or `None`
+    /// when not even 4 bytes do (or a segment is empty).
+    fn new(rows: usize, row_bytes: usize, src: usize, out: usize) -> Option<RowsPlan> {
+        let bytes = [16, 8, 4]
+            .into_iter()
+            .find(|b| row_bytes % b == 0 && src % b == 0 && out % b == 0)?;
+        let packs = row_bytes / bytes;
+        if packs == 0 || rows == 0 {
+            return None;
+        }
+        let tpr = packs.next_power_of_two().min(ROWS_BLOCK);
+        let grid = rows.div_ceil(ROWS_BLOCK / tpr).clamp(1, ROWS_MAX_BLOCKS);
+        Some(RowsPlan {
+            bytes,
+            packs,
+            // Both at most 2^16 (the constants), so they fit u32.
+            tpr: tpr as u32,
+            grid: grid as u32,
+        })
+    }
+
+    /// The launch shape: `grid` blocks of [`ROWS_BLOCK`] threads.
+    fn cfg(self) -> LaunchConfig {
+        LaunchConfig {
+            grid_dim: (self.grid, 1, 1),
+            block_dim: (ROWS_BLOCK as u32, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+}
+
 /// `index_select(ids, dim)`: `out[.., j, ..] = src[.., ids[j], ..]`.
 pub struct IndexSelect<'a>(pub &'a RocmStorage, pub &'a Layout, pub usize);
 
@@ -157,6 +215,45 @@ impl Map1 for IndexSelect<'_> {
         }
         let needed = ids_span(OP, n_ids, ids_stride).w()?;
         let ids = Ids::new(OP, self.0, ids_l.start_offset(), needed)?;
+        // dst_el = left * n_ids * right did not overflow, so neither does rows; a segment too
+        // large to count in bytes takes the per-element kernels.
+        let rows = left * n_ids;
+        let plan = right
+            .checked_mul(std::mem::size_of::<T>())
+            .and_then(|row_bytes| {
+                RowsPlan::new(
+                    rows,
+                    row_bytes,
+                    src.device_ptr() as usize,
+                    out.device_ptr() as usize,
+                )
+            })
+            .filter(|_| crate::registry::fast_kernels());
+        if let Some(plan) = plan {
+            let name = format!("is_rows_{}_v{}", ids.suffix, plan.bytes);
+            let f = dev.function(Module::Index, &name).w()?;
+            let (psrc, pout) = (DevicePtrArg::of(&src), out.as_arg());
+            let mut l = dev.stream().launch_builder(&f);
+            l.arg(&rows)
+                .arg(&ids.ptr)
+                .arg(&ids_stride)
+                .arg(&psrc)
+                .arg(&pout)
+                .arg(&src_dim)
+                .arg(&n_ids)
+                .arg(&plan.packs)
+                .arg(&plan.tpr);
+            // SAFETY: is_rows_<I>_v<B>(size_t rows, const I* ids, size_t ids_stride,
+            // const P* inp, P* out, size_t src_dim, size_t ids_dim, size_t packs,
+            // unsigned tpr) in kernels/hip/index.hip with B-byte packs P; `ids` holds
+            // (n_ids - 1) * ids_stride + 1 elements; `src` is the contiguous
+            // left * src_dim * right source and `out` the left * n_ids * right output, both
+            // B-byte aligned with right * size_of::<T>() = packs * B (RowsPlan::new), so every
+            // pack is in bounds and aligned; tpr is a power of two dividing the block; the
+            // kernel reads nothing for an out-of-range index.
+            unsafe { l.launch(plan.cfg()).w()? };
+            return Ok(out);
+        }
         let name = format!("is_{}_{}", ids.suffix, bits_suffix::<T>());
         let f = dev.function(Module::Index, &name).w()?;
         let (psrc, pout) = (DevicePtrArg::of(&src), out.as_arg());
@@ -362,5 +459,32 @@ mod tests {
         assert_eq!(ids_span("t", 3, 4).unwrap(), 9);
         assert!(overflow(ids_span("index-select", 3, big)));
         assert!(overflow(ids_span("index-select", 2, usize::MAX)));
+    }
+
+    #[test]
+    fn rows_plan_picks_the_widest_pack() {
+        let plan = |rows, bytes, src, out| RowsPlan::new(rows, bytes, src, out);
+        // The embedding shape: 1024 f32 per row, 32768 rows.
+        let p = plan(32768, 4096, 256, 512).unwrap();
+        assert_eq!((p.bytes, p.packs, p.tpr, p.grid), (16, 256, 256, 32768));
+        // Short rows share a block; the grid is capped and grid-strides.
+        let p = plan(1 << 30, 16, 0, 0).unwrap();
+        assert_eq!((p.bytes, p.packs, p.tpr), (16, 1, 1));
+        assert_eq!(p.grid as usize, ROWS_MAX_BLOCKS);
+        let p = plan(10, 48, 0, 0).unwrap();
+        assert_eq!((p.bytes, p.packs, p.tpr, p.grid), (16, 3, 4, 1));
+        // Narrower packs for rows or addresses aligned to 8 or 4 bytes only.
+        assert_eq!(plan(3, 24, 0, 0).unwrap().bytes, 8);
+        assert_eq!(plan(3, 32, 8, 0).unwrap().bytes, 8);
+        assert_eq!(plan(3, 32, 0, 4).unwrap().bytes, 4);
+        let p = plan(3, 12, 0, 0).unwrap();
+        assert_eq!((p.bytes, p.packs, p.tpr), (4, 3, 4));
+        // Long rows: one segment per block, each thread several packs.
+        assert_eq!(plan(2, 16 * 1000, 0, 0).unwrap().tpr, 256);
+        // Not a multiple of 4 bytes, or misaligned: the per-element kernels.
+        assert_eq!(plan(3, 6, 0, 0), None);
+        assert_eq!(plan(3, 16, 2, 0), None);
+        assert_eq!(plan(0, 16, 0, 0), None);
+        assert_eq!(plan(3, 0, 0, 0), None);
     }
 }

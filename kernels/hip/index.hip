@@ -4,7 +4,8 @@
 // Written for candle-rocm (not from candle-kernels). Kernel names are <op>_<I>_<T> with the
 // index type I in {u8, u32, i64} and the element type T in {u8, u32, i16, i32, i64, bf16, f16,
 // f32, f64}; ops: is (index_select), gather, s (scatter, set), sa (scatter, add), ia
-// (index_add). Every kernel checks each index against the size of the dimension it indexes: a
+// (index_add); and is_rows_<I>_v<B>, a dtype-agnostic index_select of whole row segments in
+// B-byte packs (below). Every kernel checks each index against the size of the dimension it indexes: a
 // value that is negative (i64) or >= that size (including the all-ones "no index" sentinels)
 // reads as 0 and skips writes. Nothing traps. All index arithmetic is 64-bit.
 //
@@ -22,6 +23,16 @@
 //   ia_<I>_<T>(ids, ids_dim, src, dst, left, src_dim, dst_dim, right)
 //       ids 1-D contiguous (ids_dim == src_dim); src (left, src_dim, right);
 //       dst (left, dst_dim, right); same per-(l, r) ordering as sa.
+//   is_rows_<I>_v<B>(rows, ids, ids_stride, inp, out, src_dim, ids_dim, packs, tpr), B in
+//       {16, 8, 4}: index_select moving B-byte packs (Bytes<B>: one 128/64/32-bit load and
+//       store each), whatever the element type. In packs, inp is (left, src_dim, packs) and out
+//       (left, ids_dim, packs): a row segment (the `right` elements after the indexed dim) is
+//       packs * B bytes, and both pointers are B-byte aligned. rows = left * ids_dim. Each
+//       group of tpr threads (a power of two dividing blockDim.x) copies one (l, j) row at a
+//       time, reading its id once, and the groups grid-stride over rows; an invalid id writes
+//       zeros. Nothing depends on the wave size. The host (candle-rocm/src/indexing.rs) runs
+//       these for contiguous sources whose segments and pointers allow 4-byte packs or wider,
+//       and is_<I>_<T> otherwise.
 // Adds wrap for integers (done in the unsigned type of the same width) and are computed in f32
 // and rounded to nearest even for f16/bf16.
 //
@@ -142,6 +153,35 @@ __device__ __forceinline__ void index_add(const I *ids, size_t ids_dim, const T 
     }
 }
 
+// B bytes moved as one load / store (B in 4, 8, 16): words with the pack's alignment.
+template <int B> struct alignas(B) Bytes {
+    uint32_t w[B / 4];
+};
+
+// index_select of whole rows in packs P: a group of tpr threads per (l, j) row.
+template <typename I, typename P>
+__device__ __forceinline__ void index_select_rows(size_t rows, const I *ids, size_t ids_stride,
+                                                  const P *inp, P *out, size_t src_dim,
+                                                  size_t ids_dim, size_t packs, unsigned tpr) {
+    const unsigned lane = threadIdx.x % tpr;
+    const size_t per_block = blockDim.x / tpr;
+    const size_t step = per_block * gridDim.x;
+    for (size_t row = blockIdx.x * per_block + threadIdx.x / tpr; row < rows; row += step) {
+        const size_t l = row / ids_dim;
+        const size_t j = row - l * ids_dim;
+        const I v = ids[j * ids_stride];
+        P *o = out + row * packs;
+        if (idx_valid(v, src_dim)) {
+            const P *s = inp + (l * src_dim + (size_t)v) * packs;
+#pragma unroll 4
+            for (size_t p = lane; p < packs; p += tpr) o[p] = s[p];
+        } else {
+            const P z = {};
+            for (size_t p = lane; p < packs; p += tpr) o[p] = z;
+        }
+    }
+}
+
 // ---- kernels --------------------------------------------------------------------------------------
 #define INDEX_OPS(I, IN, T, TN)                                                                  \
     extern "C" __global__ void is_##IN##_##TN(                                                   \
@@ -186,3 +226,19 @@ __device__ __forceinline__ void index_add(const I *ids, size_t ids_dim, const T 
 INDEX_OPS_ALL_T(uint8_t, u8)
 INDEX_OPS_ALL_T(uint32_t, u32)
 INDEX_OPS_ALL_T(int64_t, i64)
+
+#define INDEX_ROWS(I, IN, B)                                                                     \
+    extern "C" __global__ void is_rows_##IN##_v##B(                                              \
+        const size_t rows, const I *ids, const size_t ids_stride, const Bytes<B> *inp,           \
+        Bytes<B> *out, const size_t src_dim, const size_t ids_dim, const size_t packs,           \
+        const unsigned tpr) {                                                                    \
+        index_select_rows(rows, ids, ids_stride, inp, out, src_dim, ids_dim, packs, tpr);        \
+    }
+#define INDEX_ROWS_ALL_B(I, IN)                                                                  \
+    INDEX_ROWS(I, IN, 16)                                                                        \
+    INDEX_ROWS(I, IN, 8)                                                                         \
+    INDEX_ROWS(I, IN, 4)
+
+INDEX_ROWS_ALL_B(uint8_t, u8)
+INDEX_ROWS_ALL_B(uint32_t, u32)
+INDEX_ROWS_ALL_B(int64_t, i64)

@@ -1,7 +1,7 @@
 //! Runs our own kernel sources on the CPU: `tests/emu/emu.h` emulates the HIP/CUDA execution
 //! model in plain C++ (blocks one after another, the threads of a block as cooperative fibers
 //! that meet at `__syncthreads` and wave shuffles, `__shared__` as static storage), and the
-//! drivers in `tests/emu/` launch `hip/elementwise.hip` and `hip/rows.hip` with
+//! drivers in `tests/emu/` launch `hip/elementwise.hip`, `hip/rows.hip` and `hip/index.hip` with
 //! candle-rocm's launch geometry and argument structs and check every result against host
 //! references. `rows.hip` runs three ways: its CUDA path (32-lane `__shfl_xor_sync`) and its AMD
 //! path (`ds_bpermute`) with wave 32 and wave 64.
@@ -47,4 +47,9 @@ fn rows_kernels_match_references_on_cpu_amd_wave32() {
 #[test]
 fn rows_kernels_match_references_on_cpu_amd_wave64() {
     build_and_run("rows_test.cpp", "rows-amd64", &["-DEMU_AMD_WAVE=64"]);
+}
+
+#[test]
+fn index_select_kernels_match_references_on_cpu() {
+    build_and_run("index_test.cpp", "index", &[]);
 }

@@ -1,5 +1,5 @@
-//! Static AMD evidence for the hot kernels (no GPU needed): the disassembly of our `elementwise`
-//! and `rows` modules for gfx942 (wave64, CDNA3) and gfx1100 (wave32, RDNA3) shows 128-bit
+//! Static AMD evidence for the hot kernels (no GPU needed): the disassembly of our `elementwise`,
+//! `rows` and `index` modules for gfx942 (wave64, CDNA3) and gfx1100 (wave32, RDNA3) shows 128-bit
 //! global loads (`global_load_dwordx4` on gfx9, `global_load_b128` on gfx11) in the function
 //! body of every kernel with a vectorised contiguous path, and no kernel of these modules uses
 //! scratch memory on any target.
@@ -27,7 +27,7 @@ const TARGETS: [(&str, &str); 2] = [
 ];
 
 /// The modules checked here: ours, written with a vectorised contiguous path.
-const MODULES: [Module; 2] = [Module::Elementwise, Module::Rows];
+const MODULES: [Module; 3] = [Module::Elementwise, Module::Rows, Module::Index];
 
 /// Kernels named in issue 13's bandwidth table (and their bf16 twins): each must exist and
 /// use 128-bit loads. The rule in [`has_contiguous_path`] covers the rest of the module.
@@ -67,17 +67,23 @@ const HOT: &[(Module, &str)] = &[
     (Module::Rows, "rsoftmax_bf16_4_v"),
     (Module::Rows, "rrmsnorm_f32_4_v"),
     (Module::Rows, "rlayernorm_f32_4_v"),
+    // index_select of whole row segments in 16-byte packs (the embedding lookup), per id type.
+    (Module::Index, "is_rows_u8_v16"),
+    (Module::Index, "is_rows_u32_v16"),
+    (Module::Index, "is_rows_i64_v16"),
 ];
 
 /// Whether a kernel of `module` is a contiguous kernel with a vectorised path, by the
 /// modules' naming: in `elementwise` each `<op>_<dtype>` (including every
 /// `where_<cond>_<dtype>`; its `<op>_<dtype>_strided` twin takes the shape; [`HOT`] checks
 /// the binary and select ones, which load whole packs for contiguous and broadcast operands);
-/// in `rows` the `*_v` kernels.
+/// in `rows` the `*_v` kernels; in `index` the `is_rows_*_v16` kernels (the `_v8`/`_v4` ones
+/// move 64/32-bit packs by design, the gather/scatter kernels one element per thread).
 fn has_contiguous_path(module: Module, kernel: &str) -> bool {
     match module {
         Module::Elementwise => !kernel.ends_with("_strided"),
         Module::Rows => kernel.ends_with("_v"),
+        Module::Index => kernel.starts_with("is_rows_") && kernel.ends_with("_v16"),
         _ => false,
     }
 }
@@ -232,7 +238,7 @@ fn every_contiguous_kernel_uses_128_bit_loads() {
 }
 
 #[test]
-fn elementwise_and_rows_use_no_scratch() {
+fn checked_modules_use_no_scratch() {
     let mut offenders = Vec::new();
     // Resource use from the metadata, on every embedded target, with no allowlist. SGPR spills
     // go to VGPR lanes, not memory, so they do not count.
@@ -271,7 +277,7 @@ fn elementwise_and_rows_use_no_scratch() {
     }
     assert!(
         offenders.is_empty(),
-        "kernels of elementwise/rows using scratch: {offenders:#?}"
+        "kernels of elementwise/rows/index using scratch: {offenders:#?}"
     );
 }
 

@@ -13,9 +13,10 @@
 # (what Candle 0.11.1 needs, plus cuBLASLt and NVRTC, which cudarc also links when used).
 # Never fails: a library it cannot find is reported, and the binary's own loader error follows.
 
-_cuda_libs_needed="libcudart.so.13 libcublas.so.13 libcurand.so.10 libcublasLt.so.13 libnvrtc.so.13"
+# CUDA_LIBS_NEEDED, when set, names the libraries instead (setup.sh: NVRTC for cuDNN).
+_cuda_libs_needed="${CUDA_LIBS_NEEDED:-libcudart.so.13 libcublas.so.13 libcurand.so.10 libcublasLt.so.13 libnvrtc.so.13}"
 CUDA_LIBS_BIN="${CUDA_LIBS_BIN:-${BUILD:-/tmp/hip-on-cuda}/bin/candle-cuda-bench}"
-if [ -f "$CUDA_LIBS_BIN" ] && command -v readelf > /dev/null 2>&1; then
+if [ -z "${CUDA_LIBS_NEEDED:-}" ] && [ -f "$CUDA_LIBS_BIN" ] && command -v readelf > /dev/null 2>&1; then
     _cuda_libs_from_bin=$(readelf -d "$CUDA_LIBS_BIN" 2> /dev/null \
         | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' \
         | grep -E '^lib(cu|nv)' | grep -v '^libcuda\.so' | tr '\n' ' ')

@@ -66,6 +66,13 @@ export CANDLE_ROCM_KERNELS_DIR="$KDIR"
 if [ -e "$BUILD/miopen/libMIOpen.so.1" ]; then
     export ROCM_SYS_MIOPEN_LIB="$BUILD/miopen/libMIOpen.so.1"
     row "MIOpen double" "built (cuDNN underneath)"
+    # cuDNN 9 compiles some engines at run time with NVRTC (seen: every f16 forward and every
+    # transposed-conv algorithm failing with CUDNN_STATUS_INTERNAL_ERROR, f32 fine): put
+    # PyTorch's NVRTC on the loader path.
+    CUDA_LIBS_NEEDED="libnvrtc.so.13 libnvrtc-builtins.so.13.0"
+    # shellcheck source=tests/hip-on-cuda/cuda_libs.sh
+    source tests/hip-on-cuda/cuda_libs.sh
+    unset CUDA_LIBS_NEEDED
 else
     row "MIOpen double" "not built (no cuDNN found; see build.log)"
 fi

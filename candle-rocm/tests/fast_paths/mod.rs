@@ -510,3 +510,193 @@ fn fast_where_cond_strided_and_broadcast_by_rank() {
     }
     finish(&["fast_where_cond"]);
 }
+
+/// Index dtypes of `index_select`.
+const IDS_DTYPES: [DType; 3] = [DType::U8, DType::U32, DType::I64];
+
+/// Element dtypes of the `index_select` cases: every element size (1, 2, 4, 8 bytes).
+const SELECT_DTYPES: [DType; 6] = [
+    DType::F32,
+    DType::BF16,
+    DType::F16,
+    DType::F64,
+    DType::U8,
+    DType::I64,
+];
+
+/// `n` ids for a dim of `size` (< 200) as `(device ids, cpu ids)`: valid values and, with
+/// `invalid`, out-of-range ones, the all-ones sentinel and (i64) negative ones. The device
+/// selects zeros for every invalid id; the CPU backend only for the type's maximum (it
+/// returns an error for the others), so its copy has the maximum in their place.
+fn select_ids(
+    rng: &mut Rng,
+    ids: DType,
+    n: usize,
+    size: usize,
+    invalid: bool,
+) -> (CpuStorage, CpuStorage) {
+    let size_i = size as i64;
+    let v: Vec<i64> = (0..n)
+        .map(|_| {
+            if !invalid || rng.chance(0.7) {
+                return rng.below(size) as i64;
+            }
+            match ids {
+                DType::U8 => rng.pick(&[size_i, 200, 254, 255]),
+                DType::U32 => rng.pick(&[size_i, size_i + 1000, u32::MAX as i64]),
+                _ => rng.pick(&[size_i, size_i + 1, -1, -7, i64::MIN, i64::MAX]),
+            }
+        })
+        .collect();
+    let ok = |x: i64| (0..size_i).contains(&x);
+    match ids {
+        DType::U8 => (
+            CpuStorage::U8(v.iter().map(|&x| x as u8).collect()),
+            CpuStorage::U8(
+                v.iter()
+                    .map(|&x| if ok(x) { x as u8 } else { u8::MAX })
+                    .collect(),
+            ),
+        ),
+        DType::U32 => (
+            CpuStorage::U32(v.iter().map(|&x| x as u32).collect()),
+            CpuStorage::U32(
+                v.iter()
+                    .map(|&x| if ok(x) { x as u32 } else { u32::MAX })
+                    .collect(),
+            ),
+        ),
+        _ => (
+            CpuStorage::I64(v.clone()),
+            CpuStorage::I64(
+                v.iter()
+                    .map(|&x| if ok(x) { x } else { i64::MAX })
+                    .collect(),
+            ),
+        ),
+    }
+}
+
+/// One `index_select` along `dim` of a contiguous `dims` source starting at element
+/// `offset`, with `n_ids` ids `stride` apart, compared with the CPU exactly.
+#[allow(clippy::too_many_arguments)]
+fn select_case(
+    dev: &RocmDevice,
+    (dtype, ids_dt): (DType, DType),
+    dims: &[usize],
+    dim: usize,
+    offset: usize,
+    (n_ids, stride): (usize, usize),
+    invalid: bool,
+    rng: &mut Rng,
+) {
+    let src_l = Layout::contiguous_with_offset(Shape::from(dims.to_vec()), offset);
+    let src_c = data(rng, dtype, buffer_len(&src_l), Values::Small);
+    let src_g = upload(dev, &src_c);
+    let (ids_dev, ids_cpu) = select_ids(rng, ids_dt, (n_ids - 1) * stride + 2, dims[dim], invalid);
+    let ids_g = upload(dev, &ids_dev);
+    // The ids view starts one element in, `stride` apart.
+    let ids_l = Layout::new(Shape::from(n_ids), vec![stride], 1);
+    check(
+        "fast_index_select",
+        dtype,
+        &format!(
+            "index_select {ids_dt:?} dim {dim} of {dims:?} offset {offset} ids {n_ids}x{stride} \
+             invalid {invalid}"
+        ),
+        0.0,
+        || src_c.index_select(&ids_cpu, &src_l, &ids_l, dim),
+        || {
+            src_g
+                .index_select(&ids_g, &src_l, &ids_l, dim)?
+                .to_cpu_storage()
+        },
+    );
+}
+
+/// `index_select` along dim 0 and a middle dim, with row segments of 1..=8 elements and
+/// around each pack width (16, 8 and 4 bytes: the row-copy kernels and the per-element
+/// fallback), sources at misaligned offsets, strided ids and invalid ids (out of range,
+/// sentinels, negative), for every element size and index dtype; then an embedding lookup
+/// and a launch whose rows outnumber the grid (the grid-stride loop).
+#[test]
+#[ignore = "needs a HIP device"]
+fn fast_index_select_rows_offsets_and_invalid_ids() {
+    let dev = device();
+    for ids_dt in IDS_DTYPES {
+        for dtype in SELECT_DTYPES {
+            let es = dtype.size_in_bytes();
+            let mut rights: Vec<usize> = (1..=8).collect();
+            for b in [16, 32] {
+                for r in [b / es - 1, b / es, b / es + 1] {
+                    if r > 0 && !rights.contains(&r) {
+                        rights.push(r);
+                    }
+                }
+            }
+            rights.extend([16 * 300 / es, 16 * 259 / es + 1]);
+            for (ri, &right) in rights.iter().enumerate() {
+                let mut rng = Rng::new(seed(&format!("fast_is{ids_dt:?}"), dtype, ri as u64));
+                for (ci, &offset) in [0usize, 1, 2, 4].iter().enumerate() {
+                    let size = 1 + rng.below(40);
+                    let n_ids = 1 + rng.below(70);
+                    let stride = 1 + rng.below(2);
+                    let invalid = ci % 2 == 1;
+                    // dim 0, and a middle dim (left > 1, right split over two dims).
+                    select_case(
+                        &dev,
+                        (dtype, ids_dt),
+                        &[size, right],
+                        0,
+                        offset,
+                        (n_ids, stride),
+                        invalid,
+                        &mut rng,
+                    );
+                    let dims: Vec<usize> = if right % 2 == 0 {
+                        vec![3, size, 2, right / 2]
+                    } else {
+                        vec![3, size, right]
+                    };
+                    select_case(
+                        &dev,
+                        (dtype, ids_dt),
+                        &dims,
+                        1,
+                        offset,
+                        (n_ids, stride),
+                        !invalid,
+                        &mut rng,
+                    );
+                }
+            }
+        }
+    }
+    // The embedding lookup: 8192 x 1024 rows, 4096 ids.
+    for dtype in [DType::F32, DType::BF16] {
+        let mut rng = Rng::new(seed("fast_is_embedding", dtype, 0));
+        select_case(
+            &dev,
+            (dtype, DType::U32),
+            &[8192, 1024],
+            0,
+            0,
+            (4096, 1),
+            false,
+            &mut rng,
+        );
+    }
+    // 65,600 rows of 256 packs: more than 2^16 blocks of one row each.
+    let mut rng = Rng::new(seed("fast_is_grid_stride", DType::U8, 0));
+    select_case(
+        &dev,
+        (DType::U8, DType::I64),
+        &[4, 7, 4096],
+        1,
+        0,
+        (16_400, 1),
+        true,
+        &mut rng,
+    );
+    finish(&["fast_index_select"]);
+}
