@@ -716,9 +716,16 @@ HOC_EXPORT miopenStatus_t miopenConvolutionBackwardData(miopenHandle_t h, const 
     }
     size_t need = bwd_ws(h, dyd, wd, c, dxd, dnn);
     if (need == (size_t)-1 || need > ws_size || (need > 0 && !ws)) return miopenStatusBadParm;
-    DNN(cudnnConvolutionBackwardData(h->dnn, alpha, wd->f, w, dyd->t, dy, c->c, (cudnnConvolutionBwdDataAlgo_t)dnn,
-                                     ws, ws_size, beta, dxd->t, dx));
-    return miopenStatusSuccess;
+    cudnnStatus_t ds = cudnnConvolutionBackwardData(h->dnn, alpha, wd->f, w, dyd->t, dy, c->c,
+                                                    (cudnnConvolutionBwdDataAlgo_t)dnn, ws, ws_size, beta,
+                                                    dxd->t, dx);
+    if (ds != CUDNN_STATUS_SUCCESS)
+        fprintf(stderr,
+                "miopen double: cudnnConvolutionBackwardData failed: status %d, algo %d, workspace %zu of %zu, "
+                "dx %dx%dx%dx%d, w %dx%dx%dx%d, groups %d, pad %d,%d, stride %d,%d, dil %d,%d\n",
+                (int)ds, dnn, need, ws_size, p.x[0], p.x[1], p.x[2], p.x[3], p.w[0], p.w[1], p.w[2], p.w[3],
+                p.groups, p.pad[0], p.pad[1], p.stride[0], p.stride[1], p.dil[0], p.dil[1]);
+    return map_dnn(ds);
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -78,6 +78,10 @@ test_env() {
 test_args() {
     case "$(basename "$1")" in
         candle-suite.*) echo "::rocm --skip bench_" ;;
+        # The MIOpen double fails intermittently when tests Find in parallel (cuDNN returns
+        # CUDNN_STATUS_INTERNAL_ERROR for every algorithm; 4 of 4 runs failed one test in
+        # parallel, 4 of 4 passed one at a time, 2026-11-23): a double's limit, not MIOpen's.
+        rocm-safe.miopen_gpu) echo "--test-threads=1" ;;
     esac
 }
 mem_used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader | head -1; }
@@ -181,7 +185,7 @@ if [ "$SANITIZE" = 1 ]; then
             # shellcheck disable=SC2046
             env $(test_env "$t") CANDLE_ROCM_PARITY_CASES=2 timeout "${SAN_TIMEOUT:-240}" \
             compute-sanitizer --tool "$tool" --report-api-errors no --print-limit 20 \
-                "$t" --include-ignored --test-threads=1 $(test_args "$t") > "$log" 2>&1
+                "$t" --include-ignored --test-threads=1 $(test_args "$t" | sed 's/--test-threads=1//') > "$log" 2>&1
             rc=$?
             errors=$(grep -Eo 'ERROR SUMMARY: [0-9]+ error' "$log" | tail -1)
             hazards=$(grep -Eo 'RACECHECK SUMMARY: [0-9]+ hazard' "$log" | tail -1)
