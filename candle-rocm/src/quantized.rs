@@ -315,10 +315,11 @@ impl RocmQStorage {
         };
         let out = self.device.alloc::<f32>(n)?;
         let f = self.device.function(Module::Quantized, name)?;
+        let rows = mat_vec_rows_per_block(n, with_rows);
         let cfg = LaunchConfig {
-            // One 32-thread block per output row (Candle's WARP_SIZE x GGML_CUDA_MMV_Y = 1).
-            grid_dim: (nrows as u32, 1, 1),
-            block_dim: (32, 1, 1),
+            // 32 threads per output row (Candle's WARP_SIZE), `rows` rows per block.
+            grid_dim: ((n / rows) as u32, 1, 1),
+            block_dim: (32, rows as u32, 1),
             shared_mem_bytes: 0,
         };
         let (pw, py, pout) = (data.as_arg(), rocm_safe::DevicePtrArg::of(&y), out.as_arg());
@@ -356,6 +357,24 @@ impl RocmQStorage {
             cpu = cpu.to_dtype(&Layout::contiguous(elem_count), DType::F16)?;
         }
         device.storage_from_cpu_storage_owned(cpu)
+    }
+}
+
+/// Output rows per block of the dequantize-mat-vec kernels: 4 (or 2) when that divides `n`,
+/// so a block has 128 (64) threads: one 32-thread block per row leaves a wave64 half empty on
+/// AMD and caps residency on any GPU. The kernels find their row as `blockIdx.x * blockDim.y
+/// + threadIdx.y`, and the k-quant ones return early only past `row > nrows` (not `>=`), so
+/// the grid must cover exactly `n` rows: hence only divisors of `n`. The q5_K kernel (no row
+/// count, `with_rows` false) reads its row from `blockIdx.x` alone and keeps 1.
+fn mat_vec_rows_per_block(n: usize, with_rows: bool) -> usize {
+    if !with_rows {
+        1
+    } else if n % 4 == 0 {
+        4
+    } else if n % 2 == 0 {
+        2
+    } else {
+        1
     }
 }
 
@@ -425,6 +444,19 @@ impl ExtQStorage for RocmQStorage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mat_vec_blocks_cover_exactly_the_rows() {
+        for n in [1usize, 2, 3, 4, 6, 576, 4097, 32000, 49152] {
+            for with_rows in [true, false] {
+                let r = mat_vec_rows_per_block(n, with_rows);
+                assert_eq!(n % r, 0, "n {n}: {r} rows per block");
+                assert!(with_rows || r == 1);
+            }
+        }
+        assert_eq!(mat_vec_rows_per_block(32000, true), 4);
+        assert_eq!(mat_vec_rows_per_block(6, true), 2);
+    }
 
     #[test]
     fn plain_value_bytes_round_trip() {

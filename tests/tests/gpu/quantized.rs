@@ -96,6 +96,31 @@ fn qmatmul_matches_the_cpu_on_dequantized_weights() -> Result<()> {
     Ok(())
 }
 
+/// The decode path's kernels put 4, 2 or 1 output rows in a block, by what divides the row
+/// count: every case, each type, against the CPU.
+#[test]
+#[ignore = "needs a HIP device"]
+fn qmatvec_with_every_rows_per_block() -> Result<()> {
+    let dev = gpu()?;
+    let k = 256;
+    for (i, dtype) in GGML_TYPES_BUT_Q8_1.into_iter().enumerate() {
+        for n in [12, 6, 3, 1] {
+            let (cpu, q) = weights(dtype, n, k, 400 + (i * 7 + n) as u64)?;
+            let w = cpu.dequantize(&Device::Cpu)?;
+            let mm = QMatMul::from_qtensor(q)?;
+            let x = Tensor::from_vec(
+                normal(&mut rng(500 + n as u64), k, 1.0),
+                (1, k),
+                &Device::Cpu,
+            )?;
+            let want = x.matmul(&w.t()?)?;
+            let got = mm.forward(&x.to_device(&dev)?)?;
+            assert_gpu_close(&got, &want, 1e-4, &format!("{dtype:?} mat-vec n {n}"))?;
+        }
+    }
+    Ok(())
+}
+
 #[test]
 #[ignore = "needs a HIP device"]
 fn embedding_rows_come_from_the_device() -> Result<()> {
