@@ -707,7 +707,8 @@ impl RocmStorage {
         let cfg = rocm_safe::Conv2dConfig::conv1d(
             b, c_in, l_in, c_out, k_size, 1, padding, stride, dilation,
         );
-        if let Some(out) = crate::miopen::conv(OP, self, l, kernel, kernel_l, &cfg)? {
+        let problem = crate::miopen::ConvProblem::Forward(cfg);
+        if let Some(out) = crate::miopen::conv(OP, self, l, kernel, kernel_l, &problem)? {
             return Ok(out);
         }
         let dev = self.device().clone();
@@ -758,7 +759,8 @@ impl RocmStorage {
             stride,
             dilation,
         );
-        if let Some(out) = crate::miopen::conv(OP, self, l, kernel, kernel_l, &cfg)? {
+        let problem = crate::miopen::ConvProblem::Forward(cfg);
+        if let Some(out) = crate::miopen::conv(OP, self, l, kernel, kernel_l, &problem)? {
             return Ok(out);
         }
         let dev = self.device().clone();
@@ -806,6 +808,23 @@ impl RocmStorage {
         let (padding, out_padding) = (get("padding")?, get("output_padding")?);
         let (stride, dilation) = (get("stride")?, get("dilation")?);
         let l_out = conv_tr_out(OP, l_in, k_size, padding, out_padding, stride, dilation).w()?;
+        let problem = crate::miopen::ConvProblem::Transpose(
+            rocm_safe::ConvTranspose2dConfig::conv_transpose1d(
+                b,
+                c_in,
+                l_in,
+                c_out,
+                k_size,
+                1,
+                padding,
+                out_padding,
+                stride,
+                dilation,
+            ),
+        );
+        if let Some(out) = crate::miopen::conv(OP, self, l, kernel, kernel_l, &problem)? {
+            return Ok(out);
+        }
         let dev = self.device().clone();
         let simple = dilation == 1 && padding == 0 && out_padding == 0;
         if simple
@@ -879,6 +898,23 @@ impl RocmStorage {
         let (stride, dilation) = (get("stride")?, get("dilation")?);
         let h_out = conv_tr_out(OP, i_h, k_h, padding, out_padding, stride, dilation).w()?;
         let w_out = conv_tr_out(OP, i_w, k_w, padding, out_padding, stride, dilation).w()?;
+        let problem = crate::miopen::ConvProblem::Transpose(rocm_safe::ConvTranspose2dConfig {
+            batch: b,
+            in_channels: c_in,
+            in_h: i_h,
+            in_w: i_w,
+            out_channels: c_out,
+            kernel_h: k_h,
+            kernel_w: k_w,
+            groups: 1,
+            padding: [padding; 2],
+            output_padding: [out_padding; 2],
+            stride: [stride; 2],
+            dilation: [dilation; 2],
+        });
+        if let Some(out) = crate::miopen::conv(OP, self, l, kernel, kernel_l, &problem)? {
+            return Ok(out);
+        }
         let dev = self.device().clone();
         let conv = ConvTranspose {
             // candle's kernel takes (w_out, h_out) with its "w" = dims[3].

@@ -1,11 +1,13 @@
-//! The MIOpen path of `conv1d` and `conv2d` (rocm-safe's [`MiopenHandle`]), chosen by
-//! [`CONV_VAR`]:
+//! The MIOpen path of the convolutions (`conv1d`, `conv2d`, `conv_transpose1d`,
+//! `conv_transpose2d`) and of `max_pool2d`/`avg_pool2d` (rocm-safe's [`MiopenHandle`]), chosen
+//! by [`CONV_VAR`]:
 //!
-//! - `miopen`: contiguous f32/f16/bf16 convolutions run through MIOpen when the library is
-//!   there; anything else (another dtype, a strided operand, MIOpen absent or failing for a
-//!   shape, logged once per shape through `tracing`) runs the im2col path;
-//! - `im2col`, or `auto` (the default): im2col + rocBLAS. `auto` becomes MIOpen-when-present
-//!   once the MIOpen path has run on a GPU (the HIP-on-CUDA harness's MIOpen double over cuDNN
+//! - `miopen`: contiguous f32/f16/bf16 operands run through MIOpen when the library is there;
+//!   anything else (another dtype, a strided operand, MIOpen absent or failing for a shape,
+//!   logged once per shape through `tracing`) runs our own path (im2col + rocBLAS for the
+//!   convolutions, our kernels for the transposed ones and the pools);
+//! - `im2col`, or `auto` (the default): our own paths. `auto` becomes MIOpen-when-present once
+//!   the MIOpen path has run on an AMD GPU (the HIP-on-CUDA harness's MIOpen double over cuDNN
 //!   is its first test); until then it is opt-in.
 
 use std::collections::HashSet;
@@ -15,13 +17,13 @@ use std::sync::OnceLock;
 use candle_core::backend::BackendStorage;
 use candle_core::Layout;
 use parking_lot::Mutex;
-use rocm_safe::{Conv2dConfig, DeviceBuffer, MiopenType};
+use rocm_safe::{Conv2dConfig, ConvTranspose2dConfig, DeviceBuffer, MiopenType, Pool2dConfig};
 
 use crate::device::RocmDevice;
 use crate::ops::contiguous_view;
 use crate::storage::{RocmDType, RocmStorage, RocmStorageSlice as S};
 
-/// Variable choosing the convolution path: `auto` (default), `im2col` or `miopen`.
+/// Variable choosing the convolution and pooling path: `auto` (default), `im2col` or `miopen`.
 pub const CONV_VAR: &str = "CANDLE_ROCM_CONV";
 
 /// A convolution path (see the module comment).
@@ -60,12 +62,41 @@ pub fn conv_path() -> ConvPath {
     })
 }
 
-/// Convolutions MIOpen ran in this process (for tests that must know which path ran).
+/// Convolutions and pools MIOpen ran in this process (for tests that must know which path ran).
 static RUNS: AtomicU64 = AtomicU64::new(0);
+/// Pools among them.
+static POOL_RUNS: AtomicU64 = AtomicU64::new(0);
 
-/// How many convolutions ran on MIOpen in this process.
+/// How many convolutions and pools ran on MIOpen in this process.
 pub fn miopen_runs() -> u64 {
     RUNS.load(Ordering::Relaxed)
+}
+
+/// How many pools ran on MIOpen in this process.
+pub fn miopen_pool_runs() -> u64 {
+    POOL_RUNS.load(Ordering::Relaxed)
+}
+
+/// The MIOpen problem of one convolution op.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum ConvProblem {
+    /// `conv1d` (as the H = 1 case) or `conv2d`.
+    Forward(Conv2dConfig),
+    /// `conv_transpose1d` (H = 1) or `conv_transpose2d`: MIOpen's backward-data pass.
+    Transpose(ConvTranspose2dConfig),
+}
+
+impl ConvProblem {
+    /// The output's (N, C, H, W).
+    fn output_dims(&self) -> rocm_safe::Result<[usize; 4]> {
+        match self {
+            ConvProblem::Forward(c) => c.output_dims(),
+            ConvProblem::Transpose(c) => {
+                let (h, w) = c.out_hw()?;
+                Ok([c.batch, c.out_channels, h, w])
+            }
+        }
+    }
 }
 
 /// Logs a fallback to im2col once per distinct `what`.
@@ -80,15 +111,15 @@ fn log_once(what: String) {
     }
 }
 
-/// `conv` on MIOpen when [`conv_path`] asks for it and it applies: the output storage, or
-/// `None` to run im2col. `op` names the op in logs; `cfg` holds the checked shape.
+/// A convolution on MIOpen when [`conv_path`] asks for it and it applies: the output storage,
+/// or `None` to run our own path. `op` names the op in logs; `cfg` holds the checked shape.
 pub(crate) fn conv(
     op: &'static str,
     x: &RocmStorage,
     l: &Layout,
     w: &RocmStorage,
     wl: &Layout,
-    cfg: &Conv2dConfig,
+    cfg: &ConvProblem,
 ) -> candle_core::Result<Option<RocmStorage>> {
     if conv_path() != ConvPath::Miopen {
         return Ok(None);
@@ -113,6 +144,11 @@ pub(crate) fn conv(
     Ok(out.map(|s| RocmStorage::new(s, dev.clone())))
 }
 
+/// The number of elements of `dims`, `None` on overflow.
+fn elements(dims: [usize; 4]) -> Option<usize> {
+    dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d))
+}
+
 /// Runs one convolution of `T` on the device's MIOpen handle; `None` (logged) when MIOpen is
 /// absent or refuses the problem.
 fn run<T: MiopenType + RocmDType>(
@@ -120,25 +156,26 @@ fn run<T: MiopenType + RocmDType>(
     dev: &RocmDevice,
     (x, l): (&DeviceBuffer<T>, &Layout),
     (w, wl): (&DeviceBuffer<T>, &Layout),
-    cfg: &Conv2dConfig,
+    cfg: &ConvProblem,
 ) -> candle_core::Result<Option<DeviceBuffer<T>>> {
     let xv = contiguous_view(op, x, l)?;
     let wv = contiguous_view(op, w, wl)?;
-    let (h, w_out) = match cfg.out_hw() {
-        Ok(hw) => hw,
+    let dims = match cfg.output_dims() {
+        Ok(d) => d,
         Err(e) => {
             log_once(format!("{op} {cfg:?}: {e}"));
             return Ok(None);
         }
     };
-    let len = [cfg.batch, cfg.out_channels, h, w_out]
-        .iter()
-        .try_fold(1usize, |a, &d| a.checked_mul(d));
-    let Some(len) = len else {
+    let Some(len) = elements(dims) else {
         return Ok(None);
     };
     let mut y = dev.alloc::<T>(len).map_err(candle_core::Error::wrap)?;
-    match dev.miopen(|m| m.conv2d::<T>(cfg, &xv, &wv, &mut y)) {
+    let ran = dev.miopen(|m| match cfg {
+        ConvProblem::Forward(c) => m.conv2d::<T>(c, &xv, &wv, &mut y),
+        ConvProblem::Transpose(c) => m.conv_transpose2d::<T>(c, &xv, &wv, &mut y),
+    });
+    match ran {
         Ok(Some(())) => {
             RUNS.fetch_add(1, Ordering::Relaxed);
             Ok(Some(y))
@@ -151,6 +188,113 @@ fn run<T: MiopenType + RocmDType>(
             log_once(format!("{op} {cfg:?}: MIOpen failed ({e})"));
             Ok(None)
         }
+    }
+}
+
+/// A pool on MIOpen when [`conv_path`] asks for it and it applies (contiguous f32/f16/bf16):
+/// the output storage, or `None` to run our kernels. `cfg` holds Candle's window and stride
+/// (Candle's pools have no padding).
+pub(crate) fn pool(
+    op: &'static str,
+    x: &RocmStorage,
+    l: &Layout,
+    cfg: &Pool2dConfig,
+) -> candle_core::Result<Option<RocmStorage>> {
+    if conv_path() != ConvPath::Miopen {
+        return Ok(None);
+    }
+    if !l.is_contiguous() {
+        log_once(format!("{op} {cfg:?}: a strided input"));
+        return Ok(None);
+    }
+    let dev = x.device();
+    let out = match &x.slice {
+        S::F32(a) => run_pool(op, dev, (a, l), cfg)?.map(S::F32),
+        S::F16(a) => run_pool(op, dev, (a, l), cfg)?.map(S::F16),
+        S::BF16(a) => run_pool(op, dev, (a, l), cfg)?.map(S::BF16),
+        _ => {
+            log_once(format!(
+                "{op} in {:?}: MIOpen takes f32/f16/bf16",
+                x.dtype()
+            ));
+            None
+        }
+    };
+    Ok(out.map(|s| RocmStorage::new(s, dev.clone())))
+}
+
+/// Runs one pool of `T` on the device's MIOpen handle; `None` (logged) when MIOpen is absent
+/// or refuses it.
+fn run_pool<T: MiopenType + RocmDType>(
+    op: &'static str,
+    dev: &RocmDevice,
+    (x, l): (&DeviceBuffer<T>, &Layout),
+    cfg: &Pool2dConfig,
+) -> candle_core::Result<Option<DeviceBuffer<T>>> {
+    let xv = contiguous_view(op, x, l)?;
+    let dims = match cfg.output_dims() {
+        Ok(d) => d,
+        Err(e) => {
+            log_once(format!("{op} {cfg:?}: {e}"));
+            return Ok(None);
+        }
+    };
+    let Some(len) = elements(dims) else {
+        return Ok(None);
+    };
+    let mut y = dev.alloc::<T>(len).map_err(candle_core::Error::wrap)?;
+    match dev.miopen(|m| m.pool2d::<T>(cfg, &xv, &mut y)) {
+        Ok(Some(())) => {
+            RUNS.fetch_add(1, Ordering::Relaxed);
+            POOL_RUNS.fetch_add(1, Ordering::Relaxed);
+            Ok(Some(y))
+        }
+        Ok(None) => {
+            log_once(format!("{op}: MIOpen is not available"));
+            Ok(None)
+        }
+        Err(e) => {
+            log_once(format!("{op} {cfg:?}: MIOpen failed ({e})"));
+            Ok(None)
+        }
+    }
+}
+
+impl RocmStorage {
+    /// `max_pool2d`/`avg_pool2d` on MIOpen (see [`pool`]): `None` to run our kernels, which
+    /// also report a malformed input.
+    pub(crate) fn pool_on_miopen(
+        &self,
+        op: &'static str,
+        l: &Layout,
+        k: (usize, usize),
+        stride: (usize, usize),
+        mode: rocm_safe::PoolMode,
+    ) -> candle_core::Result<Option<RocmStorage>> {
+        let &[b, c, h, w] = l.dims() else {
+            return Ok(None);
+        };
+        pool(op, self, l, &pool2d_config((b, c, h, w), k, stride, mode))
+    }
+}
+
+/// The MIOpen problem of a Candle pool over `(b, c, h, w)` with window `k` and `stride`, both
+/// (h, w) as Candle passes them.
+pub(crate) fn pool2d_config(
+    (b, c, h, w): (usize, usize, usize, usize),
+    k: (usize, usize),
+    stride: (usize, usize),
+    mode: rocm_safe::PoolMode,
+) -> Pool2dConfig {
+    Pool2dConfig {
+        batch: b,
+        channels: c,
+        in_h: h,
+        in_w: w,
+        kernel: [k.0, k.1],
+        stride: [stride.0, stride.1],
+        padding: [0, 0],
+        mode,
     }
 }
 
@@ -190,6 +334,15 @@ mod tests {
         assert_eq!(ConvPath::parse(" im2col "), Some(ConvPath::Im2col));
         assert_eq!(ConvPath::parse("MIOpen"), Some(ConvPath::Miopen));
         assert_eq!(ConvPath::parse("cudnn"), None);
+    }
+
+    #[test]
+    fn candle_pool_parameters_map_to_one_problem() {
+        let c = pool2d_config((2, 3, 9, 7), (3, 2), (2, 1), rocm_safe::PoolMode::Max);
+        assert_eq!((c.batch, c.channels, c.in_h, c.in_w), (2, 3, 9, 7));
+        assert_eq!((c.kernel, c.stride, c.padding), ([3, 2], [2, 1], [0, 0]));
+        // Candle's sizes: (9 - 3) / 2 + 1 = 4, (7 - 2) / 1 + 1 = 6.
+        assert_eq!(c.out_hw().ok(), Some((4, 6)));
     }
 
     #[test]

@@ -429,6 +429,11 @@ impl BackendStorage for RocmStorage {
         k: (usize, usize),
         stride: (usize, usize),
     ) -> candle_core::Result<Self> {
+        if let Some(out) =
+            self.pool_on_miopen("avg_pool2d", l, k, stride, rocm_safe::PoolMode::Average)?
+        {
+            return Ok(out);
+        }
         let op = PoolOp::Avg;
         Ok(self.wrap(Pool2D { k, stride, op }.map(&self.slice, &self.device, l)?))
     }
@@ -439,6 +444,11 @@ impl BackendStorage for RocmStorage {
         k: (usize, usize),
         stride: (usize, usize),
     ) -> candle_core::Result<Self> {
+        if let Some(out) =
+            self.pool_on_miopen("max_pool2d", l, k, stride, rocm_safe::PoolMode::Max)?
+        {
+            return Ok(out);
+        }
         let op = PoolOp::Max;
         Ok(self.wrap(Pool2D { k, stride, op }.map(&self.slice, &self.device, l)?))
     }

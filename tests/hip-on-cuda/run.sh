@@ -139,18 +139,18 @@ if [ -s "$OUT/parity.tsv" ]; then
         done
 fi
 
-# candle-rocm's MIOpen path of the convolutions (CANDLE_ROCM_CONV=miopen) through the MIOpen
+# candle-rocm's MIOpen path of the convolutions and pools (CANDLE_ROCM_CONV=miopen) through the MIOpen
 # double, against the same references: the parity cases (which assert that MIOpen ran) and
-# candle-core's conv tests.
+# candle-core's conv and pool tests.
 if [ -n "${ROCM_SYS_MIOPEN_LIB:-}" ] && [[ -z "${ONLY:-}" || "miopen" =~ $ONLY ]]; then
     echo "== convolutions on the MIOpen path (CANDLE_ROCM_CONV=miopen)"
     CANDLE_ROCM_CONV=miopen timeout "${TEST_TIMEOUT:-300}" "$BUNDLE/candle-rocm.parity" \
-        --include-ignored convolutions > "$OUT/test-parity-miopen.log" 2>&1
-    row "parity convolutions, MIOpen path" "$(results "$OUT/test-parity-miopen.log") $(grep -ao '[0-9]* ran on MIOpen' "$OUT/test-parity-miopen.log")"
+        --include-ignored --nocapture convolutions pools_and_upsampling > "$OUT/test-parity-miopen.log" 2>&1
+    row "parity convolutions + pools, MIOpen path" "$(results "$OUT/test-parity-miopen.log") $(grep -ao '[a-z]*: [0-9]* ran on MIOpen' "$OUT/test-parity-miopen.log" | tr '\n' ' ')"
     CANDLE_ROCM_STRICT=1 CANDLE_ROCM_CONV=miopen timeout "${TEST_TIMEOUT:-300}" \
-        "$BUNDLE/candle-suite.suite" --include-ignored conv_tests:: --skip ::cpu --skip ::ext_cpu \
+        "$BUNDLE/candle-suite.suite" --include-ignored conv_tests:: pool_tests:: --skip ::cpu --skip ::ext_cpu \
         > "$OUT/test-suite-conv-miopen.log" 2>&1
-    row "candle-suite conv_tests, MIOpen path" "$(results "$OUT/test-suite-conv-miopen.log")"
+    row "candle-suite conv_tests + pool_tests, MIOpen path" "$(results "$OUT/test-suite-conv-miopen.log")"
 fi
 
 if [ -x "$BUNDLE/rocm-safe.gpu_faults" ]; then
