@@ -1,6 +1,7 @@
 //! The MIOpen path of the convolutions (`conv1d`, `conv2d`, `conv_transpose1d`,
-//! `conv_transpose2d`) and of `max_pool2d`/`avg_pool2d` (rocm-safe's [`MiopenHandle`]), chosen
-//! by [`CONV_VAR`]:
+//! `conv_transpose2d`) and of `max_pool2d` (rocm-safe's [`MiopenHandle`]), chosen by
+//! [`CONV_VAR`] (`avg_pool2d` stays on our kernel: MIOpen's averages round differently from
+//! Candle's, enough to fail candle-core's own pooling test):
 //!
 //! - `miopen`: contiguous f32/f16/bf16 operands run through MIOpen when the library is there;
 //!   anything else (another dtype, a strided operand, MIOpen absent or failing for a shape,
@@ -261,7 +262,7 @@ fn run_pool<T: MiopenType + RocmDType>(
 }
 
 impl RocmStorage {
-    /// `max_pool2d`/`avg_pool2d` on MIOpen (see [`pool`]): `None` to run our kernels, which
+    /// A pool on MIOpen (see [`pool`]; `max_pool2d` uses it): `None` to run our kernels, which
     /// also report a malformed input.
     pub(crate) fn pool_on_miopen(
         &self,

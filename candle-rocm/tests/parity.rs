@@ -1049,7 +1049,10 @@ fn pools_and_upsampling() {
     if candle_rocm::miopen::conv_path() == candle_rocm::miopen::ConvPath::Miopen {
         let runs = candle_rocm::miopen::miopen_pool_runs();
         eprintln!("pools: {runs} ran on MIOpen");
-        assert!(runs > 0, "CANDLE_ROCM_CONV=miopen, yet no pool ran on MIOpen");
+        assert!(
+            runs > 0,
+            "CANDLE_ROCM_CONV=miopen, yet no pool ran on MIOpen"
+        );
     }
     finish(&["max_pool2d", "avg_pool2d", "upsample_"]);
 }
