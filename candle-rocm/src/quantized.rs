@@ -7,8 +7,10 @@
 //! the shapes Candle's CUDA backend uses (`candle-core/src/quantized/cuda.rs`). F32, F16 and
 //! BF16 "blocks" are plain values, held as an ordinary storage of that dtype and cast.
 //!
-//! The quantized matrix product: one f32 row (decode) runs candle-kernels'
-//! `dequantize_mul_mat_vec_*` kernels, which read the quantized weights once (Candle's CUDA
+//! The quantized matrix product: one f32 row (decode) runs our `qmatvec` kernels
+//! (`kernels/hip/qmatvec.hip`) for Q4_0, Q4_1 and Q8_0 weights, and candle-kernels'
+//! `dequantize_mul_mat_vec_*` kernels for the other types (and for all of them when
+//! `CANDLE_ROCM_FAST_KERNELS=0`); both read the quantized weights once (Candle's CUDA
 //! backend runs them with `CANDLE_DMMV`-style forcing; its default q8_1 mat-vec kernels are
 //! linked statically there and are not ours to load); everything else dequantizes on the device
 //! and runs rocBLAS (the slot's `dequantize_matmul_t`). The q8_1 mat-vec and the tiled mat-mat
@@ -23,7 +25,7 @@ use candle_core::ext::{dequantize_matmul_t, qmatmul_dims, ExtDevice, ExtQStorage
 use candle_core::quantized::GgmlDType;
 use candle_core::{CpuStorage, DType, Layout, Shape};
 use candle_rocm_kernels::Module;
-use rocm_safe::{DeviceBuffer, DeviceRepr, LaunchConfig};
+use rocm_safe::{DeviceBuffer, DeviceRepr, DeviceSlice, LaunchConfig};
 
 use crate::device::RocmDevice;
 use crate::error::{BackendError, WrapErr};
@@ -274,9 +276,10 @@ impl RocmQStorage {
         }
     }
 
-    /// `x (1, k) @ w^T` for one f32 row `x` with candle-kernels' dequantize-mat-vec kernels
-    /// (`w` is `(n, k)`): `None` when they do not apply (another type, or `k` not a multiple of
-    /// the kernels' stride).
+    /// `x (1, k) @ w^T` for one f32 row `x` (`w` is `(n, k)`): our `qmatvec` kernels for
+    /// Q4_0, Q4_1 and Q8_0 when [`crate::registry::fast_kernels`] is on, candle-kernels'
+    /// dequantize-mat-vec kernels otherwise; `None` when they do not apply (another type, or
+    /// `k` not a multiple of the kernels' stride).
     fn mat_vec(
         &self,
         (n, k): (usize, usize),
@@ -286,6 +289,11 @@ impl RocmQStorage {
         let Blocks::Quantized(data) = &self.blocks else {
             return Ok(None);
         };
+        if crate::registry::fast_kernels() {
+            if let Some(name) = qmatvec_kernel(self.dtype) {
+                return self.qmatvec(name, (n, k), data, x, x_l);
+            }
+        }
         // (kernel, whether it takes the row count, the `k` multiple its loop needs).
         let (name, with_rows, k_step) = match self.dtype {
             GgmlDType::Q4_0 => ("dequantize_mul_mat_vec_q4_0_cuda", true, 64),
@@ -341,6 +349,57 @@ impl RocmQStorage {
         )))
     }
 
+    /// `x (1, k) @ w^T` with our `qmatvec_<type>[_v]` kernels (`kernels/hip/qmatvec.hip`) for
+    /// Q4_0, Q4_1 and Q8_0 weights `w` of shape `(n, k)`: `None` when they do not apply (`k`
+    /// not a multiple of 32, `n` zero or past `u32`, `x` not a contiguous row of `k` values).
+    /// The only allocation is the output.
+    fn qmatvec(
+        &self,
+        name: &str,
+        (n, k): (usize, usize),
+        data: &DeviceBuffer<u8>,
+        x: &DeviceBuffer<f32>,
+        x_l: &Layout,
+    ) -> Result<Option<RocmStorage>, BackendError> {
+        if k % QK != 0 || n == 0 || (data.device_ptr() as usize) % 4 != 0 {
+            return Ok(None);
+        }
+        self.check_count("mat_vec", n.saturating_mul(k))?;
+        let (rows, blocks) = match (u32::try_from(n), u32::try_from(k / QK)) {
+            (Ok(r), Ok(b)) => (r, b),
+            _ => return Ok(None),
+        };
+        let y = match x_l.contiguous_offsets() {
+            Some((o1, o2)) if o2 <= x.len() && o2 - o1 == k => x.slice(o1..o2)?,
+            _ => return Ok(None),
+        };
+        let launch = QmatvecLaunch::new(n, y.device_ptr() as usize);
+        let name = if launch.vec {
+            format!("{name}_v")
+        } else {
+            name.to_string()
+        };
+        let out = self.device.alloc::<f32>(n)?;
+        let f = self.device.function(Module::Qmatvec, &name)?;
+        let (pw, py, pout) = (data.as_arg(), rocm_safe::DevicePtrArg::of(&y), out.as_arg());
+        let mut l = self.device.stream().launch_builder(&f);
+        l.arg(&pw).arg(&py).arg(&pout).arg(&rows).arg(&blocks);
+        // SAFETY: `qmatvec_<type>[_v]` take (const uint8_t *w, const float *x, float *y,
+        // unsigned n, unsigned nb) and read n rows of nb blocks: `check_count` made sure the
+        // n x k weights lie within the blocks held, and the kernels' reads of up to 2 bytes
+        // before a block (inside the previous block; the buffer's start is 4-byte aligned,
+        // checked above) or after the last one fall inside the MATRIX_ROW_PADDING of zeroed
+        // blocks that follows; `y` is a checked view of k = 32 nb f32 values, 16-byte aligned
+        // where the `_v` kernel is chosen; `out` is a fresh buffer of n values; the kernels take
+        // blocks of QMATVEC_THREADS threads and any grid (a grid-stride loop); all ordered on
+        // the device's stream.
+        unsafe { l.launch(launch.cfg)? };
+        Ok(Some(RocmStorage::new(
+            RocmStorageSlice::F32(out),
+            self.device.clone(),
+        )))
+    }
+
     /// The slot's host path (after the CPU-fallback check), for types without a kernel.
     fn dequantize_on_host(
         &self,
@@ -357,6 +416,52 @@ impl RocmQStorage {
             cpu = cpu.to_dtype(&Layout::contiguous(elem_count), DType::F16)?;
         }
         device.storage_from_cpu_storage_owned(cpu)
+    }
+}
+
+/// Values per block of the types our `qmatvec` kernels take (Q4_0, Q4_1, Q8_0).
+const QK: usize = 32;
+/// Threads per block of the `qmatvec` kernels (`QMV_BLOCK`).
+const QMATVEC_THREADS: u32 = 256;
+/// Output rows per block of the `qmatvec` kernels (`QMV_ROWS`: 8 groups of 32 lanes, 2 rows
+/// each).
+const QMATVEC_ROWS: usize = 16;
+/// Most blocks of a `qmatvec` launch (the kernels loop over the rows beyond).
+const QMATVEC_MAX_GRID: usize = 1 << 20;
+
+/// Our `qmatvec` kernel (without the `_v` suffix) for a block type, if one exists.
+fn qmatvec_kernel(dtype: GgmlDType) -> Option<&'static str> {
+    match dtype {
+        GgmlDType::Q4_0 => Some("qmatvec_q4_0"),
+        GgmlDType::Q4_1 => Some("qmatvec_q4_1"),
+        GgmlDType::Q8_0 => Some("qmatvec_q8_0"),
+        _ => None,
+    }
+}
+
+/// Launch of a `qmatvec` kernel: the grid for `n` rows and whether x (at device address
+/// `x_addr`) allows the `_v` kernel's float4 loads. Ported line for line in the emulator
+/// driver `kernels/tests/emu/qmatvec_test.cpp` (`launch_shape`).
+struct QmatvecLaunch {
+    /// Grid and block.
+    cfg: LaunchConfig,
+    /// Whether x is 16-byte aligned (the `_v` kernel).
+    vec: bool,
+}
+
+impl QmatvecLaunch {
+    /// The launch for `n` output rows with x at `x_addr`.
+    fn new(n: usize, x_addr: usize) -> Self {
+        let grid = n.div_ceil(QMATVEC_ROWS).clamp(1, QMATVEC_MAX_GRID);
+        QmatvecLaunch {
+            cfg: LaunchConfig {
+                // At most 2^20: fits u32.
+                grid_dim: (grid as u32, 1, 1),
+                block_dim: (QMATVEC_THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            },
+            vec: x_addr % 16 == 0,
+        }
     }
 }
 
@@ -456,6 +561,26 @@ mod tests {
         }
         assert_eq!(mat_vec_rows_per_block(32000, true), 4);
         assert_eq!(mat_vec_rows_per_block(6, true), 2);
+    }
+
+    #[test]
+    fn qmatvec_launch_matches_the_emulator_port() {
+        // The emulator driver's `test_port` checks the same values.
+        let a = QmatvecLaunch::new(1, 256);
+        assert_eq!(
+            (a.cfg.grid_dim, a.cfg.block_dim, a.vec),
+            ((1, 1, 1), (256, 1, 1), true)
+        );
+        let b = QmatvecLaunch::new(17, 260);
+        assert_eq!((b.cfg.grid_dim.0, b.vec), (2, false));
+        let c = QmatvecLaunch::new(1 << 30, 256);
+        assert_eq!(c.cfg.grid_dim.0 as usize, QMATVEC_MAX_GRID);
+        assert_eq!(QmatvecLaunch::new(32000, 0).cfg.grid_dim.0, 2000);
+        for t in [GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q8_0] {
+            assert_eq!(t.block_size(), QK, "{t:?}");
+            assert!(qmatvec_kernel(t).is_some());
+        }
+        assert!(qmatvec_kernel(GgmlDType::Q4K).is_none());
     }
 
     #[test]

@@ -3,8 +3,8 @@
 //!
 //! `cargo xtask kernels` compiles candle-kernels' `.cu` sources (read from the cargo registry)
 //! and our own `kernels/hip/*.hip` (`rand`, `index`, `convert`, `where`, `small_int`, `rows`,
-//! `elementwise`) through the compatibility headers in `kernels/include/` into one HSA code object per
-//! (module, target), deflate-compressed under `kernels/objects/` and listed in
+//! `elementwise`, `qmatvec`) through the compatibility headers in `kernels/include/` into one
+//! HSA code object per (module, target), deflate-compressed under `kernels/objects/` and listed in
 //! `kernels/manifest.json`; `src/objects.rs` embeds them. [`code_object`] returns one,
 //! decompressed; [`code_object::CodeObject`] reads a code object's kernel list and resource
 //! use. This crate does not depend on candle-core.
@@ -66,6 +66,9 @@ pub enum Module {
     /// Ours, `elementwise.hip`: unary, affine, elu, powf, binary and float-cast kernels with a
     /// vectorised (128-bit) contiguous path and a strided path that takes its shape by value.
     Elementwise,
+    /// Ours, `qmatvec.hip`: quantized (q4_0, q4_1, q8_0) matrix-vector products for GGUF
+    /// decode, one f32 row against GGML blocks, wave-size aware.
+    Qmatvec,
 }
 
 /// Where a module's source comes from.
@@ -79,7 +82,7 @@ pub enum Source {
 
 impl Module {
     /// Every module, in a fixed order (usable as an index).
-    pub const ALL: [Module; 18] = [
+    pub const ALL: [Module; 19] = [
         Module::Affine,
         Module::Binary,
         Module::Cast,
@@ -98,6 +101,7 @@ impl Module {
         Module::SmallInt,
         Module::Rows,
         Module::Elementwise,
+        Module::Qmatvec,
     ];
 
     /// The source file's stem, e.g. `binary`.
@@ -121,6 +125,7 @@ impl Module {
             Module::SmallInt => "small_int",
             Module::Rows => "rows",
             Module::Elementwise => "elementwise",
+            Module::Qmatvec => "qmatvec",
         }
     }
 
@@ -133,7 +138,8 @@ impl Module {
             | Module::Where
             | Module::SmallInt
             | Module::Rows
-            | Module::Elementwise => Source::Ours,
+            | Module::Elementwise
+            | Module::Qmatvec => Source::Ours,
             _ => Source::Candle,
         }
     }

@@ -1,10 +1,10 @@
 //! Runs our own kernel sources on the CPU: `tests/emu/emu.h` emulates the HIP/CUDA execution
 //! model in plain C++ (blocks one after another, the threads of a block as cooperative fibers
 //! that meet at `__syncthreads` and wave shuffles, `__shared__` as static storage), and the
-//! drivers in `tests/emu/` launch `hip/elementwise.hip`, `hip/rows.hip` and `hip/index.hip` with
-//! candle-rocm's launch geometry and argument structs and check every result against host
-//! references. `rows.hip` runs three ways: its CUDA path (32-lane `__shfl_xor_sync`) and its AMD
-//! path (`ds_bpermute`) with wave 32 and wave 64.
+//! drivers in `tests/emu/` launch `hip/elementwise.hip`, `hip/rows.hip`, `hip/index.hip` and
+//! `hip/qmatvec.hip` with candle-rocm's launch geometry and argument structs and check every
+//! result against host references. `rows.hip` and `qmatvec.hip` run three ways: their CUDA path
+//! (32-lane `__shfl_xor_sync`) and their AMD path (`ds_bpermute`) with wave 32 and wave 64.
 //!
 //! Needs the toolchain `cargo xtask kernels` uses (`bash kernels/install-toolchain.sh`, or a
 //! ROCm install's clang via `ROCM_PATH`); `.ci/run` installs it.
@@ -52,4 +52,19 @@ fn rows_kernels_match_references_on_cpu_amd_wave64() {
 #[test]
 fn index_select_kernels_match_references_on_cpu() {
     build_and_run("index_test.cpp", "index", &[]);
+}
+
+#[test]
+fn qmatvec_kernels_match_references_on_cpu_cuda_path() {
+    build_and_run("qmatvec_test.cpp", "qmatvec-cuda", &[]);
+}
+
+#[test]
+fn qmatvec_kernels_match_references_on_cpu_amd_wave32() {
+    build_and_run("qmatvec_test.cpp", "qmatvec-amd32", &["-DEMU_AMD_WAVE=32"]);
+}
+
+#[test]
+fn qmatvec_kernels_match_references_on_cpu_amd_wave64() {
+    build_and_run("qmatvec_test.cpp", "qmatvec-amd64", &["-DEMU_AMD_WAVE=64"]);
 }

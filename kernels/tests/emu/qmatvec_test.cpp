@@ -1,0 +1,174 @@
+// Runs kernels/hip/qmatvec.hip on the host through emu.h and checks it against a host reference
+// of Candle's CPU semantics: `dequantize` (k_quants.rs `to_float` of BlockQ4_0 / BlockQ4_1 /
+// BlockQ8_0, in f32) followed by a dot product (in double). Blocks are random, with extreme
+// scales (the largest f16, subnormals, zero, negative) and offsets; shapes cover n = 1, n not
+// a multiple of the rows per block, k = 32 and rows of many blocks per lane, blocks at both
+// 4-byte phases, x 16-byte aligned (the _v kernels) and not, and a small grid (the grid-stride
+// loop). Launch geometry: a port of candle-rocm/src/quantized.rs (`QmatvecLaunch::new`). Built
+// three ways by kernels/tests/kernels_on_cpu.rs: the CUDA path (wave 32, __shfl_xor_sync) and
+// the AMD path (ds_bpermute) with wave 32 and wave 64.
+// Prints bad=<mismatches> and exits non-zero on any mismatch.
+#include "emu.h"
+
+#include "check.h"
+
+// emu.h declares no float4 (the device headers do).
+struct __attribute__((aligned(16))) float4 {
+    float x, y, z, w;
+};
+
+#include "../../hip/qmatvec.hip"
+
+using namespace chk;
+
+// ---- port of candle-rocm/src/quantized.rs ---------------------------------------------------
+static const size_t ROWS_PER_BLOCK = 16, THREADS = 256, MAX_GRID = 1 << 20;
+static const size_t MATRIX_ROW_PADDING = 512;
+static_assert(ROWS_PER_BLOCK == QMV_ROWS && THREADS == QMV_BLOCK, "constants");
+struct Launch {
+    unsigned grid, block;
+    bool vec;
+};
+static Launch launch_shape(size_t n, const float *x) {
+    size_t grid = std::min(std::max<size_t>((n + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, 1), MAX_GRID);
+    return Launch{(unsigned)grid, (unsigned)THREADS, ((uintptr_t)x & 15) == 0};
+}
+
+// ---- types ---------------------------------------------------------------------------------------
+enum QT { Q40, Q41, Q80 };
+static const char *qt_name[] = {"q4_0", "q4_1", "q8_0"};
+static const size_t qt_bytes[] = {18, 20, 34};
+typedef void (*QFn)(const uint8_t *, const float *, float *, unsigned, unsigned);
+static const QFn KS[3][2] = {{qmatvec_q4_0, qmatvec_q4_0_v},
+                             {qmatvec_q4_1, qmatvec_q4_1_v},
+                             {qmatvec_q8_0, qmatvec_q8_0_v}};
+
+struct Ctx {
+    Counter c;
+    long launches = 0;
+} G;
+static std::mt19937_64 rng(11);
+static double uni(double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); }
+
+// A random f16 scale: mostly ordinary, sometimes extreme (scale kind chosen per matrix).
+static uint16_t rand_scale(int kind) {
+    switch (kind == 0 ? 0 : (int)(rng() % 6)) {
+    case 1: return rng() % 2 ? 0x7bff : 0xfbff;         // +-65504
+    case 2: return (uint16_t)(1 + rng() % 0x3ff);       // subnormal
+    case 3: return rng() % 2 ? 0x0000 : 0x8000;         // +-0
+    case 4: return (uint16_t)(0x0400 | (rng() % 0x400)); // smallest normals
+    default: return f16_bits(round_f16(uni(-0.05, 0.05)));
+    }
+}
+
+static float f16f(uint16_t h) { return (float)f16_value(h); }
+
+// One block's 32 values as Candle's CPU computes them (f32).
+static void dequant_block(QT t, const uint8_t *b, float out[32]) {
+    uint16_t d16, m16;
+    memcpy(&d16, b, 2);
+    const float d = f16f(d16);
+    if (t == Q40) {
+        for (int j = 0; j < 16; ++j) {
+            out[j] = (float)((int)(b[2 + j] & 15) - 8) * d;
+            out[j + 16] = (float)((int)(b[2 + j] >> 4) - 8) * d;
+        }
+    } else if (t == Q41) {
+        memcpy(&m16, b + 2, 2);
+        const float m = f16f(m16);
+        for (int j = 0; j < 16; ++j) {
+            out[j] = (float)(b[4 + j] & 15) * d + m;
+            out[j + 16] = (float)(b[4 + j] >> 4) * d + m;
+        }
+    } else {
+        for (int j = 0; j < 32; ++j) out[j] = (float)(int8_t)b[2 + j] * d;
+    }
+}
+
+// n rows of k values: y = W x against the reference, with the launch of `grid_cap` blocks at
+// most (0: candle-rocm's grid) and x at `x_skew` floats past a 256-byte boundary.
+static void qcase(QT t, size_t n, size_t k, int scale_kind, size_t x_skew, unsigned grid_cap) {
+    const size_t nb = k / 32, bytes = qt_bytes[t];
+    const size_t used = n * nb * bytes, padding = MATRIX_ROW_PADDING / 32 * bytes;
+    Buf w(used + padding, 1), x(k, 4, x_skew), y(n, 4);
+    uint8_t *wp = w.as<uint8_t>();
+    for (size_t i = 0; i < used + padding; ++i) wp[i] = i < used ? (uint8_t)rng() : 0;
+    for (size_t b = 0; b < n * nb; ++b) {
+        uint8_t *p = wp + b * bytes;
+        uint16_t d = rand_scale(scale_kind);
+        memcpy(p, &d, 2);
+        if (t == Q41) {
+            uint16_t m = rand_scale(scale_kind);
+            memcpy(p + 2, &m, 2);
+        }
+    }
+    float *xp = x.as<float>();
+    for (size_t i = 0; i < k; ++i) xp[i] = (float)uni(-4, 4);
+    Launch l = launch_shape(n, xp);
+    if (grid_cap) l.grid = std::min(l.grid, grid_cap);
+    char ctx[160];
+    snprintf(ctx, sizeof ctx, "%s n %zu k %zu scales %d x+%zu grid %u%s", qt_name[t], n, k, scale_kind, x_skew,
+             l.grid, l.vec ? " _v" : "");
+    G.c.ctx = ctx;
+    G.launches++;
+    if (!emu::launch(ctx, KS[t][l.vec], dim3(l.grid), dim3(l.block), (const uint8_t *)wp, (const float *)xp,
+                     y.as<float>(), (unsigned)n, (unsigned)nb)) {
+        G.c.fail("launch failed");
+        return;
+    }
+    const float *yp = y.as<float>();
+    for (size_t r = 0; r < n; ++r) {
+        double want = 0, mag = 0;
+        for (size_t b = 0; b < nb; ++b) {
+            float v[32];
+            dequant_block(t, wp + (r * nb + b) * bytes, v);
+            for (int j = 0; j < 32; ++j) {
+                want += (double)v[j] * xp[b * 32 + j];
+                mag += fabs((double)v[j] * xp[b * 32 + j]);
+            }
+        }
+        G.c.checks++;
+        // f32 accumulation over k products, and the per-block factoring (d * sum, m * sum x).
+        const double tol = 1e-5 * mag + 1e-37;
+        if (!close(yp[r], want, tol)) G.c.fail("row %zu: got %.9g want %.9g (tol %.3g)", r, yp[r], want, tol);
+    }
+    if (!y.intact(n)) G.c.fail("wrote outside y");
+}
+
+static void test_port() {
+    G.c.ctx = "port";
+    float *aligned = (float *)(uintptr_t)256, *skewed = (float *)(uintptr_t)260;
+    Launch a = launch_shape(1, aligned), b = launch_shape(17, skewed), c = launch_shape((size_t)1 << 30, aligned);
+    if (a.grid != 1 || !a.vec || b.grid != 2 || b.vec || c.grid != MAX_GRID) G.c.fail("launch shape port");
+}
+
+int main() {
+    test_port();
+    for (int t = 0; t < 3; ++t) {
+        const QT q = (QT)t;
+        // Small shapes: every n around the rows per block, k = 32 (one block per row: 31 idle
+        // lanes) up to a few blocks per lane; ordinary and extreme scales; x aligned or not.
+        const size_t ns[] = {1, 2, 3, 15, 16, 17, 33};
+        const size_t ks[] = {32, 64, 96, 1024, 32 * 33, 32 * 70};
+        for (size_t n : ns)
+            for (size_t k : ks) {
+                if (n * k > 33 * 1024) continue;
+                qcase(q, n, k, (int)(rng() % 2), rng() % 3 == 0 ? 1 + rng() % 3 : 0, 0);
+            }
+        // Long rows and more rows: several blocks per lane, blocks at both 4-byte phases.
+        qcase(q, 5, 32 * 200, 1, 0, 0);
+        qcase(q, 37, 256, 1, 2, 0);
+        // The grid-stride loop: fewer blocks than rows need.
+        qcase(q, 70, 128, 1, 0, 2);
+        qcase(q, 49, 96, 0, 3, 1);
+    }
+    // Every kernel ran at least once.
+    for (int t = 0; t < 3; ++t)
+        for (int v = 0; v < 2; ++v)
+            if (!emu::S.launched.count((const void *)KS[t][v])) {
+                G.c.ctx = "coverage";
+                G.c.fail("%s%s never ran", qt_name[t], v ? "_v" : "");
+            }
+    printf("qmatvec: %ld launches, %ld checks, bad=%ld\n", G.launches, G.c.checks, G.c.bad);
+    return G.c.bad != 0;
+}
