@@ -177,6 +177,42 @@ def matmul(b):
             b.print("flops", op, f"{m}x{k}x{n}", NAMES[dtype], s, 2 * m * k * n, "flops")
 
 
+CONV_SHAPES = [
+    # (op, batch, c_in, c_out, k, (h, w), padding, stride), as tests/bench/src/main.rs.
+    ("conv2d_r50_3x3", 1, 64, 64, 3, (56, 56), 1, 1),
+    ("conv2d_r50_3x3", 32, 64, 64, 3, (56, 56), 1, 1),
+    ("conv2d_r50_1x1", 1, 256, 64, 1, (56, 56), 0, 1),
+    ("conv2d_r50_1x1", 32, 256, 64, 1, (56, 56), 0, 1),
+    ("conv2d_vae_512", 1, 512, 512, 3, (64, 64), 1, 1),
+    ("conv1d_whisper", 1, 80, 384, 3, (1, 3000), 1, 1),
+]
+
+
+def conv(b):
+    import torch.nn.functional as F
+
+    # cuDNN may use TF32 for f32 convolutions by default; ours compute in f32: compare like
+    # with like.
+    torch.backends.cudnn.allow_tf32 = False
+    for dtype in [torch.float32, torch.float16]:
+        for op, n, c_in, c_out, k, (h, w), pad, stride in CONV_SHAPES:
+            if not b.wanted("conv", op):
+                continue
+            one_d = op.startswith("conv1d")
+            if one_d:
+                x, kern = randn(n, c_in, w, dtype=dtype), randn(c_out, c_in, k, dtype=dtype)
+                s = time_op(lambda: F.conv1d(x, kern, padding=pad, stride=stride))
+                oh, ow, taps = 1, (w + 2 * pad - k) // stride + 1, k
+            else:
+                x, kern = randn(n, c_in, h, w, dtype=dtype), randn(c_out, c_in, k, k, dtype=dtype)
+                s = time_op(lambda: F.conv2d(x, kern, padding=pad, stride=stride))
+                oh = (h + 2 * pad - k) // stride + 1
+                ow = (w + 2 * pad - k) // stride + 1
+                taps = k * k
+            flops = 2 * n * c_out * oh * ow * c_in * taps
+            b.print("conv", op, f"{n}x{c_in}x{h}x{w}>{c_out}k{k}", NAMES[dtype], s, flops, "flops")
+
+
 def bert(b):
     from transformers import BertConfig, BertModel
 
@@ -246,6 +282,7 @@ def main():
     casts(b)
     latency(b)
     matmul(b)
+    conv(b)
     bert(b)
     decode(b, a.decode_tokens)
 

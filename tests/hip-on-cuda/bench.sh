@@ -52,6 +52,15 @@ CANDLE_ROCM_FAST_KERNELS=0 timeout "$limit" "$BUILD/bin/candle-rocm-bench" --onl
     > "$OUT/ours-candle-kernels.tsv" 2> "$OUT/ours-candle-kernels.err"
 row "baseline (candle kernels) exit" "$? ($(grep -c '^bench' "$OUT/ours-candle-kernels.tsv") rows)"
 
+echo "== ours on the MIOpen path (CANDLE_ROCM_CONV=miopen): the conv rows"
+if [ -n "${ROCM_SYS_MIOPEN_LIB:-}" ]; then
+    CANDLE_ROCM_CONV=miopen timeout "$limit" "$BUILD/bin/candle-rocm-bench" --only "${BENCH_ONLY:-conv}" \
+        > "$OUT/ours-miopen.tsv" 2> "$OUT/ours-miopen.err"
+    row "MIOpen path (conv rows) exit" "$? ($(grep -c '^bench' "$OUT/ours-miopen.tsv") rows)"
+else
+    row "MIOpen path (conv rows)" "skipped: no MIOpen double (no cuDNN found)"
+fi
+
 echo "== Candle 0.11.1 CUDA: candle-cuda-bench"
 if [ -x "$BUILD/bin/candle-cuda-bench" ]; then
     (
@@ -82,6 +91,12 @@ result="$OUT/bench-$stamp-$slug.md"
 python3 tests/bench/table.py "$OUT/ours.tsv" "$OUT/candle-cuda.tsv" "$OUT/torch.tsv" \
     --baseline "$OUT/ours-candle-kernels.tsv" \
     --title "$gpu, $(date -u +%Y-%m-%dT%H:%MZ); ours runs on it via HIP-on-CUDA" > "$result"
+if grep -q '^bench	conv' "$OUT/ours-miopen.tsv" 2> /dev/null; then
+    echo >> "$result"
+    python3 tests/bench/table.py "$OUT/ours-miopen.tsv" "$OUT/candle-cuda.tsv" "$OUT/torch.tsv" \
+        --title "the conv rows again, ours on the MIOpen path (CANDLE_ROCM_CONV=miopen; cuDNN under the MIOpen double on this card)" \
+        | awk -F'|' 'NF < 10 || $5 != " - "' >> "$result"  # only the rows ours ran
+fi
 {
     echo
     echo '```'

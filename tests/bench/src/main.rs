@@ -369,6 +369,104 @@ fn matmul(b: &Bench) -> Result<()> {
     Ok(())
 }
 
+/// One convolution row: the op's name, batch, channels in and out, kernel size, spatial size
+/// ((h, w) for conv2d, (1, len) for conv1d), padding and stride.
+struct ConvShape {
+    op: &'static str,
+    n: usize,
+    c_in: usize,
+    c_out: usize,
+    k: usize,
+    hw: (usize, usize),
+    pad: usize,
+    stride: usize,
+}
+
+/// `ConvShape` in one line.
+const fn cs(
+    op: &'static str,
+    n: usize,
+    (c_in, c_out): (usize, usize),
+    k: usize,
+    hw: (usize, usize),
+    pad: usize,
+) -> ConvShape {
+    ConvShape {
+        op,
+        n,
+        c_in,
+        c_out,
+        k,
+        hw,
+        pad,
+        stride: 1,
+    }
+}
+
+/// Convolution shapes of the models Candle users run.
+const CONV_SHAPES: [ConvShape; 6] = [
+    // ResNet-50, stage 1: a 3x3 and a 1x1 layer at 56x56, batch 1 and 32.
+    cs("conv2d_r50_3x3", 1, (64, 64), 3, (56, 56), 1),
+    cs("conv2d_r50_3x3", 32, (64, 64), 3, (56, 56), 1),
+    cs("conv2d_r50_1x1", 1, (256, 64), 1, (56, 56), 0),
+    cs("conv2d_r50_1x1", 32, (256, 64), 1, (56, 56), 0),
+    // Stable Diffusion's VAE decoder: 512 channels, 3x3, at 64x64.
+    cs("conv2d_vae_512", 1, (512, 512), 3, (64, 64), 1),
+    // Whisper's front end (tiny): 80 mel bins to 384 channels, k = 3, over 3000 frames.
+    cs("conv1d_whisper", 1, (80, 384), 3, (1, 3000), 1),
+];
+
+/// Convolutions (f32, f16) in TFLOP/s: the path ours takes is `CANDLE_ROCM_CONV`'s (bench.sh
+/// runs these rows a second time with `miopen`).
+fn conv(b: &Bench) -> Result<()> {
+    let dev = &b.dev;
+    for dtype in [DType::F32, DType::F16] {
+        for ConvShape {
+            op,
+            n,
+            c_in,
+            c_out,
+            k,
+            hw: (h, w),
+            pad,
+            stride,
+        } in CONV_SHAPES
+        {
+            if !b.wanted("conv", op) {
+                continue;
+            }
+            let is_1d = op.starts_with("conv1d");
+            let (x, kernel) = if is_1d {
+                (
+                    Tensor::randn(0f32, 1.0, (n, c_in, w), dev)?.to_dtype(dtype)?,
+                    Tensor::randn(0f32, 0.05, (c_out, c_in, k), dev)?.to_dtype(dtype)?,
+                )
+            } else {
+                (
+                    Tensor::randn(0f32, 1.0, (n, c_in, h, w), dev)?.to_dtype(dtype)?,
+                    Tensor::randn(0f32, 0.05, (c_out, c_in, k, k), dev)?.to_dtype(dtype)?,
+                )
+            };
+            let s = if is_1d {
+                b.time(|| Ok(x.conv1d(&kernel, pad, stride, 1, 1)?))?
+            } else {
+                b.time(|| Ok(x.conv2d(&kernel, pad, stride, 1, 1)?))?
+            };
+            let out = |len: usize, kk: usize| (len + 2 * pad - kk) / stride + 1;
+            let (oh, ow) = if is_1d {
+                (1, out(w, k))
+            } else {
+                (out(h, k), out(w, k))
+            };
+            let taps = if is_1d { k } else { k * k };
+            let flops = 2.0 * (n * c_out * oh * ow * c_in * taps) as f64;
+            let shape = format!("{n}x{c_in}x{h}x{w}>{c_out}k{k}");
+            b.print(["conv", op, &shape, name(dtype)], s, flops, "flops");
+        }
+    }
+    Ok(())
+}
+
 /// Matrix products on quantized (GGML) weights, as a GGUF model's linear layers run them:
 /// decode-shaped (one f32 row; the work counted is the weight bytes, which dominate what the
 /// kernel must read) and prefill-shaped (512 rows; flops). Weights are random, quantized on the
@@ -558,6 +656,7 @@ fn main() -> Result<()> {
     latency(&b)?;
     matmul(&b)?;
     quantized(&b)?;
+    conv(&b)?;
     bert(&b)?;
     decode(&b, cli.decode_tokens)?;
     Ok(())
