@@ -161,7 +161,23 @@ fn run<T: MiopenType + RocmDType>(
 ) -> candle_core::Result<Option<DeviceBuffer<T>>> {
     let xv = contiguous_view(op, x, l)?;
     let wv = contiguous_view(op, w, wl)?;
-    let dims = match cfg.output_dims() {
+    run_into(op, dev, cfg, cfg.output_dims(), |m, y| match cfg {
+        ConvProblem::Forward(c) => m.conv2d::<T>(c, &xv, &wv, y),
+        ConvProblem::Transpose(c) => m.conv_transpose2d::<T>(c, &xv, &wv, y),
+    })
+}
+
+/// Allocates an output of `dims` and fills it with `f` on the device's MIOpen handle (counted
+/// in [`miopen_runs`]); `None`, logged once per `op` and `cfg`, when the output size is
+/// unusable, MIOpen is absent, or it refuses the problem.
+fn run_into<T: MiopenType + RocmDType>(
+    op: &'static str,
+    dev: &RocmDevice,
+    cfg: &impl std::fmt::Debug,
+    dims: rocm_safe::Result<[usize; 4]>,
+    f: impl FnOnce(&mut rocm_safe::MiopenHandle, &mut DeviceBuffer<T>) -> rocm_safe::Result<()>,
+) -> candle_core::Result<Option<DeviceBuffer<T>>> {
+    let dims = match dims {
         Ok(d) => d,
         Err(e) => {
             log_once(format!("{op} {cfg:?}: {e}"));
@@ -172,11 +188,7 @@ fn run<T: MiopenType + RocmDType>(
         return Ok(None);
     };
     let mut y = dev.alloc::<T>(len).map_err(candle_core::Error::wrap)?;
-    let ran = dev.miopen(|m| match cfg {
-        ConvProblem::Forward(c) => m.conv2d::<T>(c, &xv, &wv, &mut y),
-        ConvProblem::Transpose(c) => m.conv_transpose2d::<T>(c, &xv, &wv, &mut y),
-    });
-    match ran {
+    match dev.miopen(|m| f(m, &mut y)) {
         Ok(Some(())) => {
             RUNS.fetch_add(1, Ordering::Relaxed);
             Ok(Some(y))
@@ -233,32 +245,13 @@ fn run_pool<T: MiopenType + RocmDType>(
     cfg: &Pool2dConfig,
 ) -> candle_core::Result<Option<DeviceBuffer<T>>> {
     let xv = contiguous_view(op, x, l)?;
-    let dims = match cfg.output_dims() {
-        Ok(d) => d,
-        Err(e) => {
-            log_once(format!("{op} {cfg:?}: {e}"));
-            return Ok(None);
-        }
-    };
-    let Some(len) = elements(dims) else {
-        return Ok(None);
-    };
-    let mut y = dev.alloc::<T>(len).map_err(candle_core::Error::wrap)?;
-    match dev.miopen(|m| m.pool2d::<T>(cfg, &xv, &mut y)) {
-        Ok(Some(())) => {
-            RUNS.fetch_add(1, Ordering::Relaxed);
-            POOL_RUNS.fetch_add(1, Ordering::Relaxed);
-            Ok(Some(y))
-        }
-        Ok(None) => {
-            log_once(format!("{op}: MIOpen is not available"));
-            Ok(None)
-        }
-        Err(e) => {
-            log_once(format!("{op} {cfg:?}: MIOpen failed ({e})"));
-            Ok(None)
-        }
+    let y = run_into(op, dev, cfg, cfg.output_dims(), |m, y| {
+        m.pool2d::<T>(cfg, &xv, y)
+    })?;
+    if y.is_some() {
+        POOL_RUNS.fetch_add(1, Ordering::Relaxed);
     }
+    Ok(y)
 }
 
 impl RocmStorage {

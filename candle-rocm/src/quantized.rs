@@ -290,8 +290,8 @@ impl RocmQStorage {
             return Ok(None);
         };
         if crate::registry::fast_kernels() {
-            if let Some(name) = qmatvec_kernel(self.dtype) {
-                return self.qmatvec(name, (n, k), data, x, x_l);
+            if let Some(names) = qmatvec_kernel(self.dtype) {
+                return self.qmatvec(names, (n, k), data, x, x_l);
             }
         }
         // (kernel, whether it takes the row count, the `k` multiple its loop needs).
@@ -355,7 +355,7 @@ impl RocmQStorage {
     /// The only allocation is the output.
     fn qmatvec(
         &self,
-        name: &str,
+        names: [&'static str; 2],
         (n, k): (usize, usize),
         data: &DeviceBuffer<u8>,
         x: &DeviceBuffer<f32>,
@@ -374,13 +374,9 @@ impl RocmQStorage {
             _ => return Ok(None),
         };
         let launch = QmatvecLaunch::new(n, y.device_ptr() as usize);
-        let name = if launch.vec {
-            format!("{name}_v")
-        } else {
-            name.to_string()
-        };
+        let name = if launch.vec { names[1] } else { names[0] };
         let out = self.device.alloc::<f32>(n)?;
-        let f = self.device.function(Module::Qmatvec, &name)?;
+        let f = self.device.function(Module::Qmatvec, name)?;
         let (pw, py, pout) = (data.as_arg(), rocm_safe::DevicePtrArg::of(&y), out.as_arg());
         let mut l = self.device.stream().launch_builder(&f);
         l.arg(&pw).arg(&py).arg(&pout).arg(&rows).arg(&blocks);
@@ -429,12 +425,13 @@ const QMATVEC_ROWS: usize = 16;
 /// Most blocks of a `qmatvec` launch (the kernels loop over the rows beyond).
 const QMATVEC_MAX_GRID: usize = 1 << 20;
 
-/// Our `qmatvec` kernel (without the `_v` suffix) for a block type, if one exists.
-fn qmatvec_kernel(dtype: GgmlDType) -> Option<&'static str> {
+/// Our `qmatvec` kernels for a block type, if they exist: the plain one and the `_v` one (x
+/// read as float4), named once so a launch formats nothing.
+fn qmatvec_kernel(dtype: GgmlDType) -> Option<[&'static str; 2]> {
     match dtype {
-        GgmlDType::Q4_0 => Some("qmatvec_q4_0"),
-        GgmlDType::Q4_1 => Some("qmatvec_q4_1"),
-        GgmlDType::Q8_0 => Some("qmatvec_q8_0"),
+        GgmlDType::Q4_0 => Some(["qmatvec_q4_0", "qmatvec_q4_0_v"]),
+        GgmlDType::Q4_1 => Some(["qmatvec_q4_1", "qmatvec_q4_1_v"]),
+        GgmlDType::Q8_0 => Some(["qmatvec_q8_0", "qmatvec_q8_0_v"]),
         _ => None,
     }
 }

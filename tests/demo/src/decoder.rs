@@ -209,6 +209,36 @@ fn greedy(
     ))
 }
 
+/// The f32 logits after `prompt_ids` and after each token of `continuation` fed in turn
+/// through `step(input (1, len) on device, position)`, a model with its KV cache: one row per
+/// step, `continuation.len() + 1` rows (see the decoders' `forced_logits`).
+fn forced_steps(
+    prompt_ids: Vec<u32>,
+    continuation: &[u32],
+    device: &Device,
+    mut step: impl FnMut(&Tensor, usize) -> Result<Tensor, DecoderError>,
+) -> Result<Vec<Vec<f32>>, DecoderError> {
+    let mut rows = Vec::with_capacity(continuation.len() + 1);
+    let mut pos = 0;
+    let mut input = prompt_ids;
+    for next in continuation.iter().map(Some).chain([None]) {
+        let x = Tensor::new(input.as_slice(), device)?.unsqueeze(0)?;
+        let logits = step(&x, pos)?;
+        rows.push(
+            logits
+                .flatten_all()?
+                .to_dtype(DType::F32)?
+                .to_vec1::<f32>()?,
+        );
+        pos += input.len();
+        match next {
+            Some(&id) => input = vec![id],
+            None => break,
+        }
+    }
+    Ok(rows)
+}
+
 /// The index of the largest logit (the first one on ties), computed on the CPU in f32.
 pub fn argmax(logits: &Tensor) -> Result<u32, DecoderError> {
     let v: Vec<f32> = logits
@@ -528,25 +558,10 @@ impl GgufDecoder {
             return Err(DecoderError::EmptyPrompt);
         }
         self.model.clear_kv_cache();
-        let mut rows = Vec::with_capacity(continuation.len() + 1);
-        let mut pos = 0;
-        let mut input = prompt_ids;
-        for next in continuation.iter().map(Some).chain([None]) {
-            let x = Tensor::new(input.as_slice(), &self.device)?.unsqueeze(0)?;
-            let logits = self.model.forward(&x, pos)?;
-            rows.push(
-                logits
-                    .flatten_all()?
-                    .to_dtype(DType::F32)?
-                    .to_vec1::<f32>()?,
-            );
-            pos += input.len();
-            match next {
-                Some(&id) => input = vec![id],
-                None => break,
-            }
-        }
-        Ok(rows)
+        let model = &mut self.model;
+        forced_steps(prompt_ids, continuation, &self.device, |x, pos| {
+            Ok(model.forward(x, pos)?)
+        })
     }
 }
 
@@ -858,25 +873,9 @@ impl LlamaDecoder {
             return Err(DecoderError::EmptyPrompt);
         }
         let mut cache = Cache::new(true, self.dtype, &self.config, &self.device)?;
-        let mut rows = Vec::with_capacity(continuation.len() + 1);
-        let mut pos = 0;
-        let mut input = prompt_ids;
-        for next in continuation.iter().map(Some).chain([None]) {
-            let x = Tensor::new(input.as_slice(), &self.device)?.unsqueeze(0)?;
-            let logits = self.model.forward(&x, pos, &mut cache)?;
-            rows.push(
-                logits
-                    .flatten_all()?
-                    .to_dtype(DType::F32)?
-                    .to_vec1::<f32>()?,
-            );
-            pos += input.len();
-            match next {
-                Some(&id) => input = vec![id],
-                None => break,
-            }
-        }
-        Ok(rows)
+        forced_steps(prompt_ids, continuation, &self.device, |x, pos| {
+            Ok(self.model.forward(x, pos, &mut cache)?)
+        })
     }
 }
 

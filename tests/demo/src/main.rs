@@ -18,7 +18,9 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use candle_core::{DType, Device};
 use candle_rocm_demo::bert::{cosine_matrix, Embedder};
-use candle_rocm_demo::decoder::{smollm2_gguf, smollm2_safetensors_dir, GgufDecoder, LlamaDecoder};
+use candle_rocm_demo::decoder::{
+    smollm2_gguf, smollm2_safetensors_dir, Generation, GgufDecoder, LlamaDecoder,
+};
 use candle_rocm_demo::weights::ALL_MINILM_L6_V2;
 use clap::{Parser, ValueEnum};
 
@@ -216,11 +218,18 @@ fn generate(
     };
     let t = Instant::now();
     let decoder = LlamaDecoder::load(&dir, device, dtype)?;
-    let load_ms = t.elapsed().as_secs_f64() * 1e3;
+    let load = t.elapsed();
     let g = decoder.generate(prompt, max_tokens)?;
+    print_generation(&format!("{} ({dtype:?})", dir.display()), load, prompt, &g);
+    Ok(())
+}
+
+/// Prints a decoder's greedy continuation of `prompt`: what ran (`what`), load and prompt
+/// times, the text, tokens/s.
+fn print_generation(what: &str, load: std::time::Duration, prompt: &str, g: &Generation) {
     println!(
-        "decoder: {} ({dtype:?}), load {load_ms:.0} ms; prompt {} tokens in {:.0} ms",
-        dir.display(),
+        "decoder: {what}, load {:.0} ms; prompt {} tokens in {:.0} ms",
+        load.as_secs_f64() * 1e3,
         g.prompt_ids.len(),
         g.prompt_time.as_secs_f64() * 1e3,
     );
@@ -230,7 +239,6 @@ fn generate(
         g.ids.len(),
         g.tokens_per_s()
     );
-    Ok(())
 }
 
 /// The decoder part from a GGUF file (`file` empty: SmolLM2-135M's): loads it with its
@@ -243,19 +251,8 @@ fn generate_gguf(device: &Device, file: PathBuf, prompt: &str, max_tokens: usize
     };
     let t = Instant::now();
     let mut decoder = GgufDecoder::load(&file, device)?;
-    let load_ms = t.elapsed().as_secs_f64() * 1e3;
+    let load = t.elapsed();
     let g = decoder.generate(prompt, max_tokens)?;
-    println!(
-        "decoder: {} (quantized), load {load_ms:.0} ms; prompt {} tokens in {:.0} ms",
-        file.display(),
-        g.prompt_ids.len(),
-        g.prompt_time.as_secs_f64() * 1e3,
-    );
-    println!("{prompt}{}", g.text);
-    println!(
-        "generated {} token(s) greedily, {:.1} tokens/s",
-        g.ids.len(),
-        g.tokens_per_s()
-    );
+    print_generation(&format!("{} (quantized)", file.display()), load, prompt, &g);
     Ok(())
 }
