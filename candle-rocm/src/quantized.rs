@@ -7,14 +7,15 @@
 //! the shapes Candle's CUDA backend uses (`candle-core/src/quantized/cuda.rs`). F32, F16 and
 //! BF16 "blocks" are plain values, held as an ordinary storage of that dtype and cast.
 //!
-//! The quantized matrix product: one f32 row (decode) runs our `qmatvec` kernels
-//! (`kernels/hip/qmatvec.hip`) for Q4_0, Q4_1 and Q8_0 weights, and candle-kernels'
-//! `dequantize_mul_mat_vec_*` kernels for the other types (and for all of them when
-//! `CANDLE_ROCM_FAST_KERNELS=0`); both read the quantized weights once (Candle's CUDA
-//! backend runs them with `CANDLE_DMMV`-style forcing; its default q8_1 mat-vec kernels are
-//! linked statically there and are not ours to load); everything else dequantizes on the device
-//! and runs rocBLAS (the slot's `dequantize_matmul_t`). The q8_1 mat-vec and the tiled mat-mat
-//! kernels need AMD tile sizes first. Q8_1, which has no dequantize kernel, dequantizes on the
+//! The quantized matrix product: up to 8 f32 rows (decode) run our `qmatvec` kernels
+//! (`kernels/hip/qmatvec.hip`), one launch per row, for Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K
+//! weights; one row of another type runs candle-kernels' `dequantize_mul_mat_vec_*` kernels
+//! (as every type does with `CANDLE_ROCM_FAST_KERNELS=0`); both read the quantized weights, in
+//! f32 (Candle's CUDA backend rounds the rows to 8 bits and runs its q8_1 kernels, linked
+//! statically there). More f32 rows (prefill) dequantize the weights to f16 on the device and run one rocBLAS
+//! GEMM on f16 inputs with f32 accumulation and output (llama.cpp's cuBLAS path); other
+//! inputs, and everything with `CANDLE_ROCM_FAST_KERNELS=0`, dequantize to f32 and run the
+//! slot's `dequantize_matmul_t`. A tiled quantized mat-mat kernel needs AMD tile sizes first. Q8_1, which has no dequantize kernel, dequantizes on the
 //! host after the CPU-fallback check (refused in strict mode).
 
 use std::any::Any;
@@ -276,13 +277,14 @@ impl RocmQStorage {
         }
     }
 
-    /// `x (1, k) @ w^T` for one f32 row `x` (`w` is `(n, k)`): our `qmatvec` kernels for
-    /// Q4_0, Q4_1 and Q8_0 when [`crate::registry::fast_kernels`] is on, candle-kernels'
-    /// dequantize-mat-vec kernels otherwise; `None` when they do not apply (another type, or
-    /// `k` not a multiple of the kernels' stride).
+    /// `x (m, k) @ w^T` for `m` (at most [`MAT_VEC_MAX_ROWS`]) f32 rows `x` (`w` is `(n, k)`):
+    /// our `qmatvec` kernels for Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K when
+    /// [`crate::registry::fast_kernels`] is on, once per row; candle-kernels'
+    /// dequantize-mat-vec kernels otherwise, for one row; `None` when they do not apply
+    /// (another type, several rows there, or `k` not a multiple of the kernels' stride).
     fn mat_vec(
         &self,
-        (n, k): (usize, usize),
+        (n, k, m): (usize, usize, usize),
         x: &DeviceBuffer<f32>,
         x_l: &Layout,
     ) -> Result<Option<RocmStorage>, BackendError> {
@@ -291,8 +293,11 @@ impl RocmQStorage {
         };
         if crate::registry::fast_kernels() {
             if let Some(names) = qmatvec_kernel(self.dtype) {
-                return self.qmatvec(names, (n, k), data, x, x_l);
+                return self.qmatvec(names, (n, k, m), data, x, x_l);
             }
+        }
+        if m != 1 {
+            return Ok(None);
         }
         // (kernel, whether it takes the row count, the `k` multiple its loop needs).
         let (name, with_rows, k_step) = match self.dtype {
@@ -349,47 +354,124 @@ impl RocmQStorage {
         )))
     }
 
-    /// `x (1, k) @ w^T` with our `qmatvec_<type>[_v]` kernels (`kernels/hip/qmatvec.hip`) for
-    /// Q4_0, Q4_1 and Q8_0 weights `w` of shape `(n, k)`: `None` when they do not apply (`k`
-    /// not a multiple of 32, `n` zero or past `u32`, `x` not a contiguous row of `k` values).
-    /// The only allocation is the output.
+    /// `x (m, k) @ w^T` with our `qmatvec_<type>[_v]` kernels (`kernels/hip/qmatvec.hip`), one
+    /// launch per row of `x`, for Q4_0, Q4_1, Q8_0 (blocks of 32 values), Q4_K, Q5_K and Q6_K
+    /// (256) weights `w` of shape `(n, k)`: `None` when they do not apply (`k` not a multiple
+    /// of the block, `n` zero or past `u32`, `x` not `m` contiguous rows of `k` values). The
+    /// only allocation is the output.
     fn qmatvec(
         &self,
         names: [&'static str; 2],
-        (n, k): (usize, usize),
+        (n, k, m): (usize, usize, usize),
         data: &DeviceBuffer<u8>,
         x: &DeviceBuffer<f32>,
         x_l: &Layout,
     ) -> Result<Option<RocmStorage>, BackendError> {
-        if k % QK != 0 || n == 0 || (data.device_ptr() as usize) % 4 != 0 {
+        // 32 values per block (q4_0, q4_1, q8_0) or 256 per super-block (q4_K, q5_K, q6_K).
+        let qk = self.dtype.block_size();
+        if k % qk != 0 || n == 0 || (data.device_ptr() as usize) % 4 != 0 {
             return Ok(None);
         }
         self.check_count("mat_vec", n.saturating_mul(k))?;
-        let (rows, blocks) = match (u32::try_from(n), u32::try_from(k / QK)) {
+        let (rows, blocks) = match (u32::try_from(n), u32::try_from(k / qk)) {
             (Ok(r), Ok(b)) => (r, b),
             _ => return Ok(None),
         };
-        let y = match x_l.contiguous_offsets() {
-            Some((o1, o2)) if o2 <= x.len() && o2 - o1 == k => x.slice(o1..o2)?,
+        let x_start = match x_l.contiguous_offsets() {
+            Some((o1, o2)) if o2 <= x.len() && Some(o2 - o1) == m.checked_mul(k) => o1,
             _ => return Ok(None),
         };
-        let launch = QmatvecLaunch::new(n, y.device_ptr() as usize);
+        let mut out = self.device.alloc::<f32>(crate::utils::checked_product(
+            "qmatmul",
+            "output (m * n)",
+            &[m, n],
+        )?)?;
+        // Row i of x starts 4 k bytes (a multiple of 128) after row 0: one alignment for all.
+        let launch = QmatvecLaunch::new(n, x.slice(x_start..)?.device_ptr() as usize);
         let name = if launch.vec { names[1] } else { names[0] };
-        let out = self.device.alloc::<f32>(n)?;
         let f = self.device.function(Module::Qmatvec, name)?;
-        let (pw, py, pout) = (data.as_arg(), rocm_safe::DevicePtrArg::of(&y), out.as_arg());
-        let mut l = self.device.stream().launch_builder(&f);
+        for i in 0..m {
+            let y = x.slice(x_start + i * k..x_start + (i + 1) * k)?;
+            let y_out = out.slice_mut(i * n..(i + 1) * n)?;
+            self.qmatvec_row(&f, &launch, data, (&y, &y_out), (rows, blocks))?;
+        }
+        Ok(Some(RocmStorage::new(
+            RocmStorageSlice::F32(out),
+            self.device.clone(),
+        )))
+    }
+
+    /// One launch of a `qmatvec` kernel: `y_out = w x_row` (k = block_size * `blocks` values
+    /// in `x_row`, `rows` values out).
+    fn qmatvec_row(
+        &self,
+        f: &rocm_safe::Function,
+        launch: &QmatvecLaunch,
+        data: &DeviceBuffer<u8>,
+        (x_row, y_out): (&impl DeviceSlice<f32>, &impl DeviceSlice<f32>),
+        (rows, blocks): (u32, u32),
+    ) -> Result<(), BackendError> {
+        let (pw, py, pout) = (
+            data.as_arg(),
+            rocm_safe::DevicePtrArg::of(x_row),
+            rocm_safe::DevicePtrArg::of(y_out),
+        );
+        let mut l = self.device.stream().launch_builder(f);
         l.arg(&pw).arg(&py).arg(&pout).arg(&rows).arg(&blocks);
         // SAFETY: `qmatvec_<type>[_v]` take (const uint8_t *w, const float *x, float *y,
-        // unsigned n, unsigned nb) and read n rows of nb blocks: `check_count` made sure the
-        // n x k weights lie within the blocks held, and the kernels' reads of up to 2 bytes
-        // before a block (inside the previous block; the buffer's start is 4-byte aligned,
-        // checked above) or after the last one fall inside the MATRIX_ROW_PADDING of zeroed
-        // blocks that follows; `y` is a checked view of k = 32 nb f32 values, 16-byte aligned
-        // where the `_v` kernel is chosen; `out` is a fresh buffer of n values; the kernels take
-        // blocks of QMATVEC_THREADS threads and any grid (a grid-stride loop); all ordered on
-        // the device's stream.
+        // unsigned n, unsigned nb) and read `rows` rows of `blocks` blocks. The caller
+        // (`qmatvec`) checked with `check_count` that those weights lie within the blocks held;
+        // the kernels' reads of up to 2 bytes before a block (inside the previous block; the
+        // buffer's start is 4-byte aligned, checked there) or up to 4 after the last one fall
+        // inside the MATRIX_ROW_PADDING of zeroed blocks that follows (at least 288 bytes);
+        // `x_row` is a checked view of k = block_size * blocks f32 values, 16-byte aligned
+        // where `launch` chose the `_v` kernel; `y_out` is a checked view of `rows` values of a
+        // buffer no other launch writes; the kernels take blocks of QMATVEC_THREADS threads
+        // and any grid (a grid-stride loop); all ordered on the device's stream.
         unsafe { l.launch(launch.cfg)? };
+        Ok(())
+    }
+
+    /// `x (m, k) @ w^T` for `m` f32 rows of `x` (contiguous, laid out as `x_l`) with the weights
+    /// `w` `(n, k)` dequantized to f16 on the device, `x` rounded to f16 and one rocBLAS GEMM
+    /// with f16 inputs, f32 accumulation and an f32 result (llama.cpp's cuBLAS path for
+    /// quantized weights): half the bytes of dequantizing to f32, and a half-precision GEMM in
+    /// place of an f32 one. `None` where the weights have no device dequantize (Q8_1) or are
+    /// plain values. Rounding `x` to f16 keeps 11 significant bits (the CPU's quantized path
+    /// and Candle's CUDA kernels round activations to 8 bits); values past f16's range
+    /// (65504) would become infinite, as in llama.cpp.
+    fn mat_mat_f16(
+        &self,
+        (n, k, m): (usize, usize, usize),
+        x: &RocmStorage,
+        x_l: &Layout,
+    ) -> Result<Option<RocmStorage>, BackendError> {
+        if !matches!(self.blocks, Blocks::Quantized(_)) || n == 0 || k == 0 || m == 0 {
+            return Ok(None);
+        }
+        let out_el = crate::utils::checked_product("qmatmul", "output (m * n)", &[m, n])?;
+        let Some(w) = self.dequantize_on_device(n * k, true)? else {
+            return Ok(None);
+        };
+        let xh = BackendStorage::to_dtype(x, x_l, DType::F16).map_err(|e| invalid("qmatmul", e))?;
+        // Candle's lhs x (m, k) and rhs w^T (k, n), both dense: rocBLAS's A is w, its B is x.
+        let lhs_l = Layout::contiguous((m, k));
+        let rhs_l = Layout::contiguous((n, k))
+            .transpose(0, 1)
+            .map_err(|e| invalid("qmatmul", e))?;
+        let cfg = crate::matmul::gemm_config((1, m, n, k), &lhs_l, &rhs_l)
+            .ok_or_else(|| invalid("qmatmul", "no GEMM form for dense operands"))?;
+        let mut out = self.device.alloc::<f32>(out_el)?;
+        let a = w
+            .as_buffer::<half::f16>()
+            .map_err(|e| invalid("qmatmul", e))?;
+        let b = xh
+            .as_buffer::<half::f16>()
+            .map_err(|e| invalid("qmatmul", e))?;
+        // `gemm_strided_batched_f32_out` checks that both operands and the output cover the
+        // (m, n, k) product.
+        self.device
+            .blas(|h| h.gemm_strided_batched_f32_out(&cfg, a, b, &mut out))?;
         Ok(Some(RocmStorage::new(
             RocmStorageSlice::F32(out),
             self.device.clone(),
@@ -415,8 +497,8 @@ impl RocmQStorage {
     }
 }
 
-/// Values per block of the types our `qmatvec` kernels take (Q4_0, Q4_1, Q8_0).
-const QK: usize = 32;
+/// Most rows of `x` the mat-vec kernels take (one launch each); more run the f16 GEMM.
+const MAT_VEC_MAX_ROWS: usize = 8;
 /// Threads per block of the `qmatvec` kernels (`QMV_BLOCK`).
 const QMATVEC_THREADS: u32 = 256;
 /// Output rows per block of the `qmatvec` kernels (`QMV_ROWS`: 8 groups of 32 lanes, 2 rows
@@ -432,6 +514,9 @@ fn qmatvec_kernel(dtype: GgmlDType) -> Option<[&'static str; 2]> {
         GgmlDType::Q4_0 => Some(["qmatvec_q4_0", "qmatvec_q4_0_v"]),
         GgmlDType::Q4_1 => Some(["qmatvec_q4_1", "qmatvec_q4_1_v"]),
         GgmlDType::Q8_0 => Some(["qmatvec_q8_0", "qmatvec_q8_0_v"]),
+        GgmlDType::Q4K => Some(["qmatvec_q4_K", "qmatvec_q4_K_v"]),
+        GgmlDType::Q5K => Some(["qmatvec_q5_K", "qmatvec_q5_K_v"]),
+        GgmlDType::Q6K => Some(["qmatvec_q6_K", "qmatvec_q6_K_v"]),
         _ => None,
     }
 }
@@ -532,9 +617,19 @@ impl ExtQStorage for RocmQStorage {
         x_l: &Layout,
     ) -> candle_core::Result<(Box<dyn ExtStorage>, Shape)> {
         let (n, k, m, dst_shape) = qmatmul_dims(w_shape, x_l)?;
-        if m == 1 && x.dtype() == DType::F32 {
+        if x.dtype() == DType::F32 {
             if let Some(x) = x.as_any().downcast_ref::<RocmStorage>() {
-                if let Some(out) = self.mat_vec((n, k), x.as_buffer::<f32>()?, x_l).w()? {
+                // Decode (up to 8 rows, as Candle's CUDA backend): the mat-vec kernels on the
+                // quantized weights, in f32. More rows (prefill), or a type without those
+                // kernels: the f16 GEMM.
+                let mut out = None;
+                if m <= MAT_VEC_MAX_ROWS {
+                    out = self.mat_vec((n, k, m), x.as_buffer::<f32>()?, x_l).w()?;
+                }
+                if out.is_none() && m > 1 && crate::registry::fast_kernels() {
+                    out = self.mat_mat_f16((n, k, m), x, x_l).w()?;
+                }
+                if let Some(out) = out {
                     return Ok((Box::new(out), dst_shape));
                 }
             }
@@ -574,10 +669,21 @@ mod tests {
         assert_eq!(c.cfg.grid_dim.0 as usize, QMATVEC_MAX_GRID);
         assert_eq!(QmatvecLaunch::new(32000, 0).cfg.grid_dim.0, 2000);
         for t in [GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q8_0] {
-            assert_eq!(t.block_size(), QK, "{t:?}");
+            assert_eq!(t.block_size(), 32, "{t:?}");
             assert!(qmatvec_kernel(t).is_some());
         }
-        assert!(qmatvec_kernel(GgmlDType::Q4K).is_none());
+        for t in [GgmlDType::Q4K, GgmlDType::Q5K, GgmlDType::Q6K] {
+            assert_eq!(t.block_size(), 256, "{t:?}");
+            assert!(qmatvec_kernel(t).is_some());
+        }
+        for t in [
+            GgmlDType::Q2K,
+            GgmlDType::Q3K,
+            GgmlDType::Q5_0,
+            GgmlDType::Q8K,
+        ] {
+            assert!(qmatvec_kernel(t).is_none(), "{t:?}");
+        }
     }
 
     #[test]

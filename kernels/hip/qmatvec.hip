@@ -1,5 +1,6 @@
 // qmatvec.hip - quantized matrix-vector products for GGUF decode: y = W x for one f32 row x of
-// k values and weights W of n rows stored as GGML blocks (q4_0, q4_1, q8_0), f32 math.
+// k values and weights W of n rows stored as GGML blocks (q4_0, q4_1, q8_0 of 32 values;
+// q4_K, q5_K, q6_K super-blocks of 256 values), f32 math.
 //
 // Written for candle-rocm (not from candle-kernels). Plain CUDA syntax plus a few AMD builtins
 // behind __HIP_DEVICE_COMPILE__, so the same file builds for AMD (clang, kernels/include
@@ -10,31 +11,74 @@
 //                                                   value j + 16 = ((qs[j] >> 4) - 8) * d
 //   q4_1 = { f16 d; f16 m; u8 qs[16] }   20 bytes, value = nibble * d + m (same nibble order)
 //   q8_0 = { f16 d; i8 qs[32] }          34 bytes, value j = qs[j] * d
+// Super-block layouts (256 values per super-block, a row is k / 256 super-blocks):
+//   q4_K = { f16 d; f16 dmin; u8 scales[12]; u8 qs[128] }             144 bytes
+//   q5_K = { f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128] }  176 bytes
+//     8 sub-blocks of 32 values, each with a 6-bit scale sc[j] and min m[j] packed in scales[]:
+//     j < 4: sc = scales[j] & 63, m = scales[j + 4] & 63; j >= 4: sc = (scales[j + 4] & 15) |
+//     (scales[j - 4] >> 6) << 4, m = (scales[j + 4] >> 4) | (scales[j] >> 6) << 4. Chunk c
+//     (0..4) of 64 values holds sub-blocks 2c and 2c + 1: for i < 32, value 64c + i =
+//     d sc[2c] q - dmin m[2c] with q = qs[32c + i] & 15 (+ 16 if bit 2c of qh[i], q5_K), value
+//     64c + 32 + i = d sc[2c + 1] q - dmin m[2c + 1] with q = qs[32c + i] >> 4 (+ 16 if bit
+//     2c + 1 of qh[i]).
+//   q6_K = { u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d }            210 bytes
+//     halves h (0..2) of 128 values; for l < 32, with a = ql[64h + l], b = ql[64h + 32 + l],
+//     e = qh[32h + l], s = scales + 8h + l / 16: value 128h + l + 32g = d s[2g] (q - 32) with
+//     q = (a & 15 | (e & 3) << 4, b & 15 | (e >> 2 & 3) << 4, a >> 4 | (e >> 4 & 3) << 4,
+//     b >> 4 | (e >> 6 & 3) << 4) for g = 0, 1, 2, 3.
 //
-// Work split. A group of QMV_GROUP (32) lanes computes QMV_R (2) output rows: lane l visits the
-// blocks l, l + 32, ... of those rows (consecutive lanes read consecutive blocks), loads the 32
-// x values of a block once and uses them for both rows, accumulates in f32, and the group's
+// Work split. A group of QMV_GROUP (32) lanes computes QMV_R (2) output rows. QMV_BL (4) lanes
+// share a 32-value block, QMV_BV (8) values each: lane l takes part t = l % 4 of the blocks
+// l / 4, l / 4 + 8, ... (QMV_BS = 8 blocks per group step), so the parts of a block read its
+// quants back to back, a step's 8 blocks are adjacent, and x is read in 16-byte pieces that
+// neighbouring lanes take side by side (not 128 bytes per lane at a 128-byte stride, which
+// made every x load touch 32 cache lines):
+//   q4_0 / q4_1 part t: the qs word t (bytes 4t .. 4t + 4): values 4t + [0, 4) from the low
+//     nibbles and 16 + 4t + [0, 4) from the high ones (x runs of 4 at 4t and 16 + 4t);
+//   q8_0 part t: qs bytes 8t .. 8t + 8: values 8t + [0, 8) (x runs of 4 at 8t and 8t + 4).
+// A lane loads its x values once per step and uses them for both rows, accumulates in f32
+// (q4 offsets and mins applied through the sum of its x values), and the group's
 // partial sums are reduced with xor shuffles inside the 32 lanes (ds_bpermute on AMD, so a
 // wave of 64 holds two independent groups; the wave size QMV_WAVE is a compile-time constant,
 // 32 or 64, and nothing assumes either). A block of QMV_BLOCK (256) threads has 8 groups, so
 // QMV_ROWS (16) rows; blocks visit rows with a block-uniform grid-stride loop, so every lane
 // reaches every shuffle; rows past n are computed as zero and not written.
 //
-// Loads. Weight blocks are read as 32-bit words from the 4-byte-aligned address at or below
-// the block's start: q4_1 blocks (20 bytes) are always word aligned; q4_0 (18) and q8_0 (34)
-// blocks start at 0 or 2 mod 4, and the words are realigned with a funnel shift (one
-// v_alignbit per word on AMD). That reads up to 2 bytes before a block (inside the previous
-// block, never before the buffer: the first block is aligned) and up to 2 bytes after the last
-// one (inside candle-rocm's MATRIX_ROW_PADDING of zeroed blocks). x is read as float4 in the
-// _v kernels (x 16-byte aligned), as floats otherwise.
+// The k-quant kernels keep that split (same groups, rows per group, block and grid) but share
+// a super-block among QMV_KL (16) lanes of QMV_KV (16) values each: lane l takes part
+// t = l % 16 of the super-blocks l / 16, l / 16 + 2, ... (QMV_KS = 2 super-blocks per group
+// step), so the parts of a super-block read its quants back to back and the 2 super-blocks of
+// a step are adjacent. (QMV_KL 8, 32 values per lane, also works, but takes about 115-120
+// VGPRs where 16 takes 80-95; -DQMV_KL=8 selects it.)
+//   q4_K / q5_K part t: chunk c = t / 4, i0 = 8 (t % 4): the 8 bytes qs[8t .. 8t + 8) (and
+//     qh[i0 .. i0 + 8) for q5_K): values 64c + i0 + [0, 8) (low nibbles, sub-block 2c) and
+//     64c + 32 + i0 + [0, 8) (high nibbles, sub-block 2c + 1).
+//   q6_K part t: half h = t / 8, l0 = 4 (t % 8): the 4 bytes of ql at 64h + l0, of ql at
+//     64h + 32 + l0 and of qh at 32h + l0; values 128h + l0 + 32g + [0, 4) for g = 0..4 (one
+//     scale each, s[2g] with s = scales + 8h + l0 / 16).
+// So a part's x values are runs of 8 (4 for q6_K) contiguous floats 32 apart, 16-byte aligned
+// when x is. Quants are summed as unsigned integers against x and the scales, mins and
+// offsets (-32 for q6_K) applied per run: d sc sum(q x) - dmin m sum(x) and
+// d s (sum(q x) - 32 sum(x)), the x sums shared by both rows.
 //
-// Kernels (T in q4_0, q4_1, q8_0):
+// Loads. Weight blocks are read as 32-bit words from the 4-byte-aligned address at or below
+// the block's start: q4_1 blocks (20 bytes) and q4_K / q5_K super-blocks (144, 176) are always
+// word aligned; q4_0 (18), q8_0 (34) and q6_K (210) blocks start at 0 or 2 mod 4, and the words
+// are realigned with a funnel shift (one v_alignbit per word on AMD). That reads up to 2 bytes
+// before a block (inside the previous block, never before the buffer: the first block is
+// aligned) and up to 4 bytes after the last one (q4_0 and q8_0's last part reads one word
+// past its bytes; inside candle-rocm's MATRIX_ROW_PADDING of zeroed blocks, at least 288
+// bytes). x is read as float4 in the _v kernels (x 16-byte aligned), as floats
+// otherwise.
+//
+// Kernels (T in q4_0, q4_1, q8_0, q4_K, q5_K, q6_K):
 //   qmatvec_<T>(const uint8_t* w, const float* x, float* y, unsigned n, unsigned nb)
 //   qmatvec_<T>_v(same)
-//     w: n rows of nb blocks each, back to back, 4-byte aligned, readable 2 bytes past the
-//     end; x: nb * 32 floats (16-byte aligned for _v); y: n floats. Launch with QMV_BLOCK
+//     w: n rows of nb blocks each (nb = k / 32 for q4_0, q4_1, q8_0; nb = k / 256
+//     super-blocks for q4_K, q5_K, q6_K), back to back, 4-byte aligned, readable 2 bytes past
+//     the end; x: k floats (16-byte aligned for _v); y: n floats. Launch with QMV_BLOCK
 //     threads in x (blockDim (256, 1, 1)) and any grid (candle-rocm uses
-//     min(ceil(n / QMV_ROWS), 2^20) blocks).
+//     min(ceil(n / QMV_ROWS), 2^20) blocks); the same for every type.
 #include "cuda_fp16.h"
 #include <stdint.h>
 
@@ -48,6 +92,9 @@
 #define QMV_R 2
 #define QMV_BLOCK 256
 #define QMV_ROWS (QMV_BLOCK / QMV_GROUP * QMV_R)
+#define QMV_BL 4                      // lanes per 32-value block
+#define QMV_BV (32 / QMV_BL)          // values per lane
+#define QMV_BS (QMV_GROUP / QMV_BL)   // blocks per group step
 
 #if QMV_WAVE % QMV_GROUP != 0
 #error "the wave size must be a multiple of the row group"
@@ -75,31 +122,24 @@ __device__ __forceinline__ float qmv_half(uint32_t bits) {
     return __half2float(__ushort_as_half((unsigned short)(bits & 0xffffu)));
 }
 
-// The 32 x values of block b (x + 32 b) into xs.
-template <bool V> __device__ __forceinline__ void qmv_load_x(const float *x, size_t b, float xs[32]) {
-    const float *p = x + b * 32;
+// The QMV_BV x values of a part: runs of 4 at p and p + gap (p 16-byte aligned when V).
+template <bool V> __device__ __forceinline__ void qmv_load_x8(const float *p, unsigned gap, float xs[QMV_BV]) {
     if (V) {
-        const float4 *p4 = reinterpret_cast<const float4 *>(p);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            float4 v = p4[i];
-            xs[4 * i] = v.x;
-            xs[4 * i + 1] = v.y;
-            xs[4 * i + 2] = v.z;
-            xs[4 * i + 3] = v.w;
-        }
+        const float4 a = *reinterpret_cast<const float4 *>(p);
+        const float4 b = *reinterpret_cast<const float4 *>(p + gap);
+        xs[0] = a.x; xs[1] = a.y; xs[2] = a.z; xs[3] = a.w;
+        xs[4] = b.x; xs[5] = b.y; xs[6] = b.z; xs[7] = b.w;
     } else {
 #pragma unroll
-        for (int i = 0; i < 32; ++i) xs[i] = p[i];
+        for (int i = 0; i < 4; ++i) {
+            xs[i] = p[i];
+            xs[4 + i] = p[gap + i];
+        }
     }
 }
 
-// ---------------------------------------------------------------------------------------------
-// Per-type block dot products: the block at byte offset `off` of `w` against xs[0..32).
-
-// Sum over the 8 nibbles of the low (HI false) or high halves of a word of qs, against
-// xs[base + 0..4] (byte i of the word is qs[4 q + i], its nibble goes with value 4 q + i or
-// 16 + 4 q + i).
+// s += the low nibbles of the 4 bytes of q times xl[0..4) plus their high nibbles times
+// xh[0..4) (byte i with xl[i] and xh[i]).
 __device__ __forceinline__ void qmv_nibbles(uint32_t q, const float *xl, const float *xh, float &s) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -108,63 +148,61 @@ __device__ __forceinline__ void qmv_nibbles(uint32_t q, const float *xl, const f
     }
 }
 
+// Per-type block dot products: part t (0..QMV_BL) of the block at byte offset `off` of `w`
+// against that part's QMV_BV x values xs (first run of 4 at X_STEP t of the block, the second
+// X_GAP further) whose sum is xsum.
+
 struct Q4_0 {
-    static constexpr uint32_t BYTES = 18;
-    __device__ __forceinline__ static float dot(const uint8_t *w, size_t off, const float xs[32],
-                                                float xsum) {
+    static constexpr uint32_t BYTES = 18, X_STEP = 4, X_GAP = 16;
+    static constexpr bool NEEDS_XSUM = true;
+    __device__ __forceinline__ static float dot(const uint8_t *w, size_t off, unsigned t,
+                                                const float xs[QMV_BV], float xsum) {
         const uint32_t *p = reinterpret_cast<const uint32_t *>(w + (off & ~(size_t)3));
-        const uint32_t sh = (uint32_t)(off & 2) * 8; // 0 or 16
-        uint32_t wd[5];
-#pragma unroll
-        for (int i = 0; i < 5; ++i) wd[i] = p[i];
-        const float d = qmv_half(wd[0] >> sh);
+        const uint32_t phase = (uint32_t)(off & 2); // 0 or 2
+        const float d = qmv_half(p[0] >> (phase * 8));
+        // qs word t sits at byte phase + 2 + 4t of p: word t at bit 16, or word t + 1 whole.
+        const uint32_t i = t + phase / 2, sh = 16 - phase * 8;
+        const uint32_t q = qmv_funnel(p[i], p[i + 1], sh);
         float s = 0.0f;
-#pragma unroll
-        for (int q = 0; q < 4; ++q)
-            qmv_nibbles(qmv_funnel(wd[q], wd[q + 1], sh + 16), xs + 4 * q, xs + 16 + 4 * q, s);
+        qmv_nibbles(q, xs, xs + 4, s);
         // sum (nibble - 8) x = sum nibble x - 8 sum x
         return d * (s - 8.0f * xsum);
     }
-    static constexpr bool NEEDS_XSUM = true;
 };
 
 struct Q4_1 {
-    static constexpr uint32_t BYTES = 20;
-    __device__ __forceinline__ static float dot(const uint8_t *w, size_t off, const float xs[32],
-                                                float xsum) {
-        const uint32_t *p = reinterpret_cast<const uint32_t *>(w + off);
-        uint32_t wd[5];
-#pragma unroll
-        for (int i = 0; i < 5; ++i) wd[i] = p[i];
-        const float d = qmv_half(wd[0]), m = qmv_half(wd[0] >> 16);
-        float s = 0.0f;
-#pragma unroll
-        for (int q = 0; q < 4; ++q) qmv_nibbles(wd[q + 1], xs + 4 * q, xs + 16 + 4 * q, s);
-        return d * s + m * xsum;
-    }
+    static constexpr uint32_t BYTES = 20, X_STEP = 4, X_GAP = 16;
     static constexpr bool NEEDS_XSUM = true;
+    __device__ __forceinline__ static float dot(const uint8_t *w, size_t off, unsigned t,
+                                                const float xs[QMV_BV], float xsum) {
+        const uint32_t *p = reinterpret_cast<const uint32_t *>(w + off);
+        const uint32_t dm = p[0], q = p[1 + t];
+        float s = 0.0f;
+        qmv_nibbles(q, xs, xs + 4, s);
+        return qmv_half(dm) * s + qmv_half(dm >> 16) * xsum;
+    }
 };
 
 struct Q8_0 {
-    static constexpr uint32_t BYTES = 34;
-    __device__ __forceinline__ static float dot(const uint8_t *w, size_t off, const float xs[32],
-                                                float) {
+    static constexpr uint32_t BYTES = 34, X_STEP = 8, X_GAP = 4;
+    static constexpr bool NEEDS_XSUM = false;
+    __device__ __forceinline__ static float dot(const uint8_t *w, size_t off, unsigned t,
+                                                const float xs[QMV_BV], float) {
         const uint32_t *p = reinterpret_cast<const uint32_t *>(w + (off & ~(size_t)3));
-        const uint32_t sh = (uint32_t)(off & 2) * 8; // 0 or 16
-        uint32_t wd[9];
-#pragma unroll
-        for (int i = 0; i < 9; ++i) wd[i] = p[i];
-        const float d = qmv_half(wd[0] >> sh);
+        const uint32_t phase = (uint32_t)(off & 2); // 0 or 2
+        const float d = qmv_half(p[0] >> (phase * 8));
+        // qs bytes 8t .. 8t + 8 sit at byte phase + 2 + 8t of p.
+        const uint32_t i = 2 * t + phase / 2, sh = 16 - phase * 8;
+        const uint32_t a = p[i], b = p[i + 1], c = p[i + 2];
+        const uint32_t v[2] = {qmv_funnel(a, b, sh), qmv_funnel(b, c, sh)};
         float s = 0.0f;
 #pragma unroll
-        for (int q = 0; q < 8; ++q) {
-            const uint32_t v = qmv_funnel(wd[q], wd[q + 1], sh + 16);
+        for (int h = 0; h < 2; ++h) {
 #pragma unroll
-            for (int i = 0; i < 4; ++i) s += (float)((int32_t)(v << (24 - 8 * i)) >> 24) * xs[4 * q + i];
+            for (int j = 0; j < 4; ++j) s += (float)((int32_t)(v[h] << (24 - 8 * j)) >> 24) * xs[4 * h + j];
         }
         return d * s;
     }
-    static constexpr bool NEEDS_XSUM = false;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -172,6 +210,7 @@ template <typename Q, bool V>
 __device__ __forceinline__ void qmatvec(const uint8_t *__restrict__ w, const float *__restrict__ x,
                                         float *__restrict__ y, unsigned n, unsigned nb) {
     const unsigned lane = threadIdx.x % QMV_GROUP, group = threadIdx.x / QMV_GROUP;
+    const unsigned t = lane % QMV_BL, first = lane / QMV_BL;
     const size_t row_bytes = (size_t)nb * Q::BYTES;
     for (size_t base = (size_t)blockIdx.x * QMV_ROWS; base < n; base += (size_t)gridDim.x * QMV_ROWS) {
         const size_t r0 = base + (size_t)group * QMV_R;
@@ -179,17 +218,18 @@ __device__ __forceinline__ void qmatvec(const uint8_t *__restrict__ w, const flo
 #pragma unroll
         for (int r = 0; r < QMV_R; ++r) acc[r] = 0.0f;
         if (r0 < n) {
-            for (unsigned b = lane; b < nb; b += QMV_GROUP) {
-                float xs[32];
-                qmv_load_x<V>(x, b, xs);
+            for (unsigned b = first; b < nb; b += QMV_BS) {
+                float xs[QMV_BV];
+                qmv_load_x8<V>(x + (size_t)b * 32 + Q::X_STEP * t, Q::X_GAP, xs);
                 float xsum = 0.0f;
                 if (Q::NEEDS_XSUM) {
 #pragma unroll
-                    for (int i = 0; i < 32; ++i) xsum += xs[i];
+                    for (int i = 0; i < QMV_BV; ++i) xsum += xs[i];
                 }
 #pragma unroll
                 for (int r = 0; r < QMV_R; ++r)
-                    if (r0 + r < n) acc[r] += Q::dot(w, (r0 + r) * row_bytes + (size_t)b * Q::BYTES, xs, xsum);
+                    if (r0 + r < n)
+                        acc[r] += Q::dot(w, (r0 + r) * row_bytes + (size_t)b * Q::BYTES, t, xs, xsum);
             }
         }
 #pragma unroll
@@ -218,3 +258,200 @@ __device__ __forceinline__ void qmatvec(const uint8_t *__restrict__ w, const flo
 QMV_KERNELS(q4_0, Q4_0)
 QMV_KERNELS(q4_1, Q4_1)
 QMV_KERNELS(q8_0, Q8_0)
+
+// ---------------------------------------------------------------------------------------------
+// k-quants: super-blocks of QMV_QK values, QMV_KL lanes per super-block of QMV_KV values each
+// (see the header).
+
+#define QMV_QK 256
+#ifndef QMV_KL
+#define QMV_KL 16
+#endif
+#define QMV_KV (QMV_QK / QMV_KL)
+#define QMV_KS (QMV_GROUP / QMV_KL)
+
+#if QMV_KL != 8 && QMV_KL != 16
+#error "QMV_KL must be 8 or 16"
+#endif
+
+// A lane's QMV_KV x values of a super-block: QMV_KV / L runs of L floats, run g at p + 32 g (p
+// 16-byte aligned when V), into xs[L g .. L g + L).
+template <bool V, int L> __device__ __forceinline__ void qmv_load_xk(const float *p, float xs[QMV_KV]) {
+#pragma unroll
+    for (int g = 0; g < QMV_KV / L; ++g) {
+        if (V) {
+            const float4 *p4 = reinterpret_cast<const float4 *>(p + 32 * g);
+#pragma unroll
+            for (int i = 0; i < L / 4; ++i) {
+                float4 v = p4[i];
+                xs[L * g + 4 * i] = v.x;
+                xs[L * g + 4 * i + 1] = v.y;
+                xs[L * g + 4 * i + 2] = v.z;
+                xs[L * g + 4 * i + 3] = v.w;
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < L; ++i) xs[L * g + i] = p[32 * g + i];
+        }
+    }
+}
+
+// s += sum over the 4 bytes of q (unsigned) times xs[0..4) (byte i with xs[i]).
+__device__ __forceinline__ void qmv_bytes(uint32_t q, const float *xs, float &s) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) s += (float)((q >> (8 * i)) & 255u) * xs[i];
+}
+
+// q4_K (QH false) and q5_K (QH true): part t of a super-block, NB = QMV_KV / 2 bytes of qs
+// from byte NB t (chunk c = NB t / 32, i0 = NB t % 32: values 64c + i0 + [0, NB) from the low
+// nibbles, xs[0, NB), and 64c + 32 + i0 + [0, NB) from the high ones, xs[NB, 2 NB)); xsum[0]
+// and xsum[1] are the sums of the two halves of xs.
+template <bool QH> struct QK45 {
+    static constexpr uint32_t BYTES = QH ? 176 : 144;
+    static constexpr int L = QMV_KV / 2; // x run length = NB
+    // Offset of part t's first x value in its super-block.
+    __device__ __forceinline__ static unsigned x_start(unsigned t) {
+        return 64 * (t * L / 32) + (t * L) % 32;
+    }
+    __device__ __forceinline__ static float dot(const uint8_t *w, size_t off, unsigned t,
+                                                const float xs[QMV_KV], const float xsum[2]) {
+        const uint32_t *p = reinterpret_cast<const uint32_t *>(w + off);
+        const uint32_t c = t * L / 32, i0 = (t * L) % 32;
+        // The scale and min bytes of sub-blocks 2c and 2c + 1 (j & 3 = 2 (c & 1) + {0, 1}) as
+        // byte pairs: j < 4 takes the low 6 bits, j >= 4 the nibbles of scales[8..12) and the
+        // top 2 bits of scales[0..8) ((v >> 6) << 4 == (v >> 2) & 0x30 per byte).
+        const uint32_t sh = (c & 1) * 16;
+        const uint32_t a = p[1] >> sh, b = p[2] >> sh, e = p[3] >> sh;
+        const uint32_t scp = c < 2 ? a & 0x3f3fu : (e & 0x0f0fu) | ((a >> 2) & 0x3030u);
+        const uint32_t mnp = c < 2 ? b & 0x3f3fu : ((e >> 4) & 0x0f0fu) | ((b >> 2) & 0x3030u);
+        const uint32_t qw = (QH ? 48 : 16) / 4 + t * L / 4; // word index of the lane's qs
+        float s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+        for (int i = 0; i < L / 4; ++i) {
+            const uint32_t q = p[qw + i];
+            uint32_t lo = q & 0x0f0f0f0fu, hi = (q >> 4) & 0x0f0f0f0fu;
+            if (QH) {
+                const uint32_t h = p[(16 + i0) / 4 + i];
+                lo |= ((h >> (2 * c)) & 0x01010101u) << 4;
+                hi |= ((h >> (2 * c + 1)) & 0x01010101u) << 4;
+            }
+            qmv_bytes(lo, xs + 4 * i, s1);
+            qmv_bytes(hi, xs + L + 4 * i, s2);
+        }
+        const float d = qmv_half(p[0]), dmin = qmv_half(p[0] >> 16);
+        const float sc1 = (float)(scp & 255u), sc2 = (float)(scp >> 8);
+        const float m1 = (float)(mnp & 255u), m2 = (float)(mnp >> 8);
+        return d * (sc1 * s1 + sc2 * s2) - dmin * (m1 * xsum[0] + m2 * xsum[1]);
+    }
+};
+
+// q6_K: part t of a super-block, NB = QMV_KV / 4 bytes each of ql, ql + 32 and qh: half
+// h = t / (QMV_KL / 2), l0 = NB (t % (QMV_KL / 2)), values 128h + l0 + 32g + [0, NB) for
+// g = 0..4 in xs[NB g ..); xsum[g] is the sum of those NB x values.
+struct Q6K {
+    static constexpr uint32_t BYTES = 210;
+    static constexpr int L = QMV_KV / 4; // x run length = NB
+    static constexpr int W = L / 4;      // words of each array per lane
+    // Offset of part t's first x value in its super-block.
+    __device__ __forceinline__ static unsigned x_start(unsigned t) {
+        return 128 * (t / (QMV_KL / 2)) + L * (t % (QMV_KL / 2));
+    }
+    __device__ __forceinline__ static float dot(const uint8_t *w, size_t off, unsigned t,
+                                                const float xs[QMV_KV], const float xsum[4]) {
+        const uint32_t *p = reinterpret_cast<const uint32_t *>(w + (off & ~(size_t)3));
+        const uint32_t sh = (uint32_t)(off & 2) * 8; // 0 or 16
+        const uint32_t h = t / (QMV_KL / 2), l0 = L * (t % (QMV_KL / 2));
+        // The block's bytes [4 i, 4 i + 4) are funnel(p[i], p[i + 1], sh).
+        const uint32_t la = (64 * h + l0) / 4, lb = la + 8, lh = (128 + 32 * h + l0) / 4;
+        const uint32_t ls = (192 + 8 * h) / 4;
+        uint32_t wa[W + 1], wb[W + 1], wh[W + 1], ws[3];
+#pragma unroll
+        for (int i = 0; i <= W; ++i) {
+            wa[i] = p[la + i];
+            wb[i] = p[lb + i];
+            wh[i] = p[lh + i];
+        }
+#pragma unroll
+        for (int i = 0; i < 3; ++i) ws[i] = p[ls + i];
+        const float d = qmv_half(p[52] >> sh); // bytes 208..210
+        float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int i = 0; i < W; ++i) {
+            const uint32_t a = qmv_funnel(wa[i], wa[i + 1], sh), b = qmv_funnel(wb[i], wb[i + 1], sh);
+            const uint32_t e = qmv_funnel(wh[i], wh[i + 1], sh);
+            qmv_bytes((a & 0x0f0f0f0fu) | ((e & 0x03030303u) << 4), xs + 4 * i, s[0]);
+            qmv_bytes((b & 0x0f0f0f0fu) | ((e & 0x0c0c0c0cu) << 2), xs + L + 4 * i, s[1]);
+            qmv_bytes(((a >> 4) & 0x0f0f0f0fu) | (e & 0x30303030u), xs + 2 * L + 4 * i, s[2]);
+            qmv_bytes(((b >> 4) & 0x0f0f0f0fu) | ((e >> 2) & 0x30303030u), xs + 3 * L + 4 * i, s[3]);
+        }
+        // The 4 scales s[2g] of this part: bytes is + 2g of scales[8h .. 8h + 8), is = l0 / 16.
+        const uint32_t s0 = qmv_funnel(ws[0], ws[1], sh), s1 = qmv_funnel(ws[1], ws[2], sh);
+        const uint32_t is8 = 8 * (l0 >> 4);
+        float acc = 0.0f;
+#pragma unroll
+        for (int g = 0; g < 4; ++g) {
+            const uint32_t sw = g < 2 ? s0 : s1;
+            const int32_t sc = (int32_t)((sw >> (is8 + 16 * (g & 1))) << 24) >> 24;
+            acc += (float)sc * (s[g] - 32.0f * xsum[g]);
+        }
+        return d * acc;
+    }
+};
+
+// The k-quant mat-vec: the work split of `qmatvec` with QMV_KL lanes per super-block.
+template <typename Q, bool V>
+__device__ __forceinline__ void qmatvec_k(const uint8_t *__restrict__ w, const float *__restrict__ x,
+                                          float *__restrict__ y, unsigned n, unsigned nb) {
+    const unsigned lane = threadIdx.x % QMV_GROUP, group = threadIdx.x / QMV_GROUP;
+    const unsigned part = lane % QMV_KL, first = lane / QMV_KL;
+    const unsigned xoff = Q::x_start(part);
+    const size_t row_bytes = (size_t)nb * Q::BYTES;
+    for (size_t base = (size_t)blockIdx.x * QMV_ROWS; base < n; base += (size_t)gridDim.x * QMV_ROWS) {
+        const size_t r0 = base + (size_t)group * QMV_R;
+        float acc[QMV_R];
+#pragma unroll
+        for (int r = 0; r < QMV_R; ++r) acc[r] = 0.0f;
+        if (r0 < n) {
+            for (unsigned b = first; b < nb; b += QMV_KS) {
+                float xs[QMV_KV];
+                qmv_load_xk<V, Q::L>(x + (size_t)b * QMV_QK + xoff, xs);
+                float xsum[QMV_KV / Q::L];
+#pragma unroll
+                for (int g = 0; g < QMV_KV / Q::L; ++g) {
+                    xsum[g] = 0.0f;
+#pragma unroll
+                    for (int i = 0; i < Q::L; ++i) xsum[g] += xs[Q::L * g + i];
+                }
+#pragma unroll
+                for (int r = 0; r < QMV_R; ++r)
+                    if (r0 + r < n)
+                        acc[r] += Q::dot(w, (r0 + r) * row_bytes + (size_t)b * Q::BYTES, part, xs, xsum);
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < QMV_R; ++r) {
+#pragma unroll
+            for (int m = QMV_GROUP / 2; m > 0; m >>= 1) acc[r] += qmv_shfl_xor(acc[r], m);
+        }
+        if (lane == 0) {
+#pragma unroll
+            for (int r = 0; r < QMV_R; ++r)
+                if (r0 + r < n) y[r0 + r] = acc[r];
+        }
+    }
+}
+
+// qmatvec_<T> and qmatvec_<T>_v for a k-quant type.
+#define QMV_K_KERNELS(T, Q)                                                                        \
+    extern "C" __global__ void __launch_bounds__(QMV_BLOCK)                                        \
+        qmatvec_##T(const uint8_t *w, const float *x, float *y, unsigned n, unsigned nb) {         \
+        qmatvec_k<Q, false>(w, x, y, n, nb);                                                       \
+    }                                                                                              \
+    extern "C" __global__ void __launch_bounds__(QMV_BLOCK)                                        \
+        qmatvec_##T##_v(const uint8_t *w, const float *x, float *y, unsigned n, unsigned nb) {     \
+        qmatvec_k<Q, true>(w, x, y, n, nb);                                                        \
+    }
+
+QMV_K_KERNELS(q4_K, QK45<false>)
+QMV_K_KERNELS(q5_K, QK45<true>)
+QMV_K_KERNELS(q6_K, Q6K)

@@ -66,8 +66,8 @@ pub enum Module {
     /// Ours, `elementwise.hip`: unary, affine, elu, powf, binary and float-cast kernels with a
     /// vectorised (128-bit) contiguous path and a strided path that takes its shape by value.
     Elementwise,
-    /// Ours, `qmatvec.hip`: quantized (q4_0, q4_1, q8_0) matrix-vector products for GGUF
-    /// decode, one f32 row against GGML blocks, wave-size aware.
+    /// Ours, `qmatvec.hip`: quantized (q4_0, q4_1, q8_0, q4_K, q5_K, q6_K) matrix-vector
+    /// products for GGUF decode, one f32 row against GGML blocks, wave-size aware.
     Qmatvec,
 }
 

@@ -260,6 +260,32 @@ impl BlasHandle {
         b: &impl DeviceSlice<T>,
         c: &mut impl DeviceSliceMut<T>,
     ) -> Result<()> {
+        self.gemm_ex::<T, T>(cfg, a, b, c)
+    }
+
+    /// [`BlasHandle::gemm_strided_batched`] with half-precision `A` and `B` (f16 or bf16) and an
+    /// f32 `C`, accumulated in f32: rocBLAS's mixed-precision `gemm_ex` (f16/bf16 in, f32 out),
+    /// for products whose inputs were rounded to halves but whose result must stay f32.
+    pub fn gemm_strided_batched_f32_out<T: GemmType<Scalar = f32>>(
+        &mut self,
+        cfg: &GemmConfig,
+        a: &impl DeviceSlice<T>,
+        b: &impl DeviceSlice<T>,
+        c: &mut impl DeviceSliceMut<f32>,
+    ) -> Result<()> {
+        self.gemm_ex::<T, f32>(cfg, a, b, c)
+    }
+
+    /// The `rocblas_gemm_strided_batched_ex` call of both: `A` and `B` of `T`, `C` (= `D`, in
+    /// place) of `C`, alpha/beta and accumulation of `T`'s compute type (which `C::Scalar`
+    /// matches by the callers' bounds: `C` is `T`, or f32 for f32-accumulating `T`).
+    fn gemm_ex<T: GemmType, C: GemmType>(
+        &mut self,
+        cfg: &GemmConfig,
+        a: &impl DeviceSlice<T>,
+        b: &impl DeviceSlice<T>,
+        c: &mut impl DeviceSliceMut<C>,
+    ) -> Result<()> {
         cfg.validate(a.len(), b.len(), c.len())?;
         if cfg.m == 0 || cfg.n == 0 || cfg.batch == 0 {
             return Ok(());
@@ -272,7 +298,8 @@ impl BlasHandle {
         let lib = &self.lib;
         // SAFETY: `validate` proved every matrix of the batch lies inside its operand and that
         // every integer fits rocBLAS's types; alpha/beta are host scalars of the compute type
-        // (pointer mode host); the handle is bound to `self.stream`, on which the operands are
+        // `T::COMPUTE` (pointer mode host), which is also `C`'s type or f32 with an f32 `C`
+        // (rocBLAS's f16/bf16-in, f32-out mixed-precision form); the handle is bound to `self.stream`, on which the operands are
         // now ordered; `c` is borrowed exclusively, so D (= C, in place) is not aliased.
         let code = unsafe {
             (lib.rocblas_gemm_strided_batched_ex)(
@@ -293,11 +320,11 @@ impl BlasHandle {
                 cfg.stride_b as i64,
                 &beta as *const T::Scalar as *const c_void,
                 c.device_ptr(),
-                T::DATATYPE,
+                C::DATATYPE,
                 cfg.ldc as i32,
                 cfg.stride_c as i64,
                 c.device_ptr(),
-                T::DATATYPE,
+                C::DATATYPE,
                 cfg.ldc as i32,
                 cfg.stride_c as i64,
                 cfg.batch as i32,

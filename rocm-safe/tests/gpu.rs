@@ -456,3 +456,54 @@ fn gemm_bf16_matches_cpu() {
         Transpose::No,
     );
 }
+
+/// Half inputs, f32 output: the f32 result of the exactly representable half inputs (accumulated
+/// in f32, so far tighter than a half output allows); a too-short f32 output is refused.
+fn gemm_f32_out_case<T: GemmType<Scalar = f32>>(to: impl Fn(f32) -> T, from: impl Fn(T) -> f64) {
+    let s = stream();
+    let mut blas = BlasHandle::new(&s).unwrap();
+    let (m, n, k) = (40, 9, 130);
+    let cfg = GemmConfig {
+        trans_a: Transpose::Yes,
+        trans_b: Transpose::No,
+        m,
+        n,
+        k,
+        alpha: 1.0,
+        beta: 0.0,
+        lda: k,
+        ldb: k,
+        ldc: m,
+        stride_a: m * k,
+        stride_b: k * n,
+        stride_c: m * n,
+        batch: 1,
+    };
+    let a: Vec<T> = values(m * k, 11).into_iter().map(&to).collect();
+    let b: Vec<T> = values(k * n, 12).into_iter().map(&to).collect();
+    let (da, db) = (s.clone_htod(&a).unwrap(), s.clone_htod(&b).unwrap());
+    let mut dc = s.alloc_zeros::<f32>(m * n).unwrap();
+    blas.gemm_strided_batched_f32_out(&cfg, &da, &db, &mut dc)
+        .unwrap();
+    let got = s.clone_dtoh(&dc).unwrap();
+    let a64: Vec<f64> = a.into_iter().map(&from).collect();
+    let b64: Vec<f64> = b.into_iter().map(&from).collect();
+    let mut want = vec![0.0; m * n];
+    cpu_gemm(&cfg, &a64, &b64, &mut want);
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        let g = *g as f64;
+        assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{i}: {g} vs {w}");
+    }
+    let mut short = s.alloc_zeros::<f32>(m * n - 1).unwrap();
+    assert!(matches!(
+        blas.gemm_strided_batched_f32_out(&cfg, &da, &db, &mut short),
+        Err(RocmError::InvalidArgument(_))
+    ));
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn gemm_half_inputs_f32_output_matches_cpu() {
+    gemm_f32_out_case::<f16>(f16::from_f32, |v| v.to_f64());
+    gemm_f32_out_case::<bf16>(bf16::from_f32, |v| v.to_f64());
+}

@@ -151,6 +151,16 @@ if [ -n "${ROCM_SYS_MIOPEN_LIB:-}" ] && [[ -z "${ONLY:-}" || "miopen" =~ $ONLY ]
         "$BUNDLE/candle-suite.suite" --include-ignored conv_tests:: pool_tests:: --skip ::cpu --skip ::ext_cpu \
         > "$OUT/test-suite-conv-miopen.log" 2>&1
     row "candle-suite conv_tests + pool_tests, MIOpen path" "$(results "$OUT/test-suite-conv-miopen.log")"
+    # The same parity cases with MIOpen failing on purpose (the double's HIP_ON_CUDA_MIOPEN_FAIL):
+    # once in the calls that run the work, once in the algorithm searches and pool set-up. The parity test then
+    # asserts that nothing ran on MIOpen and every case still matched the CPU (im2col, our pools).
+    for fail in miopenConvolutionForward,miopenConvolutionBackwardData,miopenPoolingForward \
+        miopenFindConvolutionForwardAlgorithm,miopenFindConvolutionBackwardDataAlgorithm,miopenSet2dPoolingDescriptor; do
+        name=${fail%%,*}
+        HIP_ON_CUDA_MIOPEN_FAIL=$fail CANDLE_ROCM_CONV=miopen timeout "${TEST_TIMEOUT:-300}" "$BUNDLE/candle-rocm.parity" \
+            --include-ignored --nocapture convolutions pools_and_upsampling > "$OUT/test-parity-miopen-fail-$name.log" 2>&1
+        row "parity conv + pools, MIOpen failing ($name, ...)" "$(results "$OUT/test-parity-miopen-fail-$name.log") $(grep -ao '[a-z]*: [0-9]* ran on MIOpen' "$OUT/test-parity-miopen-fail-$name.log" | tr '\n' ' ')"
+    done
 fi
 
 if [ -x "$BUNDLE/rocm-safe.gpu_faults" ]; then

@@ -1,10 +1,11 @@
 // Runs kernels/hip/qmatvec.hip on the host through emu.h and checks it against a host reference
 // of Candle's CPU semantics: `dequantize` (k_quants.rs `to_float` of BlockQ4_0 / BlockQ4_1 /
-// BlockQ8_0, in f32) followed by a dot product (in double). Blocks are random, with extreme
+// BlockQ8_0 / BlockQ4K / BlockQ5K / BlockQ6K, in f32) followed by a dot product (in double).
+// Blocks are random bytes (so random k-quant scales, mins and high bits), with extreme f16
 // scales (the largest f16, subnormals, zero, negative) and offsets; shapes cover n = 1, n not
-// a multiple of the rows per block, k = 32 and rows of many blocks per lane, blocks at both
-// 4-byte phases, x 16-byte aligned (the _v kernels) and not, and a small grid (the grid-stride
-// loop). Launch geometry: a port of candle-rocm/src/quantized.rs (`QmatvecLaunch::new`). Built
+// a multiple of the rows per block, one block per row (most lanes idle) and rows of many
+// blocks per lane, blocks at both 4-byte phases, x 16-byte aligned (the _v kernels) and not,
+// and a small grid (the grid-stride loop). Launch geometry: a port of candle-rocm/src/quantized.rs (`QmatvecLaunch::new`). Built
 // three ways by kernels/tests/kernels_on_cpu.rs: the CUDA path (wave 32, __shfl_xor_sync) and
 // the AMD path (ds_bpermute) with wave 32 and wave 64.
 // Prints bad=<mismatches> and exits non-zero on any mismatch.
@@ -35,13 +36,14 @@ static Launch launch_shape(size_t n, const float *x) {
 }
 
 // ---- types ---------------------------------------------------------------------------------------
-enum QT { Q40, Q41, Q80 };
-static const char *qt_name[] = {"q4_0", "q4_1", "q8_0"};
-static const size_t qt_bytes[] = {18, 20, 34};
+enum QT { Q40, Q41, Q80, Q4K, Q5K, Q6K, NQT };
+static const char *qt_name[] = {"q4_0", "q4_1", "q8_0", "q4_K", "q5_K", "q6_K"};
+static const size_t qt_bytes[] = {18, 20, 34, 144, 176, 210};
+static const size_t qt_values[] = {32, 32, 32, 256, 256, 256};
 typedef void (*QFn)(const uint8_t *, const float *, float *, unsigned, unsigned);
-static const QFn KS[3][2] = {{qmatvec_q4_0, qmatvec_q4_0_v},
-                             {qmatvec_q4_1, qmatvec_q4_1_v},
-                             {qmatvec_q8_0, qmatvec_q8_0_v}};
+static const QFn KS[NQT][2] = {{qmatvec_q4_0, qmatvec_q4_0_v}, {qmatvec_q4_1, qmatvec_q4_1_v},
+                               {qmatvec_q8_0, qmatvec_q8_0_v}, {qmatvec_q4_K, qmatvec_q4_K_v},
+                               {qmatvec_q5_K, qmatvec_q5_K_v}, {qmatvec_q6_K, qmatvec_q6_K_v}};
 
 struct Ctx {
     Counter c;
@@ -62,6 +64,55 @@ static uint16_t rand_scale(int kind) {
 }
 
 static float f16f(uint16_t h) { return (float)f16_value(h); }
+
+// Scale and min of sub-block j of a q4_K / q5_K super-block from its 12 scales bytes.
+static void scale_min(int j, const uint8_t *s, int &sc, int &m) {
+    if (j < 4) {
+        sc = s[j] & 63;
+        m = s[j + 4] & 63;
+    } else {
+        sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+        m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+// One k-quant super-block's 256 values as Candle's CPU computes them (f32), and in `mag` the
+// size of the terms the kernels sum for each (|d sc q| + |dmin m|, or |d sc| (|q| + 32)).
+static void dequant_super(QT t, const uint8_t *b, float out[256], double mag[256]) {
+    if (t == Q6K) {
+        uint16_t d16;
+        memcpy(&d16, b + 208, 2);
+        const float d = f16f(d16);
+        const uint8_t *ql = b, *qh = b + 128;
+        const int8_t *sc = (const int8_t *)(b + 192);
+        for (int i = 0; i < 256; ++i) {
+            const int h = i / 128, l = i % 32, g = (i % 128) / 32;
+            const uint8_t lo = g % 2 == 0 ? ql[64 * h + l] : ql[64 * h + 32 + l];
+            const int nib = g < 2 ? lo & 15 : lo >> 4;
+            const int hb = (qh[32 * h + l] >> (2 * g)) & 3;
+            const int q = (nib | (hb << 4)) - 32;
+            const float ds = d * (float)sc[8 * h + l / 16 + 2 * g];
+            out[i] = ds * (float)q;
+            mag[i] = fabs((double)ds) * (abs(q + 32) + 32);
+        }
+        return;
+    }
+    uint16_t d16, m16;
+    memcpy(&d16, b, 2);
+    memcpy(&m16, b + 2, 2);
+    const float d = f16f(d16), dmin = f16f(m16);
+    const uint8_t *scales = b + 4, *qh = b + 16, *qs = t == Q5K ? b + 48 : b + 16;
+    for (int i = 0; i < 256; ++i) {
+        const int c = i / 64, hi = (i % 64) / 32, l = i % 32, j = 2 * c + hi;
+        int sc, m;
+        scale_min(j, scales, sc, m);
+        int q = hi ? qs[32 * c + l] >> 4 : qs[32 * c + l] & 15;
+        if (t == Q5K && ((qh[l] >> j) & 1)) q += 16;
+        const float d1 = d * (float)sc, m1 = dmin * (float)m;
+        out[i] = d1 * (float)q - m1;
+        mag[i] = fabs((double)d1 * q) + fabs((double)m1);
+    }
+}
 
 // One block's 32 values as Candle's CPU computes them (f32).
 static void dequant_block(QT t, const uint8_t *b, float out[32]) {
@@ -88,16 +139,16 @@ static void dequant_block(QT t, const uint8_t *b, float out[32]) {
 // n rows of k values: y = W x against the reference, with the launch of `grid_cap` blocks at
 // most (0: candle-rocm's grid) and x at `x_skew` floats past a 256-byte boundary.
 static void qcase(QT t, size_t n, size_t k, int scale_kind, size_t x_skew, unsigned grid_cap) {
-    const size_t nb = k / 32, bytes = qt_bytes[t];
-    const size_t used = n * nb * bytes, padding = MATRIX_ROW_PADDING / 32 * bytes;
+    const size_t qk = qt_values[t], nb = k / qk, bytes = qt_bytes[t];
+    const size_t used = n * nb * bytes, padding = MATRIX_ROW_PADDING / qk * bytes;
     Buf w(used + padding, 1), x(k, 4, x_skew), y(n, 4);
     uint8_t *wp = w.as<uint8_t>();
     for (size_t i = 0; i < used + padding; ++i) wp[i] = i < used ? (uint8_t)rng() : 0;
     for (size_t b = 0; b < n * nb; ++b) {
         uint8_t *p = wp + b * bytes;
         uint16_t d = rand_scale(scale_kind);
-        memcpy(p, &d, 2);
-        if (t == Q41) {
+        memcpy(p + (t == Q6K ? 208 : 0), &d, 2);
+        if (t == Q41 || t == Q4K || t == Q5K) {
             uint16_t m = rand_scale(scale_kind);
             memcpy(p + 2, &m, 2);
         }
@@ -120,15 +171,22 @@ static void qcase(QT t, size_t n, size_t k, int scale_kind, size_t x_skew, unsig
     for (size_t r = 0; r < n; ++r) {
         double want = 0, mag = 0;
         for (size_t b = 0; b < nb; ++b) {
-            float v[32];
-            dequant_block(t, wp + (r * nb + b) * bytes, v);
-            for (int j = 0; j < 32; ++j) {
-                want += (double)v[j] * xp[b * 32 + j];
-                mag += fabs((double)v[j] * xp[b * 32 + j]);
+            float v[256];
+            double vm[256];
+            if (qk == 256) {
+                dequant_super(t, wp + (r * nb + b) * bytes, v, vm);
+            } else {
+                dequant_block(t, wp + (r * nb + b) * bytes, v);
+                for (int j = 0; j < 32; ++j) vm[j] = fabs((double)v[j]);
+            }
+            for (size_t j = 0; j < qk; ++j) {
+                want += (double)v[j] * xp[b * qk + j];
+                mag += vm[j] * fabs((double)xp[b * qk + j]);
             }
         }
         G.c.checks++;
-        // f32 accumulation over k products, and the per-block factoring (d * sum, m * sum x).
+        // f32 accumulation over k products, and the per-block factoring (d * sum, m * sum x;
+        // for k-quants per sub-block, so `mag` counts the factored terms' sizes).
         const double tol = 1e-5 * mag + 1e-37;
         if (!close(yp[r], want, tol)) G.c.fail("row %zu: got %.9g want %.9g (tol %.3g)", r, yp[r], want, tol);
     }
@@ -144,7 +202,7 @@ static void test_port() {
 
 int main() {
     test_port();
-    for (int t = 0; t < 3; ++t) {
+    for (int t = 0; t < Q4K; ++t) {
         const QT q = (QT)t;
         // Small shapes: every n around the rows per block, k = 32 (one block per row: 31 idle
         // lanes) up to a few blocks per lane; ordinary and extreme scales; x aligned or not.
@@ -162,8 +220,27 @@ int main() {
         qcase(q, 70, 128, 1, 0, 2);
         qcase(q, 49, 96, 0, 3, 1);
     }
+    for (int t = Q4K; t < NQT; ++t) {
+        const QT q = (QT)t;
+        // nb 1 (most lanes of a group idle), 2, 16 (several super-blocks per lane) and 21
+        // (lanes with uneven counts), n around the rows per block; with nb odd, q6_K rows
+        // start at both 4-byte phases.
+        const size_t ns[] = {1, 2, 3, 15, 16, 17, 33};
+        const size_t nbs[] = {1, 2, 16, 21};
+        for (size_t n : ns)
+            for (size_t nb : nbs) {
+                if (n * nb > 17 * 21) continue;
+                qcase(q, n, 256 * nb, (int)(rng() % 2), rng() % 3 == 0 ? 1 + rng() % 3 : 0, 0);
+            }
+        // Many rows (several blocks), a long row, and the grid-stride loop.
+        qcase(q, 300, 256, 1, 0, 0);
+        qcase(q, 131, 512, 0, 2, 0);
+        qcase(q, 3, 256 * 64, 1, 0, 0);
+        qcase(q, 70, 768, 1, 0, 2);
+        qcase(q, 49, 256, 0, 3, 1);
+    }
     // Every kernel ran at least once.
-    for (int t = 0; t < 3; ++t)
+    for (int t = 0; t < NQT; ++t)
         for (int v = 0; v < 2; ++v)
             if (!emu::S.launched.count((const void *)KS[t][v])) {
                 G.c.ctx = "coverage";

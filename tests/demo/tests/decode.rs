@@ -240,15 +240,23 @@ fn gpu_matches_cpu() {
     }
 }
 
-/// Bound on [`worst_relative_error`] of the GGUF on the GPU against the f32 model converted
-/// from it, on the CPU. Both hold the same weights (the conversion dequantizes them exactly)
-/// and candle-rocm's quantized matmuls take f32 activations as they are, so only the order of
-/// f32 sums differs.
-const GGUF_GPU_TOLERANCE: f32 = 1e-3;
+/// Bound on [`worst_relative_error`] of the GGUF through the slot's default quantized matmul
+/// against the f32 model converted from it, on the CPU. Both hold the same weights (the
+/// conversion dequantizes them exactly) and that matmul takes f32 activations as they are, so
+/// only the order of f32 sums differs.
+const GGUF_SLOT_TOLERANCE: f32 = 1e-3;
+
+/// The same bound for the GGUF on the GPU. Up to 8 rows (decode, short prompts) run
+/// candle-rocm's mat-vec kernels on f32 activations, but a longer prompt runs one GEMM on f16
+/// weights and f16-rounded activations (llama.cpp's path; Candle's CPU and CUDA quantized paths
+/// round activations to 8 bits), and the KV cache it leaves carries that into later steps.
+/// With every quantized matmul of this model in f16 (the CPU, `CANDLE_DEQUANTIZE_ALL_F16=1`,
+/// which also rounds outputs to f16) the worst error measured 1.7e-3 on 2026-11-23.
+const GGUF_GPU_TOLERANCE: f32 = 4e-3;
 
 /// The GGUF through the backend slot's quantized storage (`QStorage::Ext`), on candle's CPU
 /// behind the slot (`candle-ext-cpu`, so in CI): its logits along the f32 model's first greedy
-/// tokens stay within [`GGUF_GPU_TOLERANCE`] of that model's, as on the GPU (the slot's default
+/// tokens stay within [`GGUF_SLOT_TOLERANCE`] of that model's (the slot's default
 /// quantized matmul dequantizes and multiplies in f32). The only ops that leave the slot are
 /// the interleaved rotary embedding and the softmax, custom ops ext-cpu does not fuse
 /// (candle-rocm does): none of the quantized ones.
@@ -264,7 +272,7 @@ fn gguf_through_the_slot_matches_the_dequantized_model() {
     let worst = worst_relative_error(&reference, &got);
     eprintln!("GGUF through the slot {prompt:?}: logits within {worst:.6} of the f32 model's");
     assert!(
-        worst <= GGUF_GPU_TOLERANCE,
+        worst <= GGUF_SLOT_TOLERANCE,
         "logits differ from the f32 model's by {worst} (relative)"
     );
     let ext = candle_ext_cpu::ext_cpu(&dev).unwrap();
