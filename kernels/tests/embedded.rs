@@ -108,3 +108,19 @@ fn no_kernel_uses_scratch_unless_allowed() {
         "kernels using scratch: {offenders:#?}"
     );
 }
+
+/// No kernel of any module, on any target, spills VGPRs to memory (the allowlist above is for
+/// private arrays only).
+#[test]
+fn no_kernel_spills_vgprs() {
+    let spilling: Vec<String> = objects()
+        .into_iter()
+        .flat_map(|(m, t, co)| {
+            co.kernels
+                .into_iter()
+                .filter(|k| k.vgpr_spills > 0)
+                .map(move |k| format!("{}.{t}.{} vgpr_spills={}", m.name(), k.name, k.vgpr_spills))
+        })
+        .collect();
+    assert!(spilling.is_empty(), "kernels spilling VGPRs: {spilling:#?}");
+}

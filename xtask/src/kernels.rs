@@ -369,7 +369,11 @@ fn make_overlay(clang: &Path, libs: &Path, overlay: &Path) -> Result<()> {
 /// Code object v5 for processors (loaded by every supported ROCm), v6 for the generic targets
 /// (the first version that has them). The quantized module is compiled for blocks of at most
 /// 256 threads, the most candle launches its kernels with, which lets the compiler keep the
-/// mat-vec kernels' working set in registers.
+/// mat-vec kernels' working set in registers, and with `CUDA_USE_TENSOR_CORES` defined: in
+/// candle-kernels' quantized.cu (llama.cpp's) that macro only selects the small tiles of the
+/// batched `mul_mat_q*` kernels (mmq_x 4, mmq_y 32, 4 warps instead of 64 x 128), the only
+/// configuration whose accumulators fit AMD's VGPR budget (the large ones spilled up to 768
+/// bytes). candle-rocm launches no `mul_mat_q*` kernel; one that does must use those tiles.
 fn flags(module: Module, target: &str) -> Vec<String> {
     let cov = if target.ends_with("-generic") { 6 } else { 5 };
     [
@@ -392,7 +396,13 @@ fn flags(module: Module, target: &str) -> Vec<String> {
         format!("-mcode-object-version={cov}"),
         format!("--offload-arch={target}"),
     ])
-    .chain((module == Module::Quantized).then(|| "--gpu-max-threads-per-block=256".to_string()))
+    .chain(
+        (module == Module::Quantized)
+            .then(|| ["--gpu-max-threads-per-block=256", "-DCUDA_USE_TENSOR_CORES"])
+            .into_iter()
+            .flatten()
+            .map(str::to_string),
+    )
     .collect()
 }
 
