@@ -138,14 +138,32 @@ template <bool V> __device__ __forceinline__ void qmv_load_x8(const float *p, un
     }
 }
 
+// Byte I of q as a float (0..255, exact). On AMD the shift-and-convert is one
+// v_cvt_f32_ubyte<I>. On NVIDIA integer-to-float conversions issue at a quarter of the FP32
+// rate (16 per SM clock on sm_90) and bound the mat-vec kernels, so the byte is placed in the
+// mantissa of 2^23 instead (one byte permute) and 2^23 subtracted: 2^23 + b is exact for
+// b < 2^23.
+template <int I> __device__ __forceinline__ float qmv_byte(uint32_t q) {
+#if defined(__HIP_DEVICE_COMPILE__)
+    return (float)((q >> (8 * I)) & 255u);
+#else
+    return __uint_as_float(__byte_perm(q, 0x4b000000u, 0x7540u + I)) - 8388608.0f;
+#endif
+}
+
+// s += sum over the 4 bytes of q (unsigned) times xs[0..4) (byte i with xs[i]).
+__device__ __forceinline__ void qmv_bytes(uint32_t q, const float *xs, float &s) {
+    s += qmv_byte<0>(q) * xs[0];
+    s += qmv_byte<1>(q) * xs[1];
+    s += qmv_byte<2>(q) * xs[2];
+    s += qmv_byte<3>(q) * xs[3];
+}
+
 // s += the low nibbles of the 4 bytes of q times xl[0..4) plus their high nibbles times
 // xh[0..4) (byte i with xl[i] and xh[i]).
 __device__ __forceinline__ void qmv_nibbles(uint32_t q, const float *xl, const float *xh, float &s) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        s += (float)((q >> (8 * i)) & 15u) * xl[i];
-        s += (float)((q >> (8 * i + 4)) & 15u) * xh[i];
-    }
+    qmv_bytes(q & 0x0f0f0f0fu, xl, s);
+    qmv_bytes((q >> 4) & 0x0f0f0f0fu, xh, s);
 }
 
 // Per-type block dot products: part t (0..QMV_BL) of the block at byte offset `off` of `w`
@@ -185,9 +203,9 @@ struct Q4_1 {
 
 struct Q8_0 {
     static constexpr uint32_t BYTES = 34, X_STEP = 8, X_GAP = 4;
-    static constexpr bool NEEDS_XSUM = false;
+    static constexpr bool NEEDS_XSUM = true;
     __device__ __forceinline__ static float dot(const uint8_t *w, size_t off, unsigned t,
-                                                const float xs[QMV_BV], float) {
+                                                const float xs[QMV_BV], float xsum) {
         const uint32_t *p = reinterpret_cast<const uint32_t *>(w + (off & ~(size_t)3));
         const uint32_t phase = (uint32_t)(off & 2); // 0 or 2
         const float d = qmv_half(p[0] >> (phase * 8));
@@ -195,13 +213,12 @@ struct Q8_0 {
         const uint32_t i = 2 * t + phase / 2, sh = 16 - phase * 8;
         const uint32_t a = p[i], b = p[i + 1], c = p[i + 2];
         const uint32_t v[2] = {qmv_funnel(a, b, sh), qmv_funnel(b, c, sh)};
+        // The signed bytes offset by 128 (bit 7 flipped) are unsigned: sum q x = sum (q + 128)
+        // x - 128 sum x.
         float s = 0.0f;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-#pragma unroll
-            for (int j = 0; j < 4; ++j) s += (float)((int32_t)(v[h] << (24 - 8 * j)) >> 24) * xs[4 * h + j];
-        }
-        return d * s;
+        qmv_bytes(v[0] ^ 0x80808080u, xs, s);
+        qmv_bytes(v[1] ^ 0x80808080u, xs + 4, s);
+        return d * (s - 128.0f * xsum);
     }
 };
 
@@ -294,12 +311,6 @@ template <bool V, int L> __device__ __forceinline__ void qmv_load_xk(const float
             for (int i = 0; i < L; ++i) xs[L * g + i] = p[32 * g + i];
         }
     }
-}
-
-// s += sum over the 4 bytes of q (unsigned) times xs[0..4) (byte i with xs[i]).
-__device__ __forceinline__ void qmv_bytes(uint32_t q, const float *xs, float &s) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) s += (float)((q >> (8 * i)) & 255u) * xs[i];
 }
 
 // q4_K (QH false) and q5_K (QH true): part t of a super-block, NB = QMV_KV / 2 bytes of qs

@@ -5,7 +5,8 @@
 #   bash tests/hip-on-cuda/bench.sh
 #
 # 1. builds the test double and the kernels (setup.sh, as run.sh does);
-# 2. runs the same rows three times on the one GPU: ours (candle-rocm-bench over the double,
+# 2. runs the same rows three times on the one GPU (and the conv rows once more with Candle
+#    CUDA's cudnn feature, candle-cuda-cudnn-bench): ours (candle-rocm-bench over the double,
 #    "H100 via HIP-on-CUDA"; its memory-bound rows a second time with
 #    CANDLE_ROCM_FAST_KERNELS=0, candle's own kernels), Candle 0.11.1's own CUDA backend (candle-cuda-bench, built from
 #    the same source against crates.io Candle with its `cuda` feature) and PyTorch eager
@@ -74,6 +75,21 @@ else
     row "candle-cuda-bench" "not in the bundle"
 fi
 
+echo "== Candle 0.11.1 CUDA with its cudnn feature: the conv rows"
+if [ -x "$BUILD/bin/candle-cuda-cudnn-bench" ]; then
+    (
+        CUDA_LIBS_BIN="$BUILD/bin/candle-cuda-cudnn-bench"
+        # shellcheck source=tests/hip-on-cuda/cuda_libs.sh
+        source tests/hip-on-cuda/cuda_libs.sh
+        timeout "$limit" "$BUILD/bin/candle-cuda-cudnn-bench" --only "${BENCH_ONLY:-conv}" \
+            > "$OUT/candle-cuda-cudnn.tsv" 2> "$OUT/candle-cuda-cudnn.err"
+    )
+    row "candle-cuda-cudnn-bench exit code" "$? ($(grep -c '^bench' "$OUT/candle-cuda-cudnn.tsv") rows)"
+    tail -3 "$OUT/candle-cuda-cudnn.err"
+else
+    row "candle-cuda-cudnn-bench" "not in the bundle"
+fi
+
 echo "== PyTorch eager"
 only_py=()
 [ -n "${BENCH_ONLY:-}" ] && only_py=(--only "$BENCH_ONLY")
@@ -96,6 +112,15 @@ if grep -q '^bench	conv' "$OUT/ours-miopen.tsv" 2> /dev/null; then
     python3 tests/bench/table.py "$OUT/ours-miopen.tsv" "$OUT/candle-cuda.tsv" "$OUT/torch.tsv" \
         --title "the conv rows again, ours on the MIOpen path (CANDLE_ROCM_CONV=miopen; cuDNN under the MIOpen double on this card)" \
         | awk -F'|' 'NF < 10 || $5 != " - "' >> "$result"  # only the rows ours ran
+fi
+if grep -q '^bench	conv' "$OUT/candle-cuda-cudnn.tsv" 2> /dev/null; then
+    for ours in ours ours-miopen; do
+        grep -q '^bench	conv' "$OUT/$ours.tsv" 2> /dev/null || continue
+        echo >> "$result"
+        python3 tests/bench/table.py "$OUT/$ours.tsv" "$OUT/candle-cuda-cudnn.tsv" "$OUT/torch.tsv" \
+            --title "the conv rows, $ours against Candle CUDA with its cudnn feature (in the Candle CUDA column)" \
+            | awk -F'|' 'NF < 10 || ($5 != " - " && $8 != " - ")' >> "$result"
+    done
 fi
 {
     echo

@@ -5,7 +5,8 @@
 //! 2. builds `candle-rocm-bench` (tests/bench, our backend through the patched Candle) in
 //!    release without the embedded AMD code objects (the harness loads nvcc-built kernels);
 //! 3. builds the same source against unmodified crates.io Candle 0.11.1 with its `cuda`
-//!    feature (`candle-cuda-bench`, see `candle_cuda.rs`; `--no-cuda` skips it);
+//!    feature (`candle-cuda-bench`, see `candle_cuda.rs`; `--no-cuda` skips it), and again with
+//!    candle-core's `cudnn` feature too (`candle-cuda-cudnn-bench`: its convolutions on cuDNN);
 //! 4. builds rocm-safe's launch-overhead benchmark;
 //! 5. packs them (binaries xz-compressed) with candle-kernels' CUDA sources into
 //!    `.bench-bundle/` and prints the device call: `bash tests/hip-on-cuda/bench.sh`, which
@@ -87,8 +88,12 @@ pub fn run(args: &[String]) -> Result<()> {
     .map(|size| total += size)?;
     if cuda {
         eprintln!("== candle-cuda-bench (crates.io Candle 0.11.1, cuda feature)");
-        let exe = crate::candle_cuda::build(&root, &root.join("tests/bench/src/main.rs"))?;
+        let main_rs = root.join("tests/bench/src/main.rs");
+        let exe = crate::candle_cuda::build(&root, &main_rs, false)?;
         total += pack(&exe, &bin, "candle-cuda-bench")?;
+        eprintln!("== candle-cuda-cudnn-bench (the same with candle-core's cudnn feature)");
+        let exe = crate::candle_cuda::build(&root, &main_rs, true)?;
+        total += pack(&exe, &bin, crate::candle_cuda::CUDNN_NAME)?;
     }
     if total > LIMIT {
         bail!(

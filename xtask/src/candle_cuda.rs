@@ -68,14 +68,23 @@ pub const STUBS: &[(&str, &str, &str)] = &[
     ("curand", "curand", "libcurand.so.10"),
     ("cublas", "cublas", "libcublas.so.13"),
     ("cublaslt", "cublasLt", "libcublasLt.so.13"),
+    ("cudnn", "cudnn", "libcudnn.so.9"),
 ];
 
 /// The binary's name (and the generated package's).
 const NAME: &str = "candle-cuda-bench";
 
+/// The name of the build with the `cudnn` feature.
+pub const CUDNN_NAME: &str = "candle-cuda-cudnn-bench";
+
 /// Builds `main_rs` against crates.io Candle with the `cuda` feature and returns the stripped
 /// release binary, `target/candle-cuda-bench/target/release/candle-cuda-bench`.
-pub fn build(root: &Path, main_rs: &Path) -> Result<PathBuf> {
+///
+/// With `cudnn`, the same package is built with its `cudnn` feature too (candle-core's
+/// `cudnn`: convolutions through cuDNN), into the same target directory (only candle-core and
+/// what depends on it rebuild), and the binary is copied to `candle-cuda-cudnn-bench` next to
+/// the manifest, since the next build overwrites `release/candle-cuda-bench`.
+pub fn build(root: &Path, main_rs: &Path, cudnn: bool) -> Result<PathBuf> {
     let main_rs =
         std::path::absolute(main_rs).with_context(|| format!("resolving {}", main_rs.display()))?;
     ensure!(main_rs.is_file(), "{} does not exist", main_rs.display());
@@ -115,7 +124,13 @@ pub fn build(root: &Path, main_rs: &Path) -> Result<PathBuf> {
     let mut command = Command::new(&cargo);
     command
         .current_dir(&dir)
-        .args(["build", "--release", "--bin", NAME, "--manifest-path"])
+        .args(["build", "--release", "--bin", NAME])
+        .args(if cudnn {
+            &["--features", "cudnn"][..]
+        } else {
+            &[][..]
+        })
+        .arg("--manifest-path")
         .arg(&manifest)
         .arg("--target-dir")
         .arg(&target_dir)
@@ -143,7 +158,13 @@ pub fn build(root: &Path, main_rs: &Path) -> Result<PathBuf> {
     }
     let exe = target_dir.join("release").join(NAME);
     ensure!(exe.is_file(), "{} was not built", exe.display());
-    Ok(exe)
+    if !cudnn {
+        return Ok(exe);
+    }
+    let copy = dir.join(CUDNN_NAME);
+    std::fs::copy(&exe, &copy)
+        .with_context(|| format!("copying {} to {}", exe.display(), copy.display()))?;
+    Ok(copy)
 }
 
 /// Installs [`WHEELS`] into `dir` unless its stamp lists exactly them; returns the CUDA root
@@ -290,7 +311,8 @@ fn manifest_text(main_rs: &Path, deps: &[String]) -> String {
          path = \"{main_rs}\"\n\n\
          [features]\n\
          default = [\"cuda\"]\n\
-         cuda = [{}]\n\n\
+         cuda = [{}]\n\
+         cudnn = [\"cuda\", \"candle-core/cudnn\"]\n\n\
          [dependencies]\n\
          {}\n\n\
          [profile.release]\n\

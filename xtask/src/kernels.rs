@@ -398,7 +398,7 @@ fn flags(module: Module, target: &str) -> Vec<String> {
     ])
     .chain(
         (module == Module::Quantized)
-            .then(|| ["--gpu-max-threads-per-block=256", "-DCUDA_USE_TENSOR_CORES"])
+            .then_some(["--gpu-max-threads-per-block=256", "-DCUDA_USE_TENSOR_CORES"])
             .into_iter()
             .flatten()
             .map(str::to_string),

@@ -89,6 +89,13 @@ inline float __int_as_float(int x) { return __builtin_bit_cast(float, x); }
 inline long long __double_as_longlong(double x) { return __builtin_bit_cast(long long, x); }
 inline double __longlong_as_double(long long x) { return __builtin_bit_cast(double, x); }
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+// CUDA's __byte_perm: byte n of the result is byte (s >> 4n) & 7 of the 8 bytes y:x (x low).
+inline unsigned int __byte_perm(unsigned int x, unsigned int y, unsigned int s) {
+    unsigned long long v = ((unsigned long long)y << 32) | x;
+    unsigned int r = 0;
+    for (int n = 0; n < 4; ++n) r |= (unsigned int)((v >> (8 * ((s >> (4 * n)) & 7))) & 0xff) << (8 * n);
+    return r;
+}
 inline float normcdff(float x) { return 0.5f * erfcf(-x * 0.70710678118654752f); }
 inline double normcdf(double x) { return 0.5 * erfc(-x * 0.70710678118654752440); }
 

@@ -71,7 +71,9 @@ fn device() -> Result<Device> {
 }
 
 /// Which backend this binary measures, for the `device` line.
-const BACKEND: &str = if cfg!(feature = "cuda") {
+const BACKEND: &str = if cfg!(feature = "cudnn") {
+    "candle-cuda-cudnn"
+} else if cfg!(feature = "cuda") {
     "candle-cuda"
 } else {
     "candle-rocm"
