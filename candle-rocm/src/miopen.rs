@@ -134,15 +134,15 @@ pub(crate) fn conv(
         (S::F32(a), S::F32(b)) => run(op, dev, (a, l), (b, wl), cfg)?.map(S::F32),
         (S::F16(a), S::F16(b)) => run(op, dev, (a, l), (b, wl), cfg)?.map(S::F16),
         (S::BF16(a), S::BF16(b)) => run(op, dev, (a, l), (b, wl), cfg)?.map(S::BF16),
-        _ => {
-            log_once(format!(
-                "{op} in {:?}: MIOpen takes f32/f16/bf16",
-                x.dtype()
-            ));
-            None
-        }
+        _ => log_dtype(op, x.dtype()),
     };
     Ok(out.map(|s| RocmStorage::new(s, dev.clone())))
+}
+
+/// Logs once that MIOpen does not take `dtype` (so our own path runs); always `None`.
+fn log_dtype<T>(op: &str, dtype: candle_core::DType) -> Option<T> {
+    log_once(format!("{op} in {dtype:?}: MIOpen takes f32/f16/bf16"));
+    None
 }
 
 /// The number of elements of `dims`, `None` on overflow.
@@ -225,13 +225,7 @@ pub(crate) fn pool(
         S::F32(a) => run_pool(op, dev, (a, l), cfg)?.map(S::F32),
         S::F16(a) => run_pool(op, dev, (a, l), cfg)?.map(S::F16),
         S::BF16(a) => run_pool(op, dev, (a, l), cfg)?.map(S::BF16),
-        _ => {
-            log_once(format!(
-                "{op} in {:?}: MIOpen takes f32/f16/bf16",
-                x.dtype()
-            ));
-            None
-        }
+        _ => log_dtype(op, x.dtype()),
     };
     Ok(out.map(|s| RocmStorage::new(s, dev.clone())))
 }

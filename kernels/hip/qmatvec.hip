@@ -37,12 +37,13 @@
 //     nibbles and 16 + 4t + [0, 4) from the high ones (x runs of 4 at 4t and 16 + 4t);
 //   q8_0 part t: qs bytes 8t .. 8t + 8: values 8t + [0, 8) (x runs of 4 at 8t and 8t + 4).
 // A lane loads its x values once per step and uses them for both rows, accumulates in f32
-// (q4 offsets and mins applied through the sum of its x values), and the group's
-// partial sums are reduced with xor shuffles inside the 32 lanes (ds_bpermute on AMD, so a
-// wave of 64 holds two independent groups; the wave size QMV_WAVE is a compile-time constant,
-// 32 or 64, and nothing assumes either). A block of QMV_BLOCK (256) threads has 8 groups, so
-// QMV_ROWS (16) rows; blocks visit rows with a block-uniform grid-stride loop, so every lane
-// reaches every shuffle; rows past n are computed as zero and not written.
+// (q4 offsets and mins, and q8_0's +128 byte offset, applied through the sum of its x
+// values), and the group's partial sums are reduced with xor shuffles inside the 32 lanes
+// (ds_bpermute on AMD, so a wave of 64 holds two independent groups; the wave size QMV_WAVE
+// is a compile-time constant, 32 or 64, and nothing assumes either). A block of QMV_BLOCK
+// (256) threads has 8 groups, so QMV_ROWS (16) rows; blocks visit rows with a block-uniform
+// grid-stride loop, so every lane reaches every shuffle; rows past n are computed as zero and
+// not written.
 //
 // The k-quant kernels keep that split (same groups, rows per group, block and grid) but share
 // a super-block among QMV_KL (16) lanes of QMV_KV (16) values each: lane l takes part
