@@ -9,13 +9,17 @@
 //!
 //! The quantized matrix product: up to 8 f32 rows (decode) run our `qmatvec` kernels
 //! (`kernels/hip/qmatvec.hip`), one launch per row, for Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K
-//! weights; one row of another type runs candle-kernels' `dequantize_mul_mat_vec_*` kernels
-//! (as every type does with `CANDLE_ROCM_FAST_KERNELS=0`); both read the quantized weights, in
-//! f32 (Candle's CUDA backend rounds the rows to 8 bits and runs its q8_1 kernels, linked
-//! statically there). More f32 rows (prefill) dequantize the weights to f16 on the device and run one rocBLAS
-//! GEMM on f16 inputs with f32 accumulation and output (llama.cpp's cuBLAS path); other
-//! inputs, and everything with `CANDLE_ROCM_FAST_KERNELS=0`, dequantize to f32 and run the
-//! slot's `dequantize_matmul_t`. A tiled quantized mat-mat kernel needs AMD tile sizes first. Q8_1, which has no dequantize kernel, dequantizes on the
+//! weights, in f32 (`qmatvec_*`). With `CANDLE_ROCM_QMATVEC=q8` the rows are first rounded to
+//! 8 bits per 32-value block as Candle's CPU and CUDA backends and llama.cpp round activations
+//! for their quantized products (`qmv_quantize_x8`, one launch for all rows) and the
+//! `qmatvec8_*` kernels multiply them with integer dot products: faster, but on SmolLM2 the
+//! CPU's 8-bit path drifts 0.04-0.07 (relative) from the f32 model's logits. One row of another
+//! type runs candle-kernels' `dequantize_mul_mat_vec_*` kernels (as every type does with
+//! `CANDLE_ROCM_FAST_KERNELS=0`), in f32. More f32 rows (prefill) dequantize the weights to
+//! f16 on the device and run one rocBLAS GEMM on f16 inputs with f32 accumulation and output
+//! (llama.cpp's cuBLAS path); other inputs, and everything with `CANDLE_ROCM_FAST_KERNELS=0`,
+//! dequantize to f32 and run the slot's `dequantize_matmul_t`. A tiled quantized mat-mat
+//! kernel needs AMD tile sizes first. Q8_1, which has no dequantize kernel, dequantizes on the
 //! host after the CPU-fallback check (refused in strict mode).
 
 use std::any::Any;
@@ -279,7 +283,8 @@ impl RocmQStorage {
 
     /// `x (m, k) @ w^T` for `m` (at most [`MAT_VEC_MAX_ROWS`]) f32 rows `x` (`w` is `(n, k)`):
     /// our `qmatvec` kernels for Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K when
-    /// [`crate::registry::fast_kernels`] is on, once per row; candle-kernels'
+    /// [`crate::registry::fast_kernels`] is on, once per row, in f32 or (with
+    /// [`crate::registry::qmatvec_q8`]) on rows rounded to 8 bits; candle-kernels'
     /// dequantize-mat-vec kernels otherwise, for one row; `None` when they do not apply
     /// (another type, several rows there, or `k` not a multiple of the kernels' stride).
     fn mat_vec(
@@ -293,7 +298,11 @@ impl RocmQStorage {
         };
         if crate::registry::fast_kernels() {
             if let Some(names) = qmatvec_kernel(self.dtype) {
-                return self.qmatvec(names, (n, k, m), data, x, x_l);
+                return if crate::registry::qmatvec_q8() {
+                    self.qmatvec8(names.x8, (n, k, m), data, x, x_l)
+                } else {
+                    self.qmatvec(names.f32, (n, k, m), data, x, x_l)
+                };
             }
         }
         if m != 1 {
@@ -394,6 +403,94 @@ impl RocmQStorage {
             let y = x.slice(x_start + i * k..x_start + (i + 1) * k)?;
             let y_out = out.slice_mut(i * n..(i + 1) * n)?;
             self.qmatvec_row(&f, &launch, data, (&y, &y_out), (rows, blocks))?;
+        }
+        Ok(Some(RocmStorage::new(
+            RocmStorageSlice::F32(out),
+            self.device.clone(),
+        )))
+    }
+
+    /// `x (m, k) @ w^T` with `x` rounded to 8 bits (`qmv_quantize_x8`, one launch for the `m`
+    /// rows) and our `qmatvec8_<type>` kernels, one launch per row: the types, shapes and
+    /// `None` cases of [`Self::qmatvec`]. Allocations: the 8-bit rows and the output.
+    fn qmatvec8(
+        &self,
+        name: &'static str,
+        (n, k, m): (usize, usize, usize),
+        data: &DeviceBuffer<u8>,
+        x: &DeviceBuffer<f32>,
+        x_l: &Layout,
+    ) -> Result<Option<RocmStorage>, BackendError> {
+        // 32 values per block (q4_0, q4_1, q8_0) or 256 per super-block (q4_K, q5_K, q6_K);
+        // either way k is a multiple of the 32-value x blocks.
+        let qk = self.dtype.block_size();
+        if k % qk != 0 || n == 0 || m == 0 || (data.device_ptr() as usize) % 4 != 0 {
+            return Ok(None);
+        }
+        self.check_count("mat_vec", n.saturating_mul(k))?;
+        let (rows, blocks, k32, m32) = match (
+            u32::try_from(n),
+            u32::try_from(k / qk),
+            u32::try_from(k),
+            u32::try_from(m),
+        ) {
+            (Ok(r), Ok(b), Ok(k), Ok(m)) if m <= u16::MAX as u32 => (r, b, k, m),
+            _ => return Ok(None),
+        };
+        let x_start = match x_l.contiguous_offsets() {
+            Some((o1, o2)) if o2 <= x.len() && Some(o2 - o1) == m.checked_mul(k) => o1,
+            _ => return Ok(None),
+        };
+        let row_bytes = k / 32 * X8_BLOCK_BYTES;
+        let x8 = self.device.alloc::<u8>(crate::utils::checked_product(
+            "qmatmul",
+            "8-bit rows (m * row bytes)",
+            &[m, row_bytes],
+        )?)?;
+        let mut out = self.device.alloc::<f32>(crate::utils::checked_product(
+            "qmatmul",
+            "output (m * n)",
+            &[m, n],
+        )?)?;
+        let xs = x.slice(x_start..x_start + m * k)?;
+        let quantize = self.device.function(Module::Qmatvec, "qmv_quantize_x8")?;
+        let cfg = LaunchConfig {
+            // k / QMATVEC_THREADS rounded up fits u32 as k does; m is at most 65535.
+            grid_dim: (k32.div_ceil(QMATVEC_THREADS), m32, 1),
+            block_dim: (QMATVEC_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (px, px8) = (rocm_safe::DevicePtrArg::of(&xs), x8.as_arg());
+        let mut l = self.device.stream().launch_builder(&quantize);
+        l.arg(&px).arg(&px8).arg(&k32);
+        // SAFETY: `qmv_quantize_x8` takes (const float *x, uint8_t *x8, unsigned k) and, for
+        // grid row r, reads the k floats of x row r and writes the 40 k / 32 bytes of x8 row r;
+        // `xs` is a checked view of the m contiguous rows, `x8` a fresh buffer of m such rows
+        // (k is a multiple of 32, so no thread of a live 32-lane group is past k), the grid's
+        // y is m and its x covers k; ordered on the device's stream.
+        unsafe { l.launch(cfg)? };
+        let launch = QmatvecLaunch::new(n, 0);
+        let f = self.device.function(Module::Qmatvec, name)?;
+        for i in 0..m {
+            let x_row = x8.slice(i * row_bytes..(i + 1) * row_bytes)?;
+            let y_out = out.slice_mut(i * n..(i + 1) * n)?;
+            let (pw, py, pout) = (
+                data.as_arg(),
+                rocm_safe::DevicePtrArg::of(&x_row),
+                rocm_safe::DevicePtrArg::of(&y_out),
+            );
+            let mut l = self.device.stream().launch_builder(&f);
+            l.arg(&pw).arg(&py).arg(&pout).arg(&rows).arg(&blocks);
+            // SAFETY: `qmatvec8_<type>` take (const uint8_t *w, const uint8_t *x8, float *y,
+            // unsigned n, unsigned nb) and read `rows` rows of `blocks` blocks: `check_count`
+            // made sure those weights lie within the blocks held, and the reads of up to 2
+            // bytes before a block (inside the previous one; the buffer's start is 4-byte
+            // aligned, checked above) or 4 past the last fall inside the MATRIX_ROW_PADDING of
+            // zeroed blocks; `x_row` is a checked view of one 8-bit row of k values (written
+            // by the launch above on the same stream; row starts are multiples of 40 bytes
+            // from the buffer's start, so 4-byte aligned); `y_out` a checked view of `rows`
+            // values no other launch writes; blocks of QMATVEC_THREADS threads, any grid.
+            unsafe { l.launch(launch.cfg)? };
         }
         Ok(Some(RocmStorage::new(
             RocmStorageSlice::F32(out),
@@ -507,18 +604,30 @@ const QMATVEC_ROWS: usize = 16;
 /// Most blocks of a `qmatvec` launch (the kernels loop over the rows beyond).
 const QMATVEC_MAX_GRID: usize = 1 << 20;
 
-/// Our `qmatvec` kernels for a block type, if they exist: the plain one and the `_v` one (x
-/// read as float4), named once so a launch formats nothing.
-fn qmatvec_kernel(dtype: GgmlDType) -> Option<[&'static str; 2]> {
-    match dtype {
-        GgmlDType::Q4_0 => Some(["qmatvec_q4_0", "qmatvec_q4_0_v"]),
-        GgmlDType::Q4_1 => Some(["qmatvec_q4_1", "qmatvec_q4_1_v"]),
-        GgmlDType::Q8_0 => Some(["qmatvec_q8_0", "qmatvec_q8_0_v"]),
-        GgmlDType::Q4K => Some(["qmatvec_q4_K", "qmatvec_q4_K_v"]),
-        GgmlDType::Q5K => Some(["qmatvec_q5_K", "qmatvec_q5_K_v"]),
-        GgmlDType::Q6K => Some(["qmatvec_q6_K", "qmatvec_q6_K_v"]),
-        _ => None,
-    }
+/// Bytes of one 32-value block of an 8-bit x row: 32 quants, then (f16 scale as f32, i32 sum)
+/// in the row's tail (`QMV8_ROW_BYTES` in `qmatvec.hip`).
+const X8_BLOCK_BYTES: usize = 40;
+
+/// Our mat-vec kernels of one block type, named once so a launch formats nothing.
+struct QmatvecNames {
+    /// f32 activations: the plain kernel and the `_v` one (x read as float4).
+    f32: [&'static str; 2],
+    /// 8-bit activations.
+    x8: &'static str,
+}
+
+/// Our `qmatvec` kernels for a block type, if they exist.
+fn qmatvec_kernel(dtype: GgmlDType) -> Option<QmatvecNames> {
+    let (f32, x8) = match dtype {
+        GgmlDType::Q4_0 => (["qmatvec_q4_0", "qmatvec_q4_0_v"], "qmatvec8_q4_0"),
+        GgmlDType::Q4_1 => (["qmatvec_q4_1", "qmatvec_q4_1_v"], "qmatvec8_q4_1"),
+        GgmlDType::Q8_0 => (["qmatvec_q8_0", "qmatvec_q8_0_v"], "qmatvec8_q8_0"),
+        GgmlDType::Q4K => (["qmatvec_q4_K", "qmatvec_q4_K_v"], "qmatvec8_q4_K"),
+        GgmlDType::Q5K => (["qmatvec_q5_K", "qmatvec_q5_K_v"], "qmatvec8_q5_K"),
+        GgmlDType::Q6K => (["qmatvec_q6_K", "qmatvec_q6_K_v"], "qmatvec8_q6_K"),
+        _ => return None,
+    };
+    Some(QmatvecNames { f32, x8 })
 }
 
 /// Launch of a `qmatvec` kernel: the grid for `n` rows and whether x (at device address
@@ -620,7 +729,7 @@ impl ExtQStorage for RocmQStorage {
         if x.dtype() == DType::F32 {
             if let Some(x) = x.as_any().downcast_ref::<RocmStorage>() {
                 // Decode (up to 8 rows, as Candle's CUDA backend): the mat-vec kernels on the
-                // quantized weights, in f32. More rows (prefill), or a type without those
+                // quantized weights (x in f32, or rounded to 8 bits). More rows (prefill), or a type without those
                 // kernels: the f16 GEMM.
                 let mut out = None;
                 if m <= MAT_VEC_MAX_ROWS {

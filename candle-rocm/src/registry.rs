@@ -36,6 +36,32 @@ pub fn fast_kernels() -> bool {
     })
 }
 
+/// Variable that selects the activations of the quantized mat-vec (decode, up to 8 rows):
+/// `q8` rounds them to 8 bits per 32-value block, as Candle's CPU and CUDA backends and
+/// llama.cpp do for their quantized products, and multiplies with integer dot products
+/// (`kernels/hip/qmatvec.hip`'s `qmatvec8_*`: a quarter of the x bytes, 4 products per
+/// instruction); unset or `f32` keeps them in f32 (`qmatvec_*`), which follows the f32 model
+/// more closely. Read once per process.
+pub const QMATVEC_VAR: &str = "CANDLE_ROCM_QMATVEC";
+
+/// Whether the quantized mat-vec rounds activations to 8 bits (see [`QMATVEC_VAR`]).
+pub fn qmatvec_q8() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| match std::env::var(QMATVEC_VAR) {
+        Ok(v) if v.eq_ignore_ascii_case("q8") => {
+            tracing::info!("{QMATVEC_VAR}=q8: the quantized mat-vec rounds activations to 8 bits");
+            true
+        }
+        Ok(v) if !v.is_empty() && !v.eq_ignore_ascii_case("f32") => {
+            tracing::warn!(
+                "{QMATVEC_VAR}={v:?} is neither `f32` nor `q8`: keeping f32 activations"
+            );
+            false
+        }
+        _ => false,
+    })
+}
+
 /// First HIP runtime version that loads generic (`gfxN-generic`) code objects: ROCm 6.4.
 pub const GENERIC_MIN_RUNTIME: i32 = 60_400_000;
 

@@ -1,6 +1,7 @@
 // qmatvec.hip - quantized matrix-vector products for GGUF decode: y = W x for one f32 row x of
 // k values and weights W of n rows stored as GGML blocks (q4_0, q4_1, q8_0 of 32 values;
-// q4_K, q5_K, q6_K super-blocks of 256 values), f32 math.
+// q4_K, q5_K, q6_K super-blocks of 256 values), f32 math; and, at the end of the file, the
+// same products on x rounded to 8 bits (qmatvec8_*, candle-rocm's CANDLE_ROCM_QMATVEC=q8).
 //
 // Written for candle-rocm (not from candle-kernels). Plain CUDA syntax plus a few AMD builtins
 // behind __HIP_DEVICE_COMPILE__, so the same file builds for AMD (clang, kernels/include
@@ -467,3 +468,287 @@ __device__ __forceinline__ void qmatvec_k(const uint8_t *__restrict__ w, const f
 QMV_K_KERNELS(q4_K, QK45<false>)
 QMV_K_KERNELS(q5_K, QK45<true>)
 QMV_K_KERNELS(q6_K, Q6K)
+
+// =============================================================================================
+// 8-bit activations (CANDLE_ROCM_QMATVEC=q8): x is first quantized per 32-value block as Candle's
+// CPU quantizes activations for its quantized dot products (`BlockQ8_0` / `BlockQ8_1`
+// `from_float`: d = amax / 127, q = round(x / d) with 1 / d in f32, d kept as f16), then the
+// kernels multiply 4 bytes at a time with 32-bit integer accumulation (`__dp4a`: dp4a on
+// NVIDIA, v_dot4_i32_i8 / v_dot4_i32_iu8 on AMD where the target has them, 4 multiplies
+// elsewhere) and apply the scales once per block part. Against the f32 kernels above this
+// reads a quarter of the x bytes and does 4 multiply-adds per instruction; the weights' math
+// is exact in integers, and for q4_0, q4_1 and q8_0 weights the result is the CPU's quantized
+// product up to the order of the f32 sums.
+//
+// x8 layout, for k values (k a multiple of 32, nx = k / 32 blocks): k signed bytes q, then at
+// byte k nx pairs of 32-bit words (the f32 bits of f16(d), the i32 sum of the block's q).
+// A row takes QMV8_ROW_BYTES(k) = 40 nx bytes; rows of a batch follow one another.
+//
+// Kernels:
+//   qmv_quantize_x8(const float *x, uint8_t *x8, unsigned k): x8 row blockIdx.y from x row
+//     blockIdx.y (k floats each, contiguous); blockDim (QMV_BLOCK), grid (ceil(k / QMV_BLOCK),
+//     rows). Lane i of a 32-lane group takes value i of a block.
+//   qmatvec8_<T>(const uint8_t *w, const uint8_t *x8, float *y, unsigned n, unsigned nb):
+//     y = W x for one x8 row (k = nb * block values); w as for qmatvec_<T> (4-byte aligned,
+//     readable 2 bytes before a block and 4 past the last); x8 4-byte aligned (candle-rocm
+//     allocates it, so 256-byte aligned). Launch as qmatvec_<T>. Work split as qmatvec_<T>:
+//     the same part t of a block reads the same quants; its x bytes are the same runs.
+#define QMV8_ROW_BYTES(k) ((k) / 32 * 40)
+
+// 4 signed (or, for the weights, small unsigned) bytes of a times those of b, plus c.
+__device__ __forceinline__ int qmv_dot4(uint32_t a, uint32_t b, int c) {
+    return __dp4a((int)a, (int)b, c);
+}
+
+__device__ __forceinline__ float qmv_shfl_xor_max(float v, int mask) {
+    return fmaxf(v, qmv_shfl_xor(v, mask));
+}
+
+extern "C" __global__ void __launch_bounds__(QMV_BLOCK)
+    qmv_quantize_x8(const float *__restrict__ x, uint8_t *__restrict__ x8, unsigned k) {
+    const size_t row = blockIdx.y;
+    const unsigned i = blockIdx.x * QMV_BLOCK + threadIdx.x; // k % 32 == 0: whole groups idle
+    const bool live = i < k;
+    const float v = live ? x[row * k + i] : 0.0f;
+    // amax over the 32 lanes (fmaxf ignores a NaN, as Rust's f32::max).
+    float amax = fabsf(v);
+#pragma unroll
+    for (int m = QMV_GROUP / 2; m > 0; m >>= 1) amax = qmv_shfl_xor_max(amax, m);
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const float r = roundf(v * id);
+    // Rust's `as i8`: NaN to 0, saturating (|r| <= 127 for finite amax anyway).
+    const int q = r != r ? 0 : (int)fminf(fmaxf(r, -128.0f), 127.0f);
+    float sum = (float)q; // sums of at most 32 bytes: exact in f32
+#pragma unroll
+    for (int m = QMV_GROUP / 2; m > 0; m >>= 1) sum += qmv_shfl_xor(sum, m);
+    if (live) {
+        uint8_t *base = x8 + row * (size_t)QMV8_ROW_BYTES(k);
+        base[i] = (uint8_t)(int8_t)q;
+        if (i % 32 == 0) {
+            uint32_t *ds = reinterpret_cast<uint32_t *>(base + k) + 2 * (i / 32);
+            ds[0] = __float_as_uint(__half2float(__float2half_rn(d)));
+            ds[1] = (uint32_t)(int)sum;
+        }
+    }
+}
+
+// The x side of a block part, loaded once per step and shared by the rows: the bytes of the
+// part's runs and per-run scale terms.
+struct Q8x {
+    uint32_t q[4]; // up to 16 bytes
+    float d[4];    // d of the run's x block
+    float o[4];    // per-type offset term (see the dots)
+    int c[4];      // per-type integer start of the run's dot
+};
+
+__device__ __forceinline__ const uint32_t *qmv8_ds(const uint8_t *x8, unsigned k, unsigned blk) {
+    return reinterpret_cast<const uint32_t *>(x8 + k) + 2 * blk;
+}
+
+// f16(f16(sum) * d) as Candle's BlockQ8_1 computes its s (d already an f16 value).
+__device__ __forceinline__ float qmv8_s16(int sum, float d) {
+    const float s = __half2float(__float2half_rn((float)sum));
+    return __half2float(__float2half_rn(s * d));
+}
+
+struct Q4_0x8 {
+    static constexpr uint32_t BYTES = 18;
+    // Part t: bytes 4t.. and 16 + 4t.. of x block b.
+    __device__ __forceinline__ static void load_x(const uint8_t *x8, unsigned k, unsigned b, unsigned t, Q8x &x) {
+        const uint32_t *xq = reinterpret_cast<const uint32_t *>(x8 + 32 * (size_t)b);
+        x.q[0] = xq[t];
+        x.q[1] = xq[4 + t];
+        const uint32_t *ds = qmv8_ds(x8, k, b);
+        x.d[0] = __uint_as_float(ds[0]);
+        // sum (nibble - 8) q = sum nibble q - 8 sum q; a quarter of the offset per part.
+        x.c[0] = -2 * (int)ds[1];
+    }
+    __device__ __forceinline__ static float dot(const uint8_t *w, size_t off, unsigned t, const Q8x &x) {
+        const uint32_t *p = reinterpret_cast<const uint32_t *>(w + (off & ~(size_t)3));
+        const uint32_t phase = (uint32_t)(off & 2);
+        const float d = qmv_half(p[0] >> (phase * 8));
+        const uint32_t i = t + phase / 2, sh = 16 - phase * 8;
+        const uint32_t q = qmv_funnel(p[i], p[i + 1], sh);
+        int s = qmv_dot4(q & 0x0f0f0f0fu, x.q[0], x.c[0]);
+        s = qmv_dot4((q >> 4) & 0x0f0f0f0fu, x.q[1], s);
+        return d * x.d[0] * (float)s;
+    }
+};
+
+struct Q4_1x8 {
+    static constexpr uint32_t BYTES = 20;
+    __device__ __forceinline__ static void load_x(const uint8_t *x8, unsigned k, unsigned b, unsigned t, Q8x &x) {
+        Q4_0x8::load_x(x8, k, b, t, x);
+        const uint32_t *ds = qmv8_ds(x8, k, b);
+        // m s over the 4 parts, s as BlockQ8_1 rounds it.
+        x.o[0] = 0.25f * qmv8_s16((int)ds[1], x.d[0]);
+    }
+    __device__ __forceinline__ static float dot(const uint8_t *w, size_t off, unsigned t, const Q8x &x) {
+        const uint32_t *p = reinterpret_cast<const uint32_t *>(w + off);
+        const uint32_t dm = p[0], q = p[1 + t];
+        int s = qmv_dot4(q & 0x0f0f0f0fu, x.q[0], 0);
+        s = qmv_dot4((q >> 4) & 0x0f0f0f0fu, x.q[1], s);
+        return qmv_half(dm) * x.d[0] * (float)s + qmv_half(dm >> 16) * x.o[0];
+    }
+};
+
+struct Q8_0x8 {
+    static constexpr uint32_t BYTES = 34;
+    // Part t: bytes 8t .. 8t + 8 of x block b.
+    __device__ __forceinline__ static void load_x(const uint8_t *x8, unsigned k, unsigned b, unsigned t, Q8x &x) {
+        const uint32_t *xq = reinterpret_cast<const uint32_t *>(x8 + 32 * (size_t)b);
+        x.q[0] = xq[2 * t];
+        x.q[1] = xq[2 * t + 1];
+        x.d[0] = __uint_as_float(qmv8_ds(x8, k, b)[0]);
+    }
+    __device__ __forceinline__ static float dot(const uint8_t *w, size_t off, unsigned t, const Q8x &x) {
+        const uint32_t *p = reinterpret_cast<const uint32_t *>(w + (off & ~(size_t)3));
+        const uint32_t phase = (uint32_t)(off & 2);
+        const float d = qmv_half(p[0] >> (phase * 8));
+        const uint32_t i = 2 * t + phase / 2, sh = 16 - phase * 8;
+        const uint32_t a = p[i], b = p[i + 1], c = p[i + 2];
+        int s = qmv_dot4(qmv_funnel(a, b, sh), x.q[0], 0);
+        s = qmv_dot4(qmv_funnel(b, c, sh), x.q[1], s);
+        return d * x.d[0] * (float)s;
+    }
+};
+
+// q4_K (QH false) and q5_K (QH true) with QMV_KL = 16 lanes per super-block: part t, chunk
+// c = t / 4, i0 = 8 (t % 4): 8 quants bytes (low nibbles: x block 2c of the super-block,
+// bytes i0 .. i0 + 8; high nibbles: x block 2c + 1, same bytes).
+template <bool QH> struct QK45x8 {
+    static constexpr uint32_t BYTES = QH ? 176 : 144;
+    __device__ __forceinline__ static void load_x(const uint8_t *x8, unsigned k, unsigned b, unsigned t, Q8x &x) {
+        const unsigned c = t / 4, i0 = 8 * (t % 4);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const unsigned blk = 8 * b + 2 * c + h;
+            const uint32_t *xq = reinterpret_cast<const uint32_t *>(x8 + 32 * (size_t)blk + i0);
+            x.q[2 * h] = xq[0];
+            x.q[2 * h + 1] = xq[1];
+            const uint32_t *ds = qmv8_ds(x8, k, blk);
+            x.d[h] = __uint_as_float(ds[0]);
+            // dmin m sum(x) over the block's 4 parts: a quarter of d sum(q) per part.
+            x.o[h] = 0.25f * x.d[h] * (float)(int)ds[1];
+        }
+    }
+    __device__ __forceinline__ static float dot(const uint8_t *w, size_t off, unsigned t, const Q8x &x) {
+        const uint32_t *p = reinterpret_cast<const uint32_t *>(w + off);
+        const uint32_t c = t / 4, i0 = 8 * (t % 4);
+        const uint32_t sh = (c & 1) * 16;
+        const uint32_t a = p[1] >> sh, b = p[2] >> sh, e = p[3] >> sh;
+        const uint32_t scp = c < 2 ? a & 0x3f3fu : (e & 0x0f0fu) | ((a >> 2) & 0x3030u);
+        const uint32_t mnp = c < 2 ? b & 0x3f3fu : ((e >> 4) & 0x0f0fu) | ((b >> 2) & 0x3030u);
+        const uint32_t qw = (QH ? 48 : 16) / 4 + 2 * t; // word index of the lane's 8 qs bytes
+        int s1 = 0, s2 = 0;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const uint32_t q = p[qw + i];
+            uint32_t lo = q & 0x0f0f0f0fu, hi = (q >> 4) & 0x0f0f0f0fu;
+            if (QH) {
+                const uint32_t h = p[(16 + i0) / 4 + i];
+                lo |= ((h >> (2 * c)) & 0x01010101u) << 4;
+                hi |= ((h >> (2 * c + 1)) & 0x01010101u) << 4;
+            }
+            s1 = qmv_dot4(lo, x.q[i], s1);
+            s2 = qmv_dot4(hi, x.q[2 + i], s2);
+        }
+        const float d = qmv_half(p[0]), dmin = qmv_half(p[0] >> 16);
+        const float sc1 = (float)(scp & 255u), sc2 = (float)(scp >> 8);
+        const float m1 = (float)(mnp & 255u), m2 = (float)(mnp >> 8);
+        return d * (sc1 * x.d[0] * (float)s1 + sc2 * x.d[1] * (float)s2) - dmin * (m1 * x.o[0] + m2 * x.o[1]);
+    }
+};
+
+// q6_K with 16 lanes per super-block: part t, half h = t / 8, l0 = 4 (t % 8): for g = 0..4,
+// the 4 values 128h + l0 + 32g + [0, 4): x block 4h + g of the super-block, bytes l0 .. l0 + 4.
+struct Q6Kx8 {
+    static constexpr uint32_t BYTES = 210;
+    __device__ __forceinline__ static void load_x(const uint8_t *x8, unsigned k, unsigned b, unsigned t, Q8x &x) {
+        const unsigned h = t / 8, l0 = 4 * (t % 8);
+#pragma unroll
+        for (int g = 0; g < 4; ++g) {
+            const unsigned blk = 8 * b + 4 * h + g;
+            x.q[g] = *reinterpret_cast<const uint32_t *>(x8 + 32 * (size_t)blk + l0);
+            x.d[g] = __uint_as_float(qmv8_ds(x8, k, blk)[0]);
+            // (q - 32) x = q x - 32 x over the run's 4 bytes.
+            x.c[g] = -32 * qmv_dot4(0x01010101u, x.q[g], 0);
+        }
+    }
+    __device__ __forceinline__ static float dot(const uint8_t *w, size_t off, unsigned t, const Q8x &x) {
+        const uint32_t *p = reinterpret_cast<const uint32_t *>(w + (off & ~(size_t)3));
+        const uint32_t sh = (uint32_t)(off & 2) * 8;
+        const uint32_t h = t / 8, l0 = 4 * (t % 8);
+        const uint32_t la = (64 * h + l0) / 4, lb = la + 8, lh = (128 + 32 * h + l0) / 4;
+        const uint32_t ls = (192 + 8 * h) / 4;
+        const uint32_t a = qmv_funnel(p[la], p[la + 1], sh), b = qmv_funnel(p[lb], p[lb + 1], sh);
+        const uint32_t e = qmv_funnel(p[lh], p[lh + 1], sh);
+        const uint32_t ws0 = p[ls], ws1 = p[ls + 1], ws2 = p[ls + 2];
+        const float d = qmv_half(p[52] >> sh);
+        int s[4];
+        s[0] = qmv_dot4((a & 0x0f0f0f0fu) | ((e & 0x03030303u) << 4), x.q[0], x.c[0]);
+        s[1] = qmv_dot4((b & 0x0f0f0f0fu) | ((e & 0x0c0c0c0cu) << 2), x.q[1], x.c[1]);
+        s[2] = qmv_dot4(((a >> 4) & 0x0f0f0f0fu) | (e & 0x30303030u), x.q[2], x.c[2]);
+        s[3] = qmv_dot4(((b >> 4) & 0x0f0f0f0fu) | ((e >> 2) & 0x30303030u), x.q[3], x.c[3]);
+        const uint32_t s0 = qmv_funnel(ws0, ws1, sh), s1 = qmv_funnel(ws1, ws2, sh);
+        const uint32_t is8 = 8 * (l0 >> 4);
+        float acc = 0.0f;
+#pragma unroll
+        for (int g = 0; g < 4; ++g) {
+            const uint32_t sw = g < 2 ? s0 : s1;
+            const int32_t sc = (int32_t)((sw >> (is8 + 16 * (g & 1))) << 24) >> 24;
+            acc += (float)sc * x.d[g] * (float)s[g];
+        }
+        return d * acc;
+    }
+};
+
+// The 8-bit-activation mat-vec: `qmatvec`'s groups, rows and grid; LANES lanes per block (4
+// for 32-value blocks, 16 for super-blocks), QK values per block.
+template <typename Q, unsigned LANES, unsigned QK>
+__device__ __forceinline__ void qmatvec8(const uint8_t *__restrict__ w, const uint8_t *__restrict__ x8,
+                                         float *__restrict__ y, unsigned n, unsigned nb) {
+    const unsigned lane = threadIdx.x % QMV_GROUP, group = threadIdx.x / QMV_GROUP;
+    const unsigned t = lane % LANES, first = lane / LANES;
+    const unsigned k = nb * QK;
+    const size_t row_bytes = (size_t)nb * Q::BYTES;
+    for (size_t base = (size_t)blockIdx.x * QMV_ROWS; base < n; base += (size_t)gridDim.x * QMV_ROWS) {
+        const size_t r0 = base + (size_t)group * QMV_R;
+        float acc[QMV_R];
+#pragma unroll
+        for (int r = 0; r < QMV_R; ++r) acc[r] = 0.0f;
+        if (r0 < n) {
+            for (unsigned b = first; b < nb; b += QMV_GROUP / LANES) {
+                Q8x x;
+                Q::load_x(x8, k, b, t, x);
+#pragma unroll
+                for (int r = 0; r < QMV_R; ++r)
+                    if (r0 + r < n) acc[r] += Q::dot(w, (r0 + r) * row_bytes + (size_t)b * Q::BYTES, t, x);
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < QMV_R; ++r) {
+#pragma unroll
+            for (int m = QMV_GROUP / 2; m > 0; m >>= 1) acc[r] += qmv_shfl_xor(acc[r], m);
+        }
+        if (lane == 0) {
+#pragma unroll
+            for (int r = 0; r < QMV_R; ++r)
+                if (r0 + r < n) y[r0 + r] = acc[r];
+        }
+    }
+}
+
+#define QMV8_KERNEL(T, Q, LANES, QK)                                                               \
+    extern "C" __global__ void __launch_bounds__(QMV_BLOCK)                                        \
+        qmatvec8_##T(const uint8_t *w, const uint8_t *x8, float *y, unsigned n, unsigned nb) {     \
+        qmatvec8<Q, LANES, QK>(w, x8, y, n, nb);                                                   \
+    }
+
+QMV8_KERNEL(q4_0, Q4_0x8, 4, 32)
+QMV8_KERNEL(q4_1, Q4_1x8, 4, 32)
+QMV8_KERNEL(q8_0, Q8_0x8, 4, 32)
+QMV8_KERNEL(q4_K, QK45x8<false>, 16, 256)
+QMV8_KERNEL(q5_K, QK45x8<true>, 16, 256)
+QMV8_KERNEL(q6_K, Q6Kx8, 16, 256)

@@ -8,7 +8,8 @@
 # 2. runs the same rows three times on the one GPU (and the conv rows once more with Candle
 #    CUDA's cudnn feature, candle-cuda-cudnn-bench): ours (candle-rocm-bench over the double,
 #    "H100 via HIP-on-CUDA"; its memory-bound rows a second time with
-#    CANDLE_ROCM_FAST_KERNELS=0, candle's own kernels), Candle 0.11.1's own CUDA backend (candle-cuda-bench, built from
+#    CANDLE_ROCM_FAST_KERNELS=0, candle's own kernels, its quantized rows again with
+#    CANDLE_ROCM_QMATVEC=q8), Candle 0.11.1's own CUDA backend (candle-cuda-bench, built from
 #    the same source against crates.io Candle with its `cuda` feature) and PyTorch eager
 #    (tests/bench/torch_bench.py with the machine's own PyTorch);
 # 3. runs the launch-overhead benchmark next to a raw cuLaunchKernel loop;
@@ -52,6 +53,11 @@ echo "== ours with candle's kernels (CANDLE_ROCM_FAST_KERNELS=0): the memory-bou
 CANDLE_ROCM_FAST_KERNELS=0 timeout "$limit" "$BUILD/bin/candle-rocm-bench" --only "${BENCH_ONLY:-bw}" \
     > "$OUT/ours-candle-kernels.tsv" 2> "$OUT/ours-candle-kernels.err"
 row "baseline (candle kernels) exit" "$? ($(grep -c '^bench' "$OUT/ours-candle-kernels.tsv") rows)"
+
+echo "== ours with 8-bit activations in the mat-vec (CANDLE_ROCM_QMATVEC=q8): the quantized rows"
+CANDLE_ROCM_QMATVEC=q8 timeout "$limit" "$BUILD/bin/candle-rocm-bench" --only "${BENCH_ONLY:-qmat,gguf}" \
+    > "$OUT/ours-q8.tsv" 2> "$OUT/ours-q8.err"
+row "8-bit activations (qmat, gguf) exit" "$? ($(grep -c '^bench' "$OUT/ours-q8.tsv") rows)"
 
 echo "== ours on the MIOpen path (CANDLE_ROCM_CONV=miopen): the conv rows"
 if [ -n "${ROCM_SYS_MIOPEN_LIB:-}" ]; then
@@ -111,6 +117,12 @@ if grep -q '^bench	conv' "$OUT/ours-miopen.tsv" 2> /dev/null; then
     echo >> "$result"
     python3 tests/bench/table.py "$OUT/ours-miopen.tsv" "$OUT/candle-cuda.tsv" "$OUT/torch.tsv" \
         --title "the conv rows again, ours on the MIOpen path (CANDLE_ROCM_CONV=miopen; cuDNN under the MIOpen double on this card)" \
+        | awk -F'|' 'NF < 10 || $5 != " - "' >> "$result"  # only the rows ours ran
+fi
+if grep -q '^bench	qmat' "$OUT/ours-q8.tsv" 2> /dev/null; then
+    echo >> "$result"
+    python3 tests/bench/table.py "$OUT/ours-q8.tsv" "$OUT/candle-cuda.tsv" "$OUT/torch.tsv" \
+        --title "the quantized rows again, ours with the mat-vec on 8-bit activations (CANDLE_ROCM_QMATVEC=q8, as Candle CUDA rounds them)" \
         | awk -F'|' 'NF < 10 || $5 != " - "' >> "$result"  # only the rows ours ran
 fi
 if grep -q '^bench	conv' "$OUT/candle-cuda-cudnn.tsv" 2> /dev/null; then

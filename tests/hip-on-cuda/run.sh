@@ -163,6 +163,16 @@ if [ -n "${ROCM_SYS_MIOPEN_LIB:-}" ] && [[ -z "${ONLY:-}" || "miopen" =~ $ONLY ]
     done
 fi
 
+# The quantized tests once more with the mat-vec's activations rounded to 8 bits
+# (CANDLE_ROCM_QMATVEC=q8: qmv_quantize_x8 and the qmatvec8_* kernels; f32 by default).
+if [ -x "$BUNDLE/candle-rocm-tests.gpu" ] && [[ -z "${ONLY:-}" || "candle-rocm-tests.gpu" =~ $ONLY ]]; then
+    echo "== quantized tests with 8-bit activations (CANDLE_ROCM_QMATVEC=q8)"
+    # shellcheck disable=SC2046  # test_env prints whole VAR=value words
+    env $(test_env "$BUNDLE/candle-rocm-tests.gpu") CANDLE_ROCM_QMATVEC=q8 timeout "${TEST_TIMEOUT:-300}" \
+        "$BUNDLE/candle-rocm-tests.gpu" --include-ignored quantized:: > "$OUT/test-quantized-q8.log" 2>&1
+    row "tests candle-rocm-tests.gpu quantized::, 8-bit activations" "$(results "$OUT/test-quantized-q8.log")"
+fi
+
 if [ -x "$BUNDLE/rocm-safe.gpu_faults" ]; then
     echo "== gpu_faults (failure injection)"
     HIP_ON_CUDA_FAIL_MALLOC_AFTER=4 HIP_ON_CUDA_FAIL_LAUNCH_AFTER=3 \

@@ -96,6 +96,12 @@ inline unsigned int __byte_perm(unsigned int x, unsigned int y, unsigned int s) 
     for (int n = 0; n < 4; ++n) r |= (unsigned int)((v >> (8 * ((s >> (4 * n)) & 7))) & 0xff) << (8 * n);
     return r;
 }
+// CUDA's __dp4a (and candle_hip_compat.h's for AMD): the 4 signed byte products of a and b
+// plus c.
+inline int __dp4a(int a, int b, int c) {
+    for (int i = 0; i < 32; i += 8) c += (int)(signed char)(a >> i) * (int)(signed char)(b >> i);
+    return c;
+}
 inline float normcdff(float x) { return 0.5f * erfcf(-x * 0.70710678118654752f); }
 inline double normcdf(double x) { return 0.5 * erfc(-x * 0.70710678118654752440); }
 

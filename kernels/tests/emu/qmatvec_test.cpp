@@ -45,6 +45,10 @@ static const QFn KS[NQT][2] = {{qmatvec_q4_0, qmatvec_q4_0_v}, {qmatvec_q4_1, qm
                                {qmatvec_q8_0, qmatvec_q8_0_v}, {qmatvec_q4_K, qmatvec_q4_K_v},
                                {qmatvec_q5_K, qmatvec_q5_K_v}, {qmatvec_q6_K, qmatvec_q6_K_v}};
 
+typedef void (*Q8Fn)(const uint8_t *, const uint8_t *, float *, unsigned, unsigned);
+static const Q8Fn K8[NQT] = {qmatvec8_q4_0, qmatvec8_q4_1, qmatvec8_q8_0,
+                             qmatvec8_q4_K, qmatvec8_q5_K, qmatvec8_q6_K};
+
 struct Ctx {
     Counter c;
     long launches = 0;
@@ -193,6 +197,156 @@ static void qcase(QT t, size_t n, size_t k, int scale_kind, size_t x_skew, unsig
     if (!y.intact(n)) G.c.fail("wrote outside y");
 }
 
+
+// ---- 8-bit activations ----------------------------------------------------------------------
+// x quantized per 32-value block as Candle's CPU does (BlockQ8_0 / BlockQ8_1 from_float):
+// amax by f32::max (NaN ignored), d = amax / 127, q = round(x * (1 / d)) (`as i8`: NaN to 0,
+// saturating), d kept as f16; the x8 layout of qmatvec.hip (k bytes, then (f16 d as f32 bits,
+// i32 sum of q) per block).
+static void host_quantize_x8(const float *x, size_t k, uint8_t *out) {
+    for (size_t b = 0; b < k / 32; ++b) {
+        float amax = 0.0f;
+        for (int j = 0; j < 32; ++j) amax = fmaxf(amax, fabsf(x[32 * b + j]));
+        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        int sum = 0;
+        for (int j = 0; j < 32; ++j) {
+            const float r = roundf(x[32 * b + j] * id);
+            const int q = r != r ? 0 : (int)std::min(std::max(r, -128.0f), 127.0f);
+            out[32 * b + j] = (uint8_t)(int8_t)q;
+            sum += q;
+        }
+        const float d16 = (float)f16_value(f16_bits(round_f16(d)));
+        uint32_t ds[2] = {0, (uint32_t)sum};
+        memcpy(&ds[0], &d16, 4);
+        memcpy(out + k + 8 * b, ds, 8);
+    }
+}
+
+// Runs qmv_quantize_x8 on `rows` rows of x and checks every byte against host_quantize_x8.
+static bool quantize_case(const float *x, size_t k, size_t rows, uint8_t *x8, const char *what) {
+    char ctx[160];
+    snprintf(ctx, sizeof ctx, "quantize %s k %zu rows %zu", what, k, rows);
+    G.c.ctx = ctx;
+    G.launches++;
+    const unsigned grid = (unsigned)((k + QMV_BLOCK - 1) / QMV_BLOCK);
+    if (!emu::launch(ctx, qmv_quantize_x8, dim3(grid, (unsigned)rows), dim3(QMV_BLOCK), x, x8, (unsigned)k)) {
+        G.c.fail("launch failed");
+        return false;
+    }
+    const size_t rb = QMV8_ROW_BYTES(k);
+    std::vector<uint8_t> want(rb);
+    for (size_t r = 0; r < rows; ++r) {
+        host_quantize_x8(x + r * k, k, want.data());
+        G.c.checks++;
+        if (memcmp(want.data(), x8 + r * rb, rb) != 0) {
+            for (size_t i = 0; i < rb; ++i)
+                if (want[i] != x8[r * rb + i]) {
+                    G.c.fail("row %zu byte %zu: got %u want %u", r, i, x8[r * rb + i], want[i]);
+                    break;
+                }
+            return false;
+        }
+    }
+    return true;
+}
+
+// y = W x with the x8 kernels against the CPU's quantized product (the weights dequantized as
+// the CPU does, times the dequantized x8 values; q4_1's min term uses BlockQ8_1's s).
+static void q8case(QT t, size_t n, size_t k, int scale_kind, unsigned grid_cap) {
+    const size_t qk = qt_values[t], nb = k / qk, bytes = qt_bytes[t];
+    const size_t used = n * nb * bytes, padding = MATRIX_ROW_PADDING / qk * bytes;
+    Buf w(used + padding, 1), x(k, 4), x8(QMV8_ROW_BYTES(k), 1), y(n, 4);
+    uint8_t *wp = w.as<uint8_t>();
+    for (size_t i = 0; i < used + padding; ++i) wp[i] = i < used ? (uint8_t)rng() : 0;
+    for (size_t b = 0; b < n * nb; ++b) {
+        uint8_t *p = wp + b * bytes;
+        uint16_t d = rand_scale(scale_kind);
+        memcpy(p + (t == Q6K ? 208 : 0), &d, 2);
+        if (t == Q41 || t == Q4K || t == Q5K) {
+            uint16_t m = rand_scale(scale_kind);
+            memcpy(p + 2, &m, 2);
+        }
+    }
+    float *xp = x.as<float>();
+    for (size_t i = 0; i < k; ++i) xp[i] = (float)uni(-4, 4) * (i % 96 < 32 ? 1e-3f : 1.0f);
+    if (!quantize_case(xp, k, 1, x8.as<uint8_t>(), qt_name[t])) return;
+    if (!x8.intact(QMV8_ROW_BYTES(k))) G.c.fail("quantize wrote outside x8");
+    const uint8_t *x8p = x8.as<uint8_t>();
+    Launch l = launch_shape(n, xp);
+    if (grid_cap) l.grid = std::min(l.grid, grid_cap);
+    char ctx[160];
+    snprintf(ctx, sizeof ctx, "x8 %s n %zu k %zu scales %d grid %u", qt_name[t], n, k, scale_kind, l.grid);
+    G.c.ctx = ctx;
+    G.launches++;
+    if (!emu::launch(ctx, K8[t], dim3(l.grid), dim3(l.block), (const uint8_t *)wp, x8p, y.as<float>(), (unsigned)n,
+                     (unsigned)nb)) {
+        G.c.fail("launch failed");
+        return;
+    }
+    std::vector<double> xd(k);
+    for (size_t i = 0; i < k; ++i) {
+        float d;
+        memcpy(&d, x8p + k + 8 * (i / 32), 4);
+        xd[i] = (double)d * (int8_t)x8p[i];
+    }
+    const float *yp = y.as<float>();
+    for (size_t r = 0; r < n; ++r) {
+        double want = 0, mag = 0;
+        for (size_t b = 0; b < nb; ++b) {
+            const uint8_t *blk = wp + (r * nb + b) * bytes;
+            float v[256];
+            double vm[256];
+            if (qk == 256) {
+                dequant_super(t, blk, v, vm);
+            } else {
+                dequant_block(t, blk, v);
+                for (int j = 0; j < 32; ++j) vm[j] = fabs((double)v[j]);
+            }
+            double m = 0;
+            if (t == Q41) {
+                uint16_t m16;
+                memcpy(&m16, blk + 2, 2);
+                m = f16f(m16);
+                int32_t sum;
+                float d;
+                memcpy(&d, x8p + k + 8 * b, 4);
+                memcpy(&sum, x8p + k + 8 * b + 4, 4);
+                const double s16 = f16_value(f16_bits(round_f16((double)f16_value(f16_bits(round_f16(sum))) * d)));
+                want += m * s16;
+                mag += fabs(m * s16);
+            }
+            for (size_t j = 0; j < qk; ++j) {
+                want += ((double)v[j] - m) * xd[b * qk + j];
+                mag += vm[j] * fabs(xd[b * qk + j]);
+            }
+        }
+        G.c.checks++;
+        const double tol = 1e-5 * mag + 1e-37;
+        if (!close(yp[r], want, tol)) G.c.fail("row %zu: got %.9g want %.9g (tol %.3g)", r, yp[r], want, tol);
+    }
+    if (!y.intact(n)) G.c.fail("wrote outside y");
+}
+
+// The quantizer on special values: zero blocks, signed zeros, NaN, infinities, subnormals,
+// huge values, exact halves (rounding away from zero), several rows.
+static void quantize_specials() {
+    const size_t k = 32 * 12, rows = 3;
+    Buf x(k * rows, 4), x8(QMV8_ROW_BYTES(k) * rows, 1);
+    float *xp = x.as<float>();
+    for (size_t i = 0; i < k * rows; ++i) xp[i] = (float)uni(-2, 2);
+    for (int j = 0; j < 32; ++j) xp[j] = 0.0f;                   // block 0: zeros
+    for (int j = 0; j < 32; ++j) xp[32 + j] = j % 2 ? -0.0f : 0.0f;
+    xp[64 + 3] = NAN;                                          // block 2: a NaN
+    xp[96 + 5] = INFINITY;                                     // block 3: +inf
+    xp[128 + 7] = -INFINITY;                                   // block 4: -inf
+    for (int j = 0; j < 32; ++j) xp[160 + j] = 1e-40f * (j - 16); // block 5: subnormals
+    for (int j = 0; j < 32; ++j) xp[192 + j] = 3e38f * (j % 2 ? 1 : -1) / (1 + j);
+    // halves: amax 127, so d = 1 and q = round(x): 2.5 to 3 and -2.5 to -3, away from zero.
+    for (int j = 0; j < 32; ++j) xp[224 + j] = j == 0 ? 127.0f : (float)(j - 16) + 0.5f;
+    quantize_case(xp, k, rows, x8.as<uint8_t>(), "specials");
+    if (!x8.intact(QMV8_ROW_BYTES(k) * rows)) G.c.fail("quantize wrote outside x8");
+}
+
 static void test_port() {
     G.c.ctx = "port";
     float *aligned = (float *)(uintptr_t)256, *skewed = (float *)(uintptr_t)260;
@@ -239,10 +393,26 @@ int main() {
         qcase(q, 70, 768, 1, 0, 2);
         qcase(q, 49, 256, 0, 3, 1);
     }
+    // The 8-bit-activation kernels: the same shapes' kinds (n around the rows per block, one
+    // block per row, many blocks per lane, both 4-byte phases, the grid-stride loop).
+    quantize_specials();
+    for (int t = 0; t < NQT; ++t) {
+        const QT q = (QT)t;
+        const size_t qk = qt_values[t];
+        const size_t ns[] = {1, 2, 3, 15, 16, 17, 33};
+        const size_t nbs[] = {1, 2, 3, 21};
+        for (size_t n : ns)
+            for (size_t nb : nbs)
+                if (n * nb * qk <= 33 * 1024) q8case(q, n, qk * nb, (int)(rng() % 2), 0);
+        q8case(q, 5, qk * 70, 1, 0);
+        q8case(q, 37, qk * 3, 1, 0);
+        q8case(q, 70, qk * 4, 1, 2);
+        q8case(q, 49, qk * 3, 0, 1);
+    }
     // Every kernel ran at least once.
     for (int t = 0; t < NQT; ++t)
         for (int v = 0; v < 2; ++v)
-            if (!emu::S.launched.count((const void *)KS[t][v])) {
+            if (!emu::S.launched.count((const void *)KS[t][v]) || !emu::S.launched.count((const void *)K8[t])) {
                 G.c.ctx = "coverage";
                 G.c.fail("%s%s never ran", qt_name[t], v ? "_v" : "");
             }

@@ -1,6 +1,7 @@
 //! Quantized (GGML) tensors on the device (`QStorage::Ext`): blocks quantized on the CPU,
 //! loaded onto the GPU, read back byte for byte, dequantized on the device to f32 and f16, and
-//! multiplied (`QMatMul`) against the CPU's dequantized weights.
+//! multiplied (`QMatMul`) against the CPU's dequantized weights (and, where the GPU rounds the
+//! activations to 8 bits, against the same rounding on the CPU).
 
 use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor};
 use candle_core::{DType, Device, Module, Result, Tensor};
@@ -46,7 +47,7 @@ fn blocks_round_trip_and_dequantize_like_the_cpu() -> Result<()> {
     Ok(())
 }
 
-/// The types with our `qmatvec` kernels (f32 mat-vec for up to 8 rows).
+/// The types with our `qmatvec` kernels (mat-vec for up to 8 rows).
 const QMATVEC_TYPES: [GgmlDType; 6] = [
     GgmlDType::Q4_0,
     GgmlDType::Q4_1,
@@ -56,6 +57,33 @@ const QMATVEC_TYPES: [GgmlDType; 6] = [
     GgmlDType::Q6K,
 ];
 
+/// Whether this run rounds the mat-vec's activations to 8 bits (candle-rocm's
+/// `CANDLE_ROCM_QMATVEC=q8`, which the harness sets for a second pass).
+fn qmatvec_q8() -> bool {
+    std::env::var("CANDLE_ROCM_QMATVEC").is_ok_and(|v| v.eq_ignore_ascii_case("q8"))
+}
+
+/// What the GPU's mat-vec of `m` rows computes for a `QMATVEC_TYPES` weight, on the CPU: by
+/// default `x` times the dequantized weights `w`; with 8-bit activations, the rows `x`
+/// rounded to 8 bits per 32-value block (q8_0, as candle-rocm's `qmv_quantize_x8` rounds
+/// them) times `w`, or for q4_0, q4_1 and q8_0, whose CPU products round x the same way, the
+/// CPU's own quantized product (`cpu_mm`, which also rounds q4_1's min term as the kernel
+/// does).
+fn mat_vec_reference(dtype: GgmlDType, cpu_mm: &QMatMul, w: &Tensor, x: &Tensor) -> Result<Tensor> {
+    if !qmatvec_q8() {
+        return x.broadcast_matmul(&w.t()?);
+    }
+    match dtype {
+        GgmlDType::Q4_0 | GgmlDType::Q4_1 | GgmlDType::Q8_0 => cpu_mm.forward(x),
+        _ => {
+            let k = x.dim(candle_core::D::Minus1)?;
+            let rows = x.reshape(((), k))?;
+            let x8 = QTensor::quantize(&rows, GgmlDType::Q8_0)?.dequantize(&Device::Cpu)?;
+            x8.reshape(x.shape())?.broadcast_matmul(&w.t()?)
+        }
+    }
+}
+
 #[test]
 #[ignore = "needs a HIP device"]
 fn qmatmul_matches_the_cpu_on_dequantized_weights() -> Result<()> {
@@ -64,6 +92,7 @@ fn qmatmul_matches_the_cpu_on_dequantized_weights() -> Result<()> {
     for (i, dtype) in GGML_TYPES_BUT_Q8_1.into_iter().enumerate() {
         let (cpu, q) = weights(dtype, n, k, 200 + i as u64)?;
         let w = cpu.dequantize(&Device::Cpu)?;
+        let cpu_mm = QMatMul::from_qtensor(cpu)?;
         let mm = QMatMul::from_qtensor(q)?;
         // Batch 1 (decode), 2..8, 9, 64 and 512 rows, and a 3-D input.
         for shape in [
@@ -83,18 +112,34 @@ fn qmatmul_matches_the_cpu_on_dequantized_weights() -> Result<()> {
             )?;
             let want = x.broadcast_matmul(&w.t()?)?;
             let got = mm.forward(&x.to_device(&dev)?)?;
-            // Up to 8 rows run the mat-vec kernels in f32 (one row of any type; several of the
-            // types with our qmatvec kernels); more rows of quantized weights run one GEMM on
-            // f16 weights and f16-rounded rows, accumulated in f32 (plain values stay f32).
+            // Up to 8 rows run the mat-vec kernels: ours (QMATVEC_TYPES) in f32 or on rows
+            // rounded to 8 bits (checked against the same rounding on the CPU), candle's for one
+            // row of the other types in f32; more rows of quantized weights run one GEMM on f16 weights and
+            // f16-rounded rows, accumulated in f32 (plain values stay f32).
             let plain = matches!(dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
-            let mat_vec = m == 1 || (m <= 8 && QMATVEC_TYPES.contains(&dtype));
-            let tol = if mat_vec || plain { 1e-4 } else { 2e-3 };
+            let ours = m <= 8 && QMATVEC_TYPES.contains(&dtype);
+            let (want_here, tol) = if ours {
+                (mat_vec_reference(dtype, &cpu_mm, &w, &x)?, 1e-4)
+            } else if m == 1 || plain {
+                (want.clone(), 1e-4)
+            } else {
+                (want.clone(), 2e-3)
+            };
             assert_gpu_close(
                 &got,
-                &want,
+                &want_here,
                 tol,
                 &format!("{dtype:?} qmatmul {:?}", x.dims()),
             )?;
+            if ours && qmatvec_q8() {
+                // Rounding x to 8 bits moves the product by about 1e-2 of its scale at most.
+                assert_gpu_close(
+                    &got,
+                    &want,
+                    2e-2,
+                    &format!("{dtype:?} qmatmul {:?} vs f32 x", x.dims()),
+                )?;
+            }
             if matches!(dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16) {
                 // `QMatMul` holds these as an f32 tensor: f32 inputs only, as on every device.
                 continue;
@@ -124,13 +169,18 @@ fn qmatvec_with_every_rows_per_block() -> Result<()> {
         for n in [12, 6, 3, 1] {
             let (cpu, q) = weights(dtype, n, k, 400 + (i * 7 + n) as u64)?;
             let w = cpu.dequantize(&Device::Cpu)?;
+            let cpu_mm = QMatMul::from_qtensor(cpu)?;
             let mm = QMatMul::from_qtensor(q)?;
             let x = Tensor::from_vec(
                 normal(&mut rng(500 + n as u64), k, 1.0),
                 (1, k),
                 &Device::Cpu,
             )?;
-            let want = x.matmul(&w.t()?)?;
+            let want = if QMATVEC_TYPES.contains(&dtype) {
+                mat_vec_reference(dtype, &cpu_mm, &w, &x)?
+            } else {
+                x.matmul(&w.t()?)?
+            };
             let got = mm.forward(&x.to_device(&dev)?)?;
             assert_gpu_close(&got, &want, 1e-4, &format!("{dtype:?} mat-vec n {n}"))?;
         }
