@@ -68,6 +68,16 @@ static RUNS: AtomicU64 = AtomicU64::new(0);
 /// Pools among them.
 static POOL_RUNS: AtomicU64 = AtomicU64::new(0);
 
+/// Host nanoseconds spent inside the MIOpen calls that queued those runs
+/// ([`rocm_safe::MiopenHandle::library_time`], summed over the devices' handles).
+static LIBRARY_NS: AtomicU64 = AtomicU64::new(0);
+
+/// Host time spent inside the MIOpen calls that queued this process's convolutions and pools
+/// (not our code around them): with the time of the ops themselves, our overhead per op.
+pub fn miopen_library_time() -> std::time::Duration {
+    std::time::Duration::from_nanos(LIBRARY_NS.load(Ordering::Relaxed))
+}
+
 /// How many convolutions and pools ran on MIOpen in this process.
 pub fn miopen_runs() -> u64 {
     RUNS.load(Ordering::Relaxed)
@@ -188,7 +198,17 @@ fn run_into<T: MiopenType + RocmDType>(
         return Ok(None);
     };
     let mut y = dev.alloc::<T>(len).map_err(candle_core::Error::wrap)?;
-    match dev.miopen(|m| f(m, &mut y)) {
+    let run = |m: &mut rocm_safe::MiopenHandle| {
+        let before = m.library_time();
+        let r = f(m, &mut y);
+        let spent = m.library_time().saturating_sub(before);
+        LIBRARY_NS.fetch_add(
+            u64::try_from(spent.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+        r
+    };
+    match dev.miopen(run) {
         Ok(Some(())) => {
             RUNS.fetch_add(1, Ordering::Relaxed);
             Ok(Some(y))

@@ -91,7 +91,16 @@
 #endif
 
 #define QMV_GROUP 32
+// Rows per group and the unroll of the block loop: tuning knobs (candle-rocm's launch assumes
+// QMV_ROWS = 16, so another QMV_R only changes how the grid-stride loop splits the rows).
+#ifndef QMV_R
 #define QMV_R 2
+#endif
+#ifndef QMV_UNROLL
+#define QMV_UNROLL 1
+#endif
+#define QMV_PRAGMA(x) _Pragma(#x)
+#define QMV_UNROLL_LOOP(n) QMV_PRAGMA(unroll n)
 #define QMV_BLOCK 256
 #define QMV_ROWS (QMV_BLOCK / QMV_GROUP * QMV_R)
 #define QMV_BL 4                      // lanes per 32-value block
@@ -237,6 +246,7 @@ __device__ __forceinline__ void qmatvec(const uint8_t *__restrict__ w, const flo
 #pragma unroll
         for (int r = 0; r < QMV_R; ++r) acc[r] = 0.0f;
         if (r0 < n) {
+            QMV_UNROLL_LOOP(QMV_UNROLL)
             for (unsigned b = first; b < nb; b += QMV_BS) {
                 float xs[QMV_BV];
                 qmv_load_x8<V>(x + (size_t)b * 32 + Q::X_STEP * t, Q::X_GAP, xs);
@@ -425,6 +435,7 @@ __device__ __forceinline__ void qmatvec_k(const uint8_t *__restrict__ w, const f
 #pragma unroll
         for (int r = 0; r < QMV_R; ++r) acc[r] = 0.0f;
         if (r0 < n) {
+            QMV_UNROLL_LOOP(QMV_UNROLL)
             for (unsigned b = first; b < nb; b += QMV_KS) {
                 float xs[QMV_KV];
                 qmv_load_xk<V, Q::L>(x + (size_t)b * QMV_QK + xoff, xs);
@@ -477,7 +488,7 @@ QMV_K_KERNELS(q6_K, Q6K)
 // NVIDIA, v_dot4_i32_i8 / v_dot4_i32_iu8 on AMD where the target has them, 4 multiplies
 // elsewhere) and apply the scales once per block part. Against the f32 kernels above this
 // reads a quarter of the x bytes and does 4 multiply-adds per instruction; the weights' math
-// is exact in integers, and for q4_0, q4_1 and q8_0 weights the result is the CPU's quantized
+// is exact in integers, and for q4_0 and q4_1 weights the result is the CPU's quantized
 // product up to the order of the f32 sums.
 //
 // x8 layout, for k values (k a multiple of 32, nx = k / 32 blocks): k signed bytes q, then at
@@ -719,6 +730,7 @@ __device__ __forceinline__ void qmatvec8(const uint8_t *__restrict__ w, const ui
 #pragma unroll
         for (int r = 0; r < QMV_R; ++r) acc[r] = 0.0f;
         if (r0 < n) {
+            QMV_UNROLL_LOOP(QMV_UNROLL)
             for (unsigned b = first; b < nb; b += QMV_GROUP / LANES) {
                 Q8x x;
                 Q::load_x(x8, k, b, t, x);

@@ -119,7 +119,7 @@ if grep -q '^bench	conv' "$OUT/ours-miopen.tsv" 2> /dev/null; then
         --title "the conv rows again, ours on the MIOpen path (CANDLE_ROCM_CONV=miopen; cuDNN under the MIOpen double on this card)" \
         | awk -F'|' 'NF < 10 || $5 != " - "' >> "$result"  # only the rows ours ran
 fi
-if grep -q '^bench	qmat' "$OUT/ours-q8.tsv" 2> /dev/null; then
+if grep -q '^bench	quant' "$OUT/ours-q8.tsv" 2> /dev/null; then
     echo >> "$result"
     python3 tests/bench/table.py "$OUT/ours-q8.tsv" "$OUT/candle-cuda.tsv" "$OUT/torch.tsv" \
         --title "the quantized rows again, ours with the mat-vec on 8-bit activations (CANDLE_ROCM_QMATVEC=q8, as Candle CUDA rounds them)" \

@@ -279,6 +279,8 @@ pub struct MiopenHandle {
     lib: Arc<Miopen>,
     raw: miopenHandle_t,
     stream: Arc<Stream>,
+    /// Host time spent inside the calls that queue the work (see [`MiopenHandle::library_time`]).
+    library_time: std::time::Duration,
 }
 
 // SAFETY: an MIOpen handle and its descriptors may move between threads; concurrent use is
@@ -304,6 +306,7 @@ impl MiopenHandle {
             lib,
             raw,
             stream: stream.clone(),
+            library_time: std::time::Duration::ZERO,
         }))
     }
 
@@ -374,6 +377,14 @@ impl MiopenHandle {
         self.run_conv(key, x, w, y)
     }
 
+    /// Host time spent so far inside the MIOpen calls that queue the work
+    /// (`miopenConvolutionForward`, `miopenConvolutionBackwardData`, `miopenPoolingForward`),
+    /// not in set-up, algorithm searches or our own bookkeeping around them: what a caller
+    /// subtracts from its own time per op to see its overhead outside the library.
+    pub fn library_time(&self) -> std::time::Duration {
+        self.library_time
+    }
+
     /// Queues a transposed convolution (Candle's `conv_transpose2d`, see
     /// [`ConvTranspose2dConfig`]) through MIOpen's backward-data convolution.
     pub fn conv_transpose2d<T: MiopenType>(
@@ -428,6 +439,7 @@ impl MiopenHandle {
         }
         let plan = &self.pool_plans[&key];
         let (alpha, beta) = (1.0f32, 0.0f32);
+        let start = std::time::Instant::now();
         // SAFETY: the plan's descriptors describe exactly `x` and `y` (their lengths were
         // checked against the same dims); alpha/beta are host floats as MIOpen reads them;
         // do_backward = false with a null, zero-sized workspace is the documented inference
@@ -448,6 +460,7 @@ impl MiopenHandle {
                 0,
             )
         };
+        self.library_time += start.elapsed();
         check_miopen(&self.lib, "miopenPoolingForward", code)?;
         for s in [x.stream(), y.stream()] {
             s.join(&self.stream)?;
@@ -502,6 +515,7 @@ impl MiopenHandle {
         let plan = &self.conv_plans[&key];
         let workspace = DeviceBuffer::<u8>::alloc_cached(&self.stream, plan.workspace)?;
         let (alpha, beta) = (1.0f32, 0.0f32);
+        let start = std::time::Instant::now();
         let (code, op) = match key.direction {
             ConvDirection::Forward => (
                 // SAFETY: the plan's descriptors describe exactly `a` (x), `w` and `out` (y),
@@ -552,6 +566,7 @@ impl MiopenHandle {
                 "miopenConvolutionBackwardData",
             ),
         };
+        self.library_time += start.elapsed();
         check_miopen(&self.lib, op, code)?;
         drop(workspace); // stream-ordered: reused only by later work on this stream
         for s in [a.stream(), w.stream(), out.stream()] {

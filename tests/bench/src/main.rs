@@ -418,6 +418,55 @@ const CONV_SHAPES: [ConvShape; 6] = [
     cs("conv1d_whisper", 1, (80, 384), 3, (1, 3000), 1),
 ];
 
+/// On the MIOpen path (`CANDLE_ROCM_CONV=miopen`), our host time per convolution outside the
+/// MIOpen call that queues it (`<op>_host_outside_miopen`: candle-core's dispatch, our checks,
+/// output and workspace allocation, stream joins) and inside it (`<op>_host_in_miopen`), over
+/// calls queued back to back without synchronizing (few enough that the queue never fills).
+/// Nothing is printed when the convolutions did not all run on MIOpen.
+#[cfg(all(feature = "rocm", not(feature = "cuda")))]
+fn miopen_overhead(
+    b: &Bench,
+    op: &str,
+    shape: &str,
+    dtype: DType,
+    mut f: impl FnMut() -> Result<Tensor>,
+) -> Result<()> {
+    use candle_rocm::miopen::{miopen_library_time, miopen_runs};
+    const CALLS: usize = 32;
+    let (mut outside, mut inside) = (Vec::new(), Vec::new());
+    for _ in 0..SAMPLES {
+        b.dev.synchronize()?;
+        let (runs, lib) = (miopen_runs(), miopen_library_time());
+        let t = Instant::now();
+        for _ in 0..CALLS {
+            drop(f()?);
+        }
+        let host = t.elapsed();
+        b.dev.synchronize()?;
+        if miopen_runs() - runs != CALLS as u64 {
+            return Ok(());
+        }
+        let lib = miopen_library_time().saturating_sub(lib);
+        outside.push(host.saturating_sub(lib).as_secs_f64() / CALLS as f64);
+        inside.push(lib.as_secs_f64() / CALLS as f64);
+    }
+    let outside_op = format!("{op}_host_outside_miopen");
+    let inside_op = format!("{op}_host_in_miopen");
+    b.print(
+        ["conv", &outside_op, shape, name(dtype)],
+        median(outside),
+        1.0,
+        "calls",
+    );
+    b.print(
+        ["conv", &inside_op, shape, name(dtype)],
+        median(inside),
+        1.0,
+        "calls",
+    );
+    Ok(())
+}
+
 /// Convolutions (f32, f16) in TFLOP/s: the path ours takes is `CANDLE_ROCM_CONV`'s (bench.sh
 /// runs these rows a second time with `miopen`).
 fn conv(b: &Bench) -> Result<()> {
@@ -464,6 +513,14 @@ fn conv(b: &Bench) -> Result<()> {
             let flops = 2.0 * (n * c_out * oh * ow * c_in * taps) as f64;
             let shape = format!("{n}x{c_in}x{h}x{w}>{c_out}k{k}");
             b.print(["conv", op, &shape, name(dtype)], s, flops, "flops");
+            #[cfg(all(feature = "rocm", not(feature = "cuda")))]
+            miopen_overhead(b, op, &shape, dtype, || {
+                Ok(if is_1d {
+                    x.conv1d(&kernel, pad, stride, 1, 1)?
+                } else {
+                    x.conv2d(&kernel, pad, stride, 1, 1)?
+                })
+            })?;
         }
     }
     Ok(())

@@ -66,15 +66,16 @@ fn qmatvec_q8() -> bool {
 /// What the GPU's mat-vec of `m` rows computes for a `QMATVEC_TYPES` weight, on the CPU: by
 /// default `x` times the dequantized weights `w`; with 8-bit activations, the rows `x`
 /// rounded to 8 bits per 32-value block (q8_0, as candle-rocm's `qmv_quantize_x8` rounds
-/// them) times `w`, or for q4_0, q4_1 and q8_0, whose CPU products round x the same way, the
-/// CPU's own quantized product (`cpu_mm`, which also rounds q4_1's min term as the kernel
-/// does).
+/// them) times `w`, or for q4_0 and q4_1, whose CPU products round x the same way, the CPU's
+/// own quantized product (`cpu_mm`, which also rounds q4_1's min term as the kernel does).
+/// (The CPU's q8_0 product differs from both by as much as they differ from each other, and
+/// k-quants round x per 256 values there.)
 fn mat_vec_reference(dtype: GgmlDType, cpu_mm: &QMatMul, w: &Tensor, x: &Tensor) -> Result<Tensor> {
     if !qmatvec_q8() {
         return x.broadcast_matmul(&w.t()?);
     }
     match dtype {
-        GgmlDType::Q4_0 | GgmlDType::Q4_1 | GgmlDType::Q8_0 => cpu_mm.forward(x),
+        GgmlDType::Q4_0 | GgmlDType::Q4_1 => cpu_mm.forward(x),
         _ => {
             let k = x.dim(candle_core::D::Minus1)?;
             let rows = x.reshape(((), k))?;
