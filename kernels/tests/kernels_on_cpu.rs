@@ -54,6 +54,23 @@ fn index_select_kernels_match_references_on_cpu() {
     build_and_run("index_test.cpp", "index", &[]);
 }
 
+/// The mat-vec kernels' tuning knobs away from their defaults (parts per lane, loop unroll), so a
+/// tuning build stays correct.
+#[test]
+fn qmatvec_tuning_knobs_match_references_on_cpu() {
+    build_and_run(
+        "qmatvec_test.cpp",
+        "qmatvec-knobs",
+        &[
+            "-DEMU_AMD_WAVE=64",
+            "-DQMV_PARTS=2",
+            "-DQMV8_PARTS=4",
+            "-DQMV8_KPARTS=2",
+            "-DQMV_UNROLL=2",
+        ],
+    );
+}
+
 #[test]
 fn qmatvec_kernels_match_references_on_cpu_cuda_path() {
     build_and_run("qmatvec_test.cpp", "qmatvec-cuda", &[]);
