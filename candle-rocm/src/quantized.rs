@@ -363,6 +363,36 @@ impl RocmQStorage {
         )))
     }
 
+    /// The checks both mat-vec paths share, for weights `w` `(n, k)` and `m` f32 rows `x` laid
+    /// out as `x_l`: the kernels' row and block counts (`n`, `k` / block size, as `u32`) and the
+    /// offset of `x`'s first row; `None` when the kernels do not apply (`k` not a multiple of
+    /// the block, `n` zero or past `u32`, the blocks not 4-byte aligned, `x` not `m`
+    /// contiguous rows of `k` values). Errs when the weights held are fewer than `n * k`.
+    fn qmatvec_shape(
+        &self,
+        (n, k, m): (usize, usize, usize),
+        data: &DeviceBuffer<u8>,
+        x: &DeviceBuffer<f32>,
+        x_l: &Layout,
+    ) -> Result<Option<(u32, u32, usize)>, BackendError> {
+        // 32 values per block (q4_0, q4_1, q8_0) or 256 per super-block (q4_K, q5_K, q6_K).
+        let qk = self.dtype.block_size();
+        if k % qk != 0 || n == 0 || (data.device_ptr() as usize) % 4 != 0 {
+            return Ok(None);
+        }
+        self.check_count("mat_vec", n.saturating_mul(k))?;
+        let (rows, blocks) = match (u32::try_from(n), u32::try_from(k / qk)) {
+            (Ok(r), Ok(b)) => (r, b),
+            _ => return Ok(None),
+        };
+        Ok(match x_l.contiguous_offsets() {
+            Some((o1, o2)) if o2 <= x.len() && Some(o2 - o1) == m.checked_mul(k) => {
+                Some((rows, blocks, o1))
+            }
+            _ => None,
+        })
+    }
+
     /// `x (m, k) @ w^T` with our `qmatvec_<type>[_v]` kernels (`kernels/hip/qmatvec.hip`), one
     /// launch per row of `x`, for Q4_0, Q4_1, Q8_0 (blocks of 32 values), Q4_K, Q5_K and Q6_K
     /// (256) weights `w` of shape `(n, k)`: `None` when they do not apply (`k` not a multiple
@@ -376,19 +406,8 @@ impl RocmQStorage {
         x: &DeviceBuffer<f32>,
         x_l: &Layout,
     ) -> Result<Option<RocmStorage>, BackendError> {
-        // 32 values per block (q4_0, q4_1, q8_0) or 256 per super-block (q4_K, q5_K, q6_K).
-        let qk = self.dtype.block_size();
-        if k % qk != 0 || n == 0 || (data.device_ptr() as usize) % 4 != 0 {
+        let Some((rows, blocks, x_start)) = self.qmatvec_shape((n, k, m), data, x, x_l)? else {
             return Ok(None);
-        }
-        self.check_count("mat_vec", n.saturating_mul(k))?;
-        let (rows, blocks) = match (u32::try_from(n), u32::try_from(k / qk)) {
-            (Ok(r), Ok(b)) => (r, b),
-            _ => return Ok(None),
-        };
-        let x_start = match x_l.contiguous_offsets() {
-            Some((o1, o2)) if o2 <= x.len() && Some(o2 - o1) == m.checked_mul(k) => o1,
-            _ => return Ok(None),
         };
         let mut out = self.device.alloc::<f32>(crate::utils::checked_product(
             "qmatmul",
@@ -421,24 +440,15 @@ impl RocmQStorage {
         x: &DeviceBuffer<f32>,
         x_l: &Layout,
     ) -> Result<Option<RocmStorage>, BackendError> {
-        // 32 values per block (q4_0, q4_1, q8_0) or 256 per super-block (q4_K, q5_K, q6_K);
-        // either way k is a multiple of the 32-value x blocks.
-        let qk = self.dtype.block_size();
-        if k % qk != 0 || n == 0 || m == 0 || (data.device_ptr() as usize) % 4 != 0 {
+        if m == 0 {
             return Ok(None);
         }
-        self.check_count("mat_vec", n.saturating_mul(k))?;
-        let (rows, blocks, k32, m32) = match (
-            u32::try_from(n),
-            u32::try_from(k / qk),
-            u32::try_from(k),
-            u32::try_from(m),
-        ) {
-            (Ok(r), Ok(b), Ok(k), Ok(m)) if m <= u16::MAX as u32 => (r, b, k, m),
-            _ => return Ok(None),
+        let Some((rows, blocks, x_start)) = self.qmatvec_shape((n, k, m), data, x, x_l)? else {
+            return Ok(None);
         };
-        let x_start = match x_l.contiguous_offsets() {
-            Some((o1, o2)) if o2 <= x.len() && Some(o2 - o1) == m.checked_mul(k) => o1,
+        // k is a multiple of the 32-value x blocks (a block or super-block is 32 or 256).
+        let (k32, m32) = match (u32::try_from(k), u32::try_from(m)) {
+            (Ok(k), Ok(m)) if m <= u16::MAX as u32 => (k, m),
             _ => return Ok(None),
         };
         let row_bytes = k / 32 * X8_BLOCK_BYTES;

@@ -145,15 +145,12 @@ static void dequant_block(QT t, const uint8_t *b, float out[32]) {
     }
 }
 
-// n rows of k values: y = W x against the reference, with the launch of `grid_cap` blocks at
-// most (0: candle-rocm's grid) and x at `x_skew` floats past a 256-byte boundary.
-static void qcase(QT t, size_t n, size_t k, int scale_kind, size_t x_skew, unsigned grid_cap) {
-    const size_t qk = qt_values[t], nb = k / qk, bytes = qt_bytes[t];
-    const size_t used = n * nb * bytes, padding = MATRIX_ROW_PADDING / qk * bytes;
-    Buf w(used + padding, 1), x(k, 4, x_skew), y(n, 4);
-    uint8_t *wp = w.as<uint8_t>();
+// `blocks` random blocks of type t at wp (random bytes, then random f16 scales and mins of
+// `scale_kind`), followed by `padding` zero bytes.
+static void random_weights(QT t, uint8_t *wp, size_t blocks, size_t padding, int scale_kind) {
+    const size_t bytes = qt_bytes[t], used = blocks * bytes;
     for (size_t i = 0; i < used + padding; ++i) wp[i] = i < used ? (uint8_t)rng() : 0;
-    for (size_t b = 0; b < n * nb; ++b) {
+    for (size_t b = 0; b < blocks; ++b) {
         uint8_t *p = wp + b * bytes;
         uint16_t d = rand_scale(scale_kind);
         memcpy(p + (t == Q6K ? 208 : 0), &d, 2);
@@ -162,6 +159,16 @@ static void qcase(QT t, size_t n, size_t k, int scale_kind, size_t x_skew, unsig
             memcpy(p + 2, &m, 2);
         }
     }
+}
+
+// n rows of k values: y = W x against the reference, with the launch of `grid_cap` blocks at
+// most (0: candle-rocm's grid) and x at `x_skew` floats past a 256-byte boundary.
+static void qcase(QT t, size_t n, size_t k, int scale_kind, size_t x_skew, unsigned grid_cap) {
+    const size_t qk = qt_values[t], nb = k / qk, bytes = qt_bytes[t];
+    const size_t used = n * nb * bytes, padding = MATRIX_ROW_PADDING / qk * bytes;
+    Buf w(used + padding, 1), x(k, 4, x_skew), y(n, 4);
+    uint8_t *wp = w.as<uint8_t>();
+    random_weights(t, wp, n * nb, padding, scale_kind);
     float *xp = x.as<float>();
     for (size_t i = 0; i < k; ++i) xp[i] = (float)uni(-4, 4);
     Launch l = launch_shape(n, xp);
@@ -262,16 +269,7 @@ static void q8case(QT t, size_t n, size_t k, int scale_kind, unsigned grid_cap) 
     const size_t used = n * nb * bytes, padding = MATRIX_ROW_PADDING / qk * bytes;
     Buf w(used + padding, 1), x(k, 4), x8(QMV8_ROW_BYTES(k), 1), y(n, 4);
     uint8_t *wp = w.as<uint8_t>();
-    for (size_t i = 0; i < used + padding; ++i) wp[i] = i < used ? (uint8_t)rng() : 0;
-    for (size_t b = 0; b < n * nb; ++b) {
-        uint8_t *p = wp + b * bytes;
-        uint16_t d = rand_scale(scale_kind);
-        memcpy(p + (t == Q6K ? 208 : 0), &d, 2);
-        if (t == Q41 || t == Q4K || t == Q5K) {
-            uint16_t m = rand_scale(scale_kind);
-            memcpy(p + 2, &m, 2);
-        }
-    }
+    random_weights(t, wp, n * nb, padding, scale_kind);
     float *xp = x.as<float>();
     for (size_t i = 0; i < k; ++i) xp[i] = (float)uni(-4, 4) * (i % 96 < 32 ? 1e-3f : 1.0f);
     if (!quantize_case(xp, k, 1, x8.as<uint8_t>(), qt_name[t])) return;
