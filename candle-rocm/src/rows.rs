@@ -39,6 +39,8 @@ const KS: [usize; 4] = [1, 2, 4, 8];
 /// Side of the transpose tile and rows of threads per tile (`RW_TILE`, `RW_TROWS`).
 const TILE: usize = 32;
 const TILE_ROWS: u32 = 8;
+/// Tile edge of rtranspose_u16's word path (rows.hip RW_WTILE).
+const WIDE_TILE: usize = 64;
 
 /// The dtypes the row kernels exist for.
 const FLOATS: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType::BF16];
@@ -335,12 +337,28 @@ pub(crate) enum FusedRow {
     LayerNorm,
 }
 
-/// Chunks per thread of the single-pass kernel for rows of `units` chunks, or `None` when the
-/// row does not fit the registers (the two-pass kernel then runs).
+/// Threads per row the 16-bit single-pass kernels aim at (8 values per chunk): rows of up to
+/// 4096 elements run on blocks of at most 128 threads with more chunks per thread, so more rows
+/// are in flight per compute unit and a row's barriers span fewer waves (bf16 softmax at 4096
+/// columns took 0.7 of copy on 256-thread rows; H100 via HIP-on-CUDA, 2026-11-24).
+const FUSED_THREADS_16: usize = 128;
+
+/// Chunks per thread of the single-pass kernel for rows of `units` chunks of `chunk_elems`
+/// elements, or `None` when the row does not fit the registers (the two-pass kernel then
+/// runs): the fewest chunks that keep a row within [`FUSED_THREADS_16`] threads (16-bit types)
+/// or within a block.
 pub(crate) fn fused_k(chunk_elems: usize, units: usize) -> Option<usize> {
-    KS.into_iter()
-        .filter(|&k| k * chunk_elems <= MAX_REG_VALUES)
-        .find(|&k| units.div_ceil(k) <= BLOCK)
+    let fits = |threads: usize| {
+        KS.into_iter()
+            .filter(|&k| k * chunk_elems <= MAX_REG_VALUES)
+            .find(|&k| units.div_ceil(k) <= threads)
+    };
+    let narrow = if chunk_elems == 8 {
+        fits(FUSED_THREADS_16)
+    } else {
+        None
+    };
+    narrow.or_else(|| fits(BLOCK))
 }
 
 /// Runs a fused row op on `rows` contiguous rows of `cols` elements of `x` (exactly
@@ -499,9 +517,16 @@ pub(crate) fn transpose<T: RocmDType>(
     }
     let input = src.slice(start..src_end)?;
     let out = dst.slice_mut(dst_offset..dst_end)?;
+    // rtranspose_u16 moves 64x64 tiles as 32-bit words when both dims are even (its grid-stride
+    // loop covers any grid; this sizes it for the path it takes).
+    let tile = if bits == "rtranspose_u16" && r % 2 == 0 && c % 2 == 0 {
+        WIDE_TILE
+    } else {
+        TILE
+    };
     let tiles = batches
-        .checked_mul(r.div_ceil(TILE))
-        .and_then(|t| t.checked_mul(c.div_ceil(TILE)))
+        .checked_mul(r.div_ceil(tile))
+        .and_then(|t| t.checked_mul(c.div_ceil(tile)))
         .ok_or_else(|| invalid(OP, "tile count overflows"))?;
     let f = dev.function_static(Module::Rows, bits)?;
     let (pin, pout) = (DevicePtrArg::of(&input), DevicePtrArg::of(&out));
@@ -581,9 +606,15 @@ mod tests {
         assert_eq!(fused_k(4, 1024), Some(4));
         assert_eq!(fused_k(4, 2048), Some(8));
         assert_eq!(fused_k(4, 2049), None);
-        // f16/bf16: 8 per chunk, at most 4 chunks per thread (8192 elements).
+        // f16/bf16: 8 per chunk, at most 4 chunks per thread (8192 elements), at most 128
+        // threads per row while 4 chunks per thread allow it.
+        assert_eq!(fused_k(8, 128), Some(1));
+        assert_eq!(fused_k(8, 129), Some(2));
+        assert_eq!(fused_k(8, 512), Some(4));
+        assert_eq!(fused_k(8, 513), Some(4));
         assert_eq!(fused_k(8, 1024), Some(4));
         assert_eq!(fused_k(8, 1025), None);
+        assert_eq!(RowShape::new(10, 512, 4).block, 128);
         // f64: 2 per chunk, 8 chunks (4096 elements).
         assert_eq!(fused_k(2, 2048), Some(8));
         assert_eq!(fused_k(2, 2049), None);

@@ -1634,8 +1634,8 @@ fn rows_last_dim_reductions() {
 #[ignore = "needs a HIP device"]
 fn transposed_copies_take_the_tiled_kernel() {
     // copy_strided_src of a transposed 2-d or last-two-dims-transposed layout (the tiled
-    // transpose), for every dtype, at shapes around the 32x32 tile, with source and
-    // destination offsets; and layouts that only look similar (general path).
+    // transpose), for every dtype, at shapes around the 32x32 tile and the 64x64 tile of the
+    // 16-bit word path, with source and destination offsets; and layouts that only look similar (general path).
     let dev = device();
     let shapes: &[&[usize]] = &[
         &[1, 1],
@@ -1647,14 +1647,23 @@ fn transposed_copies_take_the_tiled_kernel() {
         &[1000, 3],
         &[4, 33, 65],
         &[2, 1, 40, 17],
+        // Even dims around the 64x64 tile of the 16-bit word path, with fixed offsets below
+        // (element offsets 0 and 2 keep 16-bit data 4-byte aligned, 1 does not).
+        &[64, 64],
+        &[62, 130],
+        &[3, 66, 128],
+        &[130, 2],
     ];
+    const FIXED_OFFSETS: [(usize, usize); 4] = [(0, 0), (2, 0), (0, 2), (1, 0)];
     for dtype in DTYPES {
         for (i, dims) in shapes.iter().enumerate() {
             let s = seed("transpose", dtype, i as u64);
             let mut rng = Rng::new(s);
             let n = dims.len();
             let el: usize = dims.iter().product();
+            let fixed = i.checked_sub(9).map(|j| FIXED_OFFSETS[j]);
             let off = rng.below(3);
+            let off = fixed.map_or(off, |f| f.0);
             let base = Layout::contiguous_with_offset(Shape::from(dims.to_vec()), off);
             let mut layouts = vec![("last two", base.transpose(n - 2, n - 1).unwrap())];
             if n == 3 {
@@ -1664,6 +1673,7 @@ fn transposed_copies_take_the_tiled_kernel() {
                 let x = random_data(&mut rng, dtype, off + el, Values::Special);
                 let g = upload(&dev, &x);
                 let doff = rng.below(3);
+                let doff = fixed.map_or(doff, |f| f.1);
                 let dst = random_data(&mut rng, dtype, doff + el, Values::Moderate);
                 let (mut dc, mut dg) = (dst.clone(), upload(&dev, &dst));
                 check(

@@ -38,7 +38,8 @@
 //     over the row for longer rows. Suffix _v for the vector path.
 //   rtranspose_<T>(const T* src, T* dst, size_t batches, unsigned r, unsigned c)
 //     src is `batches` contiguous (c, r) matrices, dst the (r, c) transposes; 32x32 tiles
-//     through shared memory, blocks of (32, 8) threads, a grid-stride loop over tiles.
+//     through shared memory, blocks of (32, 8) threads, a grid-stride loop over tiles (any
+//     grid works; the host sizes it by 64x64 tiles for u16, whose word path uses those).
 #include "cuda_fp16.h"
 #include "cuda_bf16.h"
 #include <stdint.h>
@@ -52,6 +53,10 @@ typedef uint4 rw_vec;
 #endif
 
 #define RW_BLOCK 256
+// 1: the register-path softmax's two reductions skip their trailing barriers (a tuning knob).
+#ifndef RW_SOFTMAX_ALT
+#define RW_SOFTMAX_ALT 1
+#endif
 #define RW_NONE 0xffffffffu
 
 // ---------------------------------------------------------------------------------------------
@@ -74,6 +79,14 @@ template <> __device__ __forceinline__ __nv_bfloat16 rw_from<__nv_bfloat16>(floa
 
 __device__ __forceinline__ float rw_exp(float x) { return expf(x); }
 __device__ __forceinline__ double rw_exp(double x) { return exp(x); }
+// exp inside softmax: for f16/bf16 rows the hardware's approximate exp (a couple of f32 ulps,
+// far below the output's rounding; expf's range reduction made those rows compute-bound at 8
+// elements per 16-byte chunk); f32 and f64 keep the library function.
+template <typename T> __device__ __forceinline__ typename Acc<T>::type rw_exp_of(typename Acc<T>::type x) {
+    return rw_exp(x);
+}
+template <> __device__ __forceinline__ float rw_exp_of<__half>(float x) { return __expf(x); }
+template <> __device__ __forceinline__ float rw_exp_of<__nv_bfloat16>(float x) { return __expf(x); }
 __device__ __forceinline__ float rw_rsqrt(float x) { return rsqrtf(x); }
 __device__ __forceinline__ double rw_rsqrt(double x) { return 1.0 / sqrt(x); }
 __device__ __forceinline__ float rw_max(float a, float b) { return fmaxf(a, b); }
@@ -212,8 +225,10 @@ template <typename A> struct MaxV {
 
 // Reduces `v` over the row group of `tpr` lanes; every lane of the group gets the result.
 // `smem` holds one V per wave of the block (used only when tpr > RW_WAVE, i.e. one row per
-// block); the trailing barrier lets the caller reuse it at once.
-template <typename V> __device__ __forceinline__ V group_reduce(V v, unsigned tpr, V *smem) {
+// block); the trailing barrier lets the caller reuse it at once. TRAIL = false leaves it out,
+// for callers that alternate between two `smem` arrays: the first barrier of the reduction
+// on the other array already orders this one's reads before its next writes.
+template <typename V, bool TRAIL = true> __device__ __forceinline__ V group_reduce(V v, unsigned tpr, V *smem) {
     const unsigned lim = tpr < RW_WAVE ? tpr : RW_WAVE;
     for (unsigned m = lim / 2; m > 0; m >>= 1) v.merge(v.shfl((int)m));
     if (tpr > RW_WAVE) {
@@ -222,7 +237,7 @@ template <typename V> __device__ __forceinline__ V group_reduce(V v, unsigned tp
         __syncthreads();
         v = smem[0];
         for (unsigned w = 1; w < nw; ++w) v.merge(smem[w]);
-        __syncthreads();
+        if (TRAIL) __syncthreads();
     }
     return v;
 }
@@ -542,7 +557,9 @@ __device__ __forceinline__ void fused_rows(const T *x, T *dst, const T *alpha, c
                 for (int k = 0; k < KK; ++k)
 #pragma unroll
                     for (int j = 0; j < N; ++j) mv.m = rw_max(mv.m, vals[k][j]);
-                m = group_reduce(mv, tpr, sm_max).m;
+                // The max and sum reductions alternate between sm_max and sm_sum, row after
+                // row, so neither needs its trailing barrier (see group_reduce).
+                m = group_reduce<MaxV<A>, !RW_SOFTMAX_ALT>(mv, tpr, sm_max).m;
                 SumV<A> sv = SumV<A>::empty();
 #pragma unroll
                 for (int k = 0; k < KK; ++k) {
@@ -550,12 +567,12 @@ __device__ __forceinline__ void fused_rows(const T *x, T *dst, const T *alpha, c
 #pragma unroll
                     for (int j = 0; j < N; ++j) {
                         // Padding adds nothing (when m == -inf the row is NaN anyway).
-                        const A e = c * N + j < cols ? rw_exp(vals[k][j] - m) : (A)0;
+                        const A e = c * N + j < cols ? rw_exp_of<T>(vals[k][j] - m) : (A)0;
                         vals[k][j] = e;
                         sv.s += e;
                     }
                 }
-                inv = (A)1 / group_reduce(sv, tpr, sm_sum).s;
+                inv = (A)1 / group_reduce<SumV<A>, !RW_SOFTMAX_ALT>(sv, tpr, sm_sum).s;
             } else {
                 SoftV<A> sv = SoftV<A>::empty();
                 if (valid) {
@@ -587,7 +604,7 @@ __device__ __forceinline__ void fused_rows(const T *x, T *dst, const T *alpha, c
                         A t[N];
                         load_chunk<T, VEC>(p, c, cols, t, (A)-INFINITY);
                         store_chunk<T, VEC>(q, c, cols, t,
-                                            [&](A v, size_t, int) { return rw_exp(v - m) * inv; });
+                                            [&](A v, size_t, int) { return rw_exp_of<T>(v - m) * inv; });
                     }
                 }
             }
@@ -704,11 +721,63 @@ __device__ __forceinline__ void transpose(const T *src, T *dst, size_t batches, 
     }
 }
 
+// 16-bit elements, both dims even and both pointers 4-byte aligned: 64x64 tiles moved as
+// 32-bit words (two elements), so a wave's global access is 128 contiguous bytes as in the
+// 32-bit transpose instead of 64 (2-byte elements took about 0.6 of the copy bandwidth that
+// 4-byte ones reach). Shared memory holds elements with a row pitch of 65: a word read from
+// global memory is stored as its two halves, and a word written back is gathered from two
+// rows, both without bank conflicts (element 2 t of row y sits in bank t + y / 2).
+#define RW_WTILE 64
+__device__ __forceinline__ void transpose16_wide(const uint16_t *src, uint16_t *dst, size_t batches,
+                                                 unsigned r, unsigned c) {
+    __shared__ uint16_t tile[RW_WTILE][RW_WTILE + 1];
+    const size_t tr = (r + RW_WTILE - 1) / RW_WTILE, tc = (c + RW_WTILE - 1) / RW_WTILE;
+    const size_t per = tr * tc, total = per * batches, mat = (size_t)r * c;
+    const unsigned tx = threadIdx.x, ty = threadIdx.y;
+    for (size_t t = blockIdx.x; t < total; t += gridDim.x) {
+        const size_t b = t / per, rem = t - b * per;
+        const size_t r0 = (rem % tr) * RW_WTILE, c0 = (rem / tr) * RW_WTILE;
+        const uint16_t *s = src + b * mat;
+        uint16_t *d = dst + b * mat;
+        // Read: src row cc holds elements rr, rr + 1 in one word (r even, so rr < r covers
+        // both, and cc * r + rr is even).
+#pragma unroll
+        for (int j = 0; j < RW_WTILE; j += RW_TROWS) {
+            const size_t cc = c0 + ty + j, rr = r0 + 2 * tx;
+            if (cc < c && rr < r) {
+                const uint32_t w = *reinterpret_cast<const uint32_t *>(s + cc * r + rr);
+                tile[ty + j][2 * tx] = (uint16_t)(w & 0xffffu);
+                tile[ty + j][2 * tx + 1] = (uint16_t)(w >> 16);
+            }
+        }
+        __syncthreads();
+        // Write: dst row rr takes elements cc, cc + 1 from tile rows 2 tx and 2 tx + 1.
+#pragma unroll
+        for (int j = 0; j < RW_WTILE; j += RW_TROWS) {
+            const size_t rr = r0 + ty + j, cc = c0 + 2 * tx;
+            if (rr < r && cc < c) {
+                const uint32_t w = (uint32_t)tile[2 * tx][ty + j] | ((uint32_t)tile[2 * tx + 1][ty + j] << 16);
+                *reinterpret_cast<uint32_t *>(d + rr * c + cc) = w;
+            }
+        }
+        __syncthreads();
+    }
+}
+
 #define RW_TRANSPOSE(T, TN)                                                                      \
     extern "C" __global__ void __launch_bounds__(RW_TILE * RW_TROWS)                            \
         rtranspose_##TN(const T *src, T *dst, size_t batches, unsigned r, unsigned c) {         \
         transpose<T>(src, dst, batches, r, c);                                                   \
     }
+
+// rtranspose_u16 takes the word path when it can (the test is uniform over the grid).
+extern "C" __global__ void __launch_bounds__(RW_TILE * RW_TROWS)
+    rtranspose_u16(const uint16_t *src, uint16_t *dst, size_t batches, unsigned r, unsigned c) {
+    if (((r | c) & 1u) == 0 && (((uintptr_t)src | (uintptr_t)dst) & 3u) == 0)
+        transpose16_wide(src, dst, batches, r, c);
+    else
+        transpose<uint16_t>(src, dst, batches, r, c);
+}
 
 #define RW_ALL(T, TN, KMAX)                                                                      \
     RW_COLS(T, TN)                                                                               \
@@ -723,6 +792,5 @@ RW_ALL(__half, f16, 4)
 RW_ALL(__nv_bfloat16, bf16, 4)
 
 RW_TRANSPOSE(uint8_t, u8)
-RW_TRANSPOSE(uint16_t, u16)
 RW_TRANSPOSE(uint32_t, u32)
 RW_TRANSPOSE(uint64_t, u64)

@@ -89,6 +89,10 @@ inline float __int_as_float(int x) { return __builtin_bit_cast(float, x); }
 inline long long __double_as_longlong(double x) { return __builtin_bit_cast(long long, x); }
 inline double __longlong_as_double(long long x) { return __builtin_bit_cast(double, x); }
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+// The fast intrinsics as their exact functions (the GPU's are within a few f32 ulps; the
+// kernels use them only where the result is rounded to f16/bf16).
+inline float __expf(float x) { return expf(x); }
+inline float __fdividef(float x, float y) { return x / y; }
 // CUDA's __byte_perm: byte n of the result is byte (s >> 4n) & 7 of the 8 bytes y:x (x low).
 inline unsigned int __byte_perm(unsigned int x, unsigned int y, unsigned int s) {
     unsigned long long v = ((unsigned long long)y << 32) | x;

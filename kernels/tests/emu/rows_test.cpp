@@ -50,10 +50,15 @@ static RowShape row_shape(size_t rows, size_t units, size_t per_thread) {
     size_t grid = std::min(std::max<size_t>((rows + rpb - 1) / rpb, 1), MAX_BLOCKS);
     return RowShape{(unsigned)tpr, (unsigned)block, (unsigned)grid};
 }
-static long fused_k(size_t chunk_elems, size_t units) {
+static const size_t FUSED_THREADS_16 = 128;
+static long fused_k_within(size_t chunk_elems, size_t units, size_t threads) {
     for (size_t k : KS)
-        if (k * chunk_elems <= MAX_REG_VALUES && (units + k - 1) / k <= BLOCK) return (long)k;
+        if (k * chunk_elems <= MAX_REG_VALUES && (units + k - 1) / k <= threads) return (long)k;
     return -1;
+}
+static long fused_k(size_t chunk_elems, size_t units) {
+    long narrow = chunk_elems == 8 ? fused_k_within(chunk_elems, units, FUSED_THREADS_16) : -1;
+    return narrow > 0 ? narrow : fused_k_within(chunk_elems, units, BLOCK);
 }
 static bool aligned(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
@@ -324,7 +329,9 @@ template <typename U> static void transpose_case(void (*k)(const U *, U *, size_
     size_t el = batches * r * c;
     Buf src(start + el, sizeof(U)), dst(dst_off + el, sizeof(U));
     for (size_t i = 0; i < start + el; ++i) src.as<U>()[i] = (U)(rng() ^ (i * 0x9E3779B97F4A7C15ull));
-    size_t tiles = batches * ((r + TILE - 1) / TILE) * ((c + TILE - 1) / TILE);
+    // rows.rs sizes the grid by 64x64 tiles for 2-byte elements with both dims even (the word path).
+    const size_t tile = sizeof(U) == 2 && r % 2 == 0 && c % 2 == 0 ? 64 : TILE;
+    size_t tiles = batches * ((r + tile - 1) / tile) * ((c + tile - 1) / tile);
     dim3 grid((unsigned)std::min(std::max<size_t>(tiles, 1), MAX_BLOCKS)), block((unsigned)TILE, (unsigned)TILE_ROWS);
     G.c.ctx = "rtranspose_u" + std::to_string(8 * sizeof(U)) + " batches " + std::to_string(batches) + " r " +
               std::to_string(r) + " c " + std::to_string(c) + " start " + std::to_string(start) + " dst_off " +
@@ -358,7 +365,8 @@ static void test_port() {
     if (!eq(row_shape(3, 1, 4), 1, 256, 1)) G.c.fail("row_shape(3, 1)");
     if (!eq(row_shape(8192, 2048, 4), 256, 256, 8192)) G.c.fail("row_shape(8192, 2048)");
     if (!eq(row_shape(2, 33, 4), 64, 64, 2)) G.c.fail("row_shape(2, 33)");
-    if (fused_k(4, 257) != 2 || fused_k(4, 2049) != -1 || fused_k(8, 1024) != 4 || fused_k(2, 2049) != -1)
+    if (fused_k(4, 257) != 2 || fused_k(4, 2049) != -1 || fused_k(8, 1024) != 4 || fused_k(2, 2049) != -1 ||
+        fused_k(8, 129) != 2 || fused_k(8, 512) != 4)
         G.c.fail("fused_k");
     G.c.checks += 5;
 }
@@ -415,7 +423,11 @@ int main(int argc, char **argv) {
     run_dtype<double>(3, only);
     if (only.empty() || only == "transpose") {
         const size_t cases[][5] = {{1, 3, 2, 0, 0},   {1, 32, 32, 0, 0}, {1, 33, 65, 1, 3}, {3, 7, 100, 5, 0},
-                                   {2, 64, 31, 0, 1}, {1, 1000, 3, 2, 2}, {4, 40, 40, 0, 0}};
+                                   {2, 64, 31, 0, 1}, {1, 1000, 3, 2, 2}, {4, 40, 40, 0, 0},
+                                   // even dims: the 16-bit word path (offsets 0 and 2 keep it
+                                   // 4-byte aligned; 1 and 3 send it to the element path)
+                                   {1, 64, 64, 0, 0},  {2, 66, 130, 2, 0}, {1, 130, 2, 0, 2}, {3, 128, 62, 2, 2},
+                                   {1, 64, 64, 1, 0},  {1, 64, 64, 0, 3}};
         for (auto &c : cases) {
             transpose_case<uint8_t>(&rtranspose_u8, c[0], c[1], c[2], c[3], c[4]);
             transpose_case<uint16_t>(&rtranspose_u16, c[0], c[1], c[2], c[3], c[4]);
