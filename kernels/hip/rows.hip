@@ -53,10 +53,6 @@ typedef uint4 rw_vec;
 #endif
 
 #define RW_BLOCK 256
-// 1: the register-path softmax's two reductions skip their trailing barriers (a tuning knob).
-#ifndef RW_SOFTMAX_ALT
-#define RW_SOFTMAX_ALT 1
-#endif
 #define RW_NONE 0xffffffffu
 
 // ---------------------------------------------------------------------------------------------
@@ -85,8 +81,21 @@ __device__ __forceinline__ double rw_exp(double x) { return exp(x); }
 template <typename T> __device__ __forceinline__ typename Acc<T>::type rw_exp_of(typename Acc<T>::type x) {
     return rw_exp(x);
 }
-template <> __device__ __forceinline__ float rw_exp_of<__half>(float x) { return __expf(x); }
-template <> __device__ __forceinline__ float rw_exp_of<__nv_bfloat16>(float x) { return __expf(x); }
+// On NVIDIA the bare ex2.approx.ftz (one MUFU.EX2 after the multiply; __expf adds four
+// instructions of denormal scaling, and results below 2^-126 are far below a 16-bit
+// output's resolution next to the row's largest value, which is 1 / sum); elsewhere __expf
+// (v_exp_f32 on AMD).
+__device__ __forceinline__ float rw_exp_fast(float x) {
+#if defined(__CUDA_ARCH__) && !defined(__HIP_DEVICE_COMPILE__)
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
+    return y;
+#else
+    return __expf(x);
+#endif
+}
+template <> __device__ __forceinline__ float rw_exp_of<__half>(float x) { return rw_exp_fast(x); }
+template <> __device__ __forceinline__ float rw_exp_of<__nv_bfloat16>(float x) { return rw_exp_fast(x); }
 __device__ __forceinline__ float rw_rsqrt(float x) { return rsqrtf(x); }
 __device__ __forceinline__ double rw_rsqrt(double x) { return 1.0 / sqrt(x); }
 __device__ __forceinline__ float rw_max(float a, float b) { return fmaxf(a, b); }
@@ -225,10 +234,8 @@ template <typename A> struct MaxV {
 
 // Reduces `v` over the row group of `tpr` lanes; every lane of the group gets the result.
 // `smem` holds one V per wave of the block (used only when tpr > RW_WAVE, i.e. one row per
-// block); the trailing barrier lets the caller reuse it at once. TRAIL = false leaves it out,
-// for callers that alternate between two `smem` arrays: the first barrier of the reduction
-// on the other array already orders this one's reads before its next writes.
-template <typename V, bool TRAIL = true> __device__ __forceinline__ V group_reduce(V v, unsigned tpr, V *smem) {
+// block); the trailing barrier lets the caller reuse it at once.
+template <typename V> __device__ __forceinline__ V group_reduce(V v, unsigned tpr, V *smem) {
     const unsigned lim = tpr < RW_WAVE ? tpr : RW_WAVE;
     for (unsigned m = lim / 2; m > 0; m >>= 1) v.merge(v.shfl((int)m));
     if (tpr > RW_WAVE) {
@@ -237,7 +244,7 @@ template <typename V, bool TRAIL = true> __device__ __forceinline__ V group_redu
         __syncthreads();
         v = smem[0];
         for (unsigned w = 1; w < nw; ++w) v.merge(smem[w]);
-        if (TRAIL) __syncthreads();
+        __syncthreads();
     }
     return v;
 }
@@ -557,22 +564,22 @@ __device__ __forceinline__ void fused_rows(const T *x, T *dst, const T *alpha, c
                 for (int k = 0; k < KK; ++k)
 #pragma unroll
                     for (int j = 0; j < N; ++j) mv.m = rw_max(mv.m, vals[k][j]);
-                // The max and sum reductions alternate between sm_max and sm_sum, row after
-                // row, so neither needs its trailing barrier (see group_reduce).
-                m = group_reduce<MaxV<A>, !RW_SOFTMAX_ALT>(mv, tpr, sm_max).m;
+                m = group_reduce(mv, tpr, sm_max).m;
                 SumV<A> sv = SumV<A>::empty();
 #pragma unroll
                 for (int k = 0; k < KK; ++k) {
                     const size_t c = g + (size_t)k * tpr;
 #pragma unroll
                     for (int j = 0; j < N; ++j) {
-                        // Padding adds nothing (when m == -inf the row is NaN anyway).
-                        const A e = c * N + j < cols ? rw_exp_of<T>(vals[k][j] - m) : (A)0;
+                        // Padding adds nothing (when m == -inf the row is NaN anyway). On the
+                        // vector path padding is whole chunks of -inf, whose exp(-inf - m) is
+                        // already 0 (or NaN when m is -inf), so no per-element index test.
+                        const A e = VEC || c * N + j < cols ? rw_exp_of<T>(vals[k][j] - m) : (A)0;
                         vals[k][j] = e;
                         sv.s += e;
                     }
                 }
-                inv = (A)1 / group_reduce<SumV<A>, !RW_SOFTMAX_ALT>(sv, tpr, sm_sum).s;
+                inv = (A)1 / group_reduce(sv, tpr, sm_sum).s;
             } else {
                 SoftV<A> sv = SoftV<A>::empty();
                 if (valid) {
