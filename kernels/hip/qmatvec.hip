@@ -129,6 +129,25 @@ __device__ __forceinline__ uint32_t qmv_funnel(uint32_t lo, uint32_t hi, uint32_
     return (uint32_t)((((uint64_t)hi << 32) | lo) >> shift);
 }
 
+// Where a lane's blocks of one row are read: the 4-byte-aligned word at or below the block's
+// start and the block's offset from it (0 or 2 bytes). The blocks of one group step span
+// STEP * BYTES bytes, a multiple of 4 for every type and step here, so the offset is the same
+// at every step and the word pointer advances by a constant: the address and realignment
+// arithmetic stays out of the block loop (it took about a quarter of the loop's instructions).
+// A row past n reads row `first_row` instead (the callers pass the group's first row, which
+// exists), so the loop has no per-row branch; its sum is never stored.
+struct QmvRow {
+    const uint32_t *p;
+    uint32_t phase;
+};
+template <uint32_t BYTES, uint32_t STEP>
+__device__ __forceinline__ QmvRow qmv_row(const uint8_t *w, size_t row, size_t row_bytes, unsigned first) {
+    static_assert(STEP * BYTES % 4 == 0, "a step must cover whole words");
+    const size_t off = row * row_bytes + (size_t)first * BYTES;
+    const uint32_t phase = (uint32_t)(off & 2);
+    return QmvRow{reinterpret_cast<const uint32_t *>(w + (off - phase)), phase};
+}
+
 __device__ __forceinline__ float qmv_half(uint32_t bits) {
     return __half2float(__ushort_as_half((unsigned short)(bits & 0xffffu)));
 }
@@ -184,10 +203,8 @@ __device__ __forceinline__ void qmv_nibbles(uint32_t q, const float *xl, const f
 struct Q4_0 {
     static constexpr uint32_t BYTES = 18, X_STEP = 4, X_GAP = 16;
     static constexpr bool NEEDS_XSUM = true;
-    __device__ __forceinline__ static float dot(const uint8_t *w, size_t off, unsigned t,
+    __device__ __forceinline__ static float dot(const uint32_t *p, uint32_t phase, unsigned t,
                                                 const float xs[QMV_BV], float xsum) {
-        const uint32_t *p = reinterpret_cast<const uint32_t *>(w + (off & ~(size_t)3));
-        const uint32_t phase = (uint32_t)(off & 2); // 0 or 2
         const float d = qmv_half(p[0] >> (phase * 8));
         // qs word t sits at byte phase + 2 + 4t of p: word t at bit 16, or word t + 1 whole.
         const uint32_t i = t + phase / 2, sh = 16 - phase * 8;
@@ -202,9 +219,9 @@ struct Q4_0 {
 struct Q4_1 {
     static constexpr uint32_t BYTES = 20, X_STEP = 4, X_GAP = 16;
     static constexpr bool NEEDS_XSUM = true;
-    __device__ __forceinline__ static float dot(const uint8_t *w, size_t off, unsigned t,
+    __device__ __forceinline__ static float dot(const uint32_t *p, uint32_t phase, unsigned t,
                                                 const float xs[QMV_BV], float xsum) {
-        const uint32_t *p = reinterpret_cast<const uint32_t *>(w + off);
+        (void)phase; // word-aligned blocks: always 0
         const uint32_t dm = p[0], q = p[1 + t];
         float s = 0.0f;
         qmv_nibbles(q, xs, xs + 4, s);
@@ -215,10 +232,8 @@ struct Q4_1 {
 struct Q8_0 {
     static constexpr uint32_t BYTES = 34, X_STEP = 8, X_GAP = 4;
     static constexpr bool NEEDS_XSUM = true;
-    __device__ __forceinline__ static float dot(const uint8_t *w, size_t off, unsigned t,
+    __device__ __forceinline__ static float dot(const uint32_t *p, uint32_t phase, unsigned t,
                                                 const float xs[QMV_BV], float xsum) {
-        const uint32_t *p = reinterpret_cast<const uint32_t *>(w + (off & ~(size_t)3));
-        const uint32_t phase = (uint32_t)(off & 2); // 0 or 2
         const float d = qmv_half(p[0] >> (phase * 8));
         // qs bytes 8t .. 8t + 8 sit at byte phase + 2 + 8t of p.
         const uint32_t i = 2 * t + phase / 2, sh = 16 - phase * 8;
@@ -252,8 +267,13 @@ __device__ __forceinline__ void qmatvec(const uint8_t *__restrict__ w, const flo
 #pragma unroll
         for (int r = 0; r < QMV_R; ++r) acc[r] = 0.0f;
         if (r0 < n) {
+            constexpr unsigned STEP = QMV_GROUP / L;
+            QmvRow rows[QMV_R];
+#pragma unroll
+            for (int r = 0; r < QMV_R; ++r)
+                rows[r] = qmv_row<Q::BYTES, STEP>(w, r0 + r < n ? r0 + r : r0, row_bytes, first);
             QMV_UNROLL_LOOP(QMV_UNROLL)
-            for (unsigned b = first; b < nb; b += QMV_GROUP / L) {
+            for (unsigned b = first; b < nb; b += STEP) {
 #pragma unroll
                 for (unsigned pp = 0; pp < QMV_PARTS; ++pp) {
                     const unsigned part = t * QMV_PARTS + pp;
@@ -266,9 +286,10 @@ __device__ __forceinline__ void qmatvec(const uint8_t *__restrict__ w, const flo
                     }
 #pragma unroll
                     for (int r = 0; r < QMV_R; ++r)
-                        if (r0 + r < n)
-                            acc[r] += Q::dot(w, (r0 + r) * row_bytes + (size_t)b * Q::BYTES, part, xs, xsum);
+                        acc[r] += Q::dot(rows[r].p, rows[r].phase, part, xs, xsum);
                 }
+#pragma unroll
+                for (int r = 0; r < QMV_R; ++r) rows[r].p += STEP * Q::BYTES / 4;
             }
         }
 #pragma unroll
@@ -346,9 +367,9 @@ template <bool QH> struct QK45 {
     __device__ __forceinline__ static unsigned x_start(unsigned t) {
         return 64 * (t * L / 32) + (t * L) % 32;
     }
-    __device__ __forceinline__ static float dot(const uint8_t *w, size_t off, unsigned t,
+    __device__ __forceinline__ static float dot(const uint32_t *p, uint32_t phase, unsigned t,
                                                 const float xs[QMV_KV], const float xsum[2]) {
-        const uint32_t *p = reinterpret_cast<const uint32_t *>(w + off);
+        (void)phase; // word-aligned blocks: always 0
         const uint32_t c = t * L / 32, i0 = (t * L) % 32;
         // The scale and min bytes of sub-blocks 2c and 2c + 1 (j & 3 = 2 (c & 1) + {0, 1}) as
         // byte pairs: j < 4 takes the low 6 bits, j >= 4 the nibbles of scales[8..12) and the
@@ -389,10 +410,9 @@ struct Q6K {
     __device__ __forceinline__ static unsigned x_start(unsigned t) {
         return 128 * (t / (QMV_KL / 2)) + L * (t % (QMV_KL / 2));
     }
-    __device__ __forceinline__ static float dot(const uint8_t *w, size_t off, unsigned t,
+    __device__ __forceinline__ static float dot(const uint32_t *p, uint32_t phase, unsigned t,
                                                 const float xs[QMV_KV], const float xsum[4]) {
-        const uint32_t *p = reinterpret_cast<const uint32_t *>(w + (off & ~(size_t)3));
-        const uint32_t sh = (uint32_t)(off & 2) * 8; // 0 or 16
+        const uint32_t sh = phase * 8; // 0 or 16
         const uint32_t h = t / (QMV_KL / 2), l0 = L * (t % (QMV_KL / 2));
         // The block's bytes [4 i, 4 i + 4) are funnel(p[i], p[i + 1], sh).
         const uint32_t la = (64 * h + l0) / 4, lb = la + 8, lh = (128 + 32 * h + l0) / 4;
@@ -445,6 +465,10 @@ __device__ __forceinline__ void qmatvec_k(const uint8_t *__restrict__ w, const f
 #pragma unroll
         for (int r = 0; r < QMV_R; ++r) acc[r] = 0.0f;
         if (r0 < n) {
+            QmvRow rows[QMV_R];
+#pragma unroll
+            for (int r = 0; r < QMV_R; ++r)
+                rows[r] = qmv_row<Q::BYTES, QMV_KS>(w, r0 + r < n ? r0 + r : r0, row_bytes, first);
             QMV_UNROLL_LOOP(QMV_UNROLL)
             for (unsigned b = first; b < nb; b += QMV_KS) {
                 float xs[QMV_KV];
@@ -457,9 +481,10 @@ __device__ __forceinline__ void qmatvec_k(const uint8_t *__restrict__ w, const f
                     for (int i = 0; i < Q::L; ++i) xsum[g] += xs[Q::L * g + i];
                 }
 #pragma unroll
-                for (int r = 0; r < QMV_R; ++r)
-                    if (r0 + r < n)
-                        acc[r] += Q::dot(w, (r0 + r) * row_bytes + (size_t)b * Q::BYTES, part, xs, xsum);
+                for (int r = 0; r < QMV_R; ++r) {
+                    acc[r] += Q::dot(rows[r].p, rows[r].phase, part, xs, xsum);
+                    rows[r].p += QMV_KS * Q::BYTES / 4;
+                }
             }
         }
 #pragma unroll
@@ -588,9 +613,7 @@ struct Q4_0x8 {
         // sum (nibble - 8) q = sum nibble q - 8 sum q; a quarter of the offset per part.
         x.c[0] = -2 * (int)ds[1];
     }
-    __device__ __forceinline__ static float dot(const uint8_t *w, size_t off, unsigned t, const Q8x &x) {
-        const uint32_t *p = reinterpret_cast<const uint32_t *>(w + (off & ~(size_t)3));
-        const uint32_t phase = (uint32_t)(off & 2);
+    __device__ __forceinline__ static float dot(const uint32_t *p, uint32_t phase, unsigned t, const Q8x &x) {
         const float d = qmv_half(p[0] >> (phase * 8));
         const uint32_t i = t + phase / 2, sh = 16 - phase * 8;
         const uint32_t q = qmv_funnel(p[i], p[i + 1], sh);
@@ -608,8 +631,8 @@ struct Q4_1x8 {
         // m s over the 4 parts, s as BlockQ8_1 rounds it.
         x.o[0] = 0.25f * qmv8_s16((int)ds[1], x.d[0]);
     }
-    __device__ __forceinline__ static float dot(const uint8_t *w, size_t off, unsigned t, const Q8x &x) {
-        const uint32_t *p = reinterpret_cast<const uint32_t *>(w + off);
+    __device__ __forceinline__ static float dot(const uint32_t *p, uint32_t phase, unsigned t, const Q8x &x) {
+        (void)phase; // word-aligned blocks: always 0
         const uint32_t dm = p[0], q = p[1 + t];
         int s = qmv_dot4(q & 0x0f0f0f0fu, x.q[0], 0);
         s = qmv_dot4((q >> 4) & 0x0f0f0f0fu, x.q[1], s);
@@ -626,9 +649,7 @@ struct Q8_0x8 {
         x.q[1] = xq[2 * t + 1];
         x.d[0] = __uint_as_float(qmv8_ds(x8, k, b)[0]);
     }
-    __device__ __forceinline__ static float dot(const uint8_t *w, size_t off, unsigned t, const Q8x &x) {
-        const uint32_t *p = reinterpret_cast<const uint32_t *>(w + (off & ~(size_t)3));
-        const uint32_t phase = (uint32_t)(off & 2);
+    __device__ __forceinline__ static float dot(const uint32_t *p, uint32_t phase, unsigned t, const Q8x &x) {
         const float d = qmv_half(p[0] >> (phase * 8));
         const uint32_t i = 2 * t + phase / 2, sh = 16 - phase * 8;
         const uint32_t a = p[i], b = p[i + 1], c = p[i + 2];
@@ -657,8 +678,8 @@ template <bool QH> struct QK45x8 {
             x.o[h] = 0.25f * x.d[h] * (float)(int)ds[1];
         }
     }
-    __device__ __forceinline__ static float dot(const uint8_t *w, size_t off, unsigned t, const Q8x &x) {
-        const uint32_t *p = reinterpret_cast<const uint32_t *>(w + off);
+    __device__ __forceinline__ static float dot(const uint32_t *p, uint32_t phase, unsigned t, const Q8x &x) {
+        (void)phase; // word-aligned blocks: always 0
         const uint32_t c = t / 4, i0 = 8 * (t % 4);
         const uint32_t sh = (c & 1) * 16;
         const uint32_t a = p[1] >> sh, b = p[2] >> sh, e = p[3] >> sh;
@@ -700,9 +721,8 @@ struct Q6Kx8 {
             x.c[g] = -32 * qmv_dot4(0x01010101u, x.q[g], 0);
         }
     }
-    __device__ __forceinline__ static float dot(const uint8_t *w, size_t off, unsigned t, const Q8x &x) {
-        const uint32_t *p = reinterpret_cast<const uint32_t *>(w + (off & ~(size_t)3));
-        const uint32_t sh = (uint32_t)(off & 2) * 8;
+    __device__ __forceinline__ static float dot(const uint32_t *p, uint32_t phase, unsigned t, const Q8x &x) {
+        const uint32_t sh = phase * 8;
         const uint32_t h = t / 8, l0 = 4 * (t % 8);
         const uint32_t la = (64 * h + l0) / 4, lb = la + 8, lh = (128 + 32 * h + l0) / 4;
         const uint32_t ls = (192 + 8 * h) / 4;
@@ -755,8 +775,13 @@ __device__ __forceinline__ void qmatvec8(const uint8_t *__restrict__ w, const ui
 #pragma unroll
         for (int r = 0; r < QMV_R; ++r) acc[r] = 0.0f;
         if (r0 < n) {
+            constexpr unsigned STEP = QMV_GROUP / L;
+            QmvRow rows[QMV_R];
+#pragma unroll
+            for (int r = 0; r < QMV_R; ++r)
+                rows[r] = qmv_row<Q::BYTES, STEP>(w, r0 + r < n ? r0 + r : r0, row_bytes, first);
             QMV_UNROLL_LOOP(QMV_UNROLL)
-            for (unsigned b = first; b < nb; b += QMV_GROUP / L) {
+            for (unsigned b = first; b < nb; b += STEP) {
 #pragma unroll
                 for (unsigned pp = 0; pp < PARTS; ++pp) {
                     const unsigned part = t * PARTS + pp;
@@ -764,9 +789,10 @@ __device__ __forceinline__ void qmatvec8(const uint8_t *__restrict__ w, const ui
                     Q::load_x(x8, k, b, part, x);
 #pragma unroll
                     for (int r = 0; r < QMV_R; ++r)
-                        if (r0 + r < n)
-                            acc[r] += Q::dot(w, (r0 + r) * row_bytes + (size_t)b * Q::BYTES, part, x);
+                        acc[r] += Q::dot(rows[r].p, rows[r].phase, part, x);
                 }
+#pragma unroll
+                for (int r = 0; r < QMV_R; ++r) rows[r].p += STEP * Q::BYTES / 4;
             }
         }
 #pragma unroll
