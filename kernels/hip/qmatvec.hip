@@ -541,7 +541,9 @@ QMV_K_KERNELS(q6_K, Q6K)
 //     (a part reads the same quants and its x bytes are the same runs), except that a lane
 //     takes QMV8_PARTS (2) consecutive parts of a 32-value block, so 2 lanes share a block and a
 //     group step covers 16 blocks (on the H100 via HIP-on-CUDA, 2026-11-23: q4_0 at 4096x32000
-//     1915 GB/s against 1611 with 4 lanes; the k-quants keep one part per lane, QMV8_KPARTS).
+//     1915 GB/s against 1611 with 4 lanes), q8_0 all 4 (QMV8_PARTS_Q8_0: one lane per block,
+//     2468 GB/s against 2220 with 2 parts, 2026-11-24); the k-quants keep one part per lane
+//     (QMV8_KPARTS).
 #define QMV8_ROW_BYTES(k) ((k) / 32 * 40)
 
 // 4 signed (or, for the weights, small unsigned) bytes of a times those of b, plus c.
@@ -751,11 +753,14 @@ struct Q6Kx8 {
 // The 8-bit-activation mat-vec: `qmatvec`'s groups, rows and grid; LANES lanes per block (4
 // for 32-value blocks, 16 for super-blocks), QK values per block.
 //
-// PARTS (QMV8_PARTS for 32-value blocks, QMV8_KPARTS for super-blocks; 1 by default) gives a
+// PARTS (QMV8_PARTS for q4_0 and q4_1, QMV8_PARTS_Q8_0 for q8_0, QMV8_KPARTS for super-blocks) gives a
 // lane that many consecutive parts of a block: fewer lanes per block, so a group step covers
 // more blocks and each lane more bytes of a row.
 #ifndef QMV8_PARTS
 #define QMV8_PARTS 2
+#endif
+#ifndef QMV8_PARTS_Q8_0
+#define QMV8_PARTS_Q8_0 4
 #endif
 #ifndef QMV8_KPARTS
 #define QMV8_KPARTS 1
@@ -816,7 +821,7 @@ __device__ __forceinline__ void qmatvec8(const uint8_t *__restrict__ w, const ui
 
 QMV8_KERNEL(q4_0, Q4_0x8, 4, 32, QMV8_PARTS)
 QMV8_KERNEL(q4_1, Q4_1x8, 4, 32, QMV8_PARTS)
-QMV8_KERNEL(q8_0, Q8_0x8, 4, 32, QMV8_PARTS)
+QMV8_KERNEL(q8_0, Q8_0x8, 4, 32, QMV8_PARTS_Q8_0)
 QMV8_KERNEL(q4_K, QK45x8<false>, 16, 256, QMV8_KPARTS)
 QMV8_KERNEL(q5_K, QK45x8<true>, 16, 256, QMV8_KPARTS)
 QMV8_KERNEL(q6_K, Q6Kx8, 16, 256, QMV8_KPARTS)
