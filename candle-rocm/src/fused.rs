@@ -371,8 +371,9 @@ fn norm_t<T: FromFloat1>(
     Ok(out)
 }
 
-/// The three rotary embeddings: candle's `rope_i`, `rope` and `rope_thd` kernels, one thread per
-/// pair of elements.
+/// The three rotary embeddings: our vector kernels for `rope` and `rope_i` where whole 16-byte
+/// packs fit (see [`rows::rope`]), else candle's `rope_i`, `rope` and `rope_thd` kernels, one
+/// thread per pair of elements.
 fn rope(
     dev: &RocmDevice,
     op: FusedOp,
@@ -422,7 +423,7 @@ fn rope_t<T: FromFloat1>(
     } else {
         as_u32(name, "batch stride", size("batch stride", &[d1, t, d])?)?
     };
-    let out = dev.alloc::<T>(el)?;
+    let mut out = dev.alloc::<T>(el)?;
     if el == 0 {
         return Ok(out);
     }
@@ -441,6 +442,20 @@ fn rope_t<T: FromFloat1>(
                 l.dims()
             ),
         ));
+    }
+    // rope and rope_i on whole 16-byte packs: our vector kernels (rows.hip).
+    if !matches!(op, FusedOp::RopeThd) {
+        let rows_per_b = if batched { d1 * d2 } else { 0 };
+        let interleaved = matches!(op, FusedOp::RopeI);
+        if rows::rope(
+            dev,
+            interleaved,
+            (&src, &c, &s),
+            &mut out,
+            (d0 * d1 * d2, d2, d3, rows_per_b),
+        )? {
+            return Ok(out);
+        }
     }
     let root = match op {
         FusedOp::RopeI => "rope_i",

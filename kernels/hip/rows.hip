@@ -40,6 +40,18 @@
 //     src is `batches` contiguous (c, r) matrices, dst the (r, c) transposes; 32x32 tiles
 //     through shared memory, blocks of (32, 8) threads, a grid-stride loop over tiles (any
 //     grid works; the host sizes it by 64x64 tiles for u16, whose word path uses those).
+//   rrope_<T>(const T* x, const T* cos, const T* sin, T* dst, unsigned rows, unsigned t,
+//             unsigned d, unsigned rows_per_b)
+//   rropei_<T>(same)
+//     Rotary embeddings of candle-nn's `rope` (the two halves of a row rotated) and `rope_i`
+//     (adjacent pairs) on `rows` contiguous rows of d elements (a (b, h, t, d) tensor, row r at
+//     time r % t), with candle-kernels' arithmetic: each product and each sum rounded to T as
+//     candle's kernels and the CPU compute them in T. cos/sin hold d / 2 values per time step:
+//     row r uses table row r % t, plus t (r / rows_per_b) when rows_per_b is not 0 (a table
+//     per batch entry). Vector path only: each thread takes N = 16 / sizeof(T) outputs of each
+//     half (rope) or N consecutive outputs (rope_i), so the host launches them only when d / 2
+//     (rope) or d (rope_i) is a multiple of N and every pointer is 16-byte aligned (else
+//     candle's one-pair-per-thread kernels run). Blocks of RW_BLOCK threads, grid-stride.
 #include "cuda_fp16.h"
 #include "cuda_bf16.h"
 #include <stdint.h>
@@ -786,12 +798,86 @@ extern "C" __global__ void __launch_bounds__(RW_TILE * RW_TROWS)
         transpose<uint16_t>(src, dst, batches, r, c);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Rotary embeddings (vector path; see the header).
+
+// a op b rounded to T (exact for f32 and f64 apart from their own rounding).
+template <typename T> __device__ __forceinline__ typename Acc<T>::type rw_round(typename Acc<T>::type v) {
+    return rw_to(rw_from<T>(v));
+}
+
+template <typename T, bool INTERLEAVED>
+__device__ __forceinline__ void rope_vec(const T *x, const T *cos, const T *sin, T *dst, unsigned rows,
+                                         unsigned t, unsigned d, unsigned rows_per_b) {
+    typedef typename Acc<T>::type A;
+    constexpr int N = Chunk<T>::N;
+    const unsigned half = d / 2;
+    // Packs per row: N outputs of each half (rope) or N consecutive outputs (rope_i). 32-bit
+    // indices: the host launches these only when rows * d < 2^31 (candle's kernels index
+    // with int), so p plus the grid's stride (at most 2^28) does not wrap.
+    const unsigned ppr = INTERLEAVED ? d / N : half / N;
+    const unsigned total = rows * ppr;
+    for (unsigned p = blockIdx.x * blockDim.x + threadIdx.x; p < total; p += gridDim.x * blockDim.x) {
+        const unsigned row = p / ppr, q = p - row * ppr;
+        unsigned cs_row = row % t;
+        if (rows_per_b != 0) cs_row += (row / rows_per_b) * t;
+        const T *xr = x + (size_t)row * d;
+        T *dr = dst + (size_t)row * d;
+        const T *cr = cos + (size_t)cs_row * half, *sr = sin + (size_t)cs_row * half;
+        if (!INTERLEAVED) {
+            // Outputs j .. j + N of both halves, j = q N: cos/sin entries j .. j + N.
+            const unsigned j = q * N;
+            const Chunk<T> a = load_vec(xr + j, 0), b = load_vec(xr + half + j, 0);
+            const Chunk<T> c = load_vec(cr + j, 0), s = load_vec(sr + j, 0);
+            Chunk<T> o1, o2;
+#pragma unroll
+            for (int e = 0; e < N; ++e) {
+                const A x1 = rw_to(a.e[e]), x2 = rw_to(b.e[e]), cv = rw_to(c.e[e]), sv = rw_to(s.e[e]);
+                o1.e[e] = rw_from<T>(rw_round<T>(x1 * cv) - rw_round<T>(x2 * sv));
+                o2.e[e] = rw_from<T>(rw_round<T>(x1 * sv) + rw_round<T>(x2 * cv));
+            }
+            store_vec(dr + j, 0, o1);
+            store_vec(dr + half + j, 0, o2);
+        } else {
+            // Outputs q N .. q N + N: pairs q N / 2 .. + N / 2, whose cos/sin entries are half a
+            // chunk (8-byte aligned: N / 2 entries of sizeof(T) = 8 bytes).
+            const unsigned j = q * N;
+            const Chunk<T> a = load_vec(xr + j, 0);
+            T c[N / 2], s[N / 2];
+            __builtin_memcpy(c, cr + j / 2, sizeof(c));
+            __builtin_memcpy(s, sr + j / 2, sizeof(s));
+            Chunk<T> o;
+#pragma unroll
+            for (int e = 0; e < N / 2; ++e) {
+                const A x1 = rw_to(a.e[2 * e]), x2 = rw_to(a.e[2 * e + 1]);
+                const A cv = rw_to(c[e]), sv = rw_to(s[e]);
+                o.e[2 * e] = rw_from<T>(rw_round<T>(x1 * cv) - rw_round<T>(x2 * sv));
+                o.e[2 * e + 1] = rw_from<T>(rw_round<T>(x1 * sv) + rw_round<T>(x2 * cv));
+            }
+            store_vec(dr + j, 0, o);
+        }
+    }
+}
+
+#define RW_ROPE(T, TN)                                                                           \
+    extern "C" __global__ void __launch_bounds__(RW_BLOCK)                                      \
+        rrope_##TN(const T *x, const T *cos, const T *sin, T *dst, unsigned rows, unsigned t,   \
+                   unsigned d, unsigned rows_per_b) {                                            \
+        rope_vec<T, false>(x, cos, sin, dst, rows, t, d, rows_per_b);                            \
+    }                                                                                            \
+    extern "C" __global__ void __launch_bounds__(RW_BLOCK)                                      \
+        rropei_##TN(const T *x, const T *cos, const T *sin, T *dst, unsigned rows, unsigned t,  \
+                    unsigned d, unsigned rows_per_b) {                                           \
+        rope_vec<T, true>(x, cos, sin, dst, rows, t, d, rows_per_b);                             \
+    }
+
 #define RW_ALL(T, TN, KMAX)                                                                      \
     RW_COLS(T, TN)                                                                               \
     RW_REDUCE(T, TN, false, )                                                                    \
     RW_REDUCE(T, TN, true, _v)                                                                   \
     RW_FUSED_##KMAX(T, TN, false, )                                                              \
-    RW_FUSED_##KMAX(T, TN, true, _v)
+    RW_FUSED_##KMAX(T, TN, true, _v)                                                             \
+    RW_ROPE(T, TN)
 
 RW_ALL(float, f32, 8)
 RW_ALL(double, f64, 8)

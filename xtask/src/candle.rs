@@ -794,11 +794,14 @@ const TEST_DEVICE_MACRO_CPU_ONLY: &str = r#"macro_rules! test_device {
 /// Test files whose ROCm variants are not generated yet, with the reason.
 const CPU_ONLY: &[(&str, &str)] = &[(
     "quantized_tests.rs",
-    "its device tests assert CUDA's exact values (activations quantized to q8_1 by CUDA's \
-     fused kernels) and skip Q8_1/Q8K only on CUDA and Metal; candle-rocm's quantized matmul \
-     dequantizes on the device and runs rocBLAS until its AMD mat-vec kernels land, so \
-     tests/tests/gpu/quantized.rs checks the device path against the CPU instead (and \
-     tests/tests/ext_cpu.rs the slot's quantized defaults, on the CPU): CPU variants only",
+    "its device tests assert exact quantized products: the CUDA arms (which this suite gives \
+     `Device::Ext`) hold the values of candle-core's fast MMVQ/MMQ kernels on q8_1 activations, \
+     the CPU arms those of the CPU's q8_0/q8_K activations, and `qmm_batch` asks for \
+     bit-identical rows at batch 2, 6 and 12; candle-rocm keeps activations in f32 by default \
+     (q8_0-rounded with CANDLE_ROCM_QMATVEC=q8, never q8_K) and runs batches above 8 rows as an \
+     f16 GEMM on dequantized weights, so tests/tests/gpu/quantized.rs checks the device paths \
+     against the CPU within tolerances instead (and tests/tests/ext_cpu.rs the slot's \
+     quantized defaults, on the CPU): CPU variants only",
 )];
 
 /// The test files a suite got, and those left out (each with the reason).

@@ -1,7 +1,8 @@
 // Runs kernels/hip/rows.hip on the host through emu.h and checks it against host references of
 // Candle's CPU semantics: last-dim sum/max/min/argmax/argmin (NaN, -inf, ties), middle-dim
 // reductions, fused softmax / RMS norm / layer norm (register path for every K and the two-pass
-// path), and the tiled transpose with batches and offsets. Launch shapes come from a
+// path), the rotary-embedding vector kernels (rope and rope_i, with and without a table per
+// batch entry), and the tiled transpose with batches and offsets. Launch shapes come from a
 // line-for-line port of candle-rocm/src/rows.rs (RowShape::new, fused_k, the vector-path and
 // grid rules). Built three ways by kernels/tests/kernels_on_cpu.rs: the CUDA path (wave 32,
 // __shfl_xor_sync) and the AMD path (ds_bpermute) with wave 32 and wave 64.
@@ -323,6 +324,63 @@ static void fused_rows_case(int di, Fused op, size_t rows, size_t cols, size_t x
     }
 }
 
+// ---- rotary embeddings (vector kernels) -------------------------------------------------------------
+template <typename T> using RopeFn = void (*)(const T *, const T *, const T *, T *, unsigned, unsigned, unsigned, unsigned);
+// rows.rs `rope`: blocks of BLOCK over rows * d / 2 / N packs (rope) or rows * d / N (rope_i).
+template <typename T>
+static void rope_case(int di, bool interleaved, RopeFn<T> k, size_t b, size_t h, size_t t, size_t d, bool batched) {
+    DT dt = DTS[di];
+    const size_t n = 16 / sizeof(T), rows = b * h * t, half = d / 2, el = rows * d;
+    const size_t trows = batched ? b * t : t + 3;
+    Buf x(el, sizeof(T)), c(trows * half, sizeof(T)), s(trows * half, sizeof(T)), out(el, sizeof(T));
+    for (size_t i = 0; i < el; ++i) store(dt, x.p, i, uni(-2, 2));
+    for (size_t i = 0; i < trows * half; ++i) {
+        store(dt, c.p, i, uni(-1, 1));
+        store(dt, s.p, i, uni(-1, 1));
+    }
+    const size_t packs = rows * (interleaved ? d / n : half / n);
+    dim3 grid((unsigned)std::min(std::max<size_t>((packs + BLOCK - 1) / BLOCK, 1), MAX_BLOCKS)), block((unsigned)BLOCK);
+    G.c.ctx = std::string(interleaved ? "rropei_" : "rrope_") + dt_name(dt) + " b " + std::to_string(b) + " h " +
+              std::to_string(h) + " t " + std::to_string(t) + " d " + std::to_string(d) + (batched ? " batched" : "");
+    G.launches++;
+    if (!emu::launch("rrope", k, grid, block, (const T *)x.p, (const T *)c.p, (const T *)s.p, out.as<T>(), (unsigned)rows,
+                     (unsigned)t, (unsigned)d, (unsigned)(batched ? h * t : 0))) {
+        G.c.fail("launch failed");
+        return;
+    }
+    if (!out.intact(el)) G.c.fail("wrote outside the output");
+    const double ulp = dt == F64 ? ldexp(1.0, -52) : dt == F32 ? ldexp(1.0, -23) : dt == F16 ? ldexp(1.0, -10) : ldexp(1.0, -7);
+    for (size_t r = 0; r < rows; ++r) {
+        const size_t cs = (r % t + (batched ? (r / (h * t)) * t : 0)) * half;
+        for (size_t j = 0; j < half; ++j) {
+            // rope: elements j and j + d / 2 with table entry j; rope_i: 2 j and 2 j + 1.
+            const size_t i1 = r * d + (interleaved ? 2 * j : j), i2 = interleaved ? i1 + 1 : i1 + half;
+            const double x1 = load(dt, x.p, i1), x2 = load(dt, x.p, i2);
+            const double cv = load(dt, c.p, cs + j), sv = load(dt, s.p, cs + j);
+            // Each product and sum rounded to T, as candle's kernels and the CPU compute them.
+            const double a = round_to(dt, x1 * cv), bb = round_to(dt, x2 * sv);
+            const double e = round_to(dt, x1 * sv), f = round_to(dt, x2 * cv);
+            const double w1 = round_to(dt, a - bb), w2 = round_to(dt, e + f);
+            const double g1 = load(dt, out.p, i1), g2 = load(dt, out.p, i2);
+            // One ulp of the products' size: a sum of two T values rounded through f32 may differ
+            // from one rounding in a tie, and f32/f64 may fuse a product into the subtraction.
+            const double tol1 = ulp * (fabs(a) + fabs(bb)) + 1e-300, tol2 = ulp * (fabs(e) + fabs(f)) + 1e-300;
+            G.c.checks += 2;
+            if (!(fabs(g1 - w1) <= tol1) || !(fabs(g2 - w2) <= tol2))
+                G.c.fail("row %zu pair %zu: got %.9g %.9g want %.9g %.9g", r, j, g1, g2, w1, w2);
+        }
+    }
+}
+
+template <typename T> static void rope_cases(int di, RopeFn<T> rope, RopeFn<T> ropei) {
+    const size_t cases[][5] = {{1, 1, 1, 16, 0}, {2, 3, 5, 16, 0}, {2, 3, 5, 16, 1}, {2, 4, 1, 64, 1}, {1, 2, 7, 128, 0},
+                               {3, 2, 4, 32, 1}};
+    for (auto &c : cases) {
+        rope_case<T>(di, false, rope, c[0], c[1], c[2], c[3], c[4] != 0);
+        rope_case<T>(di, true, ropei, c[0], c[1], c[2], c[3], c[4] != 0);
+    }
+}
+
 // ---- transpose -------------------------------------------------------------------------------------
 template <typename U> static void transpose_case(void (*k)(const U *, U *, size_t, unsigned, unsigned), size_t batches,
                                                  size_t r, size_t c, size_t start, size_t dst_off) {
@@ -421,6 +479,12 @@ int main(int argc, char **argv) {
     run_dtype<__half>(1, only);
     run_dtype<__nv_bfloat16>(2, only);
     run_dtype<double>(3, only);
+    if (only.empty() || only == "rope") {
+        rope_cases<float>(0, &rrope_f32, &rropei_f32);
+        rope_cases<__half>(1, &rrope_f16, &rropei_f16);
+        rope_cases<__nv_bfloat16>(2, &rrope_bf16, &rropei_bf16);
+        rope_cases<double>(3, &rrope_f64, &rropei_f64);
+    }
     if (only.empty() || only == "transpose") {
         const size_t cases[][5] = {{1, 3, 2, 0, 0},   {1, 32, 32, 0, 0}, {1, 33, 65, 1, 3}, {3, 7, 100, 5, 0},
                                    {2, 64, 31, 0, 1}, {1, 1000, 3, 2, 2}, {4, 40, 40, 0, 0},
