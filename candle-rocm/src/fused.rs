@@ -2,8 +2,9 @@
 //! ([`candle_core::ext::FusedOp`]): sigmoid, softmax over the last dim, RMS and layer norm, the
 //! three rotary embeddings and arg-sort, each one launch. Softmax and the norms run our `rows`
 //! kernels (single pass with the row in registers up to 8192 elements, two passes beyond; see
-//! `rows.rs`); the others candle-kernels' own kernel with the arguments candle-nn's CUDA path
-//! passes.
+//! `rows.rs`), and so do rope and rope_i where a row's halves (rope) or the row (rope_i) are
+//! whole 16-byte packs; the others candle-kernels' own kernel with the arguments candle-nn's
+//! CUDA path passes.
 //!
 //! Unlike Candle's CUDA path, a non-contiguous operand is first copied into a contiguous buffer
 //! on the device rather than refused. Shapes are checked against the buffers before a launch,
