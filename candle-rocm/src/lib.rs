@@ -28,11 +28,13 @@
 //! ```
 
 pub mod conv;
+pub mod copy;
 mod device;
 pub mod elementwise;
 mod error;
 #[cfg(feature = "candle")]
 mod fused;
+pub mod gemv;
 pub mod indexing;
 pub mod matmul;
 pub mod miopen;

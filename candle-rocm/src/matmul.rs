@@ -4,6 +4,8 @@
 //! runs as `C^T = B^T * A^T`: rocBLAS's first operand is Candle's rhs. A transposed operand
 //! (strides swapped) and a broadcast or strided batch are passed to rocBLAS as they are, with
 //! no copy, whenever rocBLAS can express the layout; otherwise the error says which layout.
+//! Decode-shaped products (up to 8 rows against a transposed rhs, in f32/f16/bf16) run our
+//! `gemv` kernels instead ([`crate::gemv`]).
 
 use candle_core::backend::BackendStorage;
 use candle_core::Layout;
@@ -12,7 +14,7 @@ use rocm_safe::{DeviceBuffer, GemmConfig, GemmType, Transpose};
 use crate::device::RocmDevice;
 use crate::error::{BackendError, WrapErr};
 use crate::ops::invalid;
-use crate::storage::{RocmStorage, RocmStorageSlice as S};
+use crate::storage::{RocmDType, RocmStorage, RocmStorageSlice as S};
 use crate::utils::checked_product;
 
 /// The GEMM for `(b, m, n, k)` with `lhs` (b, m, k) and `rhs` (b, k, n) laid out as given,
@@ -95,8 +97,9 @@ fn matmul_sizes((b, m, n, k): (usize, usize, usize, usize)) -> Result<usize, Bac
     checked_product("matmul", "output element count (b * m * n)", &[b, m, n])
 }
 
-/// Runs the GEMM for buffers of one element type.
-fn gemm<T: GemmType>(
+/// Runs the GEMM for buffers of one element type: our `gemv` kernels for decode-shaped
+/// products ([`crate::gemv::plan`]), rocBLAS for the rest.
+fn gemm<T: GemmType + RocmDType>(
     dev: &RocmDevice,
     (b, m, n, k): (usize, usize, usize, usize),
     (lhs, lhs_l): (&DeviceBuffer<T>, &Layout),
@@ -128,6 +131,12 @@ fn gemm<T: GemmType>(
         return Err(invalid("matmul", "a start offset lies past its buffer"));
     }
     let (a, bb) = (rhs.slice(r_off..)?, lhs.slice(l_off..)?);
+    if crate::registry::fast_kernels() {
+        if let Some(p) = crate::gemv::plan(&cfg, T::DTYPE) {
+            crate::gemv::run(dev, &cfg, &p, &a, &bb, &mut out)?;
+            return Ok(out);
+        }
+    }
     // `gemm_strided_batched` checks that every matrix of the batch lies inside its operand.
     dev.blas(|h| h.gemm_strided_batched(&cfg, &a, &bb, &mut out))?;
     Ok(out)

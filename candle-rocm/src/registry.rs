@@ -18,7 +18,8 @@ use std::sync::{Arc, OnceLock};
 use candle_rocm_kernels::{Module, GENERIC_TARGETS, KERNELS_DIR_VAR, TARGETS};
 use rocm_safe::{Device, Function, GfxArch, RocmError};
 
-/// Variable that turns our fast kernel modules (`elementwise`, `rows`) off when `0` or `off`:
+/// Variable that turns our fast kernel modules (`elementwise`, `rows`, `gemv`, the batched `copy`) off
+/// when `0` or `off`:
 /// candle's kernels then run every op they cover (for side-by-side measurements, and as an
 /// escape hatch). Read once per process.
 pub const FAST_KERNELS_VAR: &str = "CANDLE_ROCM_FAST_KERNELS";
@@ -33,6 +34,24 @@ pub fn fast_kernels() -> bool {
             tracing::info!("{FAST_KERNELS_VAR}: our fast kernels are off, candle's kernels run");
         }
         !off
+    })
+}
+
+/// Variable that turns the batched copies of `cat` off when `0` or `off`: each input then
+/// takes its own `copy2d` launch, as in candle's CUDA backend (for side-by-side measurements;
+/// [`FAST_KERNELS_VAR`] turns them off too). Read once per process.
+pub const BATCHED_COPY_VAR: &str = "CANDLE_ROCM_BATCHED_COPY";
+
+/// Whether `cat` runs its copies batched (`kernels/hip/copy.hip`; see [`BATCHED_COPY_VAR`]).
+pub fn batched_copy() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        let off = std::env::var(BATCHED_COPY_VAR)
+            .is_ok_and(|v| v == "0" || v.eq_ignore_ascii_case("off"));
+        if off {
+            tracing::info!("{BATCHED_COPY_VAR}: cat copies one input per launch");
+        }
+        fast_kernels() && !off
     })
 }
 

@@ -10,10 +10,11 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
-use candle_core::ext::{ExtBackendDevice, ExtBackendStorage, FusedOp};
+use candle_core::ext::{Copy2d, ExtBackendDevice, ExtBackendStorage, FusedOp};
 use candle_core::{Device, Layout, Shape};
 use parking_lot::Mutex;
 
+use crate::copy::Copy2dArgs;
 use crate::error::{BackendError, WrapErr};
 use crate::{RocmDevice, RocmStorage};
 
@@ -60,6 +61,31 @@ impl ExtBackendStorage for RocmStorage {
         args: &[(&Self, &Layout)],
     ) -> candle_core::Result<Option<(Self, Shape)>> {
         crate::fused::run(self, layout, op, args)
+    }
+
+    /// `cat`'s copies in one launch per [`crate::copy::BATCH`] ([`crate::copy`]); with
+    /// `CANDLE_ROCM_BATCHED_COPY=0` or `CANDLE_ROCM_FAST_KERNELS=0`, not handled: candle's
+    /// `copy2d` kernel, one launch per input.
+    fn ext_copy2d_many(&mut self, srcs: &[(&Self, Copy2d)]) -> candle_core::Result<bool> {
+        if !crate::registry::batched_copy() {
+            return Ok(false);
+        }
+        let srcs: Vec<_> = srcs
+            .iter()
+            .map(|(s, c)| {
+                let args = Copy2dArgs {
+                    d1: c.d1,
+                    d2: c.d2,
+                    src_s: c.src_s,
+                    dst_s: c.dst_s,
+                    src_o: c.src_o,
+                    dst_o: c.dst_o,
+                };
+                (*s, args)
+            })
+            .collect();
+        self.copy2d_many(&srcs)?;
+        Ok(true)
     }
 }
 

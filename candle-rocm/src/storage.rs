@@ -139,7 +139,7 @@ pub(crate) use match_dtype;
 pub struct RocmStorage {
     /// The typed buffer.
     pub slice: RocmStorageSlice,
-    device: RocmDevice,
+    pub(crate) device: RocmDevice,
 }
 
 impl std::fmt::Debug for RocmStorage {
@@ -221,7 +221,11 @@ impl RocmStorage {
     }
 
     /// Fails unless `other` lives on the same device.
-    fn same_device_as(&self, other: &RocmStorage, op: &'static str) -> candle_core::Result<()> {
+    pub(crate) fn same_device_as(
+        &self,
+        other: &RocmStorage,
+        op: &'static str,
+    ) -> candle_core::Result<()> {
         if self.device.same_device(&other.device) {
             Ok(())
         } else {

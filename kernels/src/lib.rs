@@ -3,7 +3,7 @@
 //!
 //! `cargo xtask kernels` compiles candle-kernels' `.cu` sources (read from the cargo registry)
 //! and our own `kernels/hip/*.hip` (`rand`, `index`, `convert`, `where`, `small_int`, `rows`,
-//! `elementwise`, `qmatvec`) through the compatibility headers in `kernels/include/` into one
+//! `elementwise`, `qmatvec`, `copy`, `gemv`) through the compatibility headers in `kernels/include/` into one
 //! HSA code object per (module, target), deflate-compressed under `kernels/objects/` and listed in
 //! `kernels/manifest.json`; `src/objects.rs` embeds them. [`code_object`] returns one,
 //! decompressed; [`code_object::CodeObject`] reads a code object's kernel list and resource
@@ -69,6 +69,12 @@ pub enum Module {
     /// Ours, `qmatvec.hip`: quantized (q4_0, q4_1, q8_0, q4_K, q5_K, q6_K) matrix-vector
     /// products for GGUF decode, one f32 row against GGML blocks, wave-size aware.
     Qmatvec,
+    /// Ours, `copy.hip`: batched 2-D copies, the copies of one `cat` in a single launch, for
+    /// elements of 1, 2, 4 and 8 bytes.
+    Copy,
+    /// Ours, `gemv.hip`: `x w^T` for up to 8 rows of x (decode-shaped matrix products) in
+    /// f32, f16 and bf16, accumulated in f32, wave-size aware.
+    Gemv,
 }
 
 /// Where a module's source comes from.
@@ -82,7 +88,7 @@ pub enum Source {
 
 impl Module {
     /// Every module, in a fixed order (usable as an index).
-    pub const ALL: [Module; 19] = [
+    pub const ALL: [Module; 21] = [
         Module::Affine,
         Module::Binary,
         Module::Cast,
@@ -102,6 +108,8 @@ impl Module {
         Module::Rows,
         Module::Elementwise,
         Module::Qmatvec,
+        Module::Copy,
+        Module::Gemv,
     ];
 
     /// The source file's stem, e.g. `binary`.
@@ -126,6 +134,8 @@ impl Module {
             Module::Rows => "rows",
             Module::Elementwise => "elementwise",
             Module::Qmatvec => "qmatvec",
+            Module::Copy => "copy",
+            Module::Gemv => "gemv",
         }
     }
 
@@ -139,7 +149,9 @@ impl Module {
             | Module::SmallInt
             | Module::Rows
             | Module::Elementwise
-            | Module::Qmatvec => Source::Ours,
+            | Module::Qmatvec
+            | Module::Copy
+            | Module::Gemv => Source::Ours,
             _ => Source::Candle,
         }
     }

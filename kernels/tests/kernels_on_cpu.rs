@@ -1,9 +1,10 @@
 //! Runs our own kernel sources on the CPU: `tests/emu/emu.h` emulates the HIP/CUDA execution
 //! model in plain C++ (blocks one after another, the threads of a block as cooperative fibers
 //! that meet at `__syncthreads` and wave shuffles, `__shared__` as static storage), and the
-//! drivers in `tests/emu/` launch `hip/elementwise.hip`, `hip/rows.hip`, `hip/index.hip` and
-//! `hip/qmatvec.hip` with candle-rocm's launch geometry and argument structs and check every
-//! result against host references. `rows.hip` and `qmatvec.hip` run three ways: their CUDA path
+//! drivers in `tests/emu/` launch `hip/elementwise.hip`, `hip/rows.hip`, `hip/index.hip`,
+//! `hip/qmatvec.hip`, `hip/copy.hip` and `hip/gemv.hip` with candle-rocm's launch geometry and
+//! argument structs and check every result against host references. `rows.hip`, `qmatvec.hip`
+//! and `gemv.hip` run three ways: their CUDA path
 //! (32-lane `__shfl_xor_sync`) and their AMD path (`ds_bpermute`) with wave 32 and wave 64.
 //!
 //! Needs the toolchain `cargo xtask kernels` uses (`bash kernels/install-toolchain.sh`, or a
@@ -47,6 +48,26 @@ fn rows_kernels_match_references_on_cpu_amd_wave32() {
 #[test]
 fn rows_kernels_match_references_on_cpu_amd_wave64() {
     build_and_run("rows_test.cpp", "rows-amd64", &["-DEMU_AMD_WAVE=64"]);
+}
+
+#[test]
+fn gemv_kernels_match_references_on_cpu_cuda_path() {
+    build_and_run("gemv_test.cpp", "gemv-cuda", &[]);
+}
+
+#[test]
+fn gemv_kernels_match_references_on_cpu_amd_wave32() {
+    build_and_run("gemv_test.cpp", "gemv-amd32", &["-DEMU_AMD_WAVE=32"]);
+}
+
+#[test]
+fn gemv_kernels_match_references_on_cpu_amd_wave64() {
+    build_and_run("gemv_test.cpp", "gemv-amd64", &["-DEMU_AMD_WAVE=64"]);
+}
+
+#[test]
+fn batched_copy_kernels_match_references_on_cpu() {
+    build_and_run("copy_test.cpp", "copy", &[]);
 }
 
 #[test]

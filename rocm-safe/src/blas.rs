@@ -124,7 +124,7 @@ impl GemmConfig {
     }
 
     /// Checks dimensions against rocBLAS's limits and the operands' lengths.
-    fn validate(&self, len_a: usize, len_b: usize, len_c: usize) -> Result<()> {
+    pub fn validate(&self, len_a: usize, len_b: usize, len_c: usize) -> Result<()> {
         let bad = |msg: String| Err(RocmError::InvalidArgument(format!("gemm {self:?}: {msg}")));
         let (ar, ac) = match self.trans_a {
             Transpose::No => (self.m, self.k),

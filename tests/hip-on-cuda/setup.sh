@@ -33,7 +33,7 @@ if ! nvcc -cubin -arch=sm_90 -x cu -o "$BUILD/test_kernels.cubin" \
     cat "$OUT/nvcc.log"
     return 1
 fi
-nvcc -O2 -o "$BUILD/launch_bench" tests/hip-on-cuda/launch_bench.c -lcuda > "$OUT/bench-build.log" 2>&1 \
+nvcc -O2 -o "$BUILD/launch_bench" tests/hip-on-cuda/launch_bench.c -lcuda -ldl > "$OUT/bench-build.log" 2>&1 \
     || cat "$OUT/bench-build.log"
 # candle-kernels' own CUDA sources (carried in the bundle) and ours, compiled natively by nvcc
 # for the kernel registry's override directory: <module>.<processor>.co.
@@ -79,17 +79,21 @@ fi
 export RUST_BACKTRACE=1
 
 # launch_overhead LOG: rocm-safe's launch benchmark ($BUILD/bin/rocm-safe.launch_overhead) next
-# to a raw cuLaunchKernel loop of the same kernel, output in LOG, a summary row per measure.
+# to a raw cuLaunchKernel loop of the same kernel and a raw hipModuleLaunchKernel loop through
+# the test double (the call rocm-safe wraps), output in LOG, a summary row per measure.
 launch_overhead() {
     local log="$1"
     [ -x "$BUILD/bin/rocm-safe.launch_overhead" ] || return 0
     "$BUILD/bin/rocm-safe.launch_overhead" 100000 2>&1 | tee "$log"
-    [ -x "$BUILD/launch_bench" ] && "$BUILD/launch_bench" "$ROCM_SAFE_TEST_MODULE" 100000 2>&1 | tee -a "$log"
-    local k ours raw ratio
+    [ -x "$BUILD/launch_bench" ] && "$BUILD/launch_bench" "$ROCM_SAFE_TEST_MODULE" 100000 \
+        "$ROCM_SYS_HIP_LIB" 2>&1 | tee -a "$log"
+    local k ours raw hip ratio hratio
     for k in enqueue with_sync; do
         ours=$(awk -v k="rocm_safe_${k}_us" '$2 == k { print $3 }' "$log")
         raw=$(awk -v k="raw_culaunch_${k}_us" '$2 == k { print $3 }' "$log")
+        hip=$(awk -v k="raw_hiplaunch_${k}_us" '$2 == k { print $3 }' "$log")
         ratio=$(awk -v a="$ours" -v b="$raw" 'BEGIN { if (a != "" && b > 0) printf "%.2f", a / b }')
-        row "launch $k (us/launch)" "rocm-safe ${ours:-?} | raw cuLaunchKernel ${raw:-?} | ratio ${ratio:-?}"
+        hratio=$(awk -v a="$ours" -v b="$hip" 'BEGIN { if (a != "" && b > 0) printf "%.2f", a / b }')
+        row "launch $k (us/launch)" "rocm-safe ${ours:-?} | raw cuLaunchKernel ${raw:-?} (ratio ${ratio:-?}) | raw hipModuleLaunchKernel via the double ${hip:-?} (ratio ${hratio:-?})"
     done
 }

@@ -53,6 +53,34 @@ fn parity(what: &str, f: impl Fn(&Device) -> Result<Vec<Tensor>>) -> Result<Devi
     Ok(dev)
 }
 
+/// `Tensor::cat` of inputs laid out for 2-D copies reaches the backend as one batched call
+/// (`ExtStorage::copy2d_many`) with one copy per input, and gives the CPU's result: a
+/// grouped-query `repeat_kv` (one tensor eight times, dim 2), a KV-cache append, inputs with
+/// start offsets and row strides (narrowed), and dtypes of 1, 2, 4 and 8 bytes. Inputs that
+/// need a strided copy (a transposed one) take the other path, and no batch is recorded.
+#[test]
+fn cat_queues_its_copies_in_one_batched_call() -> Result<()> {
+    let dev = parity("cat batched", |d| {
+        let kv = input(d, 31, &[1, 4, 5, 64])?;
+        let new = input(d, 32, &[1, 4, 1, 64])?;
+        let wide = input(d, 33, &[3, 10, 7])?;
+        let mut out = vec![
+            Tensor::cat(&[&kv; 8], 2)?.reshape((1, 32, 5, 64))?,
+            Tensor::cat(&[&kv, &new], 2)?,
+            Tensor::cat(&[&wide.narrow(1, 2, 5)?, &wide.narrow(1, 0, 3)?], 1)?,
+            Tensor::cat(&[&wide.narrow(2, 1, 4)?, &wide.narrow(2, 0, 2)?], 2)?,
+        ];
+        for dtype in [DType::U8, DType::F16, DType::F64] {
+            let x = wide.to_dtype(dtype)?;
+            out.push(Tensor::cat(&[&x, &x, &x], 1)?);
+        }
+        out.push(Tensor::cat(&[&wide.t()?, &wide.t()?], 0)?);
+        Ok(out)
+    })?;
+    assert_eq!(ext(&dev).copy2d_many(), vec![8, 2, 2, 2, 3, 3, 3]);
+    Ok(())
+}
+
 #[test]
 fn device_identity_and_transfers() -> Result<()> {
     let dev = ext_cpu_device();

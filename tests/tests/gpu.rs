@@ -1,4 +1,5 @@
-//! Tensor-level GPU tests: candle-nn's fused ops, autograd, quantized (GGML) tensors, many
+//! Tensor-level GPU tests: candle-nn's fused ops, `cat`'s batched copies, decode-shaped
+//! matrix products, autograd, quantized (GGML) tensors, many
 //! threads on one device and the device handle itself, each result compared with the same
 //! candle API on the CPU.
 //!
@@ -9,10 +10,14 @@
 // A crate root looks for `mod x;` beside itself; the modules live in `gpu/`.
 #[path = "gpu/autograd.rs"]
 mod autograd;
+#[path = "gpu/copy.rs"]
+mod copy;
 #[path = "gpu/device.rs"]
 mod device;
 #[path = "gpu/fused.rs"]
 mod fused;
+#[path = "gpu/matmul.rs"]
+mod matmul;
 #[path = "gpu/quantized.rs"]
 mod quantized;
 #[path = "gpu/stress.rs"]

@@ -51,6 +51,11 @@ struct Cli {
     /// tokens/s of the real model (skipped when not given).
     #[arg(long)]
     gguf: Option<std::path::PathBuf>,
+    /// One untimed pass of each selected decoder row (prompt, then the decode steps; f16 only
+    /// for the safetensors llama), for a profiler such as Nsight Compute to record
+    /// (`tests/hip-on-cuda/profile.sh`); prints no rows.
+    #[arg(long)]
+    profile: bool,
 }
 
 /// The device this build benchmarks: Candle's CUDA device in the Candle-CUDA build.
@@ -87,6 +92,8 @@ const BACKEND: &str = if cfg!(feature = "cudnn") {
 struct Bench {
     dev: Device,
     only: Vec<String>,
+    /// `--profile`: one untimed pass of the decoder rows.
+    profile: bool,
     /// Elements of the memory-bound rows.
     n: usize,
 }
@@ -664,36 +671,62 @@ fn llama_config() -> candle_transformers::models::llama::Config {
 
 /// Greedy decoding: a 16-token prompt, then `steps` tokens one at a time with the KV cache,
 /// each step's argmax read back to the host as a generation loop does. Reports seconds per
-/// decoded token.
+/// decoded token, and in a second row (`decode_llama_1.1b_host`) the host's share of it: the
+/// time to queue each step's forward and argmax, without waiting for the GPU. When the two are
+/// close the loop is bound by the host (op overhead), else by the GPU.
 fn decode(b: &Bench, steps: usize) -> Result<()> {
     use candle_transformers::models::llama::{Cache, Llama};
     let dev = &b.dev;
     let cfg = llama_config();
-    for dtype in [DType::F16, DType::BF16] {
+    let dtypes: &[DType] = if b.profile {
+        &[DType::F16]
+    } else {
+        &[DType::F16, DType::BF16]
+    };
+    for &dtype in dtypes {
         let op = "decode_llama_1.1b";
         if !b.wanted("model", op) {
             continue;
         }
         let vb = candle_nn::VarBuilder::from_backend(Box::new(RandomWeights), dtype, dev.clone());
         let model = Llama::load(vb, &cfg)?;
-        let run = |steps: usize| -> Result<f64> {
+        // (seconds per token, host seconds per token)
+        let run = |steps: usize| -> Result<(f64, f64)> {
             let mut cache = Cache::new(true, dtype, &cfg, dev)?;
             let prompt: Vec<u32> = (0..16u32).map(|i| 100 + 37 * i).collect();
             let input = Tensor::new(prompt.as_slice(), dev)?.unsqueeze(0)?;
             let logits = model.forward(&input, 0, &mut cache)?;
             let mut next = logits.argmax(D::Minus1)?.flatten_all()?.to_vec1::<u32>()?[0];
             dev.synchronize()?;
+            let mut host = 0.0;
             let t = Instant::now();
             for i in 0..steps {
+                let q = Instant::now();
                 let input = Tensor::new(&[next], dev)?.unsqueeze(0)?;
                 let logits = model.forward(&input, 16 + i, &mut cache)?;
-                next = logits.argmax(D::Minus1)?.flatten_all()?.to_vec1::<u32>()?[0];
+                let best = logits.argmax(D::Minus1)?.flatten_all()?;
+                host += q.elapsed().as_secs_f64();
+                next = best.to_vec1::<u32>()?[0];
             }
-            Ok(t.elapsed().as_secs_f64() / steps as f64)
+            let n = steps as f64;
+            Ok((t.elapsed().as_secs_f64() / n, host / n))
         };
+        if b.profile {
+            run(steps)?;
+            continue;
+        }
         run(4)?;
-        let s = median((0..3).map(|_| run(steps)).collect::<Result<Vec<_>>>()?);
+        let runs = (0..3).map(|_| run(steps)).collect::<Result<Vec<_>>>()?;
+        let s = median(runs.iter().map(|r| r.0).collect());
+        let host = median(runs.iter().map(|r| r.1).collect());
         b.print(["model", op, "prompt16", name(dtype)], s, 1.0, "tokens");
+        let host_op = "decode_llama_1.1b_host";
+        b.print(
+            ["model", host_op, "prompt16", name(dtype)],
+            host,
+            1.0,
+            "tokens",
+        );
     }
     Ok(())
 }
@@ -935,7 +968,12 @@ fn main() -> Result<()> {
         dev,
         only: cli.only,
         n: cli.elements,
+        profile: cli.profile,
     };
+    if b.profile {
+        decode(&b, cli.decode_tokens)?;
+        return Ok(());
+    }
     for dtype in [DType::F32, DType::BF16] {
         memory_bound(&b, dtype)?;
     }

@@ -13,6 +13,8 @@
 //!   dtype returns `None` and takes the slot's CPU fallback. The device records both (see
 //!   [`ExtCpuDevice::fused`] and [`ExtCpuDevice::fallbacks`]), and a strict device
 //!   ([`ext_cpu_device_strict`]) refuses fallbacks, as candle-rocm's strict mode does.
+//! - Batched copies: [`ExtBackendStorage::ext_copy2d_many`] runs `cat`'s copies in one call
+//!   and records it ([`ExtCpuDevice::copy2d_many`]).
 //! - Quantized tensors: [`ExtCpuQStorage`] keeps the blocks on the host and overrides only
 //!   [`ExtQStorage::dequantize`] (its native path, no fallback); `dequantize_f16`, `embedding`
 //!   and `matmul_t` are the trait's defaults, built on the device's float ops. A device made
@@ -27,7 +29,7 @@ use candle_core::backend::{BackendDevice, BackendStorage};
 use candle_core::conv::{ParamsConv1D, ParamsConv2D, ParamsConvTranspose1D, ParamsConvTranspose2D};
 use candle_core::cpu_backend::{unary_map, CpuDevice};
 use candle_core::ext::{
-    ExtBackendDevice, ExtBackendStorage, ExtDevice, ExtQStorage, ExtStorage, FusedOp,
+    Copy2d, ExtBackendDevice, ExtBackendStorage, ExtDevice, ExtQStorage, ExtStorage, FusedOp,
 };
 use candle_core::op::{BinaryOpT, CmpOp, ReduceOp, UnaryOpT};
 use candle_core::quantized::{GgmlDType, QuantizedType};
@@ -51,6 +53,7 @@ struct State {
     fallbacks: Mutex<Vec<String>>,
     fused: Mutex<Vec<&'static str>>,
     dequantized: Mutex<usize>,
+    copy2d_many: Mutex<Vec<usize>>,
 }
 
 /// The test device: candle's CPU behind the slot. Clones share one record of fallbacks and
@@ -93,6 +96,12 @@ impl ExtCpuDevice {
     /// The fused ops [`ExtBackendStorage::ext_fused`] handled, by [`FusedOp::name`], in order.
     pub fn fused(&self) -> Vec<&'static str> {
         lock(&self.state.fused).clone()
+    }
+
+    /// The batched copies [`ExtBackendStorage::ext_copy2d_many`] ran (candle-core's `cat`), as
+    /// the number of copies in each, in order.
+    pub fn copy2d_many(&self) -> Vec<usize> {
+        lock(&self.state.copy2d_many).clone()
     }
 
     /// How many times [`ExtCpuQStorage`]'s own `dequantize` ran.
@@ -402,6 +411,24 @@ impl ExtBackendStorage for ExtCpuStorage {
             }
             None => Ok(None),
         }
+    }
+
+    /// Runs the copies one after another on the host, as candle's CPU `copy2d` does, and
+    /// records the batch.
+    fn ext_copy2d_many(&mut self, srcs: &[(&Self, Copy2d)]) -> Result<bool> {
+        for (src, c) in srcs {
+            src.inner.copy2d(
+                &mut self.inner,
+                c.d1,
+                c.d2,
+                c.src_s,
+                c.dst_s,
+                c.src_o,
+                c.dst_o,
+            )?;
+        }
+        lock(&self.device.state.copy2d_many).push(srcs.len());
+        Ok(true)
     }
 }
 

@@ -1,0 +1,164 @@
+// gemv.hip - skinny matrix products at the memory-bandwidth limit: y = x w^T for up to 8 rows
+// of x, the shape of every linear layer while a model decodes (one token per sequence) and of
+// attention's q k^T. f32, f16 and bf16, accumulated in f32.
+//
+// Written for candle-rocm (not from candle-kernels). Plain CUDA syntax plus a few AMD builtins
+// behind __HIP_DEVICE_COMPILE__, so the same file builds for AMD (clang, kernels/include
+// headers) and for the HIP-on-CUDA harness (nvcc with CUDA's own headers).
+//
+// Operands (one batch entry; entry z adds z * stride_* elements to each pointer):
+//   w: n rows of k elements, row r at w + r * ldw (a Linear layer's weight, or k of attention);
+//   x: M rows of k elements, row i at x + i * ldx;
+//   y: M rows of n elements, row i at y + i * n, y[i][r] = sum_j x[i][j] * w[r][j] rounded to T.
+// Every product and sum in f32, one rounding to T at the end (as rocBLAS and cuBLAS compute
+// f16/bf16 products with f32 accumulation).
+//
+// Work split. A group of GV_GROUP (32) lanes computes one output row r for all M rows of x:
+// lane l takes the 16-byte chunks l, l + 32, l + 64, ... of w's row (N = 16 / sizeof(T)
+// elements each) and the same chunks of every x row, so neighbouring lanes read neighbouring
+// chunks and one pass over w serves all M rows. The M partial sums are reduced with xor shuffles
+// inside the 32 lanes (ds_bpermute on AMD, so a wave of 64 holds two independent groups; the
+// wave size GV_WAVE is a compile-time constant, 32 or 64, and nothing assumes either). A block
+// of GV_BLOCK (256) threads has 8 groups, so 8 rows; blocks visit rows with a block-uniform
+// grid-stride loop and batch entries along grid y; a row past n is computed from row n - 1
+// (so every lane reaches every shuffle) and not written.
+//
+// Vector path (suffix _v): 16-byte loads of w and x. The host takes it only when w, x, ldw,
+// ldx, the batch strides and k are all multiples of N elements and both base pointers are
+// 16-byte aligned; otherwise the scalar path reads one element per lane step.
+//
+// Kernels (T in f32, f16, bf16; M in 1..8):
+//   gemv_<T>_<M>(const T* w, const T* x, T* y, uint32_t n, uint32_t k, uint32_t ldw,
+//                uint32_t ldx, uint64_t stride_w, uint64_t stride_x, uint64_t stride_y)
+//   gemv_<T>_<M>_v(same)
+// Launch with blockDim (GV_BLOCK, 1, 1), any grid x, grid y = batch entries (candle-rocm:
+// min(ceil(n / 8), 65535) x batch).
+#include "cuda_fp16.h"
+#include "cuda_bf16.h"
+#include <stdint.h>
+
+#if defined(__HIP_DEVICE_COMPILE__)
+#define GV_WAVE __AMDGCN_WAVEFRONT_SIZE__
+typedef unsigned int gv_vec __attribute__((ext_vector_type(4)));
+#else
+#define GV_WAVE 32
+typedef uint4 gv_vec;
+#endif
+
+#define GV_GROUP 32
+#define GV_BLOCK 256
+#define GV_ROWS (GV_BLOCK / GV_GROUP)
+
+#if GV_WAVE % GV_GROUP != 0
+#error "the wave size must be a multiple of the row group"
+#endif
+
+__device__ __forceinline__ float gv_to(float v) { return v; }
+__device__ __forceinline__ float gv_to(__half v) { return __half2float(v); }
+__device__ __forceinline__ float gv_to(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T> __device__ __forceinline__ T gv_from(float v);
+template <> __device__ __forceinline__ float gv_from<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half gv_from<__half>(float v) { return __float2half(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 gv_from<__nv_bfloat16>(float v) {
+    return __float2bfloat16(v);
+}
+
+// xor shuffle inside the wave (masks below GV_GROUP keep it inside the 32-lane group).
+__device__ __forceinline__ float gv_shfl_xor(float v, int mask) {
+#if defined(__HIP_DEVICE_COMPILE__)
+    int lane = __builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u));
+    return __int_as_float(__builtin_amdgcn_ds_bpermute((lane ^ mask) << 2, __float_as_int(v)));
+#else
+    return __shfl_xor_sync(0xffffffffu, v, mask);
+#endif
+}
+
+template <typename T> struct GvChunk {
+    static constexpr int N = 16 / sizeof(T);
+    T e[N];
+};
+
+template <typename T> __device__ __forceinline__ GvChunk<T> gv_load(const T *p) {
+    gv_vec v = *reinterpret_cast<const gv_vec *>(p);
+    GvChunk<T> out;
+    __builtin_memcpy(&out, &v, sizeof(out));
+    return out;
+}
+
+template <typename T, int M, bool VEC>
+__device__ __forceinline__ void gemv(const T *w, const T *x, T *y, uint32_t n, uint32_t k,
+                                     uint32_t ldw, uint32_t ldx, uint64_t stride_w,
+                                     uint64_t stride_x, uint64_t stride_y) {
+    const uint64_t z = blockIdx.y;
+    w += z * stride_w;
+    x += z * stride_x;
+    y += z * stride_y;
+    const uint32_t lane = threadIdx.x % GV_GROUP;
+    const uint32_t group = threadIdx.x / GV_GROUP;
+    for (uint32_t base = blockIdx.x * GV_ROWS; base < n; base += gridDim.x * GV_ROWS) {
+        const uint32_t r = base + group;
+        const uint32_t row = r < n ? r : n - 1;
+        const T *wr = w + (uint64_t)row * ldw;
+        float acc[M];
+#pragma unroll
+        for (int i = 0; i < M; i++) acc[i] = 0.0f;
+        if (VEC) {
+            constexpr int N = GvChunk<T>::N;
+            const uint32_t chunks = k / N;
+#pragma unroll 4
+            for (uint32_t c = lane; c < chunks; c += GV_GROUP) {
+                const GvChunk<T> wc = gv_load(wr + (uint64_t)c * N);
+                float wf[N];
+#pragma unroll
+                for (int e = 0; e < N; e++) wf[e] = gv_to(wc.e[e]);
+#pragma unroll
+                for (int i = 0; i < M; i++) {
+                    const GvChunk<T> xc = gv_load(x + (uint64_t)i * ldx + (uint64_t)c * N);
+#pragma unroll
+                    for (int e = 0; e < N; e++) acc[i] = fmaf(gv_to(xc.e[e]), wf[e], acc[i]);
+                }
+            }
+        } else {
+#pragma unroll 4
+            for (uint32_t j = lane; j < k; j += GV_GROUP) {
+                const float wf = gv_to(wr[j]);
+#pragma unroll
+                for (int i = 0; i < M; i++) acc[i] = fmaf(gv_to(x[(uint64_t)i * ldx + j]), wf, acc[i]);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < M; i++) {
+#pragma unroll
+            for (int mask = GV_GROUP / 2; mask > 0; mask >>= 1) acc[i] += gv_shfl_xor(acc[i], mask);
+        }
+        if (lane == 0 && r < n) {
+#pragma unroll
+            for (int i = 0; i < M; i++) y[(uint64_t)i * n + r] = gv_from<T>(acc[i]);
+        }
+    }
+}
+
+#define GV_ONE(T, TN, M, VEC, SUF)                                                               \
+    extern "C" __global__ void __launch_bounds__(GV_BLOCK)                                       \
+        gemv_##TN##_##M##SUF(const T *w, const T *x, T *y, uint32_t n, uint32_t k, uint32_t ldw, \
+                             uint32_t ldx, uint64_t stride_w, uint64_t stride_x,                 \
+                             uint64_t stride_y) {                                                \
+        gemv<T, M, VEC>(w, x, y, n, k, ldw, ldx, stride_w, stride_x, stride_y);                  \
+    }
+#define GV_M(T, TN, VEC, SUF)                                                                    \
+    GV_ONE(T, TN, 1, VEC, SUF)                                                                   \
+    GV_ONE(T, TN, 2, VEC, SUF)                                                                   \
+    GV_ONE(T, TN, 3, VEC, SUF)                                                                   \
+    GV_ONE(T, TN, 4, VEC, SUF)                                                                   \
+    GV_ONE(T, TN, 5, VEC, SUF)                                                                   \
+    GV_ONE(T, TN, 6, VEC, SUF)                                                                   \
+    GV_ONE(T, TN, 7, VEC, SUF)                                                                   \
+    GV_ONE(T, TN, 8, VEC, SUF)
+#define GV_T(T, TN)                                                                              \
+    GV_M(T, TN, false, )                                                                         \
+    GV_M(T, TN, true, _v)
+
+GV_T(float, f32)
+GV_T(__half, f16)
+GV_T(__nv_bfloat16, bf16)
