@@ -21,9 +21,14 @@ use crate::storage::RocmDType;
 /// The most rows of `lhs` the kernels take (M in `gemv_<T>_<M>`).
 pub const MAX_ROWS: usize = 8;
 
-/// Threads per block (`GV_BLOCK`), and output rows per block (`GV_ROWS`).
+/// Threads per block (`GV_BLOCK`), and its groups of 32 lanes (`GV_ROWS`: one row each at one
+/// group per row).
 const BLOCK: u32 = 256;
-const ROWS_PER_BLOCK: usize = 8;
+const GROUPS_PER_BLOCK: usize = 8;
+/// Blocks a product should have at least (summed over the batch) before its rows are not split
+/// further: several per compute unit of a large GPU (132 SMs on an H100, 304 CUs on an MI300X),
+/// so the last wave of blocks does not leave most of them idle.
+const TARGET_BLOCKS: usize = 1024;
 /// Most blocks along x; the kernels loop over the rest.
 const MAX_BLOCKS: usize = 65535;
 /// Most batch entries (grid y).
@@ -100,6 +105,24 @@ pub fn plan(cfg: &GemmConfig, dtype: DType) -> Option<Plan> {
     })
 }
 
+/// Groups of 32 lanes per output row (the kernels' `gpr`: 1, 2, 4 or 8): the fewest that give
+/// [`TARGET_BLOCKS`] blocks over the batch, but no more than leave each group a whole 16-byte
+/// chunk per lane of the row (`k` elements of `size` bytes).
+fn groups_per_row(n: usize, k: usize, batch: usize, size: usize) -> usize {
+    let chunks_per_group_step = 32 * (16 / size);
+    let most = (k / chunks_per_group_step).clamp(1, GROUPS_PER_BLOCK);
+    let mut gpr = 1;
+    while gpr < most
+        && n.saturating_mul(gpr)
+            .div_ceil(GROUPS_PER_BLOCK)
+            .saturating_mul(batch)
+            < TARGET_BLOCKS
+    {
+        gpr *= 2;
+    }
+    gpr.min(most)
+}
+
 /// Whether the 16-byte-load kernels (`_v`) can run: every row and batch entry of `w` and `x`
 /// starts 16-byte aligned (both base addresses aligned, every stride and `k` a multiple of the
 /// chunk).
@@ -130,7 +153,9 @@ pub fn run<T: RocmDType>(
     let vec = vectorized(p, size, w.device_ptr() as usize, x.device_ptr() as usize);
     let name = format!("{stem}_{}{}", p.rows, if vec { "_v" } else { "" });
     let f = dev.function(Module::Gemv, &name)?;
-    let grid_x = p.n.div_ceil(ROWS_PER_BLOCK).clamp(1, MAX_BLOCKS) as u32;
+    let gpr = groups_per_row(p.n, p.k, p.batch, size);
+    let rows_per_block = GROUPS_PER_BLOCK / gpr;
+    let grid_x = p.n.div_ceil(rows_per_block).clamp(1, MAX_BLOCKS) as u32;
     let cfg = LaunchConfig {
         grid_dim: (grid_x, p.batch as u32, 1),
         block_dim: (BLOCK, 1, 1),
@@ -139,6 +164,7 @@ pub fn run<T: RocmDType>(
     // `plan` kept these within u32.
     let (n, k, ldw, ldx) = (p.n as u32, p.k as u32, p.ldw as u32, p.ldx as u32);
     let (sw, sx, sy) = (p.stride_w as u64, p.stride_x as u64, p.stride_y as u64);
+    let gpr = gpr as u32;
     let (pw, px, py) = (
         DevicePtrArg::of(w),
         DevicePtrArg::of(x),
@@ -152,9 +178,10 @@ pub fn run<T: RocmDType>(
         .arg(&k)
         .arg(&ldw)
         .arg(&ldx);
-    l.arg(&sw).arg(&sx).arg(&sy);
+    l.arg(&sw).arg(&sx).arg(&sy).arg(&gpr);
     // SAFETY: gemv_<T>_<M>[_v](const T* w, const T* x, T* y, u32 n, u32 k, u32 ldw, u32 ldx,
-    // u64 stride_w, u64 stride_x, u64 stride_y) with M = p.rows and T's stem; `validate`
+    // u64 stride_w, u64 stride_x, u64 stride_y, u32 gpr) with M = p.rows, T's stem and gpr in
+    // 1, 2, 4, 8 (`groups_per_row`), blocks of GV_BLOCK threads; `validate`
     // proved every row of every batch entry of w (n x k, row stride ldw), x (rows x k, ldx)
     // and y (rows x n, batch stride stride_y) lies inside its buffer; `_v` only when every
     // 16-byte chunk it loads is aligned (`vectorized`); grid y is the batch (<= 65535), any
@@ -203,6 +230,24 @@ mod tests {
             (p.batch, p.n, p.k, p.stride_w, p.stride_y),
             (32, t, 64, t * 64, t)
         );
+    }
+
+    /// Rows are split over more groups for matrices of few rows, never past one chunk per lane.
+    #[test]
+    fn groups_per_row_fill_the_gpu() {
+        // (n, k, batch, element size) -> groups per row
+        for (n, k, b, size, want) in [
+            (32000, 2048, 1, 2, 1), // lm_head: 4000 blocks already
+            (5632, 2048, 1, 2, 2),
+            (2048, 2048, 1, 2, 4),
+            (2048, 5632, 1, 2, 4),
+            (256, 2048, 1, 2, 8),
+            (256, 512, 1, 2, 2), // 512 / 256 elements per group step
+            (21, 64, 32, 4, 1),  // attention: k of one chunk per lane
+            (1, 8, 1, 4, 1),
+        ] {
+            assert_eq!(groups_per_row(n, k, b, size), want, "n={n} k={k} b={b}");
+        }
     }
 
     /// A long `k` with few rows stays on rocBLAS (which splits `k`), with many rows it does not.

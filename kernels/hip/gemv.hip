@@ -13,15 +13,19 @@
 // Every product and sum in f32, one rounding to T at the end (as rocBLAS and cuBLAS compute
 // f16/bf16 products with f32 accumulation).
 //
-// Work split. A group of GV_GROUP (32) lanes computes one output row r for all M rows of x:
-// lane l takes the 16-byte chunks l, l + 32, l + 64, ... of w's row (N = 16 / sizeof(T)
-// elements each) and the same chunks of every x row, so neighbouring lanes read neighbouring
-// chunks and one pass over w serves all M rows. The M partial sums are reduced with xor shuffles
-// inside the 32 lanes (ds_bpermute on AMD, so a wave of 64 holds two independent groups; the
-// wave size GV_WAVE is a compile-time constant, 32 or 64, and nothing assumes either). A block
-// of GV_BLOCK (256) threads has 8 groups, so 8 rows; blocks visit rows with a block-uniform
-// grid-stride loop and batch entries along grid y; a row past n is computed from row n - 1
-// (so every lane reaches every shuffle) and not written.
+// Work split. gpr (groups per row: 1, 2, 4 or 8, chosen by the host) groups of GV_GROUP (32)
+// lanes compute one output row r for all M rows of x: lane l of the row's group g takes the
+// 16-byte chunks 32 g + l, 32 g + l + 32 gpr, ... of w's row (N = 16 / sizeof(T) elements each)
+// and the same chunks of every x row, so neighbouring lanes read neighbouring chunks and one
+// pass over w serves all M rows. Each group's M partial sums are reduced with xor shuffles
+// inside its 32 lanes (ds_bpermute on AMD, so a wave of 64 holds two independent groups; the
+// wave size GV_WAVE is a compile-time constant, 32 or 64, and nothing assumes either), then,
+// with gpr > 1, the row's groups add their parts through shared memory in group order. A block
+// of GV_BLOCK (256) threads has 8 groups, so 8 / gpr rows: more groups per row for a matrix of
+// few rows (a 2048-row weight is 256 blocks at gpr 1, too few to fill a large GPU evenly).
+// Blocks visit rows with a block-uniform grid-stride loop and batch entries along grid y; a row
+// past n is computed from row n - 1 (so every lane reaches every shuffle and barrier) and not
+// written.
 //
 // Vector path (suffix _v): 16-byte loads of w and x. The host takes it only when w, x, ldw,
 // ldx, the batch strides and k are all multiples of N elements and both base pointers are
@@ -29,10 +33,11 @@
 //
 // Kernels (T in f32, f16, bf16; M in 1..8):
 //   gemv_<T>_<M>(const T* w, const T* x, T* y, uint32_t n, uint32_t k, uint32_t ldw,
-//                uint32_t ldx, uint64_t stride_w, uint64_t stride_x, uint64_t stride_y)
+//                uint32_t ldx, uint64_t stride_w, uint64_t stride_x, uint64_t stride_y,
+//                uint32_t gpr)
 //   gemv_<T>_<M>_v(same)
-// Launch with blockDim (GV_BLOCK, 1, 1), any grid x, grid y = batch entries (candle-rocm:
-// min(ceil(n / 8), 65535) x batch).
+// Launch with blockDim (GV_BLOCK, 1, 1), gpr in 1, 2, 4, 8, any grid x, grid y = batch entries
+// (candle-rocm: min(ceil(n gpr / 8), 65535) x batch).
 #include "cuda_fp16.h"
 #include "cuda_bf16.h"
 #include <stdint.h>
@@ -48,6 +53,10 @@ typedef uint4 gv_vec;
 #define GV_GROUP 32
 #define GV_BLOCK 256
 #define GV_ROWS (GV_BLOCK / GV_GROUP)
+// 16-byte chunks of w a lane loads before using them (a tuning knob).
+#ifndef GV_UNROLL
+#define GV_UNROLL 4
+#endif
 
 #if GV_WAVE % GV_GROUP != 0
 #error "the wave size must be a multiple of the row group"
@@ -86,42 +95,59 @@ template <typename T> __device__ __forceinline__ GvChunk<T> gv_load(const T *p) 
     return out;
 }
 
+// acc[i] += chunk c of x's row i times the w chunk `wc`, for the M rows.
+template <typename T, int M>
+__device__ __forceinline__ void gv_chunk_fma(const GvChunk<T> &wc, const T *x, uint32_t ldx,
+                                             uint32_t c, float (&acc)[M]) {
+    constexpr int N = GvChunk<T>::N;
+    float wf[N];
+#pragma unroll
+    for (int e = 0; e < N; e++) wf[e] = gv_to(wc.e[e]);
+#pragma unroll
+    for (int i = 0; i < M; i++) {
+        const GvChunk<T> xc = gv_load(x + (uint64_t)i * ldx + (uint64_t)c * N);
+#pragma unroll
+        for (int e = 0; e < N; e++) acc[i] = fmaf(gv_to(xc.e[e]), wf[e], acc[i]);
+    }
+}
+
 template <typename T, int M, bool VEC>
 __device__ __forceinline__ void gemv(const T *w, const T *x, T *y, uint32_t n, uint32_t k,
                                      uint32_t ldw, uint32_t ldx, uint64_t stride_w,
-                                     uint64_t stride_x, uint64_t stride_y) {
+                                     uint64_t stride_x, uint64_t stride_y, uint32_t gpr) {
+    __shared__ float part[GV_BLOCK / GV_GROUP][M];
     const uint64_t z = blockIdx.y;
     w += z * stride_w;
     x += z * stride_x;
     y += z * stride_y;
     const uint32_t lane = threadIdx.x % GV_GROUP;
     const uint32_t group = threadIdx.x / GV_GROUP;
-    for (uint32_t base = blockIdx.x * GV_ROWS; base < n; base += gridDim.x * GV_ROWS) {
-        const uint32_t r = base + group;
+    const uint32_t rows_per_block = GV_BLOCK / GV_GROUP / gpr;
+    const uint32_t slice = group % gpr;             // which part of the row's k this group takes
+    const uint32_t first = slice * GV_GROUP + lane; // its first chunk (element on the scalar path)
+    const uint32_t stride = gpr * GV_GROUP;
+    for (uint32_t base = blockIdx.x * rows_per_block; base < n; base += gridDim.x * rows_per_block) {
+        const uint32_t r = base + group / gpr;
         const uint32_t row = r < n ? r : n - 1;
         const T *wr = w + (uint64_t)row * ldw;
         float acc[M];
 #pragma unroll
         for (int i = 0; i < M; i++) acc[i] = 0.0f;
         if (VEC) {
-            constexpr int N = GvChunk<T>::N;
-            const uint32_t chunks = k / N;
-#pragma unroll 4
-            for (uint32_t c = lane; c < chunks; c += GV_GROUP) {
-                const GvChunk<T> wc = gv_load(wr + (uint64_t)c * N);
-                float wf[N];
+            const uint32_t chunks = k / GvChunk<T>::N;
+            uint32_t c = first;
+            // GV_UNROLL chunks of w in flight per lane, loaded before any is used.
+            for (; c + (GV_UNROLL - 1) * stride < chunks; c += GV_UNROLL * stride) {
+                GvChunk<T> wc[GV_UNROLL];
 #pragma unroll
-                for (int e = 0; e < N; e++) wf[e] = gv_to(wc.e[e]);
+                for (int u = 0; u < GV_UNROLL; u++) wc[u] = gv_load(wr + (uint64_t)(c + u * stride) * GvChunk<T>::N);
 #pragma unroll
-                for (int i = 0; i < M; i++) {
-                    const GvChunk<T> xc = gv_load(x + (uint64_t)i * ldx + (uint64_t)c * N);
-#pragma unroll
-                    for (int e = 0; e < N; e++) acc[i] = fmaf(gv_to(xc.e[e]), wf[e], acc[i]);
-                }
+                for (int u = 0; u < GV_UNROLL; u++) gv_chunk_fma<T, M>(wc[u], x, ldx, c + u * stride, acc);
             }
+            for (; c < chunks; c += stride) gv_chunk_fma<T, M>(gv_load(wr + (uint64_t)c * GvChunk<T>::N), x, ldx, c, acc);
         } else {
 #pragma unroll 4
-            for (uint32_t j = lane; j < k; j += GV_GROUP) {
+            for (uint32_t j = first; j < k; j += stride) {
                 const float wf = gv_to(wr[j]);
 #pragma unroll
                 for (int i = 0; i < M; i++) acc[i] = fmaf(gv_to(x[(uint64_t)i * ldx + j]), wf, acc[i]);
@@ -132,9 +158,28 @@ __device__ __forceinline__ void gemv(const T *w, const T *x, T *y, uint32_t n, u
 #pragma unroll
             for (int mask = GV_GROUP / 2; mask > 0; mask >>= 1) acc[i] += gv_shfl_xor(acc[i], mask);
         }
-        if (lane == 0 && r < n) {
+        if (gpr == 1) {
+            if (lane == 0 && r < n) {
 #pragma unroll
-            for (int i = 0; i < M; i++) y[(uint64_t)i * n + r] = gv_from<T>(acc[i]);
+                for (int i = 0; i < M; i++) y[(uint64_t)i * n + r] = gv_from<T>(acc[i]);
+            }
+        } else {
+            // The row's gpr groups meet in shared memory; its first group adds the parts in
+            // slice order (the same order on every run).
+            if (lane == 0) {
+#pragma unroll
+                for (int i = 0; i < M; i++) part[group][i] = acc[i];
+            }
+            __syncthreads();
+            if (slice == 0 && lane == 0 && r < n) {
+#pragma unroll
+                for (int i = 0; i < M; i++) {
+                    float s = part[group][i];
+                    for (uint32_t g = 1; g < gpr; g++) s += part[group + g][i];
+                    y[(uint64_t)i * n + r] = gv_from<T>(s);
+                }
+            }
+            __syncthreads();
         }
     }
 }
@@ -143,8 +188,8 @@ __device__ __forceinline__ void gemv(const T *w, const T *x, T *y, uint32_t n, u
     extern "C" __global__ void __launch_bounds__(GV_BLOCK)                                       \
         gemv_##TN##_##M##SUF(const T *w, const T *x, T *y, uint32_t n, uint32_t k, uint32_t ldw, \
                              uint32_t ldx, uint64_t stride_w, uint64_t stride_x,                 \
-                             uint64_t stride_y) {                                                \
-        gemv<T, M, VEC>(w, x, y, n, k, ldw, ldx, stride_w, stride_x, stride_y);                  \
+                             uint64_t stride_y, uint32_t gpr) {                                  \
+        gemv<T, M, VEC>(w, x, y, n, k, ldw, ldx, stride_w, stride_x, stride_y, gpr);             \
     }
 #define GV_M(T, TN, VEC, SUF)                                                                    \
     GV_ONE(T, TN, 1, VEC, SUF)                                                                   \

@@ -19,7 +19,7 @@
 using namespace chk;
 
 typedef void (*Kernel)(const void *, const void *, void *, uint32_t, uint32_t, uint32_t, uint32_t,
-                       uint64_t, uint64_t, uint64_t);
+                       uint64_t, uint64_t, uint64_t, uint32_t);
 
 static Counter C;
 static long launches;
@@ -34,12 +34,13 @@ struct Case {
     const char *what;
     uint32_t n, k, ldw, ldx, batch;
     bool bcast_w; // stride_w = 0
-    unsigned grid;  // 0: ceil(n / 8)
+    unsigned grid;  // 0: ceil(n gpr / 8)
+    uint32_t gpr;   // groups per row
 };
 
 template <typename T>
 static void run(DT dt, const Kernel (&scalar)[8], const Kernel (&vec)[8], const Case &cs, int m) {
-    C.ctx = std::string(cs.what) + " " + dt_name(dt) + " M=" + std::to_string(m);
+    C.ctx = std::string(cs.what) + " " + dt_name(dt) + " M=" + std::to_string(m) + " gpr=" + std::to_string(cs.gpr);
     const uint32_t N = 16 / sizeof(T);
     std::mt19937_64 rng(cs.n * 131 + cs.k * 7 + m);
     std::uniform_int_distribution<int> small(-8, 8);
@@ -54,10 +55,11 @@ static void run(DT dt, const Kernel (&scalar)[8], const Kernel (&vec)[8], const 
     std::vector<T> y(cs.batch * sy + 8, poison);
     bool v16 = cs.k % N == 0 && cs.ldw % N == 0 && cs.ldx % N == 0 && sw % N == 0 && sx % N == 0;
     Kernel kern = (v16 ? vec : scalar)[m - 1];
-    unsigned g = cs.grid ? cs.grid : (cs.n + GV_ROWS - 1) / GV_ROWS;
+    const uint32_t rows_per_block = GV_ROWS / cs.gpr;
+    unsigned g = cs.grid ? cs.grid : (cs.n + rows_per_block - 1) / rows_per_block;
     launches++;
     if (!emu::launch(C.ctx.c_str(), kern, dim3(g, cs.batch), dim3(GV_BLOCK), (const void *)w.data(),
-                     (const void *)x.data(), (void *)y.data(), cs.n, cs.k, cs.ldw, cs.ldx, sw, sx, sy)) {
+                     (const void *)x.data(), (void *)y.data(), cs.n, cs.k, cs.ldw, cs.ldx, sw, sx, sy, cs.gpr)) {
         C.fail("launch failed");
         return;
     }
@@ -93,13 +95,19 @@ static void run(DT dt, const Kernel (&scalar)[8], const Kernel (&vec)[8], const 
      (Kernel)&gemv_##TN##_7##SUF, (Kernel)&gemv_##TN##_8##SUF}
 
 static const Case CASES[] = {
-    {"linear", 20, 256, 256, 256, 1, true, 0},
-    {"odd k", 13, 37, 37, 37, 1, true, 0},
-    {"padded rows", 9, 64, 72, 80, 1, true, 0},
-    {"batched bcast w", 5, 32, 32, 40, 3, true, 0},
-    {"batched own w (q k^T)", 7, 64, 64, 64, 4, false, 0},
-    {"grid-stride", 40, 48, 48, 48, 1, true, 2},
-    {"one row", 1, 8, 8, 8, 1, true, 0},
+    {"linear", 20, 256, 256, 256, 1, true, 0, 1},
+    {"linear split k", 20, 256, 256, 256, 1, true, 0, 4},
+    {"odd k", 13, 37, 37, 37, 1, true, 0, 1},
+    {"odd k split", 13, 37, 37, 37, 1, true, 0, 2},
+    {"padded rows", 9, 64, 72, 80, 1, true, 0, 8},
+    {"batched bcast w", 5, 32, 32, 40, 3, true, 0, 2},
+    {"batched own w (q k^T)", 7, 64, 64, 64, 4, false, 0, 1},
+    {"grid-stride", 40, 48, 48, 48, 1, true, 2, 1},
+    {"grid-stride split", 40, 48, 48, 48, 1, true, 3, 4},
+    {"long k (unrolled loads)", 3, 2312, 2312, 2312, 1, true, 0, 1},
+    {"long k split", 5, 2312, 2320, 2312, 2, true, 0, 2},
+    {"one row", 1, 8, 8, 8, 1, true, 0, 1},
+    {"one row, 8 groups", 1, 8, 8, 8, 1, true, 0, 8},
 };
 
 template <typename T> static void run_type(DT dt, const Kernel (&s)[8], const Kernel (&v)[8]) {
