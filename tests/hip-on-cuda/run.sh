@@ -212,20 +212,25 @@ if [ "$SANITIZE" = 1 ]; then
             row "$tool $name" "${errors:-no summary} ${hazards} $(results "$log") (exit $rc)"
         done
     done
-    # memcheck on paths the runs above leave to an environment variable: the quantized tests'
-    # mat-vec in f32 and with 8-bit activations (SAN_ONLY matching "quantized"), and the parity
-    # convolutions and pools on the MIOpen path (matching "miopen").
-    san_extra() { # name, env words, binary, filters...
-        local name=$1 envs=$2 bin=$3; shift 3
+    # memcheck on paths the runs above leave to an environment variable or reach only in part:
+    # the quantized tests' mat-vec in f32 and with 8-bit activations (SAN_ONLY matching
+    # "quantized"), and the parity convolutions and pools on the MIOpen path (matching "miopen").
+    san_extra() { # name, env words, binary, filters... (SAN_TOOL: memcheck by default)
+        local name=$1 envs=$2 bin=$3 tool=${SAN_TOOL:-memcheck}; shift 3
         [[ -z "${SAN_ONLY:-}" || "$name" =~ $SAN_ONLY ]] && [ -x "$bin" ] || return 0
-        echo "== compute-sanitizer --tool memcheck $name"
+        echo "== compute-sanitizer --tool $tool $name"
         # shellcheck disable=SC2086,SC2046  # word lists on purpose
         env $(test_env "$bin") $envs CANDLE_ROCM_PARITY_CASES=2 timeout "${SAN_TIMEOUT:-240}" \
-            compute-sanitizer --tool memcheck --report-api-errors no --print-limit 20 \
-            "$bin" --include-ignored --test-threads=1 "$@" > "$OUT/memcheck-$name.log" 2>&1
+            compute-sanitizer --tool "$tool" --report-api-errors no --print-limit 20 \
+            "$bin" --include-ignored --test-threads=1 "$@" > "$OUT/$tool-$name.log" 2>&1
         local rc=$?
-        row "memcheck $name" "$(grep -Eo 'ERROR SUMMARY: [0-9]+ error' "$OUT/memcheck-$name.log" | tail -1) $(results "$OUT/memcheck-$name.log") (exit $rc)"
+        local log="$OUT/$tool-$name.log"
+        row "$tool $name" "$(grep -Eo 'ERROR SUMMARY: [0-9]+ error' "$log" | tail -1) $(grep -Eo 'RACECHECK SUMMARY: [0-9]+ hazard' "$log" | tail -1) $(results "$log") (exit $rc)"
     }
+    # The batched copies and the gemv kernels (shared memory across a row's groups): memcheck
+    # and racecheck on their Tensor-level tests (SAN_ONLY matching "copy-gemv").
+    san_extra copy-gemv "" "$BUNDLE/candle-rocm-tests.gpu" copy:: matmul::
+    SAN_TOOL=racecheck san_extra copy-gemv "" "$BUNDLE/candle-rocm-tests.gpu" copy:: matmul::
     san_extra quantized-f32 "" "$BUNDLE/candle-rocm-tests.gpu" quantized::
     san_extra quantized-q8 "CANDLE_ROCM_QMATVEC=q8" "$BUNDLE/candle-rocm-tests.gpu" quantized::
     [ -n "${ROCM_SYS_MIOPEN_LIB:-}" ] && san_extra miopen-parity "CANDLE_ROCM_CONV=miopen" \
