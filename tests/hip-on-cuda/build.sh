@@ -9,6 +9,9 @@
 #   build.sh --min-decls [OUT]   no CUDA needed: compiles with cuda_min.h/cudnn_min.h to .o files,
 #                                links UNLINKED probe .so files (not loadable usefully) and checks
 #                                with nm that every symbol rocm-sys resolves is exported.
+#   build.sh --null [OUT]        no CUDA, no GPU: links the double against null_cuda.c, a
+#                                do-nothing driver (host memory, launches dropped), for measuring
+#                                the host side of the stack on any machine (null-host.sh).
 # Env: CC (default cc), CUDA_HOME (default /usr/local/cuda), CUDNN_HOME (a directory holding
 # include/cudnn.h and lib/libcudnn.so.9; default: python3's nvidia/cudnn package, e.g. PyTorch's
 # nvidia-cudnn-cu13, else the system's).
@@ -20,6 +23,7 @@ MODE=full
 case "${1:-}" in
   --min-decls) MODE=min; shift ;;
   --check-decls) MODE=check; shift ;;
+  --null) MODE=null; shift ;;
   -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
 esac
 OUT="${1:-./build}"
@@ -105,6 +109,15 @@ case "$MODE" in
     "$CC" "${CFLAGS[@]}" -DHIP_ON_CUDA_MIN_DECLS -c "$MIOPEN_SRC" -o "$OUT/${MIOPEN_SRC%.c}.o"
     "$CC" -shared -pthread -o "$OUT/libmiopen_on_cudnn_unlinked_probe.so" "$OUT/${MIOPEN_SRC%.c}.o"
     check_miopen_symbols "$OUT/libmiopen_on_cudnn_unlinked_probe.so"
+    ;;
+  null)
+    "$CC" -shared "${CFLAGS[@]}" -DHIP_ON_CUDA_MIN_DECLS -Wl,-soname,libamdhip64.so -Wl,-z,defs \
+      -o "$OUT/libamdhip64.so" "${SRCS[@]}" null_cuda.c
+    ln -sf libamdhip64.so "$OUT/librocblas.so.5"
+    ln -sf libamdhip64.so "$OUT/libamdhip64.so.6"
+    check_symbols "$OUT/libamdhip64.so"
+    echo "built $OUT/libamdhip64.so on null_cuda.c (no GPU: kernels and GEMMs do nothing)"
+    echo "use: ROCM_SYS_HIP_LIB=$OUT/libamdhip64.so"
     ;;
   check|full)
     INC=(-I"$CUDA_HOME/include")
