@@ -59,11 +59,11 @@ pub struct Plan {
     pub n: usize,
     /// The reduced dimension.
     pub k: usize,
-    /// Row stride of `w` and of `x`, in elements.
+    /// Row stride of `w`, in elements.
     pub ldw: usize,
     /// Row stride of `x`, in elements.
     pub ldx: usize,
-    /// Batch entries and their strides (`w`, `x`, output), in elements.
+    /// Batch entries (grid y).
     pub batch: usize,
     /// Batch stride of `w` (0 for a weight shared by the batch).
     pub stride_w: usize,
