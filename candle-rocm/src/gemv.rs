@@ -39,12 +39,29 @@ const MIN_ROWS_LONG_K: usize = 1024;
 /// The longest `k` the kernels take for any number of rows.
 const LONG_K: usize = 8192;
 
-/// The kernel name stem for `dtype`, when the kernels cover it.
-fn stem(dtype: DType) -> Option<&'static str> {
+/// `gemv_<T>_<M>` and `gemv_<T>_<M>_v` for M = 1..=8, by M - 1 (static: no name is built per
+/// product on the decode path).
+macro_rules! names {
+    ($t:literal) => {
+        [
+            names!(@m $t, "1"), names!(@m $t, "2"), names!(@m $t, "3"), names!(@m $t, "4"),
+            names!(@m $t, "5"), names!(@m $t, "6"), names!(@m $t, "7"), names!(@m $t, "8"),
+        ]
+    };
+    (@m $t:literal, $m:literal) => {
+        (concat!("gemv_", $t, "_", $m), concat!("gemv_", $t, "_", $m, "_v"))
+    };
+}
+const F32_NAMES: [(&str, &str); MAX_ROWS] = names!("f32");
+const F16_NAMES: [(&str, &str); MAX_ROWS] = names!("f16");
+const BF16_NAMES: [(&str, &str); MAX_ROWS] = names!("bf16");
+
+/// The kernels (scalar, vector) for `dtype` by rows - 1, when the kernels cover the dtype.
+fn names(dtype: DType) -> Option<&'static [(&'static str, &'static str); MAX_ROWS]> {
     match dtype {
-        DType::F32 => Some("gemv_f32"),
-        DType::F16 => Some("gemv_f16"),
-        DType::BF16 => Some("gemv_bf16"),
+        DType::F32 => Some(&F32_NAMES),
+        DType::F16 => Some(&F16_NAMES),
+        DType::BF16 => Some(&BF16_NAMES),
         _ => None,
     }
 }
@@ -78,7 +95,7 @@ pub struct Plan {
 /// other than f32/f16/bf16, sizes past 32 bits, or a long `k` with few rows).
 pub fn plan(cfg: &GemmConfig, dtype: DType) -> Option<Plan> {
     let (rows, n, k) = (cfg.n, cfg.m, cfg.k);
-    stem(dtype)?;
+    names(dtype)?;
     let small = |v: usize| u32::try_from(v).is_ok();
     let ok = (1..=MAX_ROWS).contains(&rows)
         && n > 0
@@ -148,11 +165,16 @@ pub fn run<T: RocmDType>(
 ) -> Result<(), BackendError> {
     cfg.validate(w.len(), x.len(), out.len())?;
     let size = std::mem::size_of::<T>();
-    let stem = stem(T::DTYPE)
-        .ok_or_else(|| crate::ops::invalid("gemv", format_args!("no kernel for {:?}", T::DTYPE)))?;
+    let (scalar, vector) = names(T::DTYPE)
+        .and_then(|n| n.get(p.rows.wrapping_sub(1)))
+        .ok_or_else(|| {
+            crate::ops::invalid(
+                "gemv",
+                format_args!("no kernel for {:?} with {} rows", T::DTYPE, p.rows),
+            )
+        })?;
     let vec = vectorized(p, size, w.device_ptr() as usize, x.device_ptr() as usize);
-    let name = format!("{stem}_{}{}", p.rows, if vec { "_v" } else { "" });
-    let f = dev.function(Module::Gemv, &name)?;
+    let f = dev.function_static(Module::Gemv, if vec { vector } else { scalar })?;
     let gpr = groups_per_row(p.n, p.k, p.batch, size);
     let rows_per_block = GROUPS_PER_BLOCK / gpr;
     let grid_x = p.n.div_ceil(rows_per_block).clamp(1, MAX_BLOCKS) as u32;
@@ -180,7 +202,7 @@ pub fn run<T: RocmDType>(
         .arg(&ldx);
     l.arg(&sw).arg(&sx).arg(&sy).arg(&gpr);
     // SAFETY: gemv_<T>_<M>[_v](const T* w, const T* x, T* y, u32 n, u32 k, u32 ldw, u32 ldx,
-    // u64 stride_w, u64 stride_x, u64 stride_y, u32 gpr) with M = p.rows, T's stem and gpr in
+    // u64 stride_w, u64 stride_x, u64 stride_y, u32 gpr) with M = p.rows, T's name and gpr in
     // 1, 2, 4, 8 (`groups_per_row`), blocks of GV_BLOCK threads; `validate`
     // proved every row of every batch entry of w (n x k, row stride ldw), x (rows x k, ldx)
     // and y (rows x n, batch stride stride_y) lies inside its buffer; `_v` only when every
@@ -196,6 +218,14 @@ mod tests {
     use super::*;
     use crate::matmul::gemm_config;
     use candle_core::{Layout, Shape};
+
+    /// The static names are the kernels' (`gemv_<T>_<M>[_v]`).
+    #[test]
+    fn kernel_names() {
+        assert_eq!(F16_NAMES[0], ("gemv_f16_1", "gemv_f16_1_v"));
+        assert_eq!(BF16_NAMES[7], ("gemv_bf16_8", "gemv_bf16_8_v"));
+        assert!(names(DType::F64).is_none());
+    }
 
     /// A Linear layer's `x w^T` for one token: x (1, 1, k), w (n, k) broadcast over the batch.
     #[test]

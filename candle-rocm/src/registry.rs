@@ -18,18 +18,21 @@ use std::sync::{Arc, OnceLock};
 use candle_rocm_kernels::{Module, GENERIC_TARGETS, KERNELS_DIR_VAR, TARGETS};
 use rocm_safe::{Device, Function, GfxArch, RocmError};
 
-/// Variable that turns our fast kernel modules (`elementwise`, `rows`, `gemv`, the batched `copy`) off
-/// when `0` or `off`:
-/// candle's kernels then run every op they cover (for side-by-side measurements, and as an
-/// escape hatch). Read once per process.
+/// Variable that turns our fast kernel modules (`elementwise`, `rows`, `gemv`, the batched
+/// `copy`) off when `0` or `off`: candle's kernels and rocBLAS then run every op they cover (for
+/// side-by-side measurements, and as an escape hatch). Read once per process.
 pub const FAST_KERNELS_VAR: &str = "CANDLE_ROCM_FAST_KERNELS";
+
+/// Whether the on/off variable `var` says `0` or `off`.
+fn switched_off(var: &str) -> bool {
+    std::env::var(var).is_ok_and(|v| v == "0" || v.eq_ignore_ascii_case("off"))
+}
 
 /// Whether the fast kernel modules run (see [`FAST_KERNELS_VAR`]).
 pub fn fast_kernels() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| {
-        let off = std::env::var(FAST_KERNELS_VAR)
-            .is_ok_and(|v| v == "0" || v.eq_ignore_ascii_case("off"));
+        let off = switched_off(FAST_KERNELS_VAR);
         if off {
             tracing::info!("{FAST_KERNELS_VAR}: our fast kernels are off, candle's kernels run");
         }
@@ -46,8 +49,7 @@ pub const BATCHED_COPY_VAR: &str = "CANDLE_ROCM_BATCHED_COPY";
 pub fn batched_copy() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| {
-        let off = std::env::var(BATCHED_COPY_VAR)
-            .is_ok_and(|v| v == "0" || v.eq_ignore_ascii_case("off"));
+        let off = switched_off(BATCHED_COPY_VAR);
         if off {
             tracing::info!("{BATCHED_COPY_VAR}: cat copies one input per launch");
         }

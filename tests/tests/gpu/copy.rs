@@ -6,21 +6,7 @@
 //! strided path instead).
 
 use candle_core::{DType, Device, Result, Tensor};
-use candle_rocm_tests::{gpu, host_pair, max_abs_diff, normal, rng};
-
-/// Every dtype the backend stores.
-const DTYPES: [DType; 10] = [
-    DType::U8,
-    DType::U32,
-    DType::I16,
-    DType::I32,
-    DType::I64,
-    DType::BF16,
-    DType::F16,
-    DType::F32,
-    DType::F64,
-    DType::F8E4M3,
-];
+use candle_rocm_tests::{gpu, host_pair, max_abs_diff, normal, rng, STORED};
 
 /// The cats under test, on one device; `t` are the inputs of [`inputs`].
 fn cats(t: &[Tensor]) -> Result<Vec<(&'static str, Tensor)>> {
@@ -73,7 +59,7 @@ fn inputs(dtype: DType, dev: &Device) -> Result<(Vec<Tensor>, Vec<Tensor>)> {
 #[ignore = "needs a HIP device"]
 fn cat_matches_the_cpu_in_every_dtype() -> Result<()> {
     let dev = gpu()?;
-    for dtype in DTYPES {
+    for dtype in STORED {
         let (cpu, on_gpu) = inputs(dtype, &dev)?;
         let want = cats(&cpu)?;
         let got = cats(&on_gpu)?;

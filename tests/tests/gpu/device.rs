@@ -2,27 +2,12 @@
 //! the backend stores, tensors made on the device, and how a GPU tensor prints.
 
 use candle_core::{DType, Device, DeviceLocation, Error, Result, Tensor};
-use candle_rocm_tests::{gpu, host_pair, max_abs_diff, normal, rng, root_cause, to_f64};
+use candle_rocm_tests::{gpu, host_pair, max_abs_diff, normal, rng, root_cause, to_f64, STORED};
 
 const ROCM0: DeviceLocation = DeviceLocation::Ext {
     backend: "rocm",
     ordinal: 0,
 };
-
-/// Every dtype candle-rocm stores (Candle's MX types F6E2M3, F6E3M2, F4 and F8E8M0 have no
-/// storage on any GPU backend).
-const STORED: [DType; 10] = [
-    DType::U8,
-    DType::U32,
-    DType::I16,
-    DType::I32,
-    DType::I64,
-    DType::BF16,
-    DType::F16,
-    DType::F32,
-    DType::F64,
-    DType::F8E4M3,
-];
 
 #[test]
 #[ignore = "needs a HIP device"]
