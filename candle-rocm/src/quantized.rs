@@ -10,8 +10,8 @@
 //! The quantized matrix product: up to 8 f32 rows (decode) run our `qmatvec` kernels
 //! (`kernels/hip/qmatvec.hip`), one launch per row, for Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K
 //! weights, in f32 (`qmatvec_*`). With `CANDLE_ROCM_QMATVEC=q8` the rows are first rounded to
-//! 8 bits per 32-value block as Candle's CPU and CUDA backends and llama.cpp round activations
-//! for their quantized products (`qmv_quantize_x8`, one launch for all rows) and the
+//! 8 bits per 32-value block as Candle's CUDA backend rounds activations for its quantized
+//! products (q8_1: f16 scale and f16 sum; `qmv_quantize_x8`, one launch for all rows) and the
 //! `qmatvec8_*` kernels multiply them with integer dot products: faster, but on SmolLM2 the
 //! CPU's 8-bit path drifts 0.04-0.07 (relative) from the f32 model's logits. One row of another
 //! type runs candle-kernels' `dequantize_mul_mat_vec_*` kernels (as every type does with
@@ -19,8 +19,8 @@
 //! f16 on the device and run one rocBLAS GEMM on f16 inputs with f32 accumulation and output
 //! (llama.cpp's cuBLAS path); other inputs, and everything with `CANDLE_ROCM_FAST_KERNELS=0`,
 //! dequantize to f32 and run the slot's `dequantize_matmul_t`. A tiled quantized mat-mat
-//! kernel needs AMD tile sizes first. Q8_1, which has no dequantize kernel, dequantizes on the
-//! host after the CPU-fallback check (refused in strict mode).
+//! kernel needs AMD tile sizes first. Q8_1, for which candle-kernels has no dequantize kernel,
+//! dequantizes with our `qmv_dequantize_q8_1_*`, so every GGML type stays on the device.
 
 use std::any::Any;
 use std::sync::Arc;
@@ -198,6 +198,7 @@ impl RocmQStorage {
             GgmlDType::Q5K => ("q5_K", true, 64, nb),
             GgmlDType::Q6K => ("q6_K", true, 64, nb),
             GgmlDType::Q8K => ("q8_K", true, 32, nb),
+            GgmlDType::Q8_1 => return self.dequantize_q8_1(data, elem_count, suffix).map(Some),
             _ => return Ok(None),
         };
         let out = self.device.alloc::<T>(elem_count)?;
@@ -247,8 +248,47 @@ impl RocmQStorage {
         Ok(Some(out))
     }
 
+    /// Q8_1 blocks, which candle-kernels cannot dequantize, with our
+    /// `qmv_dequantize_q8_1_<suffix>` (`kernels/hip/qmatvec.hip`).
+    fn dequantize_q8_1<T: DeviceRepr>(
+        &self,
+        data: &DeviceBuffer<u8>,
+        elem_count: usize,
+        suffix: &str,
+    ) -> Result<DeviceBuffer<T>, BackendError> {
+        let out = self.device.alloc::<T>(elem_count)?;
+        if elem_count == 0 {
+            return Ok(out);
+        }
+        let name = match suffix {
+            "f16" => "qmv_dequantize_q8_1_f16",
+            _ => "qmv_dequantize_q8_1_f32",
+        };
+        let f = self.device.function(Module::Qmatvec, name)?;
+        let blocks = elem_count
+            .div_ceil(QMATVEC_THREADS as usize)
+            .min(QMATVEC_MAX_GRID);
+        let cfg = LaunchConfig {
+            // At most QMATVEC_MAX_GRID (2^20): fits u32.
+            grid_dim: (blocks as u32, 1, 1),
+            block_dim: (QMATVEC_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let count = elem_count as u64;
+        let (pin, pout) = (data.as_arg(), out.as_arg());
+        let mut l = self.device.stream().launch_builder(&f);
+        l.arg(&pin).arg(&pout).arg(&count);
+        // SAFETY: `qmv_dequantize_q8_1_{f32,f16}` take (const uint8_t *w, T *y, unsigned long
+        // long count), read the ceil(count / 32) 36-byte blocks holding the first `count`
+        // values (`check_count` made sure the buffer has them) and write y[0 .. count); `out`
+        // is a fresh buffer of `elem_count` values of T (f32 or f16, matching the kernel the
+        // suffix names); any grid works (grid-stride loop); ordered on the device's stream.
+        unsafe { l.launch(cfg)? };
+        Ok(out)
+    }
+
     /// The first `elem_count` values as f32 (`to_f16` false) or f16 on the device; `None`
-    /// where no device path exists (Q8_1).
+    /// where no device path exists (none today: every GGML type has one).
     fn dequantize_on_device(
         &self,
         elem_count: usize,
@@ -543,7 +583,7 @@ impl RocmQStorage {
     /// `w` `(n, k)` dequantized to f16 on the device, `x` rounded to f16 and one rocBLAS GEMM
     /// with f16 inputs, f32 accumulation and an f32 result (llama.cpp's cuBLAS path for
     /// quantized weights): half the bytes of dequantizing to f32, and a half-precision GEMM in
-    /// place of an f32 one. `None` where the weights have no device dequantize (Q8_1) or are
+    /// place of an f32 one. `None` where the weights have no device dequantize or are
     /// plain values. Rounding `x` to f16 keeps 11 significant bits (the CPU's quantized path
     /// and Candle's CUDA kernels round activations to 8 bits); values past f16's range
     /// (65504) would become infinite, as in llama.cpp.
@@ -614,8 +654,8 @@ const QMATVEC_ROWS: usize = 16;
 /// Most blocks of a `qmatvec` launch (the kernels loop over the rows beyond).
 const QMATVEC_MAX_GRID: usize = 1 << 20;
 
-/// Bytes of one 32-value block of an 8-bit x row: 32 quants, then (f16 scale as f32, i32 sum)
-/// in the row's tail (`QMV8_ROW_BYTES` in `qmatvec.hip`).
+/// Bytes of one 32-value block of an 8-bit x row: 32 quants, then (f16 scale and f16 sum of
+/// the values, i32 sum of the quants) in the row's tail (`QMV8_ROW_BYTES` in `qmatvec.hip`).
 const X8_BLOCK_BYTES: usize = 40;
 
 /// Our mat-vec kernels of one block type, named once so a launch formats nothing.

@@ -58,11 +58,13 @@ pub fn batched_copy() -> bool {
 }
 
 /// Variable that selects the activations of the quantized mat-vec (decode, up to 8 rows):
-/// `q8` rounds them to 8 bits per 32-value block, as Candle's CPU and CUDA backends and
-/// llama.cpp do for their quantized products, and multiplies with integer dot products
-/// (`kernels/hip/qmatvec.hip`'s `qmatvec8_*`: a quarter of the x bytes, 4 products per
-/// instruction); unset or `f32` keeps them in f32 (`qmatvec_*`), which follows the f32 model
-/// more closely. Read once per process.
+/// `q8` rounds them to 8 bits per 32-value block exactly as Candle's CUDA backend does (its
+/// `quantize_q8_1`: f16 scale and f16 sum per block), and multiplies with integer dot products
+/// in the f32 expressions of its kernels (`kernels/hip/qmatvec.hip`'s `qmatvec8_*`: a quarter of
+/// the x bytes, 4 products per instruction), so products come out as Candle CUDA's up to the
+/// order of f32 sums, and candle-core's `quantized_tests.rs` passes with the expectations of its
+/// CUDA arms; unset or `f32` keeps them in f32 (`qmatvec_*`), which follows the f32 model more
+/// closely. Read once per process.
 pub const QMATVEC_VAR: &str = "CANDLE_ROCM_QMATVEC";
 
 /// Whether the quantized mat-vec rounds activations to 8 bits (see [`QMATVEC_VAR`]).

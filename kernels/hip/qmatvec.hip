@@ -99,6 +99,19 @@
 #ifndef QMV_UNROLL
 #define QMV_UNROLL 1
 #endif
+// QMV_MINB / QMV_KMINB (tuning knobs, NVIDIA builds only): blocks per multiprocessor the
+// 32-value-block / super-block kernels must fit (`__launch_bounds__`' second argument, which caps
+// their registers); AMD builds keep the plain bound (HIP gives that argument another meaning).
+#if defined(QMV_MINB) && !defined(__HIP_DEVICE_COMPILE__)
+#define QMV_BOUNDS __launch_bounds__(QMV_BLOCK, QMV_MINB)
+#else
+#define QMV_BOUNDS __launch_bounds__(QMV_BLOCK)
+#endif
+#if defined(QMV_KMINB) && !defined(__HIP_DEVICE_COMPILE__)
+#define QMV_KBOUNDS __launch_bounds__(QMV_BLOCK, QMV_KMINB)
+#else
+#define QMV_KBOUNDS __launch_bounds__(QMV_BLOCK)
+#endif
 #define QMV_PRAGMA(x) _Pragma(#x)
 #define QMV_UNROLL_LOOP(n) QMV_PRAGMA(unroll n)
 #define QMV_BLOCK 256
@@ -306,11 +319,11 @@ __device__ __forceinline__ void qmatvec(const uint8_t *__restrict__ w, const flo
 }
 
 #define QMV_KERNELS(T, Q)                                                                          \
-    extern "C" __global__ void __launch_bounds__(QMV_BLOCK)                                        \
+    extern "C" __global__ void QMV_BOUNDS                                                          \
         qmatvec_##T(const uint8_t *w, const float *x, float *y, unsigned n, unsigned nb) {         \
         qmatvec<Q, false>(w, x, y, n, nb);                                                         \
     }                                                                                              \
-    extern "C" __global__ void __launch_bounds__(QMV_BLOCK)                                        \
+    extern "C" __global__ void QMV_BOUNDS                                                          \
         qmatvec_##T##_v(const uint8_t *w, const float *x, float *y, unsigned n, unsigned nb) {     \
         qmatvec<Q, true>(w, x, y, n, nb);                                                          \
     }
@@ -502,11 +515,11 @@ __device__ __forceinline__ void qmatvec_k(const uint8_t *__restrict__ w, const f
 
 // qmatvec_<T> and qmatvec_<T>_v for a k-quant type.
 #define QMV_K_KERNELS(T, Q)                                                                        \
-    extern "C" __global__ void __launch_bounds__(QMV_BLOCK)                                        \
+    extern "C" __global__ void QMV_KBOUNDS                                                         \
         qmatvec_##T(const uint8_t *w, const float *x, float *y, unsigned n, unsigned nb) {         \
         qmatvec_k<Q, false>(w, x, y, n, nb);                                                       \
     }                                                                                              \
-    extern "C" __global__ void __launch_bounds__(QMV_BLOCK)                                        \
+    extern "C" __global__ void QMV_KBOUNDS                                                         \
         qmatvec_##T##_v(const uint8_t *w, const float *x, float *y, unsigned n, unsigned nb) {     \
         qmatvec_k<Q, true>(w, x, y, n, nb);                                                        \
     }
@@ -516,18 +529,20 @@ QMV_K_KERNELS(q5_K, QK45<true>)
 QMV_K_KERNELS(q6_K, Q6K)
 
 // =============================================================================================
-// 8-bit activations (CANDLE_ROCM_QMATVEC=q8): x is first quantized per 32-value block as Candle's
-// CPU quantizes activations for its quantized dot products (`BlockQ8_0` / `BlockQ8_1`
-// `from_float`: d = amax / 127, q = round(x / d) with 1 / d in f32, d kept as f16), then the
-// kernels multiply 4 bytes at a time with 32-bit integer accumulation (`__dp4a`: dp4a on
-// NVIDIA, v_dot4_i32_i8 / v_dot4_i32_iu8 on AMD where the target has them, 4 multiplies
-// elsewhere) and apply the scales once per block part. Against the f32 kernels above this
-// reads a quarter of the x bytes and does 4 multiply-adds per instruction; the weights' math
-// is exact in integers, and for q4_0 and q4_1 weights the result is the CPU's quantized
-// product up to the order of the f32 sums.
+// 8-bit activations (CANDLE_ROCM_QMATVEC=q8): x is first quantized per 32-value block to
+// Candle CUDA's q8_1 (candle-kernels' quantize_q8_1: d = amax / 127, q = round(x / d), d and the
+// f32 sum of the block's x values kept as f16), then the kernels multiply 4 bytes at a time with
+// 32-bit integer accumulation (`__dp4a`: dp4a on NVIDIA, v_dot4_i32_i8 / v_dot4_i32_iu8 on AMD
+// where the target has them, 4 multiplies elsewhere) and apply the scales once per block part,
+// in the f32 expressions of candle-kernels' vec_dot_*_q8_1_impl (q4_0 and q4_1 take the f16 x
+// sum, the k-quants the integer sum of q). Against the f32 kernels above this reads a quarter
+// of the x bytes and does 4 multiply-adds per instruction; the weights' math is exact in
+// integers, and the result is Candle CUDA's quantized product up to the order of the f32 sums
+// (for q4_0 and q4_1 rows of up to 512 values, that order too).
 //
 // x8 layout, for k values (k a multiple of 32, nx = k / 32 blocks): k signed bytes q, then at
-// byte k nx pairs of 32-bit words (the f32 bits of f16(d), the i32 sum of the block's q).
+// byte k nx pairs of 32-bit words (f16 d in the low half and f16 sum(x) in the high half of the
+// first, as block_q8_1's ds; the i32 sum of the block's q).
 // A row takes QMV8_ROW_BYTES(k) = 40 nx bytes; rows of a batch follow one another.
 //
 // Kernels:
@@ -561,14 +576,18 @@ extern "C" __global__ void __launch_bounds__(QMV_BLOCK)
     const unsigned i = blockIdx.x * QMV_BLOCK + threadIdx.x; // k % 32 == 0: whole groups idle
     const bool live = i < k;
     const float v = live ? x[row * k + i] : 0.0f;
-    // amax over the 32 lanes (fmaxf ignores a NaN, as Rust's f32::max).
-    float amax = fabsf(v);
+    // amax over the 32 lanes (fmaxf ignores a NaN) and the f32 sum of the values, both with
+    // the xor butterfly of Candle's warp_reduce_max / warp_reduce_sum (masks 16, 8, 4, 2, 1).
+    float amax = fabsf(v), xsum = v;
 #pragma unroll
-    for (int m = QMV_GROUP / 2; m > 0; m >>= 1) amax = qmv_shfl_xor_max(amax, m);
+    for (int m = QMV_GROUP / 2; m > 0; m >>= 1) {
+        amax = qmv_shfl_xor_max(amax, m);
+        xsum += qmv_shfl_xor(xsum, m);
+    }
     const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    const float r = roundf(v * id);
-    // Rust's `as i8`: NaN to 0, saturating (|r| <= 127 for finite amax anyway).
+    // q = round(x / d), a true division as Candle's quantize_q8_1 (not x times 1 / d).
+    const float r = amax == 0.0f ? 0.0f : roundf(v / d);
+    // NaN to 0 and saturating (|r| <= 127 whenever amax is finite).
     const int q = r != r ? 0 : (int)fminf(fmaxf(r, -128.0f), 127.0f);
     float sum = (float)q; // sums of at most 32 bytes: exact in f32
 #pragma unroll
@@ -578,7 +597,9 @@ extern "C" __global__ void __launch_bounds__(QMV_BLOCK)
         base[i] = (uint8_t)(int8_t)q;
         if (i % 32 == 0) {
             uint32_t *ds = reinterpret_cast<uint32_t *>(base + k) + 2 * (i / 32);
-            ds[0] = __float_as_uint(__half2float(__float2half_rn(d)));
+            const uint32_t dh = __half_as_ushort(__float2half_rn(d));
+            const uint32_t sh = __half_as_ushort(__float2half_rn(xsum));
+            ds[0] = dh | sh << 16;
             ds[1] = (uint32_t)(int)sum;
         }
     }
@@ -587,7 +608,7 @@ extern "C" __global__ void __launch_bounds__(QMV_BLOCK)
 // The x side of a block part, loaded once per step and shared by the rows: the bytes of the
 // part's runs and per-run scale terms.
 struct Q8x {
-    uint32_t q[4]; // up to 16 bytes
+    uint32_t q[8]; // up to 32 bytes
     float d[4];    // d of the run's x block
     float o[4];    // per-type offset term (see the dots)
     int c[4];      // per-type integer start of the run's dot
@@ -597,59 +618,83 @@ __device__ __forceinline__ const uint32_t *qmv8_ds(const uint8_t *x8, unsigned k
     return reinterpret_cast<const uint32_t *>(x8 + k) + 2 * blk;
 }
 
-// f16(f16(sum) * d) as Candle's BlockQ8_1 computes its s (d already an f16 value).
-__device__ __forceinline__ float qmv8_s16(int sum, float d) {
-    const float s = __half2float(__float2half_rn((float)sum));
-    return __half2float(__float2half_rn(s * d));
-}
+// The block's d (an f16 value) and the f16-rounded f32 sum of its x values.
+__device__ __forceinline__ float qmv8_d(const uint32_t *ds) { return qmv_half(ds[0]); }
+__device__ __forceinline__ float qmv8_xsum(const uint32_t *ds) { return qmv_half(ds[0] >> 16); }
 
+// q4_0 and q4_1 take a lane's P consecutive parts t0 .. t0 + P of a block together (JOINT), as
+// one of Candle's CUDA mat-vec threads takes VDR_Q4_*_Q8_1_MMVQ (2) ints of a block: one
+// integer dot over the P parts, then the scales in the f32 expression of candle-kernels'
+// vec_dot_q4_0_q8_1_impl / vec_dot_q4_1_q8_1_impl, so that with P = 2 every partial sum and
+// the lanes' xor reduction match Candle CUDA's for k up to 512 (bit for bit, before the
+// reduction over more than one warp that its kernel makes for longer rows).
 struct Q4_0x8 {
     static constexpr uint32_t BYTES = 18;
-    // Part t: bytes 4t.. and 16 + 4t.. of x block b.
-    __device__ __forceinline__ static void load_x(const uint8_t *x8, unsigned k, unsigned b, unsigned t, Q8x &x) {
+    static constexpr bool JOINT = true;
+    // Parts t0 .. t0 + P: x words t0 + i (low nibbles) and 4 + t0 + i (high nibbles) of block b.
+    template <unsigned P>
+    __device__ __forceinline__ static void load_xn(const uint8_t *x8, unsigned k, unsigned b, unsigned t0, Q8x &x) {
         const uint32_t *xq = reinterpret_cast<const uint32_t *>(x8 + 32 * (size_t)b);
-        x.q[0] = xq[t];
-        x.q[1] = xq[4 + t];
+#pragma unroll
+        for (unsigned i = 0; i < P; ++i) {
+            x.q[i] = xq[t0 + i];
+            x.q[P + i] = xq[4 + t0 + i];
+        }
         const uint32_t *ds = qmv8_ds(x8, k, b);
-        x.d[0] = __uint_as_float(ds[0]);
-        // sum (nibble - 8) q = sum nibble q - 8 sum q; a quarter of the offset per part.
-        x.c[0] = -2 * (int)ds[1];
+        x.d[0] = qmv8_d(ds);
+        x.o[0] = qmv8_xsum(ds);
     }
-    __device__ __forceinline__ static float dot(const uint32_t *p, uint32_t phase, unsigned t, const Q8x &x) {
+    template <unsigned P>
+    __device__ __forceinline__ static float dotn(const uint32_t *p, uint32_t phase, unsigned t0, const Q8x &x) {
         const float d = qmv_half(p[0] >> (phase * 8));
-        const uint32_t i = t + phase / 2, sh = 16 - phase * 8;
-        const uint32_t q = qmv_funnel(p[i], p[i + 1], sh);
-        int s = qmv_dot4(q & 0x0f0f0f0fu, x.q[0], x.c[0]);
-        s = qmv_dot4((q >> 4) & 0x0f0f0f0fu, x.q[1], s);
-        return d * x.d[0] * (float)s;
+        const uint32_t sh = 16 - phase * 8;
+        int s = 0;
+#pragma unroll
+        for (unsigned i = 0; i < P; ++i) {
+            const uint32_t w = t0 + i + phase / 2;
+            const uint32_t q = qmv_funnel(p[w], p[w + 1], sh);
+            s = qmv_dot4(q & 0x0f0f0f0fu, x.q[i], s);
+            s = qmv_dot4((q >> 4) & 0x0f0f0f0fu, x.q[P + i], s);
+        }
+        // sum (nibble - 8) x = d8 sum nibble q - 8 sum x, P / 4 of the offset per call.
+        return d * ((float)s * x.d[0] - (float)(8 * P / 4) * x.o[0]);
     }
 };
 
 struct Q4_1x8 {
     static constexpr uint32_t BYTES = 20;
-    __device__ __forceinline__ static void load_x(const uint8_t *x8, unsigned k, unsigned b, unsigned t, Q8x &x) {
-        Q4_0x8::load_x(x8, k, b, t, x);
-        const uint32_t *ds = qmv8_ds(x8, k, b);
-        // m s over the 4 parts, s as BlockQ8_1 rounds it.
-        x.o[0] = 0.25f * qmv8_s16((int)ds[1], x.d[0]);
+    static constexpr bool JOINT = true;
+    template <unsigned P>
+    __device__ __forceinline__ static void load_xn(const uint8_t *x8, unsigned k, unsigned b, unsigned t0, Q8x &x) {
+        Q4_0x8::load_xn<P>(x8, k, b, t0, x);
     }
-    __device__ __forceinline__ static float dot(const uint32_t *p, uint32_t phase, unsigned t, const Q8x &x) {
+    template <unsigned P>
+    __device__ __forceinline__ static float dotn(const uint32_t *p, uint32_t phase, unsigned t0, const Q8x &x) {
         (void)phase; // word-aligned blocks: always 0
-        const uint32_t dm = p[0], q = p[1 + t];
-        int s = qmv_dot4(q & 0x0f0f0f0fu, x.q[0], 0);
-        s = qmv_dot4((q >> 4) & 0x0f0f0f0fu, x.q[1], s);
-        return qmv_half(dm) * x.d[0] * (float)s + qmv_half(dm >> 16) * x.o[0];
+        const uint32_t dm = p[0];
+        int s = 0;
+#pragma unroll
+        for (unsigned i = 0; i < P; ++i) {
+            const uint32_t q = p[1 + t0 + i];
+            s = qmv_dot4(q & 0x0f0f0f0fu, x.q[i], s);
+            s = qmv_dot4((q >> 4) & 0x0f0f0f0fu, x.q[P + i], s);
+        }
+        // d d8 and m sum(x) in f32 (candle-kernels builds without GGML_CUDA_F16); P / 4 of the
+        // min term per call.
+        const float dd = qmv_half(dm) * x.d[0], ms = qmv_half(dm >> 16) * x.o[0];
+        return (float)s * dd + ms / (float)(4 / P);
     }
 };
 
 struct Q8_0x8 {
     static constexpr uint32_t BYTES = 34;
+    static constexpr bool JOINT = false;
     // Part t: bytes 8t .. 8t + 8 of x block b.
     __device__ __forceinline__ static void load_x(const uint8_t *x8, unsigned k, unsigned b, unsigned t, Q8x &x) {
         const uint32_t *xq = reinterpret_cast<const uint32_t *>(x8 + 32 * (size_t)b);
         x.q[0] = xq[2 * t];
         x.q[1] = xq[2 * t + 1];
-        x.d[0] = __uint_as_float(qmv8_ds(x8, k, b)[0]);
+        x.d[0] = qmv8_d(qmv8_ds(x8, k, b));
     }
     __device__ __forceinline__ static float dot(const uint32_t *p, uint32_t phase, unsigned t, const Q8x &x) {
         const float d = qmv_half(p[0] >> (phase * 8));
@@ -666,6 +711,7 @@ struct Q8_0x8 {
 // bytes i0 .. i0 + 8; high nibbles: x block 2c + 1, same bytes).
 template <bool QH> struct QK45x8 {
     static constexpr uint32_t BYTES = QH ? 176 : 144;
+    static constexpr bool JOINT = false;
     __device__ __forceinline__ static void load_x(const uint8_t *x8, unsigned k, unsigned b, unsigned t, Q8x &x) {
         const unsigned c = t / 4, i0 = 8 * (t % 4);
 #pragma unroll
@@ -675,7 +721,7 @@ template <bool QH> struct QK45x8 {
             x.q[2 * h] = xq[0];
             x.q[2 * h + 1] = xq[1];
             const uint32_t *ds = qmv8_ds(x8, k, blk);
-            x.d[h] = __uint_as_float(ds[0]);
+            x.d[h] = qmv8_d(ds);
             // dmin m sum(x) over the block's 4 parts: a quarter of d sum(q) per part.
             x.o[h] = 0.25f * x.d[h] * (float)(int)ds[1];
         }
@@ -712,13 +758,14 @@ template <bool QH> struct QK45x8 {
 // the 4 values 128h + l0 + 32g + [0, 4): x block 4h + g of the super-block, bytes l0 .. l0 + 4.
 struct Q6Kx8 {
     static constexpr uint32_t BYTES = 210;
+    static constexpr bool JOINT = false;
     __device__ __forceinline__ static void load_x(const uint8_t *x8, unsigned k, unsigned b, unsigned t, Q8x &x) {
         const unsigned h = t / 8, l0 = 4 * (t % 8);
 #pragma unroll
         for (int g = 0; g < 4; ++g) {
             const unsigned blk = 8 * b + 4 * h + g;
             x.q[g] = *reinterpret_cast<const uint32_t *>(x8 + 32 * (size_t)blk + l0);
-            x.d[g] = __uint_as_float(qmv8_ds(x8, k, blk)[0]);
+            x.d[g] = qmv8_d(qmv8_ds(x8, k, blk));
             // (q - 32) x = q x - 32 x over the run's 4 bytes.
             x.c[g] = -32 * qmv_dot4(0x01010101u, x.q[g], 0);
         }
@@ -787,14 +834,22 @@ __device__ __forceinline__ void qmatvec8(const uint8_t *__restrict__ w, const ui
                 rows[r] = qmv_row<Q::BYTES, STEP>(w, r0 + r < n ? r0 + r : r0, row_bytes, first);
             QMV_UNROLL_LOOP(QMV_UNROLL)
             for (unsigned b = first; b < nb; b += STEP) {
-#pragma unroll
-                for (unsigned pp = 0; pp < PARTS; ++pp) {
-                    const unsigned part = t * PARTS + pp;
+                if constexpr (Q::JOINT) {
                     Q8x x;
-                    Q::load_x(x8, k, b, part, x);
+                    Q::template load_xn<PARTS>(x8, k, b, t * PARTS, x);
 #pragma unroll
                     for (int r = 0; r < QMV_R; ++r)
-                        acc[r] += Q::dot(rows[r].p, rows[r].phase, part, x);
+                        acc[r] += Q::template dotn<PARTS>(rows[r].p, rows[r].phase, t * PARTS, x);
+                } else {
+#pragma unroll
+                    for (unsigned pp = 0; pp < PARTS; ++pp) {
+                        const unsigned part = t * PARTS + pp;
+                        Q8x x;
+                        Q::load_x(x8, k, b, part, x);
+#pragma unroll
+                        for (int r = 0; r < QMV_R; ++r)
+                            acc[r] += Q::dot(rows[r].p, rows[r].phase, part, x);
+                    }
                 }
 #pragma unroll
                 for (int r = 0; r < QMV_R; ++r) rows[r].p += STEP * Q::BYTES / 4;
@@ -813,15 +868,45 @@ __device__ __forceinline__ void qmatvec8(const uint8_t *__restrict__ w, const ui
     }
 }
 
-#define QMV8_KERNEL(T, Q, LANES, QK, PARTS)                                                        \
-    extern "C" __global__ void __launch_bounds__(QMV_BLOCK)                                        \
+#define QMV8_KERNEL(T, Q, LANES, QK, PARTS, BOUNDS)                                                \
+    extern "C" __global__ void BOUNDS                                                              \
         qmatvec8_##T(const uint8_t *w, const uint8_t *x8, float *y, unsigned n, unsigned nb) {     \
         qmatvec8<Q, LANES, QK, PARTS>(w, x8, y, n, nb);                                            \
     }
 
-QMV8_KERNEL(q4_0, Q4_0x8, 4, 32, QMV8_PARTS)
-QMV8_KERNEL(q4_1, Q4_1x8, 4, 32, QMV8_PARTS)
-QMV8_KERNEL(q8_0, Q8_0x8, 4, 32, QMV8_PARTS_Q8_0)
-QMV8_KERNEL(q4_K, QK45x8<false>, 16, 256, QMV8_KPARTS)
-QMV8_KERNEL(q5_K, QK45x8<true>, 16, 256, QMV8_KPARTS)
-QMV8_KERNEL(q6_K, Q6Kx8, 16, 256, QMV8_KPARTS)
+QMV8_KERNEL(q4_0, Q4_0x8, 4, 32, QMV8_PARTS, QMV_BOUNDS)
+QMV8_KERNEL(q4_1, Q4_1x8, 4, 32, QMV8_PARTS, QMV_BOUNDS)
+QMV8_KERNEL(q8_0, Q8_0x8, 4, 32, QMV8_PARTS_Q8_0, QMV_BOUNDS)
+QMV8_KERNEL(q4_K, QK45x8<false>, 16, 256, QMV8_KPARTS, QMV_KBOUNDS)
+QMV8_KERNEL(q5_K, QK45x8<true>, 16, 256, QMV8_KPARTS, QMV_KBOUNDS)
+QMV8_KERNEL(q6_K, Q6Kx8, 16, 256, QMV8_KPARTS, QMV_KBOUNDS)
+
+// =============================================================================================
+// Q8_1 weights dequantized (Candle's BlockQ8_1 = { f16 d; f16 s; i8 qs[32] }, 36 bytes, value j
+// = qs[j] * d in f32, as its `to_float`), the one GGML type candle-kernels has no dequantize
+// kernel for:
+//   qmv_dequantize_q8_1_f32(const uint8_t *w, float *y, unsigned long long count)
+//   qmv_dequantize_q8_1_f16(const uint8_t *w, __half *y, unsigned long long count)
+//     the first `count` values of the blocks at w (4-byte aligned, ceil(count / 32) whole
+//     blocks) into y; one value per thread, any block size and grid (a grid-stride loop).
+template <typename T> __device__ __forceinline__ T qmv_from_f32(float v);
+template <> __device__ __forceinline__ float qmv_from_f32<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half qmv_from_f32<__half>(float v) { return __float2half_rn(v); }
+
+template <typename T>
+__device__ __forceinline__ void qmv_dequantize_q8_1(const uint8_t *__restrict__ w, T *__restrict__ y,
+                                                    unsigned long long count) {
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride) {
+        const uint8_t *blk = w + (i / 32) * 36;
+        const float d = qmv_half(*reinterpret_cast<const uint32_t *>(blk));
+        y[i] = qmv_from_f32<T>((float)(int8_t)blk[4 + i % 32] * d);
+    }
+}
+
+extern "C" __global__ void qmv_dequantize_q8_1_f32(const uint8_t *w, float *y, unsigned long long count) {
+    qmv_dequantize_q8_1<float>(w, y, count);
+}
+extern "C" __global__ void qmv_dequantize_q8_1_f16(const uint8_t *w, __half *y, unsigned long long count) {
+    qmv_dequantize_q8_1<__half>(w, y, count);
+}

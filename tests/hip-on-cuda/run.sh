@@ -74,10 +74,11 @@ test_env() {
     esac
 }
 # libtest arguments per binary: candle-suite runs its `::rocm` tests only (the CPU variants are
-# CI's), and never upstream's `#[ignore]`d benchmarks (`bench_*`, minutes each).
+# CI's), and never upstream's `#[ignore]`d benchmarks (`bench_*`, minutes each); its
+# quantized_tests expect Candle CUDA's 8-bit activations and run in their own pass below.
 test_args() {
     case "$(basename "$1")" in
-        candle-suite.*) echo "::rocm --skip bench_" ;;
+        candle-suite.*) echo "::rocm --skip bench_ --skip quantized_tests::" ;;
         # The MIOpen double fails intermittently when tests Find in parallel (cuDNN returns
         # CUDNN_STATUS_INTERNAL_ERROR for every algorithm; 4 of 4 runs failed one test in
         # parallel, 4 of 4 passed one at a time, 2026-11-23): a double's limit, not MIOpen's.
@@ -172,6 +173,17 @@ if [ -x "$BUNDLE/candle-rocm-tests.gpu" ] && [[ -z "${ONLY:-}" || "candle-rocm-t
         "$BUNDLE/candle-rocm-tests.gpu" --include-ignored quantized:: > "$OUT/test-quantized-q8.log" 2>&1
     row "tests candle-rocm-tests.gpu quantized::, 8-bit activations" "$(results "$OUT/test-quantized-q8.log")"
 fi
+# candle-core's quantized_tests.rs: its device arms hold Candle CUDA's products on 8-bit (q8_1)
+# activations, so its `::rocm` variants run with CANDLE_ROCM_QMATVEC=q8 (and fail, saying so,
+# without it). `--skip _cpu` leaves the CPU variants to CI; the file's CPU-only tests run too.
+if [ -x "$BUNDLE/candle-suite.suite" ] && [[ -z "${ONLY:-}" || "candle-suite.suite" =~ $ONLY ]]; then
+    echo "== candle-suite quantized_tests (CANDLE_ROCM_QMATVEC=q8)"
+    CANDLE_ROCM_STRICT=1 CANDLE_ROCM_QMATVEC=q8 timeout "${TEST_TIMEOUT:-300}" \
+        "$BUNDLE/candle-suite.suite" --include-ignored quantized_tests:: --skip _cpu \
+        > "$OUT/test-suite-quantized-q8.log" 2>&1
+    row "candle-suite quantized_tests ::rocm, 8-bit activations" \
+        "$(grep -cE '::rocm \.\.\. ok' "$OUT/test-suite-quantized-q8.log") passed, $(grep -cE '::rocm \.\.\. FAILED' "$OUT/test-suite-quantized-q8.log") FAILED; $(results "$OUT/test-suite-quantized-q8.log")"
+fi
 
 if [ -x "$BUNDLE/rocm-safe.gpu_faults" ]; then
     echo "== gpu_faults (failure injection)"
@@ -233,6 +245,14 @@ if [ "$SANITIZE" = 1 ]; then
     SAN_TOOL=racecheck san_extra copy-gemv "" "$BUNDLE/candle-rocm-tests.gpu" copy:: matmul::
     san_extra quantized-f32 "" "$BUNDLE/candle-rocm-tests.gpu" quantized::
     san_extra quantized-q8 "CANDLE_ROCM_QMATVEC=q8" "$BUNDLE/candle-rocm-tests.gpu" quantized::
+    # candle-core's quantized_tests.rs on the device (8-bit activations, see above).
+    san_extra suite-quantized-q8 "CANDLE_ROCM_QMATVEC=q8" "$BUNDLE/candle-suite.suite" \
+        quantized_tests:: --skip _cpu
+    # The real GGUF decoding on the GPU (SmolLM2-135M, its weights quantized in GPU memory), when
+    # the file is in the weights cache (carried, see the README): SAN_ONLY matching "gguf-decode".
+    if [ -f "${CANDLE_ROCM_CACHE:-/nonexistent}/smollm2-135m-gguf/SmolLM2-135M-Instruct.Q4_1.gguf" ]; then
+        san_extra gguf-decode "" "$BUNDLE/candle-rocm-demo.decode" gpu_gguf_matches_the_dequantized_model
+    fi
     [ -n "${ROCM_SYS_MIOPEN_LIB:-}" ] && san_extra miopen-parity "CANDLE_ROCM_CONV=miopen" \
         "$BUNDLE/candle-rocm.parity" --nocapture convolutions pools_and_upsampling
 fi

@@ -202,8 +202,9 @@ pub fn report(key: &str, value: &str) {
     }
 }
 
-/// Every GGML block type but Q8_1, which candle's CPU cannot dequantize and candle-kernels has
-/// no dequantize kernel for: the types the quantized tests check.
+/// Every GGML block type but Q8_1 (Candle's type for activations, which candle-kernels cannot
+/// dequantize): the types the quantized tests loop over. Q8_1 weights have a test of their own
+/// on the device (`q8_1_dequantizes_and_multiplies_on_the_device`).
 pub const GGML_TYPES_BUT_Q8_1: [candle_core::quantized::GgmlDType; 14] = {
     use candle_core::quantized::GgmlDType as G;
     [

@@ -211,27 +211,47 @@ static void qcase(QT t, size_t n, size_t k, int scale_kind, size_t x_skew, unsig
 
 
 // ---- 8-bit activations ----------------------------------------------------------------------
-// x quantized per 32-value block as Candle's CPU does (BlockQ8_0 / BlockQ8_1 from_float):
-// amax by f32::max (NaN ignored), d = amax / 127, q = round(x * (1 / d)) (`as i8`: NaN to 0,
-// saturating), d kept as f16; the x8 layout of qmatvec.hip (k bytes, then (f16 d as f32 bits,
-// i32 sum of q) per block).
+// x quantized per 32-value block as Candle CUDA's quantize_q8_1: amax by fmaxf (NaN ignored),
+// d = amax / 127, q = round(x / d) (a true division; NaN to 0, saturating), and the f32 sum of
+// the block's values added in the xor-butterfly order of a warp reduction (lane i adds lane
+// i ^ m for m = 16, 8, 4, 2, 1; lane 0's sum is kept); the x8 layout of qmatvec.hip (k bytes,
+// then per block (f16 d | f16 sum << 16, i32 sum of q)).
 static void host_quantize_x8(const float *x, size_t k, uint8_t *out) {
     for (size_t b = 0; b < k / 32; ++b) {
-        float amax = 0.0f;
-        for (int j = 0; j < 32; ++j) amax = fmaxf(amax, fabsf(x[32 * b + j]));
-        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        float amax = 0.0f, lanes[32];
+        for (int j = 0; j < 32; ++j) {
+            amax = fmaxf(amax, fabsf(x[32 * b + j]));
+            lanes[j] = x[32 * b + j];
+        }
+        for (int m = 16; m > 0; m >>= 1) {
+            float next[32];
+            for (int j = 0; j < 32; ++j) next[j] = lanes[j] + lanes[j ^ m];
+            memcpy(lanes, next, sizeof next);
+        }
+        const float d = amax / 127.0f;
         int sum = 0;
         for (int j = 0; j < 32; ++j) {
-            const float r = roundf(x[32 * b + j] * id);
+            const float r = amax == 0.0f ? 0.0f : roundf(x[32 * b + j] / d);
             const int q = r != r ? 0 : (int)std::min(std::max(r, -128.0f), 127.0f);
             out[32 * b + j] = (uint8_t)(int8_t)q;
             sum += q;
         }
-        const float d16 = (float)f16_value(f16_bits(round_f16(d)));
-        uint32_t ds[2] = {0, (uint32_t)sum};
-        memcpy(&ds[0], &d16, 4);
+        uint32_t ds[2] = {(uint32_t)f16_bits(round_f16(d)) | (uint32_t)f16_bits(round_f16(lanes[0])) << 16,
+                          (uint32_t)sum};
         memcpy(out + k + 8 * b, ds, 8);
     }
+}
+
+// The f16 d and f16 x sum of x8 block b.
+static double x8_d(const uint8_t *x8, size_t k, size_t b) {
+    uint32_t w;
+    memcpy(&w, x8 + k + 8 * b, 4);
+    return f16_value((uint16_t)(w & 0xffffu));
+}
+static double x8_xsum(const uint8_t *x8, size_t k, size_t b) {
+    uint32_t w;
+    memcpy(&w, x8 + k + 8 * b, 4);
+    return f16_value((uint16_t)(w >> 16));
 }
 
 // Runs qmv_quantize_x8 on `rows` rows of x and checks every byte against host_quantize_x8.
@@ -262,8 +282,9 @@ static bool quantize_case(const float *x, size_t k, size_t rows, uint8_t *x8, co
     return true;
 }
 
-// y = W x with the x8 kernels against the CPU's quantized product (the weights dequantized as
-// the CPU does, times the dequantized x8 values; q4_1's min term uses BlockQ8_1's s).
+// y = W x with the x8 kernels against Candle CUDA's quantized product (the weights dequantized
+// as the CPU does, times the dequantized x8 values; q4_0's offset and q4_1's min term use the
+// block's f16 x sum).
 static void q8case(QT t, size_t n, size_t k, int scale_kind, unsigned grid_cap) {
     const size_t qk = qt_values[t], nb = k / qk, bytes = qt_bytes[t];
     const size_t used = n * nb * bytes, padding = MATRIX_ROW_PADDING / qk * bytes;
@@ -287,11 +308,7 @@ static void q8case(QT t, size_t n, size_t k, int scale_kind, unsigned grid_cap) 
         return;
     }
     std::vector<double> xd(k);
-    for (size_t i = 0; i < k; ++i) {
-        float d;
-        memcpy(&d, x8p + k + 8 * (i / 32), 4);
-        xd[i] = (double)d * (int8_t)x8p[i];
-    }
+    for (size_t i = 0; i < k; ++i) xd[i] = x8_d(x8p, k, i / 32) * (int8_t)x8p[i];
     const float *yp = y.as<float>();
     for (size_t r = 0; r < n; ++r) {
         double want = 0, mag = 0;
@@ -305,21 +322,26 @@ static void q8case(QT t, size_t n, size_t k, int scale_kind, unsigned grid_cap) 
                 dequant_block(t, blk, v);
                 for (int j = 0; j < 32; ++j) vm[j] = fabs((double)v[j]);
             }
-            double m = 0;
-            if (t == Q41) {
-                uint16_t m16;
-                memcpy(&m16, blk + 2, 2);
-                m = f16f(m16);
-                int32_t sum;
-                float d;
-                memcpy(&d, x8p + k + 8 * b, 4);
-                memcpy(&sum, x8p + k + 8 * b + 4, 4);
-                const double s16 = f16_value(f16_bits(round_f16((double)f16_value(f16_bits(round_f16(sum))) * d)));
-                want += m * s16;
-                mag += fabs(m * s16);
+            if (t == Q40 || t == Q41) {
+                // Candle CUDA's q4 dots: d d8 sum(nibble q) - 8 d sum(x) (q4_0) or + m sum(x)
+                // (q4_1), sum(x) being the block's f16 x sum, not d8 sum(q).
+                uint16_t d16, m16 = 0;
+                memcpy(&d16, blk, 2);
+                if (t == Q41) memcpy(&m16, blk + 2, 2);
+                const double d = f16f(d16), xs = x8_xsum(x8p, k, b);
+                const double off = t == Q40 ? -8.0 * d * xs : f16f(m16) * xs;
+                const uint8_t *qs = blk + (t == Q40 ? 2 : 4);
+                for (int j = 0; j < 32; ++j) {
+                    const int nib = j < 16 ? qs[j] & 15 : qs[j - 16] >> 4;
+                    want += d * nib * xd[b * qk + j];
+                    mag += fabs(d * nib * xd[b * qk + j]);
+                }
+                want += off;
+                mag += fabs(off);
+                continue;
             }
             for (size_t j = 0; j < qk; ++j) {
-                want += ((double)v[j] - m) * xd[b * qk + j];
+                want += (double)v[j] * xd[b * qk + j];
                 mag += vm[j] * fabs(xd[b * qk + j]);
             }
         }
@@ -348,6 +370,46 @@ static void quantize_specials() {
     for (int j = 0; j < 32; ++j) xp[224 + j] = j == 0 ? 127.0f : (float)(j - 16) + 0.5f;
     quantize_case(xp, k, rows, x8.as<uint8_t>(), "specials");
     if (!x8.intact(QMV8_ROW_BYTES(k) * rows)) G.c.fail("quantize wrote outside x8");
+}
+
+// Q8_1 weights dequantized (qmv_dequantize_q8_1_*): random blocks (random d, including the
+// extreme f16 scales, and quants), `count` values of them (not always whole blocks), a grid
+// smaller than the values (the grid-stride loop); every value against qs[j] * d in f32 (and
+// that rounded to f16), nothing written past `count`.
+static void dequant_q8_1_case(size_t count, unsigned grid) {
+    const size_t nb = (count + 31) / 32;
+    Buf w(nb * 36, 1), y32(count, 4), y16(count, 2);
+    uint8_t *wp = w.as<uint8_t>();
+    for (size_t b = 0; b < nb; ++b) {
+        const uint16_t d = rand_scale(1);
+        memcpy(wp + 36 * b, &d, 2);
+        const uint16_t s = (uint16_t)rng();
+        memcpy(wp + 36 * b + 2, &s, 2);
+        for (int j = 0; j < 32; ++j) wp[36 * b + 4 + j] = (uint8_t)rng();
+    }
+    char ctx[96];
+    snprintf(ctx, sizeof ctx, "dequantize q8_1 count %zu grid %u", count, grid);
+    G.c.ctx = ctx;
+    G.launches += 2;
+    const unsigned long long n = count;
+    if (!emu::launch(ctx, qmv_dequantize_q8_1_f32, dim3(grid), dim3(QMV_BLOCK), (const uint8_t *)wp,
+                     y32.as<float>(), n) ||
+        !emu::launch(ctx, qmv_dequantize_q8_1_f16, dim3(grid), dim3(QMV_BLOCK), (const uint8_t *)wp,
+                     y16.as<__half>(), n)) {
+        G.c.fail("launch failed");
+        return;
+    }
+    for (size_t i = 0; i < count; ++i) {
+        uint16_t d;
+        memcpy(&d, wp + 36 * (i / 32), 2);
+        const float want = (float)(int8_t)wp[36 * (i / 32) + 4 + i % 32] * f16f(d);
+        uint16_t got16;
+        memcpy(&got16, y16.as<uint16_t>() + i, 2);
+        G.c.checks += 2;
+        if (memcmp(&want, y32.as<float>() + i, 4) != 0) G.c.fail("f32 value %zu: got %.9g want %.9g", i, y32.as<float>()[i], want);
+        if (got16 != f16_bits(round_f16(want))) G.c.fail("f16 value %zu: got %04x want %04x", i, got16, f16_bits(round_f16(want)));
+    }
+    if (!y32.intact(count) || !y16.intact(count)) G.c.fail("wrote past count");
 }
 
 static void test_port() {
@@ -413,6 +475,9 @@ int main() {
         q8case(q, 70, qk * 4, 1, 2);
         q8case(q, 49, qk * 3, 0, 1);
     }
+    dequant_q8_1_case(32 * 40, 3);
+    dequant_q8_1_case(32 * 7 + 5, 1);
+    dequant_q8_1_case(1, 1);
     // Every kernel ran at least once.
     for (int t = 0; t < NQT; ++t)
         for (int v = 0; v < 2; ++v)

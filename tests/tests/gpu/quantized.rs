@@ -63,26 +63,76 @@ fn qmatvec_q8() -> bool {
     std::env::var("CANDLE_ROCM_QMATVEC").is_ok_and(|v| v.eq_ignore_ascii_case("q8"))
 }
 
+/// One row of `x` rounded to 8 bits as Candle CUDA's `quantize_q8_1` (and candle-rocm's
+/// `qmv_quantize_x8`) rounds it, per 32-value block: the rounded values `d q` (d = amax / 127
+/// kept as f16, q = round(x / d)) and the block's f16-rounded sum of x.
+fn q8_1_row(x: &[f32]) -> (Vec<f32>, Vec<f32>) {
+    let (mut values, mut sums) = (Vec::with_capacity(x.len()), Vec::new());
+    for block in x.chunks(32) {
+        let amax = block.iter().fold(0f32, |a, v| a.max(v.abs()));
+        let d = amax / 127.0;
+        let d16 = half::f16::from_f32(d).to_f32();
+        for v in block {
+            let q = if amax == 0.0 {
+                0.0
+            } else {
+                (v / d).round().clamp(-128.0, 127.0)
+            };
+            values.push(d16 * q);
+        }
+        sums.push(half::f16::from_f32(block.iter().sum::<f32>()).to_f32());
+    }
+    (values, sums)
+}
+
 /// What the GPU's mat-vec of `m` rows computes for a `QMATVEC_TYPES` weight, on the CPU: by
-/// default `x` times the dequantized weights `w`; with 8-bit activations, the rows `x`
-/// rounded to 8 bits per 32-value block (q8_0, as candle-rocm's `qmv_quantize_x8` rounds
-/// them) times `w`, or for q4_0 and q4_1, whose CPU products round x the same way, the CPU's
-/// own quantized product (`cpu_mm`, which also rounds q4_1's min term as the kernel does).
-/// (The CPU's q8_0 product differs from both by as much as they differ from each other, and
-/// k-quants round x per 256 values there.)
-fn mat_vec_reference(dtype: GgmlDType, cpu_mm: &QMatMul, w: &Tensor, x: &Tensor) -> Result<Tensor> {
+/// default `x` times the dequantized weights `w`; with 8-bit activations, `x` rounded as
+/// [`q8_1_row`] rounds it times `w`, except that q4_0's offset of 8 and q4_1's min multiply
+/// the block's f16 sum of x instead of its rounded values (Candle CUDA's `vec_dot_q4_*_q8_1`):
+/// `blocks` are the weights' GGML bytes.
+fn mat_vec_reference(dtype: GgmlDType, blocks: &[u8], w: &Tensor, x: &Tensor) -> Result<Tensor> {
     if !qmatvec_q8() {
         return x.broadcast_matmul(&w.t()?);
     }
-    match dtype {
-        GgmlDType::Q4_0 | GgmlDType::Q4_1 => cpu_mm.forward(x),
-        _ => {
-            let k = x.dim(candle_core::D::Minus1)?;
-            let rows = x.reshape(((), k))?;
-            let x8 = QTensor::quantize(&rows, GgmlDType::Q8_0)?.dequantize(&Device::Cpu)?;
-            x8.reshape(x.shape())?.broadcast_matmul(&w.t()?)
+    let k = x.dim(candle_core::D::Minus1)?;
+    let rows = x.reshape(((), k))?.to_vec2::<f32>()?;
+    let w = w.to_vec2::<f32>()?;
+    let f16_at = |b: &[u8], i: usize| half::f16::from_le_bytes([b[i], b[i + 1]]).to_f32();
+    let mut out = Vec::with_capacity(rows.len() * w.len());
+    for row in &rows {
+        let (xq, sums) = q8_1_row(row);
+        for (r, wr) in w.iter().enumerate() {
+            let mut y = 0f64;
+            for (b, sum) in sums.iter().enumerate() {
+                let span = b * 32..(b + 1) * 32;
+                // Per-block terms: the weight values' part that multiplies x's rounded values,
+                // and the offset (q4_0) or min (q4_1) times the f16 sum of x.
+                let (shift, offset) = match dtype {
+                    GgmlDType::Q4_0 => {
+                        let d = f16_at(&blocks[(r * k / 32 + b) * 18..], 0);
+                        (8.0 * d, -8.0 * d * sum)
+                    }
+                    GgmlDType::Q4_1 => {
+                        let m = f16_at(&blocks[(r * k / 32 + b) * 20..], 2);
+                        (-m, m * sum)
+                    }
+                    _ => (0.0, 0.0),
+                };
+                for (wv, xv) in wr[span.clone()].iter().zip(&xq[span]) {
+                    y += f64::from(wv + shift) * f64::from(*xv);
+                }
+                y += f64::from(offset);
+            }
+            out.push(y as f32);
         }
     }
+    Tensor::from_vec(out, (rows.len(), w.len()), &Device::Cpu)?.reshape(
+        x.dims()[..x.rank() - 1]
+            .iter()
+            .copied()
+            .chain([w.len()])
+            .collect::<Vec<_>>(),
+    )
 }
 
 #[test]
@@ -93,7 +143,7 @@ fn qmatmul_matches_the_cpu_on_dequantized_weights() -> Result<()> {
     for (i, dtype) in GGML_TYPES_BUT_Q8_1.into_iter().enumerate() {
         let (cpu, q) = weights(dtype, n, k, 200 + i as u64)?;
         let w = cpu.dequantize(&Device::Cpu)?;
-        let cpu_mm = QMatMul::from_qtensor(cpu)?;
+        let blocks = cpu.data()?.into_owned();
         let mm = QMatMul::from_qtensor(q)?;
         // Batch 1 (decode), 2..8, 9, 64 and 512 rows, and a 3-D input.
         for shape in [
@@ -120,7 +170,7 @@ fn qmatmul_matches_the_cpu_on_dequantized_weights() -> Result<()> {
             let plain = matches!(dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
             let ours = m <= 8 && QMATVEC_TYPES.contains(&dtype);
             let (want_here, tol) = if ours {
-                (mat_vec_reference(dtype, &cpu_mm, &w, &x)?, 1e-4)
+                (mat_vec_reference(dtype, &blocks, &w, &x)?, 1e-4)
             } else if m == 1 || plain {
                 (want.clone(), 1e-4)
             } else {
@@ -170,7 +220,7 @@ fn qmatvec_with_every_rows_per_block() -> Result<()> {
         for n in [12, 6, 3, 1] {
             let (cpu, q) = weights(dtype, n, k, 400 + (i * 7 + n) as u64)?;
             let w = cpu.dequantize(&Device::Cpu)?;
-            let cpu_mm = QMatMul::from_qtensor(cpu)?;
+            let blocks = cpu.data()?.into_owned();
             let mm = QMatMul::from_qtensor(q)?;
             let x = Tensor::from_vec(
                 normal(&mut rng(500 + n as u64), k, 1.0),
@@ -178,7 +228,7 @@ fn qmatvec_with_every_rows_per_block() -> Result<()> {
                 &Device::Cpu,
             )?;
             let want = if QMATVEC_TYPES.contains(&dtype) {
-                mat_vec_reference(dtype, &cpu_mm, &w, &x)?
+                mat_vec_reference(dtype, &blocks, &w, &x)?
             } else {
                 x.matmul(&w.t()?)?
             };
@@ -200,30 +250,38 @@ fn embedding_rows_come_from_the_device() -> Result<()> {
     assert_gpu_close(&got, &want, 1e-6, "q4_K embedding")
 }
 
+/// Q8_1, which candle-kernels cannot dequantize, stays on the device too (our
+/// `qmv_dequantize_q8_1_*`; in strict mode a host round trip would be an error): its values as
+/// the CPU dequantizes them, in f32 and f16, and `QMatMul` on them for 1 and 9 rows.
 #[test]
 #[ignore = "needs a HIP device"]
-fn q8_1_has_no_kernel_and_strict_mode_says_so() -> Result<()> {
-    let (cpu, q) = weights(GgmlDType::Q8_1, 2, 64, 9)?;
+fn q8_1_dequantizes_and_multiplies_on_the_device() -> Result<()> {
+    let dev = gpu()?;
+    let (n, k) = (40, 256);
+    let (cpu, q) = weights(GgmlDType::Q8_1, n, k, 9)?;
     assert_eq!(q.data()?.as_ref(), cpu.data()?.as_ref());
-    match q.dequantize(&q.device()) {
-        // Strict mode (the harness): the host path is refused with the typed error.
-        Err(e) if candle_rocm::strict() => {
-            let msg = root_cause(&e).to_string();
-            assert!(
-                msg.contains("dequantize") && msg.contains("CANDLE_ROCM_STRICT"),
-                "{msg}"
-            );
-        }
-        Err(e) => return Err(e),
-        Ok(got) => {
-            assert!(!candle_rocm::strict());
-            assert_close(
-                &got.to_device(&Device::Cpu)?,
-                &cpu.dequantize(&Device::Cpu)?,
-                1e-6,
-                "q8_1 dequantize on the host",
-            )?;
-        }
+    let want = cpu.dequantize(&Device::Cpu)?;
+    assert_gpu_close(&q.dequantize(&dev)?, &want, 0.0, "q8_1 dequantize")?;
+    assert_gpu_close(
+        &q.dequantize_f16(&dev)?,
+        &want.to_dtype(DType::F16)?,
+        0.0,
+        "q8_1 dequantize_f16",
+    )?;
+    let mm = QMatMul::from_qtensor(q)?;
+    for m in [1, 9] {
+        let x = Tensor::from_vec(
+            normal(&mut rng(600 + m as u64), m * k, 1.0),
+            (m, k),
+            &Device::Cpu,
+        )?;
+        let got = mm.forward(&x.to_device(&dev)?)?;
+        assert_gpu_close(
+            &got,
+            &x.matmul(&want.t()?)?,
+            2e-3,
+            &format!("q8_1 qmatmul {m} rows"),
+        )?;
     }
     Ok(())
 }
