@@ -122,12 +122,15 @@ pub fn plan(cfg: &GemmConfig, dtype: DType) -> Option<Plan> {
     })
 }
 
-/// Groups of 32 lanes per output row (the kernels' `gpr`: 1, 2, 4 or 8): the fewest that give
-/// [`TARGET_BLOCKS`] blocks over the batch, but no more than leave each group a whole 16-byte
-/// chunk per lane of the row (`k` elements of `size` bytes).
+/// Groups of 32 lanes per output row (the kernels' `gpr`: 1, 2, 4 or 8, a power of two that
+/// divides a block's 8 groups): the fewest that give [`TARGET_BLOCKS`] blocks over the batch,
+/// but no more than leave each group a whole 16-byte chunk per lane of the row (`k` elements
+/// of `size` bytes).
 fn groups_per_row(n: usize, k: usize, batch: usize, size: usize) -> usize {
     let chunks_per_group_step = 32 * (16 / size);
-    let most = (k / chunks_per_group_step).clamp(1, GROUPS_PER_BLOCK);
+    // The largest power of two at or below the chunks' bound (k = 1536 in f16 allows 6: 4).
+    let bound = (k / chunks_per_group_step).clamp(1, GROUPS_PER_BLOCK);
+    let most = 1 << bound.ilog2();
     let mut gpr = 1;
     while gpr < most
         && n.saturating_mul(gpr)
@@ -176,6 +179,7 @@ pub fn run<T: RocmDType>(
     let vec = vectorized(p, size, w.device_ptr() as usize, x.device_ptr() as usize);
     let f = dev.function_static(Module::Gemv, if vec { vector } else { scalar })?;
     let gpr = groups_per_row(p.n, p.k, p.batch, size);
+    debug_assert!(gpr.is_power_of_two() && gpr <= GROUPS_PER_BLOCK);
     let rows_per_block = GROUPS_PER_BLOCK / gpr;
     let grid_x = p.n.div_ceil(rows_per_block).clamp(1, MAX_BLOCKS) as u32;
     let cfg = LaunchConfig {
@@ -272,8 +276,11 @@ mod tests {
             (2048, 2048, 1, 2, 4),
             (2048, 5632, 1, 2, 4),
             (256, 2048, 1, 2, 8),
-            (256, 512, 1, 2, 2), // 512 / 256 elements per group step
-            (21, 64, 32, 4, 1),  // attention: k of one chunk per lane
+            (256, 512, 1, 2, 2),  // 512 / 256 elements per group step
+            (576, 1536, 1, 2, 4), // SmolLM2's down projection: 6 chunks' worth, so 4, not 6
+            (576, 1536, 1, 4, 8),
+            (192, 3 * 256, 1, 2, 2),
+            (21, 64, 32, 4, 1), // attention: k of one chunk per lane
             (1, 8, 1, 4, 1),
         ] {
             assert_eq!(groups_per_row(n, k, b, size), want, "n={n} k={k} b={b}");

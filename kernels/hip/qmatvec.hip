@@ -99,19 +99,6 @@
 #ifndef QMV_UNROLL
 #define QMV_UNROLL 1
 #endif
-// QMV_MINB / QMV_KMINB (tuning knobs, NVIDIA builds only): blocks per multiprocessor the
-// 32-value-block / super-block kernels must fit (`__launch_bounds__`' second argument, which caps
-// their registers); AMD builds keep the plain bound (HIP gives that argument another meaning).
-#if defined(QMV_MINB) && !defined(__HIP_DEVICE_COMPILE__)
-#define QMV_BOUNDS __launch_bounds__(QMV_BLOCK, QMV_MINB)
-#else
-#define QMV_BOUNDS __launch_bounds__(QMV_BLOCK)
-#endif
-#if defined(QMV_KMINB) && !defined(__HIP_DEVICE_COMPILE__)
-#define QMV_KBOUNDS __launch_bounds__(QMV_BLOCK, QMV_KMINB)
-#else
-#define QMV_KBOUNDS __launch_bounds__(QMV_BLOCK)
-#endif
 #define QMV_PRAGMA(x) _Pragma(#x)
 #define QMV_UNROLL_LOOP(n) QMV_PRAGMA(unroll n)
 #define QMV_BLOCK 256
@@ -319,11 +306,11 @@ __device__ __forceinline__ void qmatvec(const uint8_t *__restrict__ w, const flo
 }
 
 #define QMV_KERNELS(T, Q)                                                                          \
-    extern "C" __global__ void QMV_BOUNDS                                                          \
+    extern "C" __global__ void __launch_bounds__(QMV_BLOCK)                                        \
         qmatvec_##T(const uint8_t *w, const float *x, float *y, unsigned n, unsigned nb) {         \
         qmatvec<Q, false>(w, x, y, n, nb);                                                         \
     }                                                                                              \
-    extern "C" __global__ void QMV_BOUNDS                                                          \
+    extern "C" __global__ void __launch_bounds__(QMV_BLOCK)                                        \
         qmatvec_##T##_v(const uint8_t *w, const float *x, float *y, unsigned n, unsigned nb) {     \
         qmatvec<Q, true>(w, x, y, n, nb);                                                          \
     }
@@ -515,11 +502,11 @@ __device__ __forceinline__ void qmatvec_k(const uint8_t *__restrict__ w, const f
 
 // qmatvec_<T> and qmatvec_<T>_v for a k-quant type.
 #define QMV_K_KERNELS(T, Q)                                                                        \
-    extern "C" __global__ void QMV_KBOUNDS                                                         \
+    extern "C" __global__ void __launch_bounds__(QMV_BLOCK)                                        \
         qmatvec_##T(const uint8_t *w, const float *x, float *y, unsigned n, unsigned nb) {         \
         qmatvec_k<Q, false>(w, x, y, n, nb);                                                       \
     }                                                                                              \
-    extern "C" __global__ void QMV_KBOUNDS                                                         \
+    extern "C" __global__ void __launch_bounds__(QMV_BLOCK)                                        \
         qmatvec_##T##_v(const uint8_t *w, const float *x, float *y, unsigned n, unsigned nb) {     \
         qmatvec_k<Q, true>(w, x, y, n, nb);                                                        \
     }
@@ -868,18 +855,18 @@ __device__ __forceinline__ void qmatvec8(const uint8_t *__restrict__ w, const ui
     }
 }
 
-#define QMV8_KERNEL(T, Q, LANES, QK, PARTS, BOUNDS)                                                \
-    extern "C" __global__ void BOUNDS                                                              \
+#define QMV8_KERNEL(T, Q, LANES, QK, PARTS)                                                        \
+    extern "C" __global__ void __launch_bounds__(QMV_BLOCK)                                        \
         qmatvec8_##T(const uint8_t *w, const uint8_t *x8, float *y, unsigned n, unsigned nb) {     \
         qmatvec8<Q, LANES, QK, PARTS>(w, x8, y, n, nb);                                            \
     }
 
-QMV8_KERNEL(q4_0, Q4_0x8, 4, 32, QMV8_PARTS, QMV_BOUNDS)
-QMV8_KERNEL(q4_1, Q4_1x8, 4, 32, QMV8_PARTS, QMV_BOUNDS)
-QMV8_KERNEL(q8_0, Q8_0x8, 4, 32, QMV8_PARTS_Q8_0, QMV_BOUNDS)
-QMV8_KERNEL(q4_K, QK45x8<false>, 16, 256, QMV8_KPARTS, QMV_KBOUNDS)
-QMV8_KERNEL(q5_K, QK45x8<true>, 16, 256, QMV8_KPARTS, QMV_KBOUNDS)
-QMV8_KERNEL(q6_K, Q6Kx8, 16, 256, QMV8_KPARTS, QMV_KBOUNDS)
+QMV8_KERNEL(q4_0, Q4_0x8, 4, 32, QMV8_PARTS)
+QMV8_KERNEL(q4_1, Q4_1x8, 4, 32, QMV8_PARTS)
+QMV8_KERNEL(q8_0, Q8_0x8, 4, 32, QMV8_PARTS_Q8_0)
+QMV8_KERNEL(q4_K, QK45x8<false>, 16, 256, QMV8_KPARTS)
+QMV8_KERNEL(q5_K, QK45x8<true>, 16, 256, QMV8_KPARTS)
+QMV8_KERNEL(q6_K, Q6Kx8, 16, 256, QMV8_KPARTS)
 
 // =============================================================================================
 // Q8_1 weights dequantized (Candle's BlockQ8_1 = { f16 d; f16 s; i8 qs[32] }, 36 bytes, value j

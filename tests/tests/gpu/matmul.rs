@@ -34,7 +34,15 @@ fn linear_layers_at_decode_match_the_cpu() -> Result<()> {
     let dev = gpu()?;
     let mut seed = 100;
     for dtype in [DType::F32, DType::F16, DType::BF16] {
-        for (n, k) in [(2048, 2048), (13, 37), (1, 64), (300, 4096)] {
+        // (576, 1536): SmolLM2's down projection, whose f16/bf16 rows split over 4 groups.
+        for (n, k) in [
+            (2048, 2048),
+            (13, 37),
+            (1, 64),
+            (300, 4096),
+            (576, 1536),
+            (192, 3 * 256),
+        ] {
             for rows in [1, 2, 3, 5, 8, 9] {
                 seed += 1;
                 let (wc, wg) = host_pair(normal(&mut rng(seed), n * k, 0.5), (n, k), dtype, &dev)?;
