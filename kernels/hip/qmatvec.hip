@@ -538,8 +538,9 @@ QMV_K_KERNELS(q6_K, Q6K)
 //     rows). Lane i of a 32-lane group takes value i of a block.
 //   qmatvec8_<T>(const uint8_t *w, const uint8_t *x8, float *y, unsigned n, unsigned nb):
 //     y = W x for one x8 row (k = nb * block values); w as for qmatvec_<T> (4-byte aligned,
-//     readable 2 bytes before a block and 4 past the last); x8 4-byte aligned (candle-rocm
-//     allocates it, so 256-byte aligned). Launch as qmatvec_<T>. Work split as qmatvec_<T>
+//     16-byte aligned for q4_K and q5_K, whose super-block heads load as 16 bytes; readable 2
+//     bytes before a block and 4 past the last); x8 8-byte aligned (candle-rocm allocates both
+//     whole, so 256-byte aligned). Launch as qmatvec_<T>. Work split as qmatvec_<T>
 //     (a part reads the same quants and its x bytes are the same runs), except that a lane
 //     takes QMV8_PARTS (2) consecutive parts of a 32-value block, so 2 lanes share a block and a
 //     group step covers 16 blocks (on the H100 via HIP-on-CUDA, 2026-11-23: q4_0 at 4096x32000
@@ -704,37 +705,44 @@ template <bool QH> struct QK45x8 {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const unsigned blk = 8 * b + 2 * c + h;
-            const uint32_t *xq = reinterpret_cast<const uint32_t *>(x8 + 32 * (size_t)blk + i0);
-            x.q[2 * h] = xq[0];
-            x.q[2 * h + 1] = xq[1];
-            const uint32_t *ds = qmv8_ds(x8, k, blk);
-            x.d[h] = qmv8_d(ds);
+            // 8-byte loads: the quants at 8 (t % 4) of a 32-byte block, the (ds, sum) pair.
+            const uint2 xq = *reinterpret_cast<const uint2 *>(x8 + 32 * (size_t)blk + i0);
+            x.q[2 * h] = xq.x;
+            x.q[2 * h + 1] = xq.y;
+            const uint2 ds = *reinterpret_cast<const uint2 *>(qmv8_ds(x8, k, blk));
+            x.d[h] = qmv_half(ds.x);
             // dmin m sum(x) over the block's 4 parts: a quarter of d sum(q) per part.
-            x.o[h] = 0.25f * x.d[h] * (float)(int)ds[1];
+            x.o[h] = 0.25f * x.d[h] * (float)(int)ds.y;
         }
     }
     __device__ __forceinline__ static float dot(const uint32_t *p, uint32_t phase, unsigned t, const Q8x &x) {
         (void)phase; // word-aligned blocks: always 0
         const uint32_t c = t / 4, i0 = 8 * (t % 4);
         const uint32_t sh = (c & 1) * 16;
-        const uint32_t a = p[1] >> sh, b = p[2] >> sh, e = p[3] >> sh;
+        // The 16-byte head (d, dmin, scales) in one load, the lane's 8 quant bytes (and 8 high
+        // bits, q5_K) in one each: super-blocks of 144 and 176 bytes start 16-byte aligned.
+        const uint4 head = *reinterpret_cast<const uint4 *>(p);
+        const uint32_t a = head.y >> sh, b = head.z >> sh, e = head.w >> sh;
         const uint32_t scp = c < 2 ? a & 0x3f3fu : (e & 0x0f0fu) | ((a >> 2) & 0x3030u);
         const uint32_t mnp = c < 2 ? b & 0x3f3fu : ((e >> 4) & 0x0f0fu) | ((b >> 2) & 0x3030u);
         const uint32_t qw = (QH ? 48 : 16) / 4 + 2 * t; // word index of the lane's 8 qs bytes
+        const uint2 qs = *reinterpret_cast<const uint2 *>(p + qw);
+        uint2 qh = {0u, 0u};
+        if (QH) qh = *reinterpret_cast<const uint2 *>(p + (16 + i0) / 4);
         int s1 = 0, s2 = 0;
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
-            const uint32_t q = p[qw + i];
+            const uint32_t q = i ? qs.y : qs.x;
             uint32_t lo = q & 0x0f0f0f0fu, hi = (q >> 4) & 0x0f0f0f0fu;
             if (QH) {
-                const uint32_t h = p[(16 + i0) / 4 + i];
+                const uint32_t h = i ? qh.y : qh.x;
                 lo |= ((h >> (2 * c)) & 0x01010101u) << 4;
                 hi |= ((h >> (2 * c + 1)) & 0x01010101u) << 4;
             }
             s1 = qmv_dot4(lo, x.q[i], s1);
             s2 = qmv_dot4(hi, x.q[2 + i], s2);
         }
-        const float d = qmv_half(p[0]), dmin = qmv_half(p[0] >> 16);
+        const float d = qmv_half(head.x), dmin = qmv_half(head.x >> 16);
         const float sc1 = (float)(scp & 255u), sc2 = (float)(scp >> 8);
         const float m1 = (float)(mnp & 255u), m2 = (float)(mnp >> 8);
         return d * (sc1 * x.d[0] * (float)s1 + sc2 * x.d[1] * (float)s2) - dmin * (m1 * x.o[0] + m2 * x.o[1]);

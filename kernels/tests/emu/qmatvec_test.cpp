@@ -13,9 +13,12 @@
 
 #include "check.h"
 
-// emu.h declares no float4 (the device headers do).
+// emu.h declares no float4 or uint2 (the device headers do).
 struct __attribute__((aligned(16))) float4 {
     float x, y, z, w;
+};
+struct __attribute__((aligned(8))) uint2 {
+    unsigned int x, y;
 };
 
 #include "../../hip/qmatvec.hip"
