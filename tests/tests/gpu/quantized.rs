@@ -1,7 +1,7 @@
 //! Quantized (GGML) tensors on the device (`QStorage::Ext`): blocks quantized on the CPU,
 //! loaded onto the GPU, read back byte for byte, dequantized on the device to f32 and f16, and
 //! multiplied (`QMatMul`) against the CPU's dequantized weights (and, where the GPU rounds the
-//! activations to 8 bits, against the same rounding on the CPU).
+//! activations to 8 bits as Candle CUDA does, against that rounding done on the host).
 
 use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor};
 use candle_core::{DType, Device, Module, Result, Tensor};
