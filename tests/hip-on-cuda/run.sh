@@ -48,6 +48,8 @@ echo "== rocm-info"
 "$BUNDLE/candle-rocm.rocm-info" 2>&1 | tee "$OUT/rocm-info.txt"
 row "rocm-info exit code" "${PIPESTATUS[0]}"
 
+# The SmolLM2 GGUF where the demo's weights cache keeps it (carried; see the README).
+SMOLLM2_GGUF="${CANDLE_ROCM_CACHE:-/nonexistent}/smollm2-135m-gguf/SmolLM2-135M-Instruct.Q4_1.gguf"
 # Every bundled binary except the tools below is a libtest GPU test binary.
 TESTS=()
 for t in "$BUNDLE"/*; do
@@ -57,8 +59,11 @@ for t in "$BUNDLE"/*; do
         # separately (see the README) and named by these variables.
         candle-rocm-demo.embed) [ -n "${CANDLE_ROCM_BERT_DIR:-}" ] && [[ -z "${ONLY:-}" || "$(basename "$t")" =~ $ONLY ]] \
             && TESTS+=("$t") || row "$(basename "$t")" "skipped: set CANDLE_ROCM_BERT_DIR to carried weights" ;;
-        candle-rocm-demo.decode) [ -n "${CANDLE_ROCM_LLAMA_DIR:-}" ] && [[ -z "${ONLY:-}" || "$(basename "$t")" =~ $ONLY ]] \
-            && TESTS+=("$t") || row "$(basename "$t")" "skipped: set CANDLE_ROCM_LLAMA_DIR to carried weights" ;;
+        # The decoder tests need the f32 SmolLM2 directory or, which they convert it from, the
+        # GGUF in the weights cache ($CANDLE_ROCM_CACHE; the README says how it travels).
+        candle-rocm-demo.decode) { [ -n "${CANDLE_ROCM_LLAMA_DIR:-}" ] || [ -f "$SMOLLM2_GGUF" ]; } \
+            && [[ -z "${ONLY:-}" || "$(basename "$t")" =~ $ONLY ]] && TESTS+=("$t") \
+            || row "$(basename "$t")" "skipped: set CANDLE_ROCM_LLAMA_DIR or CANDLE_ROCM_CACHE to carried weights" ;;
         # ONLY=<regex> runs just the matching test binaries (quick re-runs).
         *) [[ -z "${ONLY:-}" || "$(basename "$t")" =~ $ONLY ]] && TESTS+=("$t") ;;
     esac
@@ -250,7 +255,7 @@ if [ "$SANITIZE" = 1 ]; then
         quantized_tests:: --skip _cpu
     # The real GGUF decoding on the GPU (SmolLM2-135M, its weights quantized in GPU memory), when
     # the file is in the weights cache (carried, see the README): SAN_ONLY matching "gguf-decode".
-    if [ -f "${CANDLE_ROCM_CACHE:-/nonexistent}/smollm2-135m-gguf/SmolLM2-135M-Instruct.Q4_1.gguf" ]; then
+    if [ -f "$SMOLLM2_GGUF" ]; then
         san_extra gguf-decode "" "$BUNDLE/candle-rocm-demo.decode" gpu_gguf_matches_the_dequantized_model
     fi
     [ -n "${ROCM_SYS_MIOPEN_LIB:-}" ] && san_extra miopen-parity "CANDLE_ROCM_CONV=miopen" \
