@@ -539,8 +539,9 @@ fn conv(b: &Bench) -> Result<()> {
 
 /// Matrix products on quantized (GGML) weights, as a GGUF model's linear layers run them:
 /// decode-shaped (one f32 row; the work counted is the weight bytes, which dominate what the
-/// kernel must read) and prefill-shaped (512 rows; flops). Weights are random, quantized on the
-/// CPU, then placed on the device with `QTensor::quantize_onto`.
+/// kernel must read), small batches (4, 16 and 64 rows, as batched decoding or a short prompt
+/// gives; weight bytes too) and prefill-shaped (512 rows; flops). Weights are random, quantized
+/// on the CPU, then placed on the device with `QTensor::quantize_onto`.
 fn quantized(b: &Bench) -> Result<()> {
     use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
     use candle_core::Module;
@@ -554,6 +555,9 @@ fn quantized(b: &Bench) -> Result<()> {
         for (m, n, k) in [
             (1usize, 4096usize, 4096usize),
             (1, 32000, 4096),
+            (4, 4096, 4096),
+            (16, 4096, 4096),
+            (64, 4096, 4096),
             (512, 4096, 4096),
         ] {
             let op = if m == 1 {
@@ -561,7 +565,13 @@ fn quantized(b: &Bench) -> Result<()> {
             } else {
                 format!("qmatmul_{ty_name}")
             };
-            if !b.wanted("quant", &op) || (m > 1 && ty != GgmlDType::Q4_0) {
+            // Small batches for the 4-bit types, prefill for q4_0.
+            let skip = match m {
+                1 => false,
+                512 => ty != GgmlDType::Q4_0,
+                _ => ty == GgmlDType::Q8_0,
+            };
+            if !b.wanted("quant", &op) || skip {
                 continue;
             }
             let w = Tensor::randn(0f32, 0.02, (n, k), &Device::Cpu)?;
@@ -571,7 +581,7 @@ fn quantized(b: &Bench) -> Result<()> {
             let x = Tensor::randn(0f32, 1.0, (m, k), dev)?;
             let s = b.time(|| Ok(mm.forward(&x)?))?;
             let shape = format!("{m}x{k}x{n}");
-            if m == 1 {
+            if m <= 64 {
                 b.print(["quant", &op, &shape, "f32"], s, weight_bytes, "bytes");
             } else {
                 let flops = 2.0 * (m * k * n) as f64;
