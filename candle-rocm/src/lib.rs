@@ -54,4 +54,4 @@ pub use device::RocmDevice;
 pub use error::{BackendError, WrapErr};
 #[cfg(feature = "candle")]
 pub use slot::{device, device_or_cpu, strict, BACKEND_NAME, STRICT_VAR};
-pub use storage::{RocmDType, RocmStorage, RocmStorageSlice};
+pub use storage::{RocmDType, RocmStorage, RocmStorageSlice, STORED_DTYPES};

@@ -42,6 +42,17 @@ macro_rules! with_dtypes {
 }
 pub(crate) use with_dtypes;
 
+/// Every dtype a [`RocmStorage`] holds, in [`with_dtypes!`]'s order (Candle's MX types F6E2M3,
+/// F6E3M2, F4 and F8E8M0 have no storage on any GPU backend).
+pub const STORED_DTYPES: [DType; 10] = {
+    macro_rules! list {
+        ($($v:ident($t:ty, $doc:literal),)*) => {
+            [$(DType::$v),*]
+        };
+    }
+    with_dtypes!(list! {})
+};
+
 /// An element type a [`RocmStorageSlice`] can hold (candle-core's CUDA backend has the same
 /// trait, `CudaDType`).
 pub trait RocmDType: DeviceRepr + WithDType {
@@ -642,19 +653,9 @@ impl BackendStorage for RocmStorage {
 mod tests {
     use super::*;
 
-    /// The dtypes of [`with_dtypes!`].
-    fn listed() -> Vec<DType> {
-        macro_rules! list {
-            ($($v:ident($t:ty, $doc:literal),)*) => {
-                vec![$(DType::$v),*]
-            };
-        }
-        with_dtypes!(list! {})
-    }
-
     #[test]
     fn dtype_dispatch_follows_the_list() {
-        let dtypes = listed();
+        let dtypes = STORED_DTYPES;
         assert_eq!(
             dtypes.iter().map(|d| d.as_str()).collect::<Vec<_>>(),
             ["u8", "u32", "i16", "i32", "i64", "bf16", "f16", "f32", "f64", "f8e4m3"]

@@ -21,21 +21,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
-OUT="${OUT:-$PWD/target/hip-on-cuda-out}"
-BUILD=/tmp/hip-on-cuda
-BUNDLE_ROOT=.bench-bundle
-mkdir -p "$OUT" "$BUILD"
-SUMMARY="$OUT/summary.txt"
-: > "$SUMMARY"
-row() { printf '%-34s %s\n' "$1" "$2" | tee -a "$SUMMARY" >/dev/null; }
-
-if [ ! -d "$BUNDLE_ROOT/bin" ]; then
-    echo "profile.sh: $BUNDLE_ROOT/bin is missing: run \`cargo xtask bench\` and carry $BUNDLE_ROOT" >&2
-    exit 2
-fi
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-row "gpu" "$gpu, driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)"
-row "date (UTC)" "$(date -u +%Y-%m-%dT%H:%MZ)"
+# shellcheck source=tests/hip-on-cuda/bench-preamble.sh
+source tests/hip-on-cuda/bench-preamble.sh
 
 # setup.sh's build logs go beside $OUT, not in it (the device tool brings back 8 files).
 main_out="$OUT"

@@ -21,20 +21,8 @@ pub fn gpu() -> Result<Device> {
     candle_rocm::device(0).map_err(candle_core::Error::wrap)
 }
 
-/// Every dtype candle-rocm stores (Candle's MX types F6E2M3, F6E3M2, F4 and F8E8M0 have no
-/// storage on any GPU backend).
-pub const STORED: [DType; 10] = [
-    DType::U8,
-    DType::U32,
-    DType::I16,
-    DType::I32,
-    DType::I64,
-    DType::BF16,
-    DType::F16,
-    DType::F32,
-    DType::F64,
-    DType::F8E4M3,
-];
+/// Every dtype candle-rocm stores (candle-rocm's [`candle_rocm::STORED_DTYPES`]).
+pub const STORED: [DType; 10] = candle_rocm::STORED_DTYPES;
 
 /// Absolute tolerance for comparing results of `dtype` with values of magnitude about 1.
 pub fn tolerance(dtype: DType) -> f64 {

@@ -19,18 +19,7 @@ pub fn device() -> RocmDevice {
 }
 
 /// The ten dtypes of `RocmStorage`.
-pub const DTYPES: [DType; 10] = [
-    DType::U8,
-    DType::U32,
-    DType::I16,
-    DType::I32,
-    DType::I64,
-    DType::BF16,
-    DType::F16,
-    DType::F32,
-    DType::F64,
-    DType::F8E4M3,
-];
+pub const DTYPES: [DType; 10] = candle_rocm::STORED_DTYPES;
 
 /// The float dtypes with random-number kernels.
 pub const FLOATS: [DType; 4] = [DType::BF16, DType::F16, DType::F32, DType::F64];
