@@ -8,7 +8,8 @@
 //! BF16 "blocks" are plain values, held as an ordinary storage of that dtype and cast.
 //!
 //! The quantized matrix product: up to 8 f32 rows (decode) run our `qmatvec` kernels
-//! (`kernels/hip/qmatvec.hip`), one launch per row, for Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K
+//! (`kernels/hip/qmatvec.hip`), all rows in one launch (up to 4 a launch for the k-quants: the
+//! weights are read once per launch), for Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K
 //! weights, in f32 (`qmatvec_*`). With `CANDLE_ROCM_QMATVEC=q8` the rows are first rounded to
 //! 8 bits per 32-value block as Candle's CUDA backend rounds activations for its quantized
 //! products (q8_1: f16 scale and f16 sum; `qmv_quantize_x8`, one launch for all rows) and the
@@ -322,9 +323,9 @@ impl RocmQStorage {
         }
     }
 
-    /// `x (m, k) @ w^T` for `m` (at most [`MAT_VEC_MAX_ROWS`]) f32 rows `x` (`w` is `(n, k)`):
+    /// `x (m, k) @ w^T` for `m` f32 rows `x` (`w` is `(n, k)`):
     /// our `qmatvec` kernels for Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K when
-    /// [`crate::registry::fast_kernels`] is on, once per row, in f32 or (with
+    /// [`crate::registry::fast_kernels`] is on, several rows per launch, in f32 or (with
     /// [`crate::registry::qmatvec_q8`]) on rows rounded to 8 bits; candle-kernels'
     /// dequantize-mat-vec kernels otherwise, for one row; `None` when they do not apply
     /// (another type, several rows there, or `k` not a multiple of the kernels' stride).
@@ -340,9 +341,9 @@ impl RocmQStorage {
         if crate::registry::fast_kernels() {
             if let Some(names) = qmatvec_kernel(self.dtype) {
                 return if crate::registry::qmatvec_q8() {
-                    self.qmatvec8(names.x8, (n, k, m), data, x, x_l)
+                    self.qmatvec8(&names, (n, k, m), data, x, x_l)
                 } else {
-                    self.qmatvec(names.f32, (n, k, m), data, x, x_l)
+                    self.qmatvec(&names, (n, k, m), data, x, x_l)
                 };
             }
         }
@@ -434,14 +435,15 @@ impl RocmQStorage {
         })
     }
 
-    /// `x (m, k) @ w^T` with our `qmatvec_<type>[_v]` kernels (`kernels/hip/qmatvec.hip`), one
-    /// launch per row of `x`, for Q4_0, Q4_1, Q8_0 (blocks of 32 values), Q4_K, Q5_K and Q6_K
-    /// (256) weights `w` of shape `(n, k)`: `None` when they do not apply (`k` not a multiple
-    /// of the block, `n` zero or past `u32`, `x` not `m` contiguous rows of `k` values). The
-    /// only allocation is the output.
+    /// `x (m, k) @ w^T` with our `qmatvec_<type>[_m<rows>][_v]` kernels
+    /// (`kernels/hip/qmatvec.hip`), which take up to [`QmatvecNames::max_rows`] rows of `x` per
+    /// launch (each weight word is read once for all of them), for Q4_0, Q4_1, Q8_0 (blocks of
+    /// 32 values), Q4_K, Q5_K and Q6_K (256) weights `w` of shape `(n, k)`: `None` when they do
+    /// not apply (`k` not a multiple of the block, `n` zero or past `u32`, `x` not `m`
+    /// contiguous rows of `k` values). The only allocation is the output.
     fn qmatvec(
         &self,
-        names: [&'static str; 2],
+        names: &QmatvecNames,
         (n, k, m): (usize, usize, usize),
         data: &DeviceBuffer<u8>,
         x: &DeviceBuffer<f32>,
@@ -457,12 +459,12 @@ impl RocmQStorage {
         )?)?;
         // Row i of x starts 4 k bytes (a multiple of 128) after row 0: one alignment for all.
         let launch = QmatvecLaunch::new(n, x.slice(x_start..)?.device_ptr() as usize);
-        let name = if launch.vec { names[1] } else { names[0] };
-        let f = self.device.function(Module::Qmatvec, name)?;
-        for i in 0..m {
-            let y = x.slice(x_start + i * k..x_start + (i + 1) * k)?;
-            let y_out = out.slice_mut(i * n..(i + 1) * n)?;
-            self.qmatvec_row(&f, &launch, data, (&y, &y_out), (rows, blocks))?;
+        for (first, count) in row_chunks(m, names.max_rows()) {
+            let name = names.f32[count - 1][usize::from(launch.vec)];
+            let f = self.device.function(Module::Qmatvec, name)?;
+            let xs = x.slice(x_start + first * k..x_start + (first + count) * k)?;
+            let ys = out.slice_mut(first * n..(first + count) * n)?;
+            self.qmatvec_launch(&f, &launch, data, (&xs, &ys), (rows, blocks))?;
         }
         Ok(Some(RocmStorage::new(
             RocmStorageSlice::F32(out),
@@ -471,11 +473,12 @@ impl RocmQStorage {
     }
 
     /// `x (m, k) @ w^T` with `x` rounded to 8 bits (`qmv_quantize_x8`, one launch for the `m`
-    /// rows) and our `qmatvec8_<type>` kernels, one launch per row: the types, shapes and
-    /// `None` cases of [`Self::qmatvec`]. Allocations: the 8-bit rows and the output.
+    /// rows) and our `qmatvec8_<type>[_m<rows>]` kernels, up to [`QmatvecNames::max_rows`] rows
+    /// per launch: the types, shapes and `None` cases of [`Self::qmatvec`]. Allocations: the
+    /// 8-bit rows and the output.
     fn qmatvec8(
         &self,
-        name: &'static str,
+        names: &QmatvecNames,
         (n, k, m): (usize, usize, usize),
         data: &DeviceBuffer<u8>,
         x: &DeviceBuffer<f32>,
@@ -521,26 +524,28 @@ impl RocmQStorage {
         // y is m and its x covers k; ordered on the device's stream.
         unsafe { l.launch(cfg)? };
         let launch = QmatvecLaunch::new(n, 0);
-        let f = self.device.function(Module::Qmatvec, name)?;
-        for i in 0..m {
-            let x_row = x8.slice(i * row_bytes..(i + 1) * row_bytes)?;
-            let y_out = out.slice_mut(i * n..(i + 1) * n)?;
+        for (first, count) in row_chunks(m, names.max_rows()) {
+            let f = self.device.function(Module::Qmatvec, names.x8[count - 1])?;
+            let x_rows = x8.slice(first * row_bytes..(first + count) * row_bytes)?;
+            let y_out = out.slice_mut(first * n..(first + count) * n)?;
             let (pw, py, pout) = (
                 data.as_arg(),
-                rocm_safe::DevicePtrArg::of(&x_row),
+                rocm_safe::DevicePtrArg::of(&x_rows),
                 rocm_safe::DevicePtrArg::of(&y_out),
             );
             let mut l = self.device.stream().launch_builder(&f);
             l.arg(&pw).arg(&py).arg(&pout).arg(&rows).arg(&blocks);
-            // SAFETY: `qmatvec8_<type>` take (const uint8_t *w, const uint8_t *x8, float *y,
-            // unsigned n, unsigned nb) and read `rows` rows of `blocks` blocks: `check_count`
-            // made sure those weights lie within the blocks held, and the reads of up to 2
-            // bytes before a block (inside the previous one; the buffer's start is 4-byte
-            // aligned, checked above) or 4 past the last fall inside the MATRIX_ROW_PADDING of
-            // zeroed blocks; `x_row` is a checked view of one 8-bit row of k values (written
-            // by the launch above on the same stream; row starts are multiples of 40 bytes
-            // from the buffer's start, so 4-byte aligned); `y_out` a checked view of `rows`
-            // values no other launch writes; blocks of QMATVEC_THREADS threads, any grid.
+            // SAFETY: `qmatvec8_<type>[_m<count>]` take (const uint8_t *w, const uint8_t *x8,
+            // float *y, unsigned n, unsigned nb), read `rows` rows of `blocks` blocks and
+            // `count` 8-bit rows of k values, and write `count` rows of `rows` values:
+            // `check_count` made sure those weights lie within the blocks held, and the reads
+            // of up to 2 bytes before a block (inside the previous one; the buffer's start is
+            // 4-byte aligned, checked above) or 4 past the last fall inside the
+            // MATRIX_ROW_PADDING of zeroed blocks; `x_rows` is a checked view of `count` 8-bit
+            // rows (written by the launch above on the same stream; row starts are multiples
+            // of 40 bytes from the buffer's start, so 8-byte aligned, as the k-quant kernels'
+            // 8-byte loads need); `y_out` a checked view of `count` x `rows` values no other launch
+            // writes; blocks of QMATVEC_THREADS threads, any grid.
             unsafe { l.launch(launch.cfg)? };
         }
         Ok(Some(RocmStorage::new(
@@ -549,33 +554,35 @@ impl RocmQStorage {
         )))
     }
 
-    /// One launch of a `qmatvec` kernel: `y_out = w x_row` (k = block_size * `blocks` values
-    /// in `x_row`, `rows` values out).
-    fn qmatvec_row(
+    /// One launch of a `qmatvec` kernel for `count` rows of x: `y_out (count, rows) = x_rows
+    /// (count, k) @ w^T` (k = block_size * `blocks`), `count` given by the kernel's name.
+    fn qmatvec_launch(
         &self,
         f: &rocm_safe::Function,
         launch: &QmatvecLaunch,
         data: &DeviceBuffer<u8>,
-        (x_row, y_out): (&impl DeviceSlice<f32>, &impl DeviceSlice<f32>),
+        (x_rows, y_out): (&impl DeviceSlice<f32>, &impl DeviceSlice<f32>),
         (rows, blocks): (u32, u32),
     ) -> Result<(), BackendError> {
         let (pw, py, pout) = (
             data.as_arg(),
-            rocm_safe::DevicePtrArg::of(x_row),
+            rocm_safe::DevicePtrArg::of(x_rows),
             rocm_safe::DevicePtrArg::of(y_out),
         );
         let mut l = self.device.stream().launch_builder(f);
         l.arg(&pw).arg(&py).arg(&pout).arg(&rows).arg(&blocks);
-        // SAFETY: `qmatvec_<type>[_v]` take (const uint8_t *w, const float *x, float *y,
-        // unsigned n, unsigned nb) and read `rows` rows of `blocks` blocks. The caller
-        // (`qmatvec`) checked with `check_count` that those weights lie within the blocks held;
-        // the kernels' reads of up to 2 bytes before a block (inside the previous block; the
-        // buffer's start is 4-byte aligned, checked there) or up to 4 after the last one fall
-        // inside the MATRIX_ROW_PADDING of zeroed blocks that follows (at least 288 bytes);
-        // `x_row` is a checked view of k = block_size * blocks f32 values, 16-byte aligned
-        // where `launch` chose the `_v` kernel; `y_out` is a checked view of `rows` values of a
-        // buffer no other launch writes; the kernels take blocks of QMATVEC_THREADS threads
-        // and any grid (a grid-stride loop); all ordered on the device's stream.
+        // SAFETY: `qmatvec_<type>[_m<count>][_v]` take (const uint8_t *w, const float *x,
+        // float *y, unsigned n, unsigned nb), read `rows` rows of `blocks` blocks and `count`
+        // rows of k = block_size * blocks f32 values, and write `count` rows of `rows` values.
+        // The caller (`qmatvec`) checked with `check_count` that those weights lie within the
+        // blocks held; the kernels' reads of up to 2 bytes before a block (inside the previous
+        // block; the buffer's start is 4-byte aligned, checked there) or up to 4 after the last
+        // one fall inside the MATRIX_ROW_PADDING of zeroed blocks that follows (at least 288
+        // bytes); `x_rows` is a checked view of the `count` rows, 16-byte aligned where
+        // `launch` chose the `_v` kernel (every row start is then, rows being 4 k bytes, a
+        // multiple of 128); `y_out` is a checked view of `count` x `rows` values of a buffer no
+        // other launch writes; the kernels take blocks of QMATVEC_THREADS threads and any grid
+        // (a grid-stride loop); all ordered on the device's stream.
         unsafe { l.launch(launch.cfg)? };
         Ok(())
     }
@@ -645,8 +652,6 @@ impl RocmQStorage {
     }
 }
 
-/// Most rows of `x` the mat-vec kernels take (one launch each); more run the f16 GEMM.
-const MAT_VEC_MAX_ROWS: usize = 8;
 /// Threads per block of the `qmatvec` kernels (`QMV_BLOCK`).
 const QMATVEC_THREADS: u32 = 256;
 /// Output rows per block of the `qmatvec` kernels (`QMV_ROWS`: 8 groups of 32 lanes, 2 rows
@@ -659,26 +664,65 @@ const QMATVEC_MAX_GRID: usize = 1 << 20;
 /// the values, i32 sum of the quants) in the row's tail (`QMV8_ROW_BYTES` in `qmatvec.hip`).
 const X8_BLOCK_BYTES: usize = 40;
 
-/// Our mat-vec kernels of one block type, named once so a launch formats nothing.
+/// Our mat-vec kernels of one block type, named once so a launch formats nothing; entry
+/// `r - 1` takes `r` rows of x in one launch.
 struct QmatvecNames {
     /// f32 activations: the plain kernel and the `_v` one (x read as float4).
-    f32: [&'static str; 2],
+    f32: &'static [[&'static str; 2]],
     /// 8-bit activations.
-    x8: &'static str,
+    x8: &'static [&'static str],
+}
+
+impl QmatvecNames {
+    /// Most rows of x one launch takes: 8 for the 32-value blocks, 4 for the k-quants (their
+    /// registers grow by 20-30 VGPRs a row on AMD; `QMV_K_MAX_M` in `qmatvec.hip`).
+    fn max_rows(&self) -> usize {
+        self.x8.len().min(self.f32.len())
+    }
+}
+
+/// The names of `qmatvec_<t>`, `qmatvec_<t>_m<r>` (and their `_v`) and `qmatvec8_<t>[_m<r>]`
+/// for the row-count suffixes given ("" for one row).
+macro_rules! qmatvec_names {
+    ($t:literal: $($suffix:literal),+) => {
+        QmatvecNames {
+            f32: &[$([
+                concat!("qmatvec_", $t, $suffix),
+                concat!("qmatvec_", $t, $suffix, "_v"),
+            ]),+],
+            x8: &[$(concat!("qmatvec8_", $t, $suffix)),+],
+        }
+    };
 }
 
 /// Our `qmatvec` kernels for a block type, if they exist.
 fn qmatvec_kernel(dtype: GgmlDType) -> Option<QmatvecNames> {
-    let (f32, x8) = match dtype {
-        GgmlDType::Q4_0 => (["qmatvec_q4_0", "qmatvec_q4_0_v"], "qmatvec8_q4_0"),
-        GgmlDType::Q4_1 => (["qmatvec_q4_1", "qmatvec_q4_1_v"], "qmatvec8_q4_1"),
-        GgmlDType::Q8_0 => (["qmatvec_q8_0", "qmatvec_q8_0_v"], "qmatvec8_q8_0"),
-        GgmlDType::Q4K => (["qmatvec_q4_K", "qmatvec_q4_K_v"], "qmatvec8_q4_K"),
-        GgmlDType::Q5K => (["qmatvec_q5_K", "qmatvec_q5_K_v"], "qmatvec8_q5_K"),
-        GgmlDType::Q6K => (["qmatvec_q6_K", "qmatvec_q6_K_v"], "qmatvec8_q6_K"),
+    Some(match dtype {
+        GgmlDType::Q4_0 => {
+            qmatvec_names!("q4_0": "", "_m2", "_m3", "_m4", "_m5", "_m6", "_m7", "_m8")
+        }
+        GgmlDType::Q4_1 => {
+            qmatvec_names!("q4_1": "", "_m2", "_m3", "_m4", "_m5", "_m6", "_m7", "_m8")
+        }
+        GgmlDType::Q8_0 => {
+            qmatvec_names!("q8_0": "", "_m2", "_m3", "_m4", "_m5", "_m6", "_m7", "_m8")
+        }
+        GgmlDType::Q4K => qmatvec_names!("q4_K": "", "_m2", "_m3", "_m4"),
+        GgmlDType::Q5K => qmatvec_names!("q5_K": "", "_m2", "_m3", "_m4"),
+        GgmlDType::Q6K => qmatvec_names!("q6_K": "", "_m2", "_m3", "_m4"),
         _ => return None,
-    };
-    Some(QmatvecNames { f32, x8 })
+    })
+}
+
+/// `m` rows split into launches of at most `max` rows (`max` >= 1): (first row, row count),
+/// the counts as even as they can be (7 rows at most 4 a launch: 3 and 4).
+fn row_chunks(m: usize, max: usize) -> impl Iterator<Item = (usize, usize)> {
+    let max = max.max(1);
+    let launches = m.div_ceil(max);
+    (0..launches).map(move |i| {
+        let first = i * m / launches;
+        (first, (i + 1) * m / launches - first)
+    })
 }
 
 /// Launch of a `qmatvec` kernel: the grid for `n` rows and whether x (at device address
@@ -779,11 +823,12 @@ impl ExtQStorage for RocmQStorage {
         let (n, k, m, dst_shape) = qmatmul_dims(w_shape, x_l)?;
         if x.dtype() == DType::F32 {
             if let Some(x) = x.as_any().downcast_ref::<RocmStorage>() {
-                // Decode (up to 8 rows, as Candle's CUDA backend): the mat-vec kernels on the
-                // quantized weights (x in f32, or rounded to 8 bits). More rows (prefill), or a type without those
-                // kernels: the f16 GEMM.
+                // Decode (up to 8 rows by default, as Candle's CUDA backend; see
+                // `registry::qmatvec_max_rows`): the mat-vec kernels on the quantized weights
+                // (x in f32, or rounded to 8 bits). More rows (prefill), or a type without
+                // those kernels: the f16 GEMM.
                 let mut out = None;
-                if m <= MAT_VEC_MAX_ROWS {
+                if m <= crate::registry::qmatvec_max_rows() {
                     out = self.mat_vec((n, k, m), x.as_buffer::<f32>()?, x_l).w()?;
                 }
                 if out.is_none() && m > 1 && crate::registry::fast_kernels() {
@@ -843,6 +888,61 @@ mod tests {
             GgmlDType::Q8K,
         ] {
             assert!(qmatvec_kernel(t).is_none(), "{t:?}");
+        }
+    }
+
+    #[test]
+    fn row_chunks_cover_every_row_once_within_the_kernels_limit() {
+        for max in 1..=8 {
+            for m in 0..=20 {
+                let chunks: Vec<_> = row_chunks(m, max).collect();
+                let mut next = 0;
+                for &(first, count) in &chunks {
+                    assert_eq!(first, next, "m {m} max {max}: {chunks:?}");
+                    assert!((1..=max).contains(&count), "m {m} max {max}: {chunks:?}");
+                    next += count;
+                }
+                assert_eq!(next, m);
+                assert_eq!(chunks.len(), m.div_ceil(max));
+            }
+        }
+        assert_eq!(row_chunks(7, 4).collect::<Vec<_>>(), [(0, 3), (3, 4)]);
+        assert_eq!(row_chunks(8, 8).collect::<Vec<_>>(), [(0, 8)]);
+    }
+
+    #[test]
+    fn qmatvec_names_follow_the_kernels() {
+        let q40 = qmatvec_kernel(GgmlDType::Q4_0).unwrap();
+        assert_eq!(q40.max_rows(), 8);
+        assert_eq!(q40.f32[0], ["qmatvec_q4_0", "qmatvec_q4_0_v"]);
+        assert_eq!(q40.f32[7], ["qmatvec_q4_0_m8", "qmatvec_q4_0_m8_v"]);
+        assert_eq!(q40.x8[2], "qmatvec8_q4_0_m3");
+        let q6k = qmatvec_kernel(GgmlDType::Q6K).unwrap();
+        assert_eq!(q6k.max_rows(), 4);
+        assert_eq!(q6k.f32[3], ["qmatvec_q6_K_m4", "qmatvec_q6_K_m4_v"]);
+        assert_eq!(q6k.x8[3], "qmatvec8_q6_K_m4");
+    }
+
+    #[test]
+    fn every_qmatvec_kernel_is_in_every_code_object() {
+        // The manifest lists each object's kernels (its occupancy table).
+        let manifest = include_str!("../../kernels/manifest.json");
+        let objects = manifest.matches("\"module\": \"qmatvec\"").count();
+        assert!(objects >= 13, "{objects} qmatvec objects");
+        for t in [
+            GgmlDType::Q4_0,
+            GgmlDType::Q4_1,
+            GgmlDType::Q8_0,
+            GgmlDType::Q4K,
+            GgmlDType::Q5K,
+            GgmlDType::Q6K,
+        ] {
+            let names = qmatvec_kernel(t).unwrap();
+            let all = names.f32.iter().flatten().chain(names.x8.iter());
+            for name in all {
+                let found = manifest.matches(&format!("\"{name}\":")).count();
+                assert_eq!(found, objects, "{name}");
+            }
         }
     }
 

@@ -85,6 +85,43 @@ pub fn qmatvec_q8() -> bool {
     })
 }
 
+/// Variable that sets the most rows of activations the quantized mat-vec kernels take (in
+/// launches of up to 8 rows, 4 for the k-quants, each reading the weights once) before a
+/// product switches to dequantizing the weights to f16 and one GEMM: a number from 1 to 64;
+/// unset, 8 (Candle's CUDA backend's mat-vec limit). Read once per process.
+pub const QMATVEC_ROWS_VAR: &str = "CANDLE_ROCM_QMATVEC_ROWS";
+
+/// Default of [`QMATVEC_ROWS_VAR`].
+pub const QMATVEC_ROWS_DEFAULT: usize = 8;
+
+/// The most activation rows that run the quantized mat-vec kernels (see [`QMATVEC_ROWS_VAR`]).
+pub fn qmatvec_max_rows() -> usize {
+    static ROWS: OnceLock<usize> = OnceLock::new();
+    *ROWS.get_or_init(|| {
+        let Ok(v) = std::env::var(QMATVEC_ROWS_VAR) else {
+            return QMATVEC_ROWS_DEFAULT;
+        };
+        match parse_qmatvec_rows(&v) {
+            Some(rows) => {
+                tracing::info!("{QMATVEC_ROWS_VAR}={rows}: up to {rows} rows run the mat-vec");
+                rows
+            }
+            None => {
+                tracing::warn!(
+                    "{QMATVEC_ROWS_VAR}={v:?} is not a number from 1 to 64: keeping \
+                     {QMATVEC_ROWS_DEFAULT}"
+                );
+                QMATVEC_ROWS_DEFAULT
+            }
+        }
+    })
+}
+
+/// [`QMATVEC_ROWS_VAR`]'s value as a row count, if it is one from 1 to 64.
+fn parse_qmatvec_rows(v: &str) -> Option<usize> {
+    v.trim().parse().ok().filter(|r| (1..=64).contains(r))
+}
+
 /// First HIP runtime version that loads generic (`gfxN-generic`) code objects: ROCm 6.4.
 pub const GENERIC_MIN_RUNTIME: i32 = 60_400_000;
 
@@ -322,6 +359,16 @@ mod tests {
 
     fn none_embedded(_: Module, _: &str) -> bool {
         false
+    }
+
+    #[test]
+    fn qmatvec_rows_take_1_to_64() {
+        assert_eq!(parse_qmatvec_rows("16"), Some(16));
+        assert_eq!(parse_qmatvec_rows(" 1 "), Some(1));
+        assert_eq!(parse_qmatvec_rows("64"), Some(64));
+        for bad in ["0", "65", "-3", "eight", ""] {
+            assert_eq!(parse_qmatvec_rows(bad), None, "{bad:?}");
+        }
     }
 
     fn input<'a>(

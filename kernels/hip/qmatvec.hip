@@ -152,6 +152,31 @@ __device__ __forceinline__ float qmv_half(uint32_t bits) {
     return __half2float(__ushort_as_half((unsigned short)(bits & 0xffffu)));
 }
 
+// The end of a row-group step: each of the QMV_R x M sums, spread over the group's 32 lanes,
+// is reduced with the xor butterfly (every lane ends with every sum, each added in the same
+// order whatever M is) and lane 0 stores sum (r, j) at y[j n + r0 + r]; rows past n are not
+// stored.
+template <unsigned M>
+__device__ __forceinline__ void qmv_store(float (&acc)[QMV_R][M], unsigned lane, float *__restrict__ y,
+                                          unsigned n, size_t r0) {
+#pragma unroll
+    for (int r = 0; r < QMV_R; ++r) {
+#pragma unroll
+        for (unsigned j = 0; j < M; ++j) {
+#pragma unroll
+            for (int m = QMV_GROUP / 2; m > 0; m >>= 1) acc[r][j] += qmv_shfl_xor(acc[r][j], m);
+        }
+    }
+    if (lane == 0) {
+#pragma unroll
+        for (int r = 0; r < QMV_R; ++r) {
+#pragma unroll
+            for (unsigned j = 0; j < M; ++j)
+                if (r0 + r < n) y[(size_t)j * n + r0 + r] = acc[r][j];
+        }
+    }
+}
+
 // The QMV_BV x values of a part: runs of 4 at p and p + gap (p 16-byte aligned when V).
 template <bool V> __device__ __forceinline__ void qmv_load_x8(const float *p, unsigned gap, float xs[QMV_BV]) {
     if (V) {
@@ -253,19 +278,22 @@ struct Q8_0 {
 #ifndef QMV_PARTS
 #define QMV_PARTS 1
 #endif
-template <typename Q, bool V>
+template <typename Q, bool V, unsigned M>
 __device__ __forceinline__ void qmatvec(const uint8_t *__restrict__ w, const float *__restrict__ x,
                                         float *__restrict__ y, unsigned n, unsigned nb) {
     static_assert(QMV_BL % QMV_PARTS == 0, "parts per lane must divide the parts of a block");
     constexpr unsigned L = QMV_BL / QMV_PARTS; // lanes per block
     const unsigned lane = threadIdx.x % QMV_GROUP, group = threadIdx.x / QMV_GROUP;
     const unsigned t = lane % L, first = lane / L;
-    const size_t row_bytes = (size_t)nb * Q::BYTES;
+    const size_t row_bytes = (size_t)nb * Q::BYTES, k = (size_t)nb * 32;
     for (size_t base = (size_t)blockIdx.x * QMV_ROWS; base < n; base += (size_t)gridDim.x * QMV_ROWS) {
         const size_t r0 = base + (size_t)group * QMV_R;
-        float acc[QMV_R];
+        float acc[QMV_R][M];
 #pragma unroll
-        for (int r = 0; r < QMV_R; ++r) acc[r] = 0.0f;
+        for (int r = 0; r < QMV_R; ++r) {
+#pragma unroll
+            for (unsigned j = 0; j < M; ++j) acc[r][j] = 0.0f;
+        }
         if (r0 < n) {
             constexpr unsigned STEP = QMV_GROUP / L;
             QmvRow rows[QMV_R];
@@ -277,43 +305,51 @@ __device__ __forceinline__ void qmatvec(const uint8_t *__restrict__ w, const flo
 #pragma unroll
                 for (unsigned pp = 0; pp < QMV_PARTS; ++pp) {
                     const unsigned part = t * QMV_PARTS + pp;
-                    float xs[QMV_BV];
-                    qmv_load_x8<V>(x + (size_t)b * 32 + Q::X_STEP * part, Q::X_GAP, xs);
-                    float xsum = 0.0f;
-                    if (Q::NEEDS_XSUM) {
+                    // x row j's values of this part against both weight rows (the weight
+                    // words are the same loads for every j).
 #pragma unroll
-                        for (int i = 0; i < QMV_BV; ++i) xsum += xs[i];
+                    for (unsigned j = 0; j < M; ++j) {
+                        float xs[QMV_BV];
+                        qmv_load_x8<V>(x + j * k + (size_t)b * 32 + Q::X_STEP * part, Q::X_GAP, xs);
+                        float xsum = 0.0f;
+                        if (Q::NEEDS_XSUM) {
+#pragma unroll
+                            for (int i = 0; i < QMV_BV; ++i) xsum += xs[i];
+                        }
+#pragma unroll
+                        for (int r = 0; r < QMV_R; ++r)
+                            acc[r][j] += Q::dot(rows[r].p, rows[r].phase, part, xs, xsum);
                     }
-#pragma unroll
-                    for (int r = 0; r < QMV_R; ++r)
-                        acc[r] += Q::dot(rows[r].p, rows[r].phase, part, xs, xsum);
                 }
 #pragma unroll
                 for (int r = 0; r < QMV_R; ++r) rows[r].p += STEP * Q::BYTES / 4;
             }
         }
-#pragma unroll
-        for (int r = 0; r < QMV_R; ++r) {
-#pragma unroll
-            for (int m = QMV_GROUP / 2; m > 0; m >>= 1) acc[r] += qmv_shfl_xor(acc[r], m);
-        }
-        if (lane == 0) {
-#pragma unroll
-            for (int r = 0; r < QMV_R; ++r)
-                if (r0 + r < n) y[r0 + r] = acc[r];
-        }
+        qmv_store<M>(acc, lane, y, n, r0);
     }
 }
 
-#define QMV_KERNELS(T, Q)                                                                          \
+// qmatvec_<T>[_v] (one x row) and qmatvec_<T>_m<M>[_v] (M x rows) for the types above and below.
+#define QMV_KERNEL_PAIR(T, F, Q, M, SUFFIX)                                                        \
     extern "C" __global__ void __launch_bounds__(QMV_BLOCK)                                        \
-        qmatvec_##T(const uint8_t *w, const float *x, float *y, unsigned n, unsigned nb) {         \
-        qmatvec<Q, false>(w, x, y, n, nb);                                                         \
+        qmatvec_##T##SUFFIX(const uint8_t *w, const float *x, float *y, unsigned n, unsigned nb) { \
+        F<Q, false, M>(w, x, y, n, nb);                                                            \
     }                                                                                              \
     extern "C" __global__ void __launch_bounds__(QMV_BLOCK)                                        \
-        qmatvec_##T##_v(const uint8_t *w, const float *x, float *y, unsigned n, unsigned nb) {     \
-        qmatvec<Q, true>(w, x, y, n, nb);                                                          \
+        qmatvec_##T##SUFFIX##_v(const uint8_t *w, const float *x, float *y, unsigned n,           \
+                                unsigned nb) {                                                     \
+        F<Q, true, M>(w, x, y, n, nb);                                                             \
     }
+#define QMV_KERNELS_OF(T, F, Q)                                                                    \
+    QMV_KERNEL_PAIR(T, F, Q, 1, )                                                                  \
+    QMV_KERNEL_PAIR(T, F, Q, 2, _m2)                                                               \
+    QMV_KERNEL_PAIR(T, F, Q, 3, _m3)                                                               \
+    QMV_KERNEL_PAIR(T, F, Q, 4, _m4)                                                               \
+    QMV_KERNEL_PAIR(T, F, Q, 5, _m5)                                                               \
+    QMV_KERNEL_PAIR(T, F, Q, 6, _m6)                                                               \
+    QMV_KERNEL_PAIR(T, F, Q, 7, _m7)                                                               \
+    QMV_KERNEL_PAIR(T, F, Q, 8, _m8)
+#define QMV_KERNELS(T, Q) QMV_KERNELS_OF(T, qmatvec, Q)
 
 QMV_KERNELS(q4_0, Q4_0)
 QMV_KERNELS(q4_1, Q4_1)
@@ -452,18 +488,21 @@ struct Q6K {
 };
 
 // The k-quant mat-vec: the work split of `qmatvec` with QMV_KL lanes per super-block.
-template <typename Q, bool V>
+template <typename Q, bool V, unsigned M>
 __device__ __forceinline__ void qmatvec_k(const uint8_t *__restrict__ w, const float *__restrict__ x,
                                           float *__restrict__ y, unsigned n, unsigned nb) {
     const unsigned lane = threadIdx.x % QMV_GROUP, group = threadIdx.x / QMV_GROUP;
     const unsigned part = lane % QMV_KL, first = lane / QMV_KL;
     const unsigned xoff = Q::x_start(part);
-    const size_t row_bytes = (size_t)nb * Q::BYTES;
+    const size_t row_bytes = (size_t)nb * Q::BYTES, k = (size_t)nb * QMV_QK;
     for (size_t base = (size_t)blockIdx.x * QMV_ROWS; base < n; base += (size_t)gridDim.x * QMV_ROWS) {
         const size_t r0 = base + (size_t)group * QMV_R;
-        float acc[QMV_R];
+        float acc[QMV_R][M];
 #pragma unroll
-        for (int r = 0; r < QMV_R; ++r) acc[r] = 0.0f;
+        for (int r = 0; r < QMV_R; ++r) {
+#pragma unroll
+            for (unsigned j = 0; j < M; ++j) acc[r][j] = 0.0f;
+        }
         if (r0 < n) {
             QmvRow rows[QMV_R];
 #pragma unroll
@@ -471,45 +510,38 @@ __device__ __forceinline__ void qmatvec_k(const uint8_t *__restrict__ w, const f
                 rows[r] = qmv_row<Q::BYTES, QMV_KS>(w, r0 + r < n ? r0 + r : r0, row_bytes, first);
             QMV_UNROLL_LOOP(QMV_UNROLL)
             for (unsigned b = first; b < nb; b += QMV_KS) {
-                float xs[QMV_KV];
-                qmv_load_xk<V, Q::L>(x + (size_t)b * QMV_QK + xoff, xs);
-                float xsum[QMV_KV / Q::L];
 #pragma unroll
-                for (int g = 0; g < QMV_KV / Q::L; ++g) {
-                    xsum[g] = 0.0f;
+                for (unsigned j = 0; j < M; ++j) {
+                    float xs[QMV_KV];
+                    qmv_load_xk<V, Q::L>(x + j * k + (size_t)b * QMV_QK + xoff, xs);
+                    float xsum[QMV_KV / Q::L];
 #pragma unroll
-                    for (int i = 0; i < Q::L; ++i) xsum[g] += xs[Q::L * g + i];
+                    for (int g = 0; g < QMV_KV / Q::L; ++g) {
+                        xsum[g] = 0.0f;
+#pragma unroll
+                        for (int i = 0; i < Q::L; ++i) xsum[g] += xs[Q::L * g + i];
+                    }
+#pragma unroll
+                    for (int r = 0; r < QMV_R; ++r)
+                        acc[r][j] += Q::dot(rows[r].p, rows[r].phase, part, xs, xsum);
                 }
 #pragma unroll
-                for (int r = 0; r < QMV_R; ++r) {
-                    acc[r] += Q::dot(rows[r].p, rows[r].phase, part, xs, xsum);
-                    rows[r].p += QMV_KS * Q::BYTES / 4;
-                }
+                for (int r = 0; r < QMV_R; ++r) rows[r].p += QMV_KS * Q::BYTES / 4;
             }
         }
-#pragma unroll
-        for (int r = 0; r < QMV_R; ++r) {
-#pragma unroll
-            for (int m = QMV_GROUP / 2; m > 0; m >>= 1) acc[r] += qmv_shfl_xor(acc[r], m);
-        }
-        if (lane == 0) {
-#pragma unroll
-            for (int r = 0; r < QMV_R; ++r)
-                if (r0 + r < n) y[r0 + r] = acc[r];
-        }
+        qmv_store<M>(acc, lane, y, n, r0);
     }
 }
 
-// qmatvec_<T> and qmatvec_<T>_v for a k-quant type.
+// qmatvec_<T>[_v] and qmatvec_<T>_m<M>[_v] for a k-quant type, M up to QMV_K_MAX_M (4): each
+// x row adds 20-30 VGPRs on AMD (the compiler issues every row's x loads up front), and at
+// M = 7 and 8 the q5_K kernel spilled on RDNA and took AGPRs on CDNA (clang 19, 2026-11-25).
+#define QMV_K_MAX_M 4
 #define QMV_K_KERNELS(T, Q)                                                                        \
-    extern "C" __global__ void __launch_bounds__(QMV_BLOCK)                                        \
-        qmatvec_##T(const uint8_t *w, const float *x, float *y, unsigned n, unsigned nb) {         \
-        qmatvec_k<Q, false>(w, x, y, n, nb);                                                       \
-    }                                                                                              \
-    extern "C" __global__ void __launch_bounds__(QMV_BLOCK)                                        \
-        qmatvec_##T##_v(const uint8_t *w, const float *x, float *y, unsigned n, unsigned nb) {     \
-        qmatvec_k<Q, true>(w, x, y, n, nb);                                                        \
-    }
+    QMV_KERNEL_PAIR(T, qmatvec_k, Q, 1, )                                                          \
+    QMV_KERNEL_PAIR(T, qmatvec_k, Q, 2, _m2)                                                       \
+    QMV_KERNEL_PAIR(T, qmatvec_k, Q, 3, _m3)                                                       \
+    QMV_KERNEL_PAIR(T, qmatvec_k, Q, 4, _m4)
 
 QMV_K_KERNELS(q4_K, QK45<false>)
 QMV_K_KERNELS(q5_K, QK45<true>)
@@ -807,7 +839,7 @@ struct Q6Kx8 {
 #ifndef QMV8_KPARTS
 #define QMV8_KPARTS 1
 #endif
-template <typename Q, unsigned LANES, unsigned QK, unsigned PARTS>
+template <typename Q, unsigned LANES, unsigned QK, unsigned PARTS, unsigned M>
 __device__ __forceinline__ void qmatvec8(const uint8_t *__restrict__ w, const uint8_t *__restrict__ x8,
                                          float *__restrict__ y, unsigned n, unsigned nb) {
     static_assert(LANES % PARTS == 0, "parts per lane must divide the parts of a block");
@@ -815,12 +847,15 @@ __device__ __forceinline__ void qmatvec8(const uint8_t *__restrict__ w, const ui
     const unsigned lane = threadIdx.x % QMV_GROUP, group = threadIdx.x / QMV_GROUP;
     const unsigned t = lane % L, first = lane / L;
     const unsigned k = nb * QK;
-    const size_t row_bytes = (size_t)nb * Q::BYTES;
+    const size_t row_bytes = (size_t)nb * Q::BYTES, x8_bytes = QMV8_ROW_BYTES((size_t)k);
     for (size_t base = (size_t)blockIdx.x * QMV_ROWS; base < n; base += (size_t)gridDim.x * QMV_ROWS) {
         const size_t r0 = base + (size_t)group * QMV_R;
-        float acc[QMV_R];
+        float acc[QMV_R][M];
 #pragma unroll
-        for (int r = 0; r < QMV_R; ++r) acc[r] = 0.0f;
+        for (int r = 0; r < QMV_R; ++r) {
+#pragma unroll
+            for (unsigned j = 0; j < M; ++j) acc[r][j] = 0.0f;
+        }
         if (r0 < n) {
             constexpr unsigned STEP = QMV_GROUP / L;
             QmvRow rows[QMV_R];
@@ -830,51 +865,65 @@ __device__ __forceinline__ void qmatvec8(const uint8_t *__restrict__ w, const ui
             QMV_UNROLL_LOOP(QMV_UNROLL)
             for (unsigned b = first; b < nb; b += STEP) {
                 if constexpr (Q::JOINT) {
-                    Q8x x;
-                    Q::template load_xn<PARTS>(x8, k, b, t * PARTS, x);
 #pragma unroll
-                    for (int r = 0; r < QMV_R; ++r)
-                        acc[r] += Q::template dotn<PARTS>(rows[r].p, rows[r].phase, t * PARTS, x);
+                    for (unsigned j = 0; j < M; ++j) {
+                        Q8x x;
+                        Q::template load_xn<PARTS>(x8 + j * x8_bytes, k, b, t * PARTS, x);
+#pragma unroll
+                        for (int r = 0; r < QMV_R; ++r)
+                            acc[r][j] += Q::template dotn<PARTS>(rows[r].p, rows[r].phase, t * PARTS, x);
+                    }
                 } else {
 #pragma unroll
                     for (unsigned pp = 0; pp < PARTS; ++pp) {
                         const unsigned part = t * PARTS + pp;
-                        Q8x x;
-                        Q::load_x(x8, k, b, part, x);
 #pragma unroll
-                        for (int r = 0; r < QMV_R; ++r)
-                            acc[r] += Q::dot(rows[r].p, rows[r].phase, part, x);
+                        for (unsigned j = 0; j < M; ++j) {
+                                Q8x x;
+                            Q::load_x(x8 + j * x8_bytes, k, b, part, x);
+#pragma unroll
+                            for (int r = 0; r < QMV_R; ++r)
+                                acc[r][j] += Q::dot(rows[r].p, rows[r].phase, part, x);
+                        }
                     }
                 }
 #pragma unroll
                 for (int r = 0; r < QMV_R; ++r) rows[r].p += STEP * Q::BYTES / 4;
             }
         }
-#pragma unroll
-        for (int r = 0; r < QMV_R; ++r) {
-#pragma unroll
-            for (int m = QMV_GROUP / 2; m > 0; m >>= 1) acc[r] += qmv_shfl_xor(acc[r], m);
-        }
-        if (lane == 0) {
-#pragma unroll
-            for (int r = 0; r < QMV_R; ++r)
-                if (r0 + r < n) y[r0 + r] = acc[r];
-        }
+        qmv_store<M>(acc, lane, y, n, r0);
     }
 }
 
-#define QMV8_KERNEL(T, Q, LANES, QK, PARTS)                                                        \
+// qmatvec8_<T> (one x8 row) and qmatvec8_<T>_m<M> (M x8 rows).
+#define QMV8_KERNEL_M(T, Q, LANES, QK, PARTS, M, SUFFIX)                                           \
     extern "C" __global__ void __launch_bounds__(QMV_BLOCK)                                        \
-        qmatvec8_##T(const uint8_t *w, const uint8_t *x8, float *y, unsigned n, unsigned nb) {     \
-        qmatvec8<Q, LANES, QK, PARTS>(w, x8, y, n, nb);                                            \
+        qmatvec8_##T##SUFFIX(const uint8_t *w, const uint8_t *x8, float *y, unsigned n,            \
+                             unsigned nb) {                                                        \
+        qmatvec8<Q, LANES, QK, PARTS, M>(w, x8, y, n, nb);                                         \
     }
+#define QMV8_KERNEL(T, Q, LANES, QK, PARTS)                                                        \
+    QMV8_KERNEL_M(T, Q, LANES, QK, PARTS, 1, )                                                     \
+    QMV8_KERNEL_M(T, Q, LANES, QK, PARTS, 2, _m2)                                                  \
+    QMV8_KERNEL_M(T, Q, LANES, QK, PARTS, 3, _m3)                                                  \
+    QMV8_KERNEL_M(T, Q, LANES, QK, PARTS, 4, _m4)                                                  \
+    QMV8_KERNEL_M(T, Q, LANES, QK, PARTS, 5, _m5)                                                  \
+    QMV8_KERNEL_M(T, Q, LANES, QK, PARTS, 6, _m6)                                                  \
+    QMV8_KERNEL_M(T, Q, LANES, QK, PARTS, 7, _m7)                                                  \
+    QMV8_KERNEL_M(T, Q, LANES, QK, PARTS, 8, _m8)
 
 QMV8_KERNEL(q4_0, Q4_0x8, 4, 32, QMV8_PARTS)
 QMV8_KERNEL(q4_1, Q4_1x8, 4, 32, QMV8_PARTS)
 QMV8_KERNEL(q8_0, Q8_0x8, 4, 32, QMV8_PARTS_Q8_0)
-QMV8_KERNEL(q4_K, QK45x8<false>, 16, 256, QMV8_KPARTS)
-QMV8_KERNEL(q5_K, QK45x8<true>, 16, 256, QMV8_KPARTS)
-QMV8_KERNEL(q6_K, Q6Kx8, 16, 256, QMV8_KPARTS)
+// The k-quants up to QMV_K_MAX_M rows (their registers grow as the f32 kernels' do).
+#define QMV8_K_KERNEL(T, Q)                                                                        \
+    QMV8_KERNEL_M(T, Q, 16, 256, QMV8_KPARTS, 1, )                                                 \
+    QMV8_KERNEL_M(T, Q, 16, 256, QMV8_KPARTS, 2, _m2)                                              \
+    QMV8_KERNEL_M(T, Q, 16, 256, QMV8_KPARTS, 3, _m3)                                              \
+    QMV8_KERNEL_M(T, Q, 16, 256, QMV8_KPARTS, 4, _m4)
+QMV8_K_KERNEL(q4_K, QK45x8<false>)
+QMV8_K_KERNEL(q5_K, QK45x8<true>)
+QMV8_K_KERNEL(q6_K, Q6Kx8)
 
 // =============================================================================================
 // Q8_1 weights dequantized (Candle's BlockQ8_1 = { f16 d; f16 s; i8 qs[32] }, 36 bytes, value j

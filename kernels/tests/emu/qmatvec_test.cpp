@@ -49,13 +49,26 @@ static const char *qt_name[] = {"q4_0", "q4_1", "q8_0", "q4_K", "q5_K", "q6_K"};
 static const size_t qt_bytes[] = {18, 20, 34, 144, 176, 210};
 static const size_t qt_values[] = {32, 32, 32, 256, 256, 256};
 typedef void (*QFn)(const uint8_t *, const float *, float *, unsigned, unsigned);
-static const QFn KS[NQT][2] = {{qmatvec_q4_0, qmatvec_q4_0_v}, {qmatvec_q4_1, qmatvec_q4_1_v},
-                               {qmatvec_q8_0, qmatvec_q8_0_v}, {qmatvec_q4_K, qmatvec_q4_K_v},
-                               {qmatvec_q5_K, qmatvec_q5_K_v}, {qmatvec_q6_K, qmatvec_q6_K_v}};
+// KS[type][m - 1][_v]: the kernels for m x rows (qmatvec_<T>[_m<m>][_v]): m = 1..8 for the
+// 32-value blocks, 1..QMV_K_MAX_M (4) for the k-quants (null past that).
+#define QMV_FNS4(T)                                                                                \
+    {qmatvec_##T, qmatvec_##T##_v}, {qmatvec_##T##_m2, qmatvec_##T##_m2_v},                        \
+        {qmatvec_##T##_m3, qmatvec_##T##_m3_v}, {qmatvec_##T##_m4, qmatvec_##T##_m4_v}
+#define QMV_FNS(T)                                                                                 \
+    {QMV_FNS4(T), {qmatvec_##T##_m5, qmatvec_##T##_m5_v}, {qmatvec_##T##_m6, qmatvec_##T##_m6_v},  \
+     {qmatvec_##T##_m7, qmatvec_##T##_m7_v}, {qmatvec_##T##_m8, qmatvec_##T##_m8_v}}
+#define QMV_K_FNS(T) {QMV_FNS4(T), {}, {}, {}, {}}
+static const QFn KS[NQT][8][2] = {QMV_FNS(q4_0),   QMV_FNS(q4_1),   QMV_FNS(q8_0),
+                                  QMV_K_FNS(q4_K), QMV_K_FNS(q5_K), QMV_K_FNS(q6_K)};
 
 typedef void (*Q8Fn)(const uint8_t *, const uint8_t *, float *, unsigned, unsigned);
-static const Q8Fn K8[NQT] = {qmatvec8_q4_0, qmatvec8_q4_1, qmatvec8_q8_0,
-                             qmatvec8_q4_K, qmatvec8_q5_K, qmatvec8_q6_K};
+// K8[type][m - 1]: qmatvec8_<T>[_m<m>], the same m as KS.
+#define QMV8_FNS4(T) qmatvec8_##T, qmatvec8_##T##_m2, qmatvec8_##T##_m3, qmatvec8_##T##_m4
+#define QMV8_FNS(T) {QMV8_FNS4(T), qmatvec8_##T##_m5, qmatvec8_##T##_m6, qmatvec8_##T##_m7, qmatvec8_##T##_m8}
+static const Q8Fn K8[NQT][8] = {QMV8_FNS(q4_0),      QMV8_FNS(q4_1),      QMV8_FNS(q8_0),
+                                {QMV8_FNS4(q4_K)}, {QMV8_FNS4(q5_K)}, {QMV8_FNS4(q6_K)}};
+// Most x rows of one launch per type (candle-rocm's `qmatvec_max_rows`).
+static size_t max_rows(int t) { return t < Q4K ? 8 : QMV_K_MAX_M; }
 
 struct Ctx {
     Counter c;
@@ -164,31 +177,32 @@ static void random_weights(QT t, uint8_t *wp, size_t blocks, size_t padding, int
     }
 }
 
-// n rows of k values: y = W x against the reference, with the launch of `grid_cap` blocks at
-// most (0: candle-rocm's grid) and x at `x_skew` floats past a 256-byte boundary.
-static void qcase(QT t, size_t n, size_t k, int scale_kind, size_t x_skew, unsigned grid_cap) {
+// n rows of k values: Y = X W^T for m x rows (the m-row kernel) against the reference, with the
+// launch of `grid_cap` blocks at most (0: candle-rocm's grid) and x at `x_skew` floats past a
+// 256-byte boundary.
+static void qcase(QT t, size_t n, size_t k, int scale_kind, size_t x_skew, unsigned grid_cap, size_t m = 1) {
     const size_t qk = qt_values[t], nb = k / qk, bytes = qt_bytes[t];
     const size_t used = n * nb * bytes, padding = MATRIX_ROW_PADDING / qk * bytes;
-    Buf w(used + padding, 1), x(k, 4, x_skew), y(n, 4);
+    Buf w(used + padding, 1), x(m * k, 4, x_skew), y(m * n, 4);
     uint8_t *wp = w.as<uint8_t>();
     random_weights(t, wp, n * nb, padding, scale_kind);
     float *xp = x.as<float>();
-    for (size_t i = 0; i < k; ++i) xp[i] = (float)uni(-4, 4);
+    for (size_t i = 0; i < m * k; ++i) xp[i] = (float)uni(-4, 4);
     Launch l = launch_shape(n, xp);
     if (grid_cap) l.grid = std::min(l.grid, grid_cap);
     char ctx[160];
-    snprintf(ctx, sizeof ctx, "%s n %zu k %zu scales %d x+%zu grid %u%s", qt_name[t], n, k, scale_kind, x_skew,
-             l.grid, l.vec ? " _v" : "");
+    snprintf(ctx, sizeof ctx, "%s n %zu k %zu m %zu scales %d x+%zu grid %u%s", qt_name[t], n, k, m, scale_kind,
+             x_skew, l.grid, l.vec ? " _v" : "");
     G.c.ctx = ctx;
     G.launches++;
-    if (!emu::launch(ctx, KS[t][l.vec], dim3(l.grid), dim3(l.block), (const uint8_t *)wp, (const float *)xp,
-                     y.as<float>(), (unsigned)n, (unsigned)nb)) {
+    if (!emu::launch(ctx, KS[t][m - 1][l.vec], dim3(l.grid), dim3(l.block), (const uint8_t *)wp,
+                     (const float *)xp, y.as<float>(), (unsigned)n, (unsigned)nb)) {
         G.c.fail("launch failed");
         return;
     }
     const float *yp = y.as<float>();
     for (size_t r = 0; r < n; ++r) {
-        double want = 0, mag = 0;
+        std::vector<double> want(m, 0.0), mag(m, 0.0);
         for (size_t b = 0; b < nb; ++b) {
             float v[256];
             double vm[256];
@@ -198,20 +212,24 @@ static void qcase(QT t, size_t n, size_t k, int scale_kind, size_t x_skew, unsig
                 dequant_block(t, wp + (r * nb + b) * bytes, v);
                 for (int j = 0; j < 32; ++j) vm[j] = fabs((double)v[j]);
             }
-            for (size_t j = 0; j < qk; ++j) {
-                want += (double)v[j] * xp[b * qk + j];
-                mag += vm[j] * fabs((double)xp[b * qk + j]);
-            }
+            for (size_t i = 0; i < m; ++i)
+                for (size_t j = 0; j < qk; ++j) {
+                    want[i] += (double)v[j] * xp[i * k + b * qk + j];
+                    mag[i] += vm[j] * fabs((double)xp[i * k + b * qk + j]);
+                }
         }
-        G.c.checks++;
-        // f32 accumulation over k products, and the per-block factoring (d * sum, m * sum x;
-        // for k-quants per sub-block, so `mag` counts the factored terms' sizes).
-        const double tol = 1e-5 * mag + 1e-37;
-        if (!close(yp[r], want, tol)) G.c.fail("row %zu: got %.9g want %.9g (tol %.3g)", r, yp[r], want, tol);
+        for (size_t i = 0; i < m; ++i) {
+            G.c.checks++;
+            // f32 accumulation over k products, and the per-block factoring (d * sum, m * sum
+            // x; for k-quants per sub-block, so `mag` counts the factored terms' sizes).
+            const double tol = 1e-5 * mag[i] + 1e-37;
+            const float got = yp[i * n + r];
+            if (!close(got, want[i], tol))
+                G.c.fail("x row %zu row %zu: got %.9g want %.9g (tol %.3g)", i, r, got, want[i], tol);
+        }
     }
-    if (!y.intact(n)) G.c.fail("wrote outside y");
+    if (!y.intact(m * n)) G.c.fail("wrote outside y");
 }
-
 
 // ---- 8-bit activations ----------------------------------------------------------------------
 // x quantized per 32-value block as Candle CUDA's quantize_q8_1: amax by fmaxf (NaN ignored),
@@ -285,74 +303,91 @@ static bool quantize_case(const float *x, size_t k, size_t rows, uint8_t *x8, co
     return true;
 }
 
-// y = W x with the x8 kernels against Candle CUDA's quantized product (the weights dequantized
-// as the CPU does, times the dequantized x8 values; q4_0's offset and q4_1's min term use the
-// block's f16 x sum).
-static void q8case(QT t, size_t n, size_t k, int scale_kind, unsigned grid_cap) {
-    const size_t qk = qt_values[t], nb = k / qk, bytes = qt_bytes[t];
+// Y = X W^T for m x rows with the x8 kernels against Candle CUDA's quantized product (the
+// weights dequantized as the CPU does, times the dequantized x8 values; q4_0's offset and
+// q4_1's min term use the block's f16 x sum). With m > 1, every x row's results must also be
+// bit-identical to the one-row kernel's on that row alone (the order of the sums is the same).
+static void q8case(QT t, size_t n, size_t k, int scale_kind, unsigned grid_cap, size_t m = 1) {
+    const size_t qk = qt_values[t], nb = k / qk, bytes = qt_bytes[t], rb = QMV8_ROW_BYTES(k);
     const size_t used = n * nb * bytes, padding = MATRIX_ROW_PADDING / qk * bytes;
-    Buf w(used + padding, 1), x(k, 4), x8(QMV8_ROW_BYTES(k), 1), y(n, 4);
+    Buf w(used + padding, 1), x(m * k, 4), x8(m * rb, 1), y(m * n, 4), y1(n, 4);
     uint8_t *wp = w.as<uint8_t>();
     random_weights(t, wp, n * nb, padding, scale_kind);
     float *xp = x.as<float>();
-    for (size_t i = 0; i < k; ++i) xp[i] = (float)uni(-4, 4) * (i % 96 < 32 ? 1e-3f : 1.0f);
-    if (!quantize_case(xp, k, 1, x8.as<uint8_t>(), qt_name[t])) return;
-    if (!x8.intact(QMV8_ROW_BYTES(k))) G.c.fail("quantize wrote outside x8");
+    for (size_t i = 0; i < m * k; ++i) xp[i] = (float)uni(-4, 4) * (i % k % 96 < 32 ? 1e-3f : 1.0f);
+    if (!quantize_case(xp, k, m, x8.as<uint8_t>(), qt_name[t])) return;
+    if (!x8.intact(m * rb)) G.c.fail("quantize wrote outside x8");
     const uint8_t *x8p = x8.as<uint8_t>();
     Launch l = launch_shape(n, xp);
     if (grid_cap) l.grid = std::min(l.grid, grid_cap);
     char ctx[160];
-    snprintf(ctx, sizeof ctx, "x8 %s n %zu k %zu scales %d grid %u", qt_name[t], n, k, scale_kind, l.grid);
+    snprintf(ctx, sizeof ctx, "x8 %s n %zu k %zu m %zu scales %d grid %u", qt_name[t], n, k, m, scale_kind, l.grid);
     G.c.ctx = ctx;
     G.launches++;
-    if (!emu::launch(ctx, K8[t], dim3(l.grid), dim3(l.block), (const uint8_t *)wp, x8p, y.as<float>(), (unsigned)n,
-                     (unsigned)nb)) {
+    if (!emu::launch(ctx, K8[t][m - 1], dim3(l.grid), dim3(l.block), (const uint8_t *)wp, x8p, y.as<float>(),
+                     (unsigned)n, (unsigned)nb)) {
         G.c.fail("launch failed");
         return;
     }
-    std::vector<double> xd(k);
-    for (size_t i = 0; i < k; ++i) xd[i] = x8_d(x8p, k, i / 32) * (int8_t)x8p[i];
     const float *yp = y.as<float>();
-    for (size_t r = 0; r < n; ++r) {
-        double want = 0, mag = 0;
-        for (size_t b = 0; b < nb; ++b) {
-            const uint8_t *blk = wp + (r * nb + b) * bytes;
-            float v[256];
-            double vm[256];
-            if (qk == 256) {
-                dequant_super(t, blk, v, vm);
-            } else {
-                dequant_block(t, blk, v);
-                for (int j = 0; j < 32; ++j) vm[j] = fabs((double)v[j]);
+    for (size_t i = 0; i < m; ++i) {
+        const uint8_t *xr = x8p + i * rb;
+        if (m > 1) {
+            // The same row alone through the one-row kernel: identical bits.
+            G.launches++;
+            if (!emu::launch(ctx, K8[t][0], dim3(l.grid), dim3(l.block), (const uint8_t *)wp, xr, y1.as<float>(),
+                             (unsigned)n, (unsigned)nb)) {
+                G.c.fail("launch failed");
+                return;
             }
-            if (t == Q40 || t == Q41) {
-                // Candle CUDA's q4 dots: d d8 sum(nibble q) - 8 d sum(x) (q4_0) or + m sum(x)
-                // (q4_1), sum(x) being the block's f16 x sum, not d8 sum(q).
-                uint16_t d16, m16 = 0;
-                memcpy(&d16, blk, 2);
-                if (t == Q41) memcpy(&m16, blk + 2, 2);
-                const double d = f16f(d16), xs = x8_xsum(x8p, k, b);
-                const double off = t == Q40 ? -8.0 * d * xs : f16f(m16) * xs;
-                const uint8_t *qs = blk + (t == Q40 ? 2 : 4);
-                for (int j = 0; j < 32; ++j) {
-                    const int nib = j < 16 ? qs[j] & 15 : qs[j - 16] >> 4;
-                    want += d * nib * xd[b * qk + j];
-                    mag += fabs(d * nib * xd[b * qk + j]);
-                }
-                want += off;
-                mag += fabs(off);
-                continue;
-            }
-            for (size_t j = 0; j < qk; ++j) {
-                want += (double)v[j] * xd[b * qk + j];
-                mag += vm[j] * fabs(xd[b * qk + j]);
-            }
+            G.c.checks++;
+            if (memcmp(y1.as<float>(), yp + i * n, n * 4) != 0) G.c.fail("x row %zu differs from the one-row kernel", i);
         }
-        G.c.checks++;
-        const double tol = 1e-5 * mag + 1e-37;
-        if (!close(yp[r], want, tol)) G.c.fail("row %zu: got %.9g want %.9g (tol %.3g)", r, yp[r], want, tol);
+        std::vector<double> xd(k);
+        for (size_t j = 0; j < k; ++j) xd[j] = x8_d(xr, k, j / 32) * (int8_t)xr[j];
+        for (size_t r = 0; r < n; ++r) {
+            double want = 0, mag = 0;
+            for (size_t b = 0; b < nb; ++b) {
+                const uint8_t *blk = wp + (r * nb + b) * bytes;
+                float v[256];
+                double vm[256];
+                if (qk == 256) {
+                    dequant_super(t, blk, v, vm);
+                } else {
+                    dequant_block(t, blk, v);
+                    for (int j = 0; j < 32; ++j) vm[j] = fabs((double)v[j]);
+                }
+                if (t == Q40 || t == Q41) {
+                    // Candle CUDA's q4 dots: d d8 sum(nibble q) - 8 d sum(x) (q4_0) or
+                    // + m sum(x) (q4_1), sum(x) being the block's f16 x sum, not d8 sum(q).
+                    uint16_t d16, m16 = 0;
+                    memcpy(&d16, blk, 2);
+                    if (t == Q41) memcpy(&m16, blk + 2, 2);
+                    const double d = f16f(d16), xs = x8_xsum(xr, k, b);
+                    const double off = t == Q40 ? -8.0 * d * xs : f16f(m16) * xs;
+                    const uint8_t *qs = blk + (t == Q40 ? 2 : 4);
+                    for (int j = 0; j < 32; ++j) {
+                        const int nib = j < 16 ? qs[j] & 15 : qs[j - 16] >> 4;
+                        want += d * nib * xd[b * qk + j];
+                        mag += fabs(d * nib * xd[b * qk + j]);
+                    }
+                    want += off;
+                    mag += fabs(off);
+                    continue;
+                }
+                for (size_t j = 0; j < qk; ++j) {
+                    want += (double)v[j] * xd[b * qk + j];
+                    mag += vm[j] * fabs(xd[b * qk + j]);
+                }
+            }
+            G.c.checks++;
+            const double tol = 1e-5 * mag + 1e-37;
+            const float got = yp[i * n + r];
+            if (!close(got, want, tol))
+                G.c.fail("x row %zu row %zu: got %.9g want %.9g (tol %.3g)", i, r, got, want, tol);
+        }
     }
-    if (!y.intact(n)) G.c.fail("wrote outside y");
+    if (!y.intact(m * n)) G.c.fail("wrote outside y");
 }
 
 // The quantizer on special values: zero blocks, signed zeros, NaN, infinities, subnormals,
@@ -478,16 +513,32 @@ int main() {
         q8case(q, 70, qk * 4, 1, 2);
         q8case(q, 49, qk * 3, 0, 1);
     }
+    // Several x rows per launch (m = 2..8): every kernel, n around the rows per block, one
+    // block per row and several per lane, x aligned or not, the grid-stride loop.
+    for (int t = 0; t < NQT; ++t) {
+        const QT q = (QT)t;
+        const size_t qk = qt_values[t];
+        for (size_t m = 2; m <= max_rows(t); ++m) {
+            const size_t n = m % 3 == 0 ? 17 : m % 3 == 1 ? 3 : 33;
+            const size_t nb = qk == 32 ? (m % 2 ? 70 : 1) : (m % 2 ? 5 : 1);
+            // x 16-byte aligned (the _v kernel) and not.
+            qcase(q, n, qk * nb, (int)(m % 2), 0, m == 7 ? 1 : 0, m);
+            qcase(q, m + 1, qk * 2, 1, 1 + m % 3, 0, m);
+            q8case(q, n, qk * (nb > 1 ? 3 : 1), (int)(m % 2), m == 7 ? 1 : 0, m);
+        }
+    }
     dequant_q8_1_case(32 * 40, 3);
     dequant_q8_1_case(32 * 7 + 5, 1);
     dequant_q8_1_case(1, 1);
     // Every kernel ran at least once.
     for (int t = 0; t < NQT; ++t)
         for (int v = 0; v < 2; ++v)
-            if (!emu::S.launched.count((const void *)KS[t][v]) || !emu::S.launched.count((const void *)K8[t])) {
-                G.c.ctx = "coverage";
-                G.c.fail("%s%s never ran", qt_name[t], v ? "_v" : "");
-            }
+            for (int m = 0; m < (int)max_rows(t); ++m)
+                if (!emu::S.launched.count((const void *)KS[t][m][v]) ||
+                    !emu::S.launched.count((const void *)K8[t][m])) {
+                    G.c.ctx = "coverage";
+                    G.c.fail("%s m %d%s never ran", qt_name[t], m + 1, v ? "_v" : "");
+                }
     printf("qmatvec: %ld launches, %ld checks, bad=%ld\n", G.launches, G.c.checks, G.c.bad);
     return G.c.bad != 0;
 }

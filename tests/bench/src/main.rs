@@ -539,8 +539,8 @@ fn conv(b: &Bench) -> Result<()> {
 
 /// Matrix products on quantized (GGML) weights, as a GGUF model's linear layers run them:
 /// decode-shaped (one f32 row; the work counted is the weight bytes, which dominate what the
-/// kernel must read), small batches (4, 16 and 64 rows, as batched decoding or a short prompt
-/// gives; weight bytes too) and prefill-shaped (512 rows; flops). Weights are random, quantized
+/// kernel must read), small batches (4, 8, 16 and 64 rows, as batched decoding or a short
+/// prompt gives; weight bytes too) and prefill-shaped (512 rows; flops). Weights are random, quantized
 /// on the CPU, then placed on the device with `QTensor::quantize_onto`.
 fn quantized(b: &Bench) -> Result<()> {
     use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
@@ -556,6 +556,8 @@ fn quantized(b: &Bench) -> Result<()> {
             (1usize, 4096usize, 4096usize),
             (1, 32000, 4096),
             (4, 4096, 4096),
+            (8, 4096, 4096),
+            (4, 32000, 4096),
             (16, 4096, 4096),
             (64, 4096, 4096),
             (512, 4096, 4096),

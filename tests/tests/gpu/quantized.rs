@@ -145,11 +145,18 @@ fn qmatmul_matches_the_cpu_on_dequantized_weights() -> Result<()> {
         let w = cpu.dequantize(&Device::Cpu)?;
         let blocks = cpu.data()?.into_owned();
         let mm = QMatMul::from_qtensor(q)?;
-        // Batch 1 (decode), 2..8, 9, 64 and 512 rows, and a 3-D input.
+        // Batch 1 (decode), every count of 2..8 (one launch of the mat-vec kernels for up to
+        // 8 rows, k-quants in launches of up to 4: 5 = 2 + 3, 7 = 3 + 4, 8 = 4 + 4), 9, 64 and
+        // 512 rows, and 3-D inputs.
         for shape in [
             vec![1, k],
             vec![2, k],
+            vec![3, k],
+            vec![4, k],
+            vec![5, k],
+            vec![7, k],
             vec![8, k],
+            vec![2, 3, k],
             vec![9, k],
             vec![64, k],
             vec![512, k],
