@@ -7,9 +7,10 @@
 //! the shapes Candle's CUDA backend uses (`candle-core/src/quantized/cuda.rs`). F32, F16 and
 //! BF16 "blocks" are plain values, held as an ordinary storage of that dtype and cast.
 //!
-//! The quantized matrix product: up to 8 f32 rows (decode) run our `qmatvec` kernels
-//! (`kernels/hip/qmatvec.hip`), all rows in one launch (up to 4 a launch for the k-quants: the
-//! weights are read once per launch), for Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K
+//! The quantized matrix product: up to 16 f32 rows (decode, small batches;
+//! `CANDLE_ROCM_QMATVEC_ROWS`) run our `qmatvec` kernels (`kernels/hip/qmatvec.hip`), up to 8
+//! rows a launch (4 for the k-quants; the weights are read once per launch), for Q4_0, Q4_1,
+//! Q8_0, Q4_K, Q5_K and Q6_K
 //! weights, in f32 (`qmatvec_*`). With `CANDLE_ROCM_QMATVEC=q8` the rows are first rounded to
 //! 8 bits per 32-value block as Candle's CUDA backend rounds activations for its quantized
 //! products (q8_1: f16 scale and f16 sum; `qmv_quantize_x8`, one launch for all rows) and the
@@ -823,7 +824,7 @@ impl ExtQStorage for RocmQStorage {
         let (n, k, m, dst_shape) = qmatmul_dims(w_shape, x_l)?;
         if x.dtype() == DType::F32 {
             if let Some(x) = x.as_any().downcast_ref::<RocmStorage>() {
-                // Decode (up to 8 rows by default, as Candle's CUDA backend; see
+                // Decode and small batches (up to 16 rows by default; see
                 // `registry::qmatvec_max_rows`): the mat-vec kernels on the quantized weights
                 // (x in f32, or rounded to 8 bits). More rows (prefill), or a type without
                 // those kernels: the f16 GEMM.
