@@ -7,7 +7,7 @@
 //! the shapes Candle's CUDA backend uses (`candle-core/src/quantized/cuda.rs`). F32, F16 and
 //! BF16 "blocks" are plain values, held as an ordinary storage of that dtype and cast.
 //!
-//! The quantized matrix product: up to 16 f32 rows (decode, small batches;
+//! The quantized matrix product: up to 8 f32 rows (decode, small batches;
 //! `CANDLE_ROCM_QMATVEC_ROWS`) run our `qmatvec` kernels (`kernels/hip/qmatvec.hip`), up to 8
 //! rows a launch (4 for the k-quants; the weights are read once per launch), for Q4_0, Q4_1,
 //! Q8_0, Q4_K, Q5_K and Q6_K
@@ -20,7 +20,8 @@
 //! type runs candle-kernels' `dequantize_mul_mat_vec_*` kernels (as every type does with
 //! `CANDLE_ROCM_FAST_KERNELS=0`), in f32. More f32 rows (prefill) dequantize the weights to
 //! f16 on the device and run one rocBLAS GEMM on f16 inputs with f32 accumulation and output
-//! (llama.cpp's cuBLAS path); other inputs, and everything with `CANDLE_ROCM_FAST_KERNELS=0`,
+//! (llama.cpp's cuBLAS path; the mat-vec types dequantize with our `qmv_dequantize_*_f16`,
+//! 16-byte stores); other inputs, and everything with `CANDLE_ROCM_FAST_KERNELS=0`,
 //! dequantize to f32 and run the slot's `dequantize_matmul_t`. A tiled quantized mat-mat
 //! kernel needs AMD tile sizes first. Q8_1, for which candle-kernels has no dequantize kernel,
 //! dequantizes with our `qmv_dequantize_q8_1_*`, so every GGML type stays on the device.
@@ -251,6 +252,57 @@ impl RocmQStorage {
         Ok(Some(out))
     }
 
+    /// The first `elem_count` values to f16 with our `qmv_dequantize_<type>_f16`
+    /// (`kernels/hip/qmatvec.hip`: 8 values and one 16-byte store per thread; candle-kernels'
+    /// 32-thread-block kernels took 41 us for 4096x4096 q4_0 on the H100 via HIP-on-CUDA,
+    /// 2026-11-25), for the types of our mat-vec kernels when [`crate::registry::fast_kernels`]
+    /// is on and `elem_count` is whole blocks; `None` otherwise.
+    fn dequantize_f16_pieces(
+        &self,
+        data: &DeviceBuffer<u8>,
+        elem_count: usize,
+    ) -> Result<Option<DeviceBuffer<half::f16>>, BackendError> {
+        let name = match self.dtype {
+            GgmlDType::Q4_0 => "qmv_dequantize_q4_0_f16",
+            GgmlDType::Q4_1 => "qmv_dequantize_q4_1_f16",
+            GgmlDType::Q8_0 => "qmv_dequantize_q8_0_f16",
+            GgmlDType::Q4K => "qmv_dequantize_q4_K_f16",
+            GgmlDType::Q5K => "qmv_dequantize_q5_K_f16",
+            GgmlDType::Q6K => "qmv_dequantize_q6_K_f16",
+            _ => return Ok(None),
+        };
+        if !crate::registry::fast_kernels()
+            || elem_count == 0
+            || elem_count % self.dtype.block_size() != 0
+        {
+            return Ok(None);
+        }
+        let out = self.device.alloc::<half::f16>(elem_count)?;
+        let f = self.device.function(Module::Qmatvec, name)?;
+        let pieces = (elem_count / 8) as u64;
+        let grid = (elem_count / 8)
+            .div_ceil(QMATVEC_THREADS as usize)
+            .min(QMATVEC_MAX_GRID);
+        let cfg = LaunchConfig {
+            // At most QMATVEC_MAX_GRID (2^20): fits u32.
+            grid_dim: (grid as u32, 1, 1),
+            block_dim: (QMATVEC_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (pin, pout) = (data.as_arg(), out.as_arg());
+        let mut l = self.device.stream().launch_builder(&f);
+        l.arg(&pin).arg(&pout).arg(&pieces);
+        // SAFETY: `qmv_dequantize_<type>_f16` take (const uint8_t *w, __half *y, unsigned long
+        // long pieces) and, for i < pieces, read piece i's bytes of block 8 i / block_size
+        // (whole blocks: `elem_count` is a multiple of the block size, and `check_count` made
+        // sure those blocks lie within the buffer, whose start is a whole allocation, so
+        // 2-byte aligned) and write y[8 i .. 8 i + 8) as one 16-byte store: `out` is a fresh,
+        // whole (so 16-byte-aligned) buffer of `elem_count` = 8 pieces values; any grid (a
+        // grid-stride loop); ordered on the device's stream.
+        unsafe { l.launch(cfg)? };
+        Ok(Some(out))
+    }
+
     /// Q8_1 blocks, which candle-kernels cannot dequantize, with our
     /// `qmv_dequantize_q8_1_<suffix>` (`kernels/hip/qmatvec.hip`).
     fn dequantize_q8_1<T: DeviceRepr>(
@@ -312,6 +364,9 @@ impl RocmQStorage {
         };
         let wrap = |slice| Ok(Some(RocmStorage::new(slice, dev.clone())));
         if to_f16 {
+            if let Some(b) = self.dequantize_f16_pieces(data, elem_count)? {
+                return wrap(RocmStorageSlice::F16(b));
+            }
             match self.dequantize_blocks::<half::f16>(data, elem_count, "f16")? {
                 Some(b) => wrap(RocmStorageSlice::F16(b)),
                 None => Ok(None),
@@ -824,7 +879,7 @@ impl ExtQStorage for RocmQStorage {
         let (n, k, m, dst_shape) = qmatmul_dims(w_shape, x_l)?;
         if x.dtype() == DType::F32 {
             if let Some(x) = x.as_any().downcast_ref::<RocmStorage>() {
-                // Decode and small batches (up to 16 rows by default; see
+                // Decode and small batches (up to 8 rows by default; see
                 // `registry::qmatvec_max_rows`): the mat-vec kernels on the quantized weights
                 // (x in f32, or rounded to 8 bits). More rows (prefill), or a type without
                 // those kernels: the f16 GEMM.
@@ -939,8 +994,12 @@ mod tests {
             GgmlDType::Q6K,
         ] {
             let names = qmatvec_kernel(t).unwrap();
-            let all = names.f32.iter().flatten().chain(names.x8.iter());
-            for name in all {
+            let dequantize = format!(
+                "qmv_dequantize_{}_f16",
+                format!("{t:?}").to_lowercase().replace('k', "_K")
+            );
+            let all = names.f32.iter().flatten().chain(names.x8.iter()).copied();
+            for name in all.chain([dequantize.as_str()]) {
                 let found = manifest.matches(&format!("\"{name}\":")).count();
                 assert_eq!(found, objects, "{name}");
             }

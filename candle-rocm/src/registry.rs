@@ -88,14 +88,15 @@ pub fn qmatvec_q8() -> bool {
 /// Variable that sets the most rows of activations the quantized mat-vec kernels take (in
 /// launches of up to 8 rows, 4 for the k-quants, each reading the weights once) before a
 /// product switches to dequantizing the weights to f16 and one GEMM: a number from 1 to 64;
-/// unset, 16. On the H100 via HIP-on-CUDA (2026-11-25, 4096x4096 weights, weight bytes per
-/// second) 16 rows ran at 172 / 175 GB/s in f32 (q4_0 / q4_K; 296 / 221 with 8-bit
-/// activations) through the mat-vec against 161 / 159 through the GEMM, 64 rows at 43-78
-/// against 159-160. Read once per process.
+/// unset, 8 (as Candle's CUDA backend). On the H100 via HIP-on-CUDA (2026-11-25, 4096x4096
+/// q4_0 / q4_K weights, once the f16 dequantize had 16-byte stores) 16 rows took 55.4 / 55.0 us
+/// through the mat-vec in f32 against 51.4 / 35.3 us through the GEMM, and with 8-bit
+/// activations 32.1 / 43.2 us against 34.6 / 35.0: past 8 rows the GEMM is as fast or faster.
+/// Read once per process.
 pub const QMATVEC_ROWS_VAR: &str = "CANDLE_ROCM_QMATVEC_ROWS";
 
 /// Default of [`QMATVEC_ROWS_VAR`].
-pub const QMATVEC_ROWS_DEFAULT: usize = 16;
+pub const QMATVEC_ROWS_DEFAULT: usize = 8;
 
 /// The most activation rows that run the quantized mat-vec kernels (see [`QMATVEC_ROWS_VAR`]).
 pub fn qmatvec_max_rows() -> usize {

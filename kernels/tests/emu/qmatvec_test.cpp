@@ -450,6 +450,47 @@ static void dequant_q8_1_case(size_t count, unsigned grid) {
     if (!y32.intact(count) || !y16.intact(count)) G.c.fail("wrote past count");
 }
 
+// qmv_dequantize_<T>_f16 on `blocks` random blocks (extreme scales when scale_kind is 1)
+// against the CPU's f32 values rounded to f16: equal, or one f16 step apart where the f32 value
+// sits at a rounding boundary (the kernel may fuse d1 q - m1 into one operation).
+typedef void (*DFn)(const uint8_t *, __half *, unsigned long long);
+static const DFn KD[NQT] = {qmv_dequantize_q4_0_f16, qmv_dequantize_q4_1_f16, qmv_dequantize_q8_0_f16,
+                            qmv_dequantize_q4_K_f16, qmv_dequantize_q5_K_f16, qmv_dequantize_q6_K_f16};
+static void dequant_f16_case(QT t, size_t blocks, int scale_kind, unsigned grid) {
+    const size_t qk = qt_values[t], bytes = qt_bytes[t], count = blocks * qk;
+    Buf w(blocks * bytes, 1), y(count, 2);
+    uint8_t *wp = w.as<uint8_t>();
+    random_weights(t, wp, blocks, 0, scale_kind);
+    char ctx[96];
+    snprintf(ctx, sizeof ctx, "dequantize %s f16 blocks %zu grid %u", qt_name[t], blocks, grid);
+    G.c.ctx = ctx;
+    G.launches++;
+    if (!emu::launch(ctx, KD[t], dim3(grid), dim3(QMV_BLOCK), (const uint8_t *)wp, y.as<__half>(),
+                     (unsigned long long)(count / 8))) {
+        G.c.fail("launch failed");
+        return;
+    }
+    for (size_t b = 0; b < blocks; ++b) {
+        float v[256];
+        double mag[256];
+        if (qk == 256)
+            dequant_super(t, wp + b * bytes, v, mag);
+        else
+            dequant_block(t, wp + b * bytes, v);
+        for (size_t j = 0; j < qk; ++j) {
+            uint16_t got;
+            memcpy(&got, y.as<uint16_t>() + b * qk + j, 2);
+            const uint16_t want = f16_bits(round_f16(v[j]));
+            G.c.checks++;
+            if (got == want) continue;
+            const double g = f16_value(got), wv = f16_value(want);
+            if (!(fabs(g - wv) <= fabs(wv) * 0x1p-10 + 0x1p-24))
+                G.c.fail("value %zu: got %04x (%.6g) want %04x (%.6g)", b * qk + j, got, g, want, wv);
+        }
+    }
+    if (!y.intact(count)) G.c.fail("wrote outside y");
+}
+
 static void test_port() {
     G.c.ctx = "port";
     float *aligned = (float *)(uintptr_t)256, *skewed = (float *)(uintptr_t)260;
@@ -526,6 +567,13 @@ int main() {
             qcase(q, m + 1, qk * 2, 1, 1 + m % 3, 0, m);
             q8case(q, n, qk * (nb > 1 ? 3 : 1), (int)(m % 2), m == 7 ? 1 : 0, m);
         }
+    }
+    // Dequantize to f16: one block, many blocks over a small grid (the stride loop), extreme
+    // scales.
+    for (int t = 0; t < NQT; ++t) {
+        dequant_f16_case((QT)t, 1, 0, 1);
+        dequant_f16_case((QT)t, 37, 1, 2);
+        dequant_f16_case((QT)t, 300, 0, 64);
     }
     dequant_q8_1_case(32 * 40, 3);
     dequant_q8_1_case(32 * 7 + 5, 1);

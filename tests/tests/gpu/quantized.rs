@@ -47,7 +47,7 @@ fn blocks_round_trip_and_dequantize_like_the_cpu() -> Result<()> {
     Ok(())
 }
 
-/// The types with our `qmatvec` kernels (the mat-vec for up to 16 rows by default).
+/// The types with our `qmatvec` kernels (the mat-vec for up to 8 rows by default).
 const QMATVEC_TYPES: [GgmlDType; 6] = [
     GgmlDType::Q4_0,
     GgmlDType::Q4_1,
@@ -146,9 +146,9 @@ fn qmatmul_matches_the_cpu_on_dequantized_weights() -> Result<()> {
         let blocks = cpu.data()?.into_owned();
         let mm = QMatMul::from_qtensor(q)?;
         // Batch 1 (decode), every count of 2..8 (one launch of the mat-vec kernels for up to
-        // 8 rows, k-quants in launches of up to 4: 5 = 2 + 3, 7 = 3 + 4, 8 = 4 + 4), 9 and 16
-        // (two or more launches: the mat-vec takes up to 16 rows by default), 17, 64 and 512
-        // (the GEMM), and 3-D inputs.
+        // 8 rows, k-quants in launches of up to 4: 5 = 2 + 3, 7 = 3 + 4, 8 = 4 + 4), 9, 16
+        // and 17 (the GEMM by default; the mat-vec in two or more launches with
+        // CANDLE_ROCM_QMATVEC_ROWS=16 or more), 64 and 512, and 3-D inputs.
         for shape in [
             vec![1, k],
             vec![2, k],
@@ -173,7 +173,7 @@ fn qmatmul_matches_the_cpu_on_dequantized_weights() -> Result<()> {
             )?;
             let want = x.broadcast_matmul(&w.t()?)?;
             let got = mm.forward(&x.to_device(&dev)?)?;
-            // Up to `qmatvec_max_rows` rows (16 unless CANDLE_ROCM_QMATVEC_ROWS says otherwise)
+            // Up to `qmatvec_max_rows` rows (8 unless CANDLE_ROCM_QMATVEC_ROWS says otherwise)
             // run the mat-vec kernels: ours (QMATVEC_TYPES) in f32 or on rows rounded to 8 bits
             // (checked against the same rounding on the CPU), candle's for one row of the other
             // types in f32; more rows of quantized weights run one GEMM on f16 weights and
