@@ -18,12 +18,17 @@
 //! logits drift from the f32 model's (0.12 relative on the GPU rounding as Candle CUDA does;
 //! the CPU's own 8-bit path drifts 0.04-0.07). One row of another
 //! type runs candle-kernels' `dequantize_mul_mat_vec_*` kernels (as every type does with
-//! `CANDLE_ROCM_FAST_KERNELS=0`), in f32. More f32 rows (prefill) dequantize the weights to
+//! `CANDLE_ROCM_FAST_KERNELS=0`), in f32. From 9 to 32 rows (`CANDLE_ROCM_QMATMUL_ROWS`;
+//! short prompts, batched decoding) the same six types run our tiled `qmm_*` kernels: a block
+//! dequantizes a 64-row tile of the weights into shared memory 32 values at a time and
+//! multiplies it with up to 64 rows of x, in f32, k split into slices when the tiles alone
+//! would not fill the GPU (no wave-size dependence, no shuffles: one code path for wave32 and
+//! wave64); with `CANDLE_ROCM_QMATVEC=q8`, `qmm8_*` do the same on rows rounded to 8 bits with
+//! integer dot products. More f32 rows (prefill) dequantize the weights to
 //! f16 on the device and run one rocBLAS GEMM on f16 inputs with f32 accumulation and output
 //! (llama.cpp's cuBLAS path; the mat-vec types dequantize with our `qmv_dequantize_*_f16`,
 //! 16-byte stores); other inputs, and everything with `CANDLE_ROCM_FAST_KERNELS=0`,
-//! dequantize to f32 and run the slot's `dequantize_matmul_t`. A tiled quantized mat-mat
-//! kernel needs AMD tile sizes first. Q8_1, for which candle-kernels has no dequantize kernel,
+//! dequantize to f32 and run the slot's `dequantize_matmul_t`. Q8_1, for which candle-kernels has no dequantize kernel,
 //! dequantizes with our `qmv_dequantize_q8_1_*`, so every GGML type stays on the device.
 
 use std::any::Any;
@@ -552,33 +557,12 @@ impl RocmQStorage {
             _ => return Ok(None),
         };
         let row_bytes = k / 32 * X8_BLOCK_BYTES;
-        let x8 = self.device.alloc::<u8>(crate::utils::checked_product(
-            "qmatmul",
-            "8-bit rows (m * row bytes)",
-            &[m, row_bytes],
-        )?)?;
+        let x8 = self.quantize_x8(&x.slice(x_start..x_start + m * k)?, (k32, m32))?;
         let mut out = self.device.alloc::<f32>(crate::utils::checked_product(
             "qmatmul",
             "output (m * n)",
             &[m, n],
         )?)?;
-        let xs = x.slice(x_start..x_start + m * k)?;
-        let quantize = self.device.function(Module::Qmatvec, "qmv_quantize_x8")?;
-        let cfg = LaunchConfig {
-            // k / QMATVEC_THREADS rounded up fits u32 as k does; m is at most 65535.
-            grid_dim: (k32.div_ceil(QMATVEC_THREADS), m32, 1),
-            block_dim: (QMATVEC_THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let (px, px8) = (rocm_safe::DevicePtrArg::of(&xs), x8.as_arg());
-        let mut l = self.device.stream().launch_builder(&quantize);
-        l.arg(&px).arg(&px8).arg(&k32);
-        // SAFETY: `qmv_quantize_x8` takes (const float *x, uint8_t *x8, unsigned k) and, for
-        // grid row r, reads the k floats of x row r and writes the 40 k / 32 bytes of x8 row r;
-        // `xs` is a checked view of the m contiguous rows, `x8` a fresh buffer of m such rows
-        // (k is a multiple of 32, so no thread of a live 32-lane group is past k), the grid's
-        // y is m and its x covers k; ordered on the device's stream.
-        unsafe { l.launch(cfg)? };
         let launch = QmatvecLaunch::new(n, 0);
         for (first, count) in row_chunks(m, names.max_rows()) {
             let f = self.device.function(Module::Qmatvec, names.x8[count - 1])?;
@@ -608,6 +592,48 @@ impl RocmQStorage {
             RocmStorageSlice::F32(out),
             self.device.clone(),
         )))
+    }
+
+    /// `m` f32 rows of `k` values (`xs`, contiguous; `k` a multiple of 32, `m` at most 65535)
+    /// rounded to 8 bits as Candle's CUDA backend does, in the x8 layout of `qmatvec.hip`
+    /// (`qmv_quantize_x8`, one launch): a fresh buffer of `m` rows of `40 k / 32` bytes.
+    fn quantize_x8(
+        &self,
+        xs: &impl DeviceSlice<f32>,
+        (k32, m32): (u32, u32),
+    ) -> Result<DeviceBuffer<u8>, BackendError> {
+        let (k, m) = (k32 as usize, m32 as usize);
+        if k % 32 != 0 || m > u16::MAX as usize || xs.len() != m * k {
+            return Err(invalid(
+                "qmatmul",
+                format!(
+                    "8-bit rounding of {m} rows of {k} values from {} values",
+                    xs.len()
+                ),
+            ));
+        }
+        let x8 = self.device.alloc::<u8>(crate::utils::checked_product(
+            "qmatmul",
+            "8-bit rows (m * row bytes)",
+            &[m, k / 32 * X8_BLOCK_BYTES],
+        )?)?;
+        let quantize = self.device.function(Module::Qmatvec, "qmv_quantize_x8")?;
+        let cfg = LaunchConfig {
+            // k / QMATVEC_THREADS rounded up fits u32 as k does; m is at most 65535.
+            grid_dim: (k32.div_ceil(QMATVEC_THREADS), m32, 1),
+            block_dim: (QMATVEC_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (px, px8) = (rocm_safe::DevicePtrArg::of(xs), x8.as_arg());
+        let mut l = self.device.stream().launch_builder(&quantize);
+        l.arg(&px).arg(&px8).arg(&k32);
+        // SAFETY: `qmv_quantize_x8` takes (const float *x, uint8_t *x8, unsigned k) and, for
+        // grid row r, reads the k floats of x row r and writes the 40 k / 32 bytes of x8 row r;
+        // `xs` holds exactly the m contiguous rows (checked above), `x8` is a fresh buffer of m
+        // such rows (k is a multiple of 32, so no thread of a live 32-lane group is past k), the
+        // grid's y is m and its x covers k; ordered on the device's stream.
+        unsafe { l.launch(cfg)? };
+        Ok(x8)
     }
 
     /// One launch of a `qmatvec` kernel for `count` rows of x: `y_out (count, rows) = x_rows
@@ -641,6 +667,141 @@ impl RocmQStorage {
         // (a grid-stride loop); all ordered on the device's stream.
         unsafe { l.launch(launch.cfg)? };
         Ok(())
+    }
+
+    /// `x (m, k) @ w^T` with our tiled `qmm_<type>_m<tile>` kernels (`kernels/hip/qmatvec.hip`):
+    /// each block dequantizes a 64-row tile of the weights to f32 in shared memory, 32 values
+    /// of k at a time, and multiplies it with up to 64 rows of x, all in f32 (with
+    /// [`crate::registry::qmatvec_q8`], `qmm8_<type>_m<tile>`: x rounded to 8 bits as for the
+    /// q8 mat-vec, the weights unpacked to bytes, integer dot products); k is split into
+    /// slices when the tiles alone would not fill the GPU, and `qmm_reduce` adds the slices'
+    /// partial products in order. For Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K weights; `None`
+    /// when the kernels do not apply (another type, `k` not a multiple of the block or of 32,
+    /// sizes past `u32`, `x` not `m` contiguous rows or not 16-byte aligned). Allocations: the
+    /// output, and the partial products when k is split.
+    fn qmatmul_tiled(
+        &self,
+        (n, k, m): (usize, usize, usize),
+        data: &DeviceBuffer<u8>,
+        x: &DeviceBuffer<f32>,
+        x_l: &Layout,
+    ) -> Result<Option<RocmStorage>, BackendError> {
+        let Some(names) = qmatvec_kernel(self.dtype) else {
+            return Ok(None);
+        };
+        if k % self.dtype.block_size() != 0 || k % QMM_CHUNK != 0 || n == 0 || m == 0 {
+            return Ok(None);
+        }
+        self.check_count("qmatmul", n.saturating_mul(k))?;
+        let (tile, tile_rows) = qmm_tile(m);
+        let (n32, k32, m32, tiles_m) = match (
+            u32::try_from(n),
+            u32::try_from(k),
+            u32::try_from(m),
+            u32::try_from(m.div_ceil(tile_rows)),
+        ) {
+            (Ok(n), Ok(k), Ok(m), Ok(t)) if t <= u16::MAX as u32 => (n, k, m, t),
+            _ => return Ok(None),
+        };
+        let xs = match x_l.contiguous_offsets() {
+            Some((o1, o2)) if o2 <= x.len() && Some(o2 - o1) == m.checked_mul(k) => {
+                x.slice(o1..o2)?
+            }
+            _ => return Ok(None),
+        };
+        if xs.device_ptr() as usize % 16 != 0 {
+            return Ok(None);
+        }
+        let out_el = crate::utils::checked_product("qmatmul", "output (m * n)", &[m, n])?;
+        let tiles_n = n.div_ceil(QMM_TILE_N);
+        let cus = self.device.device().info().compute_units as usize;
+        let (cps, slices) = qmm_slices(tiles_n * tiles_m as usize, k / QMM_CHUNK, cus);
+        let out = self.device.alloc::<f32>(out_el)?;
+        let part = if slices > 1 {
+            Some(self.device.alloc::<f32>(crate::utils::checked_product(
+                "qmatmul",
+                "partial products (slices * m * n)",
+                &[slices, m, n],
+            )?)?)
+        } else {
+            None
+        };
+        // 8-bit activations (CANDLE_ROCM_QMATVEC=q8): x rounded as for the q8 mat-vec first.
+        let x8 = if crate::registry::qmatvec_q8() {
+            Some(self.quantize_x8(&xs, (k32, m32))?)
+        } else {
+            None
+        };
+        let name = if x8.is_some() {
+            names.qmm8[tile]
+        } else {
+            names.qmm[tile]
+        };
+        let f = self.device.function(Module::Qmatvec, name)?;
+        let cfg = LaunchConfig {
+            // n / 64 rounded up fits u32 as n does; tiles_m is at most 65535 (checked above),
+            // slices at most QMM_MAX_SLICES.
+            grid_dim: (tiles_n as u32, tiles_m, slices as u32),
+            block_dim: (QMM_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let cps32 = cps as u32;
+        let pw = data.as_arg();
+        let px = match &x8 {
+            Some(x8) => x8.as_arg(),
+            None => rocm_safe::DevicePtrArg::of(&xs),
+        };
+        let py = match &part {
+            Some(p) => p.as_arg(),
+            None => out.as_arg(),
+        };
+        let mut l = self.device.stream().launch_builder(&f);
+        l.arg(&pw)
+            .arg(&px)
+            .arg(&py)
+            .arg(&n32)
+            .arg(&k32)
+            .arg(&m32)
+            .arg(&cps32);
+        // SAFETY: `qmm_<type>_m<tile>` take (const uint8_t *w, const float *x, float *y,
+        // unsigned n, unsigned k, unsigned m, unsigned cps), `qmm8_<type>_m<tile>` the same with
+        // `const uint8_t *x8`. They read the n rows of k / block values' blocks (`check_count`
+        // made sure they lie within the blocks held; the piece reads stay inside each block, so
+        // no alignment beyond 2 bytes is assumed), the m rows of k f32 values of `xs` (a checked
+        // view, 16-byte aligned, checked above, as the kernels' float4 loads need) or the m x8
+        // rows `quantize_x8` wrote into a fresh buffer (whole, so 8-byte aligned rows: 40 k /
+        // 32 bytes each), and write slice z's m x n values at y + z m n: `out`
+        // holds m n values for one slice, `part` slices m n for several; k is a multiple of 32
+        // and of the block; the grid covers n in 64-row tiles, m in tiles of the kernel's rows,
+        // and the slices of cps chunks (none empty, `qmm_slices`); blocks of QMM_THREADS
+        // threads; ordered on the device's stream.
+        unsafe { l.launch(cfg)? };
+        if let Some(part) = &part {
+            let reduce = self.device.function(Module::Qmatvec, "qmm_reduce")?;
+            let count = out_el as u64;
+            let slices32 = slices as u32;
+            let cfg = LaunchConfig {
+                grid_dim: (
+                    out_el.div_ceil(QMM_THREADS as usize).clamp(1, 1 << 16) as u32,
+                    1,
+                    1,
+                ),
+                block_dim: (QMM_THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let (pp, po) = (part.as_arg(), out.as_arg());
+            let mut l = self.device.stream().launch_builder(&reduce);
+            l.arg(&pp).arg(&po).arg(&count).arg(&slices32);
+            // SAFETY: `qmm_reduce` takes (const float *part, float *y, unsigned long long
+            // count, unsigned slices) and reads slices x count values of `part` (allocated
+            // as slices * m * n, written by the launch above on the same stream) and writes
+            // count = m n values of `out`; a grid-stride loop, any grid.
+            unsafe { l.launch(cfg)? };
+        }
+        Ok(Some(RocmStorage::new(
+            RocmStorageSlice::F32(out),
+            self.device.clone(),
+        )))
     }
 
     /// `x (m, k) @ w^T` for `m` f32 rows of `x` (contiguous, laid out as `x_l`) with the weights
@@ -727,6 +888,11 @@ struct QmatvecNames {
     f32: &'static [[&'static str; 2]],
     /// 8-bit activations.
     x8: &'static [&'static str],
+    /// The tiled matrix-matrix kernels `qmm_<type>_m<16|32|64>` (f32 activations), by x-row
+    /// tile.
+    qmm: [&'static str; 3],
+    /// The same on 8-bit activations, `qmm8_<type>_m<16|32|64>`.
+    qmm8: [&'static str; 3],
 }
 
 impl QmatvecNames {
@@ -747,6 +913,16 @@ macro_rules! qmatvec_names {
                 concat!("qmatvec_", $t, $suffix, "_v"),
             ]),+],
             x8: &[$(concat!("qmatvec8_", $t, $suffix)),+],
+            qmm: [
+                concat!("qmm_", $t, "_m16"),
+                concat!("qmm_", $t, "_m32"),
+                concat!("qmm_", $t, "_m64"),
+            ],
+            qmm8: [
+                concat!("qmm8_", $t, "_m16"),
+                concat!("qmm8_", $t, "_m32"),
+                concat!("qmm8_", $t, "_m64"),
+            ],
         }
     };
 }
@@ -768,6 +944,44 @@ fn qmatvec_kernel(dtype: GgmlDType) -> Option<QmatvecNames> {
         GgmlDType::Q6K => qmatvec_names!("q6_K": "", "_m2", "_m3", "_m4"),
         _ => return None,
     })
+}
+
+/// Threads per block of the `qmm` kernels (`QMM_BLOCK`).
+const QMM_THREADS: u32 = 256;
+/// Weight rows per block of the `qmm` kernels (`QMM_TN`).
+const QMM_TILE_N: usize = 64;
+/// Values of k per step of the `qmm` kernels (`QMM_KC`): k must be a multiple.
+const QMM_CHUNK: usize = 32;
+/// Blocks a `qmm` launch aims at per compute unit: several resident blocks hide the weight
+/// loads of one behind the arithmetic of others.
+const QMM_BLOCKS_PER_CU: usize = 4;
+/// Fewest k chunks per slice: a slice shorter than this spends more on its partial sums than
+/// it saves.
+const QMM_MIN_CHUNKS: usize = 4;
+/// Most k slices (the grid's z, and the partial buffers: slices * m * n floats).
+const QMM_MAX_SLICES: usize = 64;
+
+/// The x-row tile of the `qmm` kernels for `m` rows (index into [`QmatvecNames::qmm`] and the
+/// tile's rows): 16, 32, or 64 (several tiles past 64).
+fn qmm_tile(m: usize) -> (usize, usize) {
+    match m {
+        0..=16 => (0, 16),
+        17..=32 => (1, 32),
+        _ => (2, 64),
+    }
+}
+
+/// How a `qmm` launch splits k: (chunks per slice, slices) for `tiles` output tiles, `chunks`
+/// chunks of k and `cus` compute units. A product with few tiles (a 4096-row weight has 64)
+/// would leave most of a GPU idle, so k is split into slices whose partial products
+/// `qmm_reduce` adds in order: enough blocks for [`QMM_BLOCKS_PER_CU`] per compute unit, each
+/// slice at least [`QMM_MIN_CHUNKS`] chunks, at most [`QMM_MAX_SLICES`] slices, none empty.
+fn qmm_slices(tiles: usize, chunks: usize, cus: usize) -> (usize, usize) {
+    let chunks = chunks.max(1);
+    let want = (QMM_BLOCKS_PER_CU * cus.max(1)).div_ceil(tiles.max(1));
+    let most = (chunks / QMM_MIN_CHUNKS).clamp(1, QMM_MAX_SLICES);
+    let cps = chunks.div_ceil(want.clamp(1, most));
+    (cps, chunks.div_ceil(cps))
 }
 
 /// `m` rows split into launches of at most `max` rows (`max` >= 1): (first row, row count),
@@ -881,11 +1095,22 @@ impl ExtQStorage for RocmQStorage {
             if let Some(x) = x.as_any().downcast_ref::<RocmStorage>() {
                 // Decode and small batches (up to 8 rows by default; see
                 // `registry::qmatvec_max_rows`): the mat-vec kernels on the quantized weights
-                // (x in f32, or rounded to 8 bits). More rows (prefill), or a type without
-                // those kernels: the f16 GEMM.
+                // (x in f32, or rounded to 8 bits). Then, up to 32 rows by default
+                // (`registry::qmatmul_max_rows`), the tiled kernels (f32). More rows (prefill),
+                // or a type without those kernels: the f16 GEMM.
                 let mut out = None;
                 if m <= crate::registry::qmatvec_max_rows() {
                     out = self.mat_vec((n, k, m), x.as_buffer::<f32>()?, x_l).w()?;
+                }
+                if out.is_none()
+                    && m > 1
+                    && m <= crate::registry::qmatmul_max_rows()
+                    && crate::registry::fast_kernels()
+                {
+                    if let Blocks::Quantized(data) = &self.blocks {
+                        let xb = x.as_buffer::<f32>()?;
+                        out = self.qmatmul_tiled((n, k, m), data, xb, x_l).w()?;
+                    }
                 }
                 if out.is_none() && m > 1 && crate::registry::fast_kernels() {
                     out = self.mat_mat_f16((n, k, m), x, x_l).w()?;
@@ -948,6 +1173,44 @@ mod tests {
     }
 
     #[test]
+    fn qmm_slices_cover_k_once_and_fill_the_gpu() {
+        for tiles in [1, 3, 64, 128, 500, 4096] {
+            for chunks in [1, 2, 3, 7, 16, 128, 129, 1000, 4096] {
+                for cus in [1, 60, 132, 304] {
+                    let (cps, slices) = qmm_slices(tiles, chunks, cus);
+                    let what = format!("tiles {tiles} chunks {chunks} cus {cus}");
+                    assert!(cps >= 1 && (1..=QMM_MAX_SLICES).contains(&slices), "{what}");
+                    // Every chunk in one slice, and no slice empty.
+                    assert!(
+                        slices * cps >= chunks && (slices - 1) * cps < chunks,
+                        "{what}"
+                    );
+                    if slices > 1 {
+                        assert!(cps >= QMM_MIN_CHUNKS, "{what}: {cps} chunks a slice");
+                    }
+                    // Splitting only where the tiles alone fall short of the target.
+                    if tiles >= QMM_BLOCKS_PER_CU * cus {
+                        assert_eq!(slices, 1, "{what}");
+                    }
+                }
+            }
+        }
+        // A 4096 x 4096 weight at 16 rows on 132 compute units: 64 tiles, 128 chunks of 32
+        // values: 9 slices of 15 chunks (and a last of 8) give 576 blocks.
+        assert_eq!(qmm_slices(64, 128, 132), (15, 9));
+    }
+
+    #[test]
+    fn qmm_tiles_hold_the_rows() {
+        assert_eq!(qmm_tile(9), (0, 16));
+        assert_eq!(qmm_tile(16), (0, 16));
+        assert_eq!(qmm_tile(17), (1, 32));
+        assert_eq!(qmm_tile(32), (1, 32));
+        assert_eq!(qmm_tile(33), (2, 64));
+        assert_eq!(qmm_tile(500), (2, 64));
+    }
+
+    #[test]
     fn row_chunks_cover_every_row_once_within_the_kernels_limit() {
         for max in 1..=8 {
             for m in 0..=20 {
@@ -977,6 +1240,8 @@ mod tests {
         assert_eq!(q6k.max_rows(), 4);
         assert_eq!(q6k.f32[3], ["qmatvec_q6_K_m4", "qmatvec_q6_K_m4_v"]);
         assert_eq!(q6k.x8[3], "qmatvec8_q6_K_m4");
+        assert_eq!(q6k.qmm, ["qmm_q6_K_m16", "qmm_q6_K_m32", "qmm_q6_K_m64"]);
+        assert_eq!(q40.qmm8[1], "qmm8_q4_0_m32");
     }
 
     #[test]
@@ -998,8 +1263,12 @@ mod tests {
                 "qmv_dequantize_{}_f16",
                 format!("{t:?}").to_lowercase().replace('k', "_K")
             );
-            let all = names.f32.iter().flatten().chain(names.x8.iter()).copied();
-            for name in all.chain([dequantize.as_str()]) {
+            let all = names.f32.iter().flatten().chain(names.x8.iter());
+            let all = all
+                .chain(names.qmm.iter())
+                .chain(names.qmm8.iter())
+                .copied();
+            for name in all.chain([dequantize.as_str(), "qmm_reduce"]) {
                 let found = manifest.matches(&format!("\"{name}\":")).count();
                 assert_eq!(found, objects, "{name}");
             }

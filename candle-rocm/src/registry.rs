@@ -105,7 +105,7 @@ pub fn qmatvec_max_rows() -> usize {
         let Ok(v) = std::env::var(QMATVEC_ROWS_VAR) else {
             return QMATVEC_ROWS_DEFAULT;
         };
-        match parse_qmatvec_rows(&v) {
+        match parse_rows(&v, 1, 64) {
             Some(rows) => {
                 tracing::info!("{QMATVEC_ROWS_VAR}={rows}: up to {rows} rows run the mat-vec");
                 rows
@@ -121,9 +121,44 @@ pub fn qmatvec_max_rows() -> usize {
     })
 }
 
-/// [`QMATVEC_ROWS_VAR`]'s value as a row count, if it is one from 1 to 64.
-fn parse_qmatvec_rows(v: &str) -> Option<usize> {
-    v.trim().parse().ok().filter(|r| (1..=64).contains(r))
+/// A row-count variable's value, if it is a number from `min` to `max`.
+fn parse_rows(v: &str, min: usize, max: usize) -> Option<usize> {
+    v.trim().parse().ok().filter(|r| (min..=max).contains(r))
+}
+
+/// Variable that sets the most rows of activations the tiled quantized matrix-matrix kernels
+/// take (`qmm_<type>_m<16|32|64>` in `kernels/hip/qmatvec.hip`: the weights dequantized to f32
+/// tile by tile in shared memory, activations and sums in f32) once a product has more rows
+/// than the mat-vec takes ([`QMATVEC_ROWS_VAR`]); past it, the weights dequantize to f16 for one
+/// GEMM. A number from 0 (off) to 4096; unset, [`QMATMUL_ROWS_DEFAULT`]. Read once per process.
+pub const QMATMUL_ROWS_VAR: &str = "CANDLE_ROCM_QMATMUL_ROWS";
+
+/// Default of [`QMATMUL_ROWS_VAR`].
+pub const QMATMUL_ROWS_DEFAULT: usize = 32;
+
+/// The most activation rows that run the tiled quantized kernels (see [`QMATMUL_ROWS_VAR`]).
+pub fn qmatmul_max_rows() -> usize {
+    static ROWS: OnceLock<usize> = OnceLock::new();
+    *ROWS.get_or_init(|| {
+        let Ok(v) = std::env::var(QMATMUL_ROWS_VAR) else {
+            return QMATMUL_ROWS_DEFAULT;
+        };
+        match parse_rows(&v, 0, 4096) {
+            Some(rows) => {
+                tracing::info!(
+                    "{QMATMUL_ROWS_VAR}={rows}: up to {rows} rows run the tiled kernels"
+                );
+                rows
+            }
+            None => {
+                tracing::warn!(
+                    "{QMATMUL_ROWS_VAR}={v:?} is not a number from 0 to 4096: keeping \
+                     {QMATMUL_ROWS_DEFAULT}"
+                );
+                QMATMUL_ROWS_DEFAULT
+            }
+        }
+    })
 }
 
 /// First HIP runtime version that loads generic (`gfxN-generic`) code objects: ROCm 6.4.
@@ -367,12 +402,19 @@ mod tests {
 
     #[test]
     fn qmatvec_rows_take_1_to_64() {
-        assert_eq!(parse_qmatvec_rows("16"), Some(16));
-        assert_eq!(parse_qmatvec_rows(" 1 "), Some(1));
-        assert_eq!(parse_qmatvec_rows("64"), Some(64));
+        assert_eq!(parse_rows("16", 1, 64), Some(16));
+        assert_eq!(parse_rows(" 1 ", 1, 64), Some(1));
+        assert_eq!(parse_rows("64", 1, 64), Some(64));
         for bad in ["0", "65", "-3", "eight", ""] {
-            assert_eq!(parse_qmatvec_rows(bad), None, "{bad:?}");
+            assert_eq!(parse_rows(bad, 1, 64), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn qmatmul_rows_take_0_to_4096() {
+        assert_eq!(parse_rows("0", 0, 4096), Some(0));
+        assert_eq!(parse_rows("4096", 0, 4096), Some(4096));
+        assert_eq!(parse_rows("4097", 0, 4096), None);
     }
 
     fn input<'a>(

@@ -9,7 +9,7 @@
 #    CUDA's cudnn feature, candle-cuda-cudnn-bench): ours (candle-rocm-bench over the double,
 #    "H100 via HIP-on-CUDA"; its memory-bound rows a second time with
 #    CANDLE_ROCM_FAST_KERNELS=0, candle's own kernels, its quantized rows again with
-#    CANDLE_ROCM_QMATVEC=q8), Candle 0.11.1's own CUDA backend (candle-cuda-bench, built from
+#    CANDLE_ROCM_QMATVEC=q8 and with CANDLE_ROCM_QMATMUL_ROWS=0), Candle 0.11.1's own CUDA backend (candle-cuda-bench, built from
 #    the same source against crates.io Candle with its `cuda` feature) and PyTorch eager
 #    (tests/bench/torch_bench.py with the machine's own PyTorch);
 # 3. runs the launch-overhead benchmark next to a raw cuLaunchKernel loop;
@@ -48,6 +48,11 @@ echo "== ours with 8-bit activations in the mat-vec (CANDLE_ROCM_QMATVEC=q8): th
 CANDLE_ROCM_QMATVEC=q8 timeout "$limit" "$BUILD/bin/candle-rocm-bench" --only "${BENCH_ONLY:-qmat,gguf}" "${gguf[@]}" \
     > "$OUT/ours-q8.tsv" 2> "$OUT/ours-q8.err"
 row "8-bit activations (qmat, gguf) exit" "$? ($(grep -c '^bench' "$OUT/ours-q8.tsv") rows)"
+
+echo "== ours without the tiled quantized kernels (CANDLE_ROCM_QMATMUL_ROWS=0): the quantized rows"
+CANDLE_ROCM_QMATMUL_ROWS=0 timeout "$limit" "$BUILD/bin/candle-rocm-bench" --only "${BENCH_ONLY:-qmat,gguf}" "${gguf[@]}" \
+    > "$OUT/ours-gemm.tsv" 2> "$OUT/ours-gemm.err"
+row "f16 GEMM past the mat-vec exit" "$? ($(grep -c '^bench' "$OUT/ours-gemm.tsv") rows)"
 
 echo "== ours on the MIOpen path (CANDLE_ROCM_CONV=miopen): the conv rows"
 if [ -n "${ROCM_SYS_MIOPEN_LIB:-}" ]; then
@@ -115,6 +120,12 @@ if grep -q '^bench' "$OUT/ours-q8.tsv" 2> /dev/null; then
     echo >> "$result"
     python3 tests/bench/table.py "$OUT/ours-q8.tsv" "$OUT/candle-cuda.tsv" "$OUT/torch.tsv" \
         --title "the quantized rows again, ours with the mat-vec on 8-bit activations (CANDLE_ROCM_QMATVEC=q8, as Candle CUDA rounds them)" \
+        | awk -F'|' 'NF < 10 || $5 != " - "' >> "$result"  # only the rows ours ran
+fi
+if grep -q '^bench' "$OUT/ours-gemm.tsv" 2> /dev/null; then
+    echo >> "$result"
+    python3 tests/bench/table.py "$OUT/ours-gemm.tsv" "$OUT/candle-cuda.tsv" "$OUT/torch.tsv" \
+        --title "the quantized rows again, ours without the tiled kernels (CANDLE_ROCM_QMATMUL_ROWS=0: past the mat-vec's rows, the f16 dequantize and one GEMM)" \
         | awk -F'|' 'NF < 10 || $5 != " - "' >> "$result"  # only the rows ours ran
 fi
 if grep -q '^bench	conv' "$OUT/candle-cuda-cudnn.tsv" 2> /dev/null; then

@@ -20,6 +20,7 @@ struct __attribute__((aligned(16))) float4 {
 struct __attribute__((aligned(8))) uint2 {
     unsigned int x, y;
 };
+static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
 
 #include "../../hip/qmatvec.hip"
 
@@ -303,6 +304,50 @@ static bool quantize_case(const float *x, size_t k, size_t rows, uint8_t *x8, co
     return true;
 }
 
+// Candle CUDA's quantized product of weight row r (n rows of nb blocks of type t at wp) and the
+// x8 row xr (the weights dequantized as the CPU does, times the dequantized x8 values xd; q4_0's
+// offset and q4_1's min term use the block's f16 x sum), in double, and the sum of the terms'
+// magnitudes.
+static void x8_reference(QT t, const uint8_t *wp, size_t r, size_t nb, const uint8_t *xr, size_t k,
+                         const std::vector<double> &xd, double &want, double &mag) {
+    const size_t qk = qt_values[t], bytes = qt_bytes[t];
+    want = 0;
+    mag = 0;
+    for (size_t b = 0; b < nb; ++b) {
+        const uint8_t *blk = wp + (r * nb + b) * bytes;
+        float v[256];
+        double vm[256];
+        if (qk == 256) {
+            dequant_super(t, blk, v, vm);
+        } else {
+            dequant_block(t, blk, v);
+            for (int j = 0; j < 32; ++j) vm[j] = fabs((double)v[j]);
+        }
+        if (t == Q40 || t == Q41) {
+            // Candle CUDA's q4 dots: d d8 sum(nibble q) - 8 d sum(x) (q4_0) or
+            // + m sum(x) (q4_1), sum(x) being the block's f16 x sum, not d8 sum(q).
+            uint16_t d16, m16 = 0;
+            memcpy(&d16, blk, 2);
+            if (t == Q41) memcpy(&m16, blk + 2, 2);
+            const double d = f16f(d16), xs = x8_xsum(xr, k, b);
+            const double off = t == Q40 ? -8.0 * d * xs : f16f(m16) * xs;
+            const uint8_t *qs = blk + (t == Q40 ? 2 : 4);
+            for (int j = 0; j < 32; ++j) {
+                const int nib = j < 16 ? qs[j] & 15 : qs[j - 16] >> 4;
+                want += d * nib * xd[b * qk + j];
+                mag += fabs(d * nib * xd[b * qk + j]);
+            }
+            want += off;
+            mag += fabs(off);
+            continue;
+        }
+        for (size_t j = 0; j < qk; ++j) {
+            want += (double)v[j] * xd[b * qk + j];
+            mag += vm[j] * fabs(xd[b * qk + j]);
+        }
+    }
+}
+
 // Y = X W^T for m x rows with the x8 kernels against Candle CUDA's quantized product (the
 // weights dequantized as the CPU does, times the dequantized x8 values; q4_0's offset and
 // q4_1's min term use the block's f16 x sum). With m > 1, every x row's results must also be
@@ -347,39 +392,7 @@ static void q8case(QT t, size_t n, size_t k, int scale_kind, unsigned grid_cap, 
         for (size_t j = 0; j < k; ++j) xd[j] = x8_d(xr, k, j / 32) * (int8_t)xr[j];
         for (size_t r = 0; r < n; ++r) {
             double want = 0, mag = 0;
-            for (size_t b = 0; b < nb; ++b) {
-                const uint8_t *blk = wp + (r * nb + b) * bytes;
-                float v[256];
-                double vm[256];
-                if (qk == 256) {
-                    dequant_super(t, blk, v, vm);
-                } else {
-                    dequant_block(t, blk, v);
-                    for (int j = 0; j < 32; ++j) vm[j] = fabs((double)v[j]);
-                }
-                if (t == Q40 || t == Q41) {
-                    // Candle CUDA's q4 dots: d d8 sum(nibble q) - 8 d sum(x) (q4_0) or
-                    // + m sum(x) (q4_1), sum(x) being the block's f16 x sum, not d8 sum(q).
-                    uint16_t d16, m16 = 0;
-                    memcpy(&d16, blk, 2);
-                    if (t == Q41) memcpy(&m16, blk + 2, 2);
-                    const double d = f16f(d16), xs = x8_xsum(xr, k, b);
-                    const double off = t == Q40 ? -8.0 * d * xs : f16f(m16) * xs;
-                    const uint8_t *qs = blk + (t == Q40 ? 2 : 4);
-                    for (int j = 0; j < 32; ++j) {
-                        const int nib = j < 16 ? qs[j] & 15 : qs[j - 16] >> 4;
-                        want += d * nib * xd[b * qk + j];
-                        mag += fabs(d * nib * xd[b * qk + j]);
-                    }
-                    want += off;
-                    mag += fabs(off);
-                    continue;
-                }
-                for (size_t j = 0; j < qk; ++j) {
-                    want += (double)v[j] * xd[b * qk + j];
-                    mag += vm[j] * fabs(xd[b * qk + j]);
-                }
-            }
+            x8_reference(t, wp, r, nb, xr, k, xd, want, mag);
             G.c.checks++;
             const double tol = 1e-5 * mag + 1e-37;
             const float got = yp[i * n + r];
@@ -491,6 +504,129 @@ static void dequant_f16_case(QT t, size_t blocks, int scale_kind, unsigned grid)
     if (!y.intact(count)) G.c.fail("wrote outside y");
 }
 
+// qmm_<T>_m<MT>: Y = X W^T for m x rows over `slices` k slices of `cps` chunks (candle-rocm's
+// `qmm_slices`), then qmm_reduce when there are several, against the f32-dequantize-then-double
+// reference of `qcase`; the slices' partial buffer and y are poisoned first, so an unwritten
+// output shows.
+typedef void (*QmmFn)(const uint8_t *, const float *, float *, unsigned, unsigned, unsigned, unsigned);
+typedef void (*Qmm8Fn)(const uint8_t *, const uint8_t *, float *, unsigned, unsigned, unsigned, unsigned);
+#define QMM_FNS(T) {qmm_##T##_m16, qmm_##T##_m32, qmm_##T##_m64}
+#define QMM8_FNS(T) {(QmmFn)qmm8_##T##_m16, (QmmFn)qmm8_##T##_m32, (QmmFn)qmm8_##T##_m64}
+static const QmmFn KM[NQT][3] = {QMM_FNS(q4_0), QMM_FNS(q4_1), QMM_FNS(q8_0),
+                                 QMM_FNS(q4_K), QMM_FNS(q5_K), QMM_FNS(q6_K)};
+static void qmm_case(QT t, size_t n, size_t k, size_t m, int mt_index, size_t cps, int scale_kind) {
+    const size_t qk = qt_values[t], nb = k / qk, bytes = qt_bytes[t], mt = 16u << mt_index;
+    const size_t chunks = k / 32, slices = (chunks + cps - 1) / cps;
+    Buf w(n * nb * bytes, 1), x(m * k, 4), part(slices * m * n, 4), y(m * n, 4);
+    uint8_t *wp = w.as<uint8_t>();
+    random_weights(t, wp, n * nb, 0, scale_kind);
+    float *xp = x.as<float>();
+    for (size_t i = 0; i < m * k; ++i) xp[i] = (float)uni(-4, 4);
+    float *pp = part.as<float>(), *yp = y.as<float>();
+    for (size_t i = 0; i < slices * m * n; ++i) pp[i] = NAN;
+    for (size_t i = 0; i < m * n; ++i) yp[i] = NAN;
+    char ctx[160];
+    snprintf(ctx, sizeof ctx, "qmm %s n %zu k %zu m %zu mt %zu cps %zu scales %d", qt_name[t], n, k, m, mt, cps,
+             scale_kind);
+    G.c.ctx = ctx;
+    G.launches++;
+    float *dst = slices == 1 ? yp : pp;
+    dim3 grid((unsigned)((n + QMM_TN - 1) / QMM_TN), (unsigned)((m + mt - 1) / mt), (unsigned)slices);
+    if (!emu::launch(ctx, KM[t][mt_index], grid, dim3(QMM_BLOCK), (const uint8_t *)wp, (const float *)xp, dst,
+                     (unsigned)n, (unsigned)k, (unsigned)m, (unsigned)cps)) {
+        G.c.fail("launch failed");
+        return;
+    }
+    if (slices > 1) {
+        G.launches++;
+        if (!emu::launch(ctx, qmm_reduce, dim3(3), dim3(64), (const float *)pp, yp, (unsigned long long)(m * n),
+                         (unsigned)slices)) {
+            G.c.fail("reduce launch failed");
+            return;
+        }
+    }
+    for (size_t r = 0; r < n; ++r) {
+        std::vector<double> want(m, 0.0), mag(m, 0.0);
+        for (size_t b = 0; b < nb; ++b) {
+            float v[256];
+            double vm[256];
+            if (qk == 256) {
+                dequant_super(t, wp + (r * nb + b) * bytes, v, vm);
+            } else {
+                dequant_block(t, wp + (r * nb + b) * bytes, v);
+            }
+            for (size_t i = 0; i < m; ++i)
+                for (size_t j = 0; j < qk; ++j) {
+                    want[i] += (double)v[j] * xp[i * k + b * qk + j];
+                    mag[i] += fabs((double)v[j] * xp[i * k + b * qk + j]);
+                }
+        }
+        for (size_t i = 0; i < m; ++i) {
+            G.c.checks++;
+            // One f32 fma chain per slice over exact f32 products of the CPU's weight values.
+            const double tol = 1e-5 * mag[i] + 1e-37;
+            const float got = yp[i * n + r];
+            if (!close(got, want[i], tol))
+                G.c.fail("x row %zu row %zu: got %.9g want %.9g (tol %.3g)", i, r, got, want[i], tol);
+        }
+    }
+    if (!y.intact(m * n) || !part.intact(slices * m * n)) G.c.fail("wrote outside y");
+}
+
+// qmm8_<T>_m<MT>: the tiles on x8 rows (from qmv_quantize_x8, checked against the host's
+// quantizer), over `slices` k slices of `cps` chunks then qmm_reduce, against the q8 mat-vec's
+// reference (`x8_reference`); outputs poisoned first.
+static const QmmFn KM8[NQT][3] = {QMM8_FNS(q4_0), QMM8_FNS(q4_1), QMM8_FNS(q8_0),
+                                  QMM8_FNS(q4_K), QMM8_FNS(q5_K), QMM8_FNS(q6_K)};
+static void qmm8_case(QT t, size_t n, size_t k, size_t m, int mt_index, size_t cps, int scale_kind) {
+    const size_t qk = qt_values[t], nb = k / qk, bytes = qt_bytes[t], mt = 16u << mt_index;
+    const size_t rb = QMV8_ROW_BYTES(k), chunks = k / 32, slices = (chunks + cps - 1) / cps;
+    Buf w(n * nb * bytes, 1), x(m * k, 4), x8(m * rb, 1), part(slices * m * n, 4), y(m * n, 4);
+    uint8_t *wp = w.as<uint8_t>();
+    random_weights(t, wp, n * nb, 0, scale_kind);
+    float *xp = x.as<float>();
+    for (size_t i = 0; i < m * k; ++i) xp[i] = (float)uni(-4, 4) * (i % k % 96 < 32 ? 1e-3f : 1.0f);
+    if (!quantize_case(xp, k, m, x8.as<uint8_t>(), qt_name[t])) return;
+    const uint8_t *x8p = x8.as<uint8_t>();
+    float *pp = part.as<float>(), *yp = y.as<float>();
+    for (size_t i = 0; i < slices * m * n; ++i) pp[i] = NAN;
+    for (size_t i = 0; i < m * n; ++i) yp[i] = NAN;
+    char ctx[160];
+    snprintf(ctx, sizeof ctx, "qmm8 %s n %zu k %zu m %zu mt %zu cps %zu scales %d", qt_name[t], n, k, m, mt, cps,
+             scale_kind);
+    G.c.ctx = ctx;
+    G.launches++;
+    dim3 grid((unsigned)((n + QMM_TN - 1) / QMM_TN), (unsigned)((m + mt - 1) / mt), (unsigned)slices);
+    if (!emu::launch(ctx, (Qmm8Fn)KM8[t][mt_index], grid, dim3(QMM_BLOCK), (const uint8_t *)wp, x8p,
+                     slices == 1 ? yp : pp, (unsigned)n, (unsigned)k, (unsigned)m, (unsigned)cps)) {
+        G.c.fail("launch failed");
+        return;
+    }
+    if (slices > 1) {
+        G.launches++;
+        if (!emu::launch(ctx, qmm_reduce, dim3(2), dim3(128), (const float *)pp, yp, (unsigned long long)(m * n),
+                         (unsigned)slices)) {
+            G.c.fail("reduce launch failed");
+            return;
+        }
+    }
+    for (size_t i = 0; i < m; ++i) {
+        const uint8_t *xr = x8p + i * rb;
+        std::vector<double> xd(k);
+        for (size_t j = 0; j < k; ++j) xd[j] = x8_d(xr, k, j / 32) * (int8_t)xr[j];
+        for (size_t r = 0; r < n; ++r) {
+            double want = 0, mag = 0;
+            x8_reference(t, wp, r, nb, xr, k, xd, want, mag);
+            G.c.checks++;
+            const double tol = 1e-5 * mag + 1e-37;
+            const float got = yp[i * n + r];
+            if (!close(got, want, tol))
+                G.c.fail("x row %zu row %zu: got %.9g want %.9g (tol %.3g)", i, r, got, want, tol);
+        }
+    }
+    if (!y.intact(m * n) || !part.intact(slices * m * n)) G.c.fail("wrote outside y");
+}
+
 static void test_port() {
     G.c.ctx = "port";
     float *aligned = (float *)(uintptr_t)256, *skewed = (float *)(uintptr_t)260;
@@ -578,6 +714,24 @@ int main() {
     dequant_q8_1_case(32 * 40, 3);
     dequant_q8_1_case(32 * 7 + 5, 1);
     dequant_q8_1_case(1, 1);
+    // The matrix-matrix kernels: every type and x-row tile; n around the 64-row tile (one row,
+    // a partial tile, several); m below, at and past the tile (several y tiles); one slice
+    // (y written directly) and several (the reduce), a last slice shorter than the others.
+    for (int t = 0; t < NQT; ++t) {
+        const QT q = (QT)t;
+        const size_t qk = qt_values[t];
+        for (int mi = 0; mi < 3; ++mi) {
+            const size_t mt = 16u << mi;
+            qmm_case(q, 1, qk, 1, mi, 1, 0);
+            qmm_case(q, 65, qk * (qk == 32 ? 5 : 2), mt - 7, mi, qk == 32 ? 2 : 3, (int)(mi % 2));
+            qmm_case(q, 64, qk * (qk == 32 ? 4 : 1), mt + 3, mi, qk == 32 ? 4 : 8, 1);
+            qmm_case(q, 130, qk * (qk == 32 ? 3 : 1), 9 + mi, mi, 1, 0);
+            qmm8_case(q, 1, qk, 1, mi, 1, 0);
+            qmm8_case(q, 65, qk * (qk == 32 ? 5 : 2), mt - 7, mi, qk == 32 ? 2 : 3, (int)(mi % 2));
+            qmm8_case(q, 64, qk * (qk == 32 ? 4 : 1), mt + 3, mi, qk == 32 ? 4 : 8, 1);
+            qmm8_case(q, 130, qk * (qk == 32 ? 3 : 1), 9 + mi, mi, 1, 0);
+        }
+    }
     // Every kernel ran at least once.
     for (int t = 0; t < NQT; ++t)
         for (int v = 0; v < 2; ++v)
@@ -587,6 +741,13 @@ int main() {
                     G.c.ctx = "coverage";
                     G.c.fail("%s m %d%s never ran", qt_name[t], m + 1, v ? "_v" : "");
                 }
+    for (int t = 0; t < NQT; ++t)
+        for (int mi = 0; mi < 3; ++mi)
+            if (!emu::S.launched.count((const void *)KM[t][mi]) ||
+                !emu::S.launched.count((const void *)KM8[t][mi])) {
+                G.c.ctx = "coverage";
+                G.c.fail("qmm/qmm8 %s m%d never ran", qt_name[t], 16 << mi);
+            }
     printf("qmatvec: %ld launches, %ld checks, bad=%ld\n", G.launches, G.c.checks, G.c.bad);
     return G.c.bad != 0;
 }

@@ -539,7 +539,7 @@ fn conv(b: &Bench) -> Result<()> {
 
 /// Matrix products on quantized (GGML) weights, as a GGUF model's linear layers run them:
 /// decode-shaped (one f32 row; the work counted is the weight bytes, which dominate what the
-/// kernel must read), small batches (4, 8, 16 and 64 rows, as batched decoding or a short
+/// kernel must read), small batches (4, 8, 16, 32 and 64 rows, as batched decoding or a short
 /// prompt gives; weight bytes too) and prefill-shaped (512 rows; flops). Weights are random, quantized
 /// on the CPU, then placed on the device with `QTensor::quantize_onto`.
 fn quantized(b: &Bench) -> Result<()> {
@@ -559,6 +559,7 @@ fn quantized(b: &Bench) -> Result<()> {
             (8, 4096, 4096),
             (4, 32000, 4096),
             (16, 4096, 4096),
+            (32, 4096, 4096),
             (64, 4096, 4096),
             (512, 4096, 4096),
         ] {

@@ -146,9 +146,10 @@ fn qmatmul_matches_the_cpu_on_dequantized_weights() -> Result<()> {
         let blocks = cpu.data()?.into_owned();
         let mm = QMatMul::from_qtensor(q)?;
         // Batch 1 (decode), every count of 2..8 (one launch of the mat-vec kernels for up to
-        // 8 rows, k-quants in launches of up to 4: 5 = 2 + 3, 7 = 3 + 4, 8 = 4 + 4), 9, 16
-        // and 17 (the GEMM by default; the mat-vec in two or more launches with
-        // CANDLE_ROCM_QMATVEC_ROWS=16 or more), 64 and 512, and 3-D inputs.
+        // 8 rows, k-quants in launches of up to 4: 5 = 2 + 3, 7 = 3 + 4, 8 = 4 + 4), 9, 16,
+        // 17, 32 and 33 (the tiled kernels by default, each x-row tile and a partial one; the
+        // mat-vec in two or more launches with CANDLE_ROCM_QMATVEC_ROWS=16 or more), 64 and
+        // 512 (the GEMM by default), and 3-D inputs.
         for shape in [
             vec![1, k],
             vec![2, k],
@@ -161,6 +162,8 @@ fn qmatmul_matches_the_cpu_on_dequantized_weights() -> Result<()> {
             vec![9, k],
             vec![16, k],
             vec![17, k],
+            vec![32, k],
+            vec![33, k],
             vec![64, k],
             vec![512, k],
             vec![2, 5, k],
@@ -176,11 +179,19 @@ fn qmatmul_matches_the_cpu_on_dequantized_weights() -> Result<()> {
             // Up to `qmatvec_max_rows` rows (8 unless CANDLE_ROCM_QMATVEC_ROWS says otherwise)
             // run the mat-vec kernels: ours (QMATVEC_TYPES) in f32 or on rows rounded to 8 bits
             // (checked against the same rounding on the CPU), candle's for one row of the other
-            // types in f32; more rows of quantized weights run one GEMM on f16 weights and
-            // f16-rounded rows, accumulated in f32 (plain values stay f32).
+            // types in f32; more rows of quantized weights (past the tiled kernels, or of other
+            // types) run one GEMM on f16 weights and f16-rounded rows, accumulated in f32
+            // (plain values stay f32).
             let plain = matches!(dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
             let ours =
                 m <= candle_rocm::registry::qmatvec_max_rows() && QMATVEC_TYPES.contains(&dtype);
+            // Then, up to `qmatmul_max_rows` (32 unless CANDLE_ROCM_QMATMUL_ROWS says
+            // otherwise), the tiled kernels, with the mat-vec's numbers: the CPU's weight values
+            // times x in f32, or x rounded to 8 bits as the mat-vec rounds it.
+            let tiled = !ours
+                && m <= candle_rocm::registry::qmatmul_max_rows()
+                && QMATVEC_TYPES.contains(&dtype);
+            let ours = ours || tiled;
             let (want_here, tol) = if ours {
                 (mat_vec_reference(dtype, &blocks, &w, &x)?, 1e-4)
             } else if m == 1 || plain {
