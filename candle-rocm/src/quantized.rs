@@ -18,8 +18,10 @@
 //! logits drift from the f32 model's (0.12 relative on the GPU rounding as Candle CUDA does;
 //! the CPU's own 8-bit path drifts 0.04-0.07). One row of another
 //! type runs candle-kernels' `dequantize_mul_mat_vec_*` kernels (as every type does with
-//! `CANDLE_ROCM_FAST_KERNELS=0`), in f32. From 9 to 32 rows (`CANDLE_ROCM_QMATMUL_ROWS`;
-//! short prompts, batched decoding) the same six types run our tiled `qmm_*` kernels: a block
+//! `CANDLE_ROCM_FAST_KERNELS=0`), in f32. Opt-in for now (`CANDLE_ROCM_QMATMUL_ROWS=N`, off by
+//! default: their first version lost to the f16 GEMM below on the H100 via HIP-on-CUDA; see
+//! `registry::QMATMUL_ROWS_VAR`), up to N rows (short prompts, batched decoding) of the same
+//! six types run our tiled `qmm_*` kernels: a block
 //! dequantizes a 64-row tile of the weights into shared memory 32 values at a time and
 //! multiplies it with up to 64 rows of x, in f32, k split into slices when the tiles alone
 //! would not fill the GPU (no wave-size dependence, no shuffles: one code path for wave32 and
@@ -953,8 +955,11 @@ const QMM_TILE_N: usize = 64;
 /// Values of k per step of the `qmm` kernels (`QMM_KC`): k must be a multiple.
 const QMM_CHUNK: usize = 32;
 /// Blocks a `qmm` launch aims at per compute unit: several resident blocks hide the weight
-/// loads of one behind the arithmetic of others.
-const QMM_BLOCKS_PER_CU: usize = 4;
+/// loads of one behind the arithmetic of others, and a second wave evens out the last one. (4,
+/// with each chunk's loads waiting on a full memory latency, gave 576 blocks of 15 chunks in
+/// a row at 16 x 4096 x 4096 and took 61 us on the H100 via HIP-on-CUDA, 2026-11-25; not yet
+/// measured at 8 with the loads issued a chunk ahead.)
+const QMM_BLOCKS_PER_CU: usize = 8;
 /// Fewest k chunks per slice: a slice shorter than this spends more on its partial sums than
 /// it saves.
 const QMM_MIN_CHUNKS: usize = 4;
@@ -1095,9 +1100,9 @@ impl ExtQStorage for RocmQStorage {
             if let Some(x) = x.as_any().downcast_ref::<RocmStorage>() {
                 // Decode and small batches (up to 8 rows by default; see
                 // `registry::qmatvec_max_rows`): the mat-vec kernels on the quantized weights
-                // (x in f32, or rounded to 8 bits). Then, up to 32 rows by default
-                // (`registry::qmatmul_max_rows`), the tiled kernels (f32). More rows (prefill),
-                // or a type without those kernels: the f16 GEMM.
+                // (x in f32, or rounded to 8 bits). Then, up to `registry::qmatmul_max_rows`
+                // (0, off, by default), the tiled kernels. More rows (prefill), or a type
+                // without those kernels: the f16 GEMM.
                 let mut out = None;
                 if m <= crate::registry::qmatvec_max_rows() {
                     out = self.mat_vec((n, k, m), x.as_buffer::<f32>()?, x_l).w()?;
@@ -1196,8 +1201,8 @@ mod tests {
             }
         }
         // A 4096 x 4096 weight at 16 rows on 132 compute units: 64 tiles, 128 chunks of 32
-        // values: 9 slices of 15 chunks (and a last of 8) give 576 blocks.
-        assert_eq!(qmm_slices(64, 128, 132), (15, 9));
+        // values: 16 slices of 8 chunks give 1024 blocks.
+        assert_eq!(qmm_slices(64, 128, 132), (8, 16));
     }
 
     #[test]

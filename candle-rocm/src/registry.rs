@@ -128,13 +128,19 @@ fn parse_rows(v: &str, min: usize, max: usize) -> Option<usize> {
 
 /// Variable that sets the most rows of activations the tiled quantized matrix-matrix kernels
 /// take (`qmm_<type>_m<16|32|64>` in `kernels/hip/qmatvec.hip`: the weights dequantized to f32
-/// tile by tile in shared memory, activations and sums in f32) once a product has more rows
-/// than the mat-vec takes ([`QMATVEC_ROWS_VAR`]); past it, the weights dequantize to f16 for one
-/// GEMM. A number from 0 (off) to 4096; unset, [`QMATMUL_ROWS_DEFAULT`]. Read once per process.
+/// tile by tile in shared memory, activations and sums in f32; `qmm8_*` on 8-bit rows with
+/// [`QMATVEC_VAR`]`=q8`) once a product has more rows than the mat-vec takes
+/// ([`QMATVEC_ROWS_VAR`]); past it, the weights dequantize to f16 for one GEMM. A number from 0
+/// to 4096; unset, [`QMATMUL_ROWS_DEFAULT`] (off). Their first version lost to the f16 GEMM on
+/// the H100 via HIP-on-CUDA (2026-11-25 13:10Z, 4096 x 4096 q4_0 weights: 61.0 / 71.7 us at 16 /
+/// 32 rows against 34.1 / 32.7, Candle CUDA 23.8 / 26.0; q4_K 72.9 / 82.6 against 35.4 / 34.8),
+/// waiting a memory latency per 32-value chunk; the loads now go a chunk ahead and k splits
+/// finer, not yet measured: the default stays off until a run shows them faster. Read once per
+/// process.
 pub const QMATMUL_ROWS_VAR: &str = "CANDLE_ROCM_QMATMUL_ROWS";
 
-/// Default of [`QMATMUL_ROWS_VAR`].
-pub const QMATMUL_ROWS_DEFAULT: usize = 32;
+/// Default of [`QMATMUL_ROWS_VAR`]: 0, the tiled kernels off (see there).
+pub const QMATMUL_ROWS_DEFAULT: usize = 0;
 
 /// The most activation rows that run the tiled quantized kernels (see [`QMATMUL_ROWS_VAR`]).
 pub fn qmatmul_max_rows() -> usize {

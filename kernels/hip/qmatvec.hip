@@ -1110,18 +1110,36 @@ QMV_DEQUANTIZE_F16(q6_K, Q6Kd)
 // for 16-byte reads). Each output is one f32 sum over its slice's k values in order; slices
 // are added in order: the result does not depend on the schedule. Nothing here depends on the
 // wave size (no shuffles), so wave 32 and wave 64 run the same code. Rows past n and x rows
-// past m are computed on zeros and not written.
+// past m are computed on row n - 1 and x row m - 1 (so no load needs a branch) and not
+// written. Each chunk's loads are issued before the previous chunk's products (registers
+// carry them across the barrier), since a block has few chunks to overlap otherwise.
 #define QMM_BLOCK 256
 #define QMM_TN 64
 #define QMM_KC 32
 #define QMM_WSTRIDE (QMM_KC + 4)
+
+// Piece i of the weights (see the dequantize pieces above) as two float4 (values 0-3, 4-7).
+template <typename D>
+__device__ __forceinline__ void qmm_piece4(const uint8_t *w, unsigned long long i, float4 &lo, float4 &hi) {
+    float v[8];
+    D::piece(w, i, v);
+    lo = make_float4(v[0], v[1], v[2], v[3]);
+    hi = make_float4(v[4], v[5], v[6], v[7]);
+}
+
+// x values a thread copies into shared memory per chunk: float4 words i = t + QMM_BLOCK j of
+// the tile's MT x QMM_KC / 4 (x row i / 8, word i % 8); past the tile (MT = 16) nothing.
+template <unsigned MT> struct QmmX {
+    static constexpr unsigned WORDS = MT * (QMM_KC / 4);
+    static constexpr unsigned PER_THREAD = (WORDS + QMM_BLOCK - 1) / QMM_BLOCK;
+};
 
 template <typename D, unsigned MT>
 __device__ __forceinline__ void qmm_f32(const uint8_t *__restrict__ w, const float *__restrict__ x,
                                         float *__restrict__ y, unsigned n, unsigned k, unsigned m,
                                         unsigned cps) {
     static_assert(MT % 8 == 0 && MT <= 64, "x rows per tile");
-    constexpr unsigned MR = MT / 8;
+    constexpr unsigned MR = MT / 8, XW = QmmX<MT>::WORDS, XN = QmmX<MT>::PER_THREAD;
     __shared__ __attribute__((aligned(16))) float ws[QMM_TN * QMM_WSTRIDE];
     __shared__ __attribute__((aligned(16))) float xs[MT * QMM_KC];
     const unsigned t = threadIdx.x, nl = t % 32, mg = t / 32;
@@ -1129,33 +1147,49 @@ __device__ __forceinline__ void qmm_f32(const uint8_t *__restrict__ w, const flo
     const unsigned chunks = k / QMM_KC;
     const unsigned c0 = blockIdx.z * cps, c1 = c0 + cps < chunks ? c0 + cps : chunks;
     // This thread's piece of the weight tile: row t / 4 of the tile, values 8 (t % 4) .. + 8.
+    // A row past n reads row n - 1 instead (never stored), so the loads need no branch.
     const unsigned wr = t / 4, wp = t % 4;
-    const bool w_live = n0 + wr < n;
-    const unsigned long long w_piece0 = ((unsigned long long)(n0 + wr) * k) / 8 + wp;
+    const size_t w_row = n0 + wr < n ? n0 + wr : n - 1;
+    const unsigned long long w_piece0 = ((unsigned long long)w_row * k) / 8 + wp;
+    // Its x words: x row m - 1 stands in for rows past m (never stored), likewise.
+    const float *x_src[XN];
+#pragma unroll
+    for (unsigned j = 0; j < XN; ++j) {
+        const unsigned i = (t + QMM_BLOCK * j) % XW;
+        const size_t xr = m0 + i / (QMM_KC / 4) < m ? m0 + i / (QMM_KC / 4) : m - 1;
+        x_src[j] = x + xr * k + 4 * (i % (QMM_KC / 4));
+    }
     float acc[2][MR];
 #pragma unroll
     for (int r = 0; r < 2; ++r)
 #pragma unroll
         for (unsigned j = 0; j < MR; ++j) acc[r][j] = 0.0f;
-    for (unsigned c = c0; c < c1; ++c) {
-        float v[8];
-        if (w_live) {
-            D::piece(w, w_piece0 + (unsigned long long)c * (QMM_KC / 8), v);
-        } else {
+    // The loads of chunk c + 1 are issued before chunk c's products (software pipelining: a
+    // block has few chunks in flight, so each would otherwise wait a full memory latency).
+    float4 v0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), v1 = v0;
+    // (xv starts defined: left undefined on the path that skips the loop, clang 19 put it in
+    // scratch.)
+    float4 xv[XN];
 #pragma unroll
-            for (int l = 0; l < 8; ++l) v[l] = 0.0f;
-        }
+    for (unsigned j = 0; j < XN; ++j) xv[j] = v0;
+    if (c0 < c1) {
+        qmm_piece4<D>(w, w_piece0 + (unsigned long long)c0 * (QMM_KC / 8), v0, v1);
+#pragma unroll
+        for (unsigned j = 0; j < XN; ++j) xv[j] = *reinterpret_cast<const float4 *>(x_src[j] + (size_t)c0 * QMM_KC);
+    }
+    for (unsigned c = c0; c < c1; ++c) {
         float4 *wdst = reinterpret_cast<float4 *>(ws + wr * QMM_WSTRIDE + 8 * wp);
-        wdst[0] = make_float4(v[0], v[1], v[2], v[3]);
-        wdst[1] = make_float4(v[4], v[5], v[6], v[7]);
-        for (unsigned i = t; i < MT * (QMM_KC / 4); i += QMM_BLOCK) {
-            const unsigned xr = i / (QMM_KC / 4), x4 = i % (QMM_KC / 4);
-            float4 xv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (m0 + xr < m)
-                xv = *reinterpret_cast<const float4 *>(x + (m0 + xr) * k + (size_t)c * QMM_KC + 4 * x4);
-            reinterpret_cast<float4 *>(xs)[i] = xv;
-        }
+        wdst[0] = v0;
+        wdst[1] = v1;
+#pragma unroll
+        for (unsigned j = 0; j < XN; ++j)
+            if (XW % QMM_BLOCK == 0 || t + QMM_BLOCK * j < XW) reinterpret_cast<float4 *>(xs)[t + QMM_BLOCK * j] = xv[j];
         __syncthreads();
+        // The next chunk (the last one again at the end: harmless, and no branch).
+        const unsigned cn = c + 1 < c1 ? c + 1 : c;
+        qmm_piece4<D>(w, w_piece0 + (unsigned long long)cn * (QMM_KC / 8), v0, v1);
+#pragma unroll
+        for (unsigned j = 0; j < XN; ++j) xv[j] = *reinterpret_cast<const float4 *>(x_src[j] + (size_t)cn * QMM_KC);
 #pragma unroll
         for (unsigned kk = 0; kk < QMM_KC; kk += 4) {
             const float4 a0 = *reinterpret_cast<const float4 *>(ws + nl * QMM_WSTRIDE + kk);
@@ -1331,7 +1365,7 @@ template <typename D, unsigned MT>
 __device__ __forceinline__ void qmm_x8(const uint8_t *__restrict__ w, const uint8_t *__restrict__ x8,
                                        float *__restrict__ y, unsigned n, unsigned k, unsigned m, unsigned cps) {
     static_assert(MT % 8 == 0 && MT <= 64, "x rows per tile");
-    constexpr unsigned MR = MT / 8;
+    constexpr unsigned MR = MT / 8, XW = MT * 8, XN = (XW + QMM_BLOCK - 1) / QMM_BLOCK;
     __shared__ __attribute__((aligned(16))) uint32_t wq[QMM_TN * QMM8_WSTRIDE];
     __shared__ float wd[QMM_TN * 2], wm[QMM_TN];
     __shared__ __attribute__((aligned(16))) uint32_t xq[MT * 8];
@@ -1341,39 +1375,59 @@ __device__ __forceinline__ void qmm_x8(const uint8_t *__restrict__ w, const uint
     const size_t row_bytes = QMV8_ROW_BYTES((size_t)k);
     const unsigned chunks = k / QMM_KC;
     const unsigned c0 = blockIdx.z * cps, c1 = c0 + cps < chunks ? c0 + cps : chunks;
+    // As qmm_f32: rows past n read row n - 1, x rows past m read x row m - 1 (never stored).
     const unsigned wr = t / 4, wp = t % 4;
-    const bool w_live = n0 + wr < n;
-    const unsigned long long w_piece0 = ((unsigned long long)(n0 + wr) * k) / 8 + wp;
+    const size_t w_row = n0 + wr < n ? n0 + wr : n - 1;
+    const unsigned long long w_piece0 = ((unsigned long long)w_row * k) / 8 + wp;
+    const uint8_t *x_src[XN];
+#pragma unroll
+    for (unsigned j = 0; j < XN; ++j) {
+        const unsigned i = (t + QMM_BLOCK * j) % XW;
+        const size_t xr = m0 + i / 8 < m ? m0 + i / 8 : m - 1;
+        x_src[j] = x8 + xr * row_bytes + 4 * (i % 8);
+    }
+    // Thread t < MT also copies x row t's block scale and sum term.
+    const uint8_t *x_row = x8 + (m0 + t % MT < m ? m0 + t % MT : m - 1) * row_bytes;
     float acc[2][MR];
 #pragma unroll
     for (int r = 0; r < 2; ++r)
 #pragma unroll
         for (unsigned j = 0; j < MR; ++j) acc[r][j] = 0.0f;
+    // Chunk c + 1's loads are issued before chunk c's products, as in qmm_f32.
+    uint32_t q[2] = {0u, 0u}, xw[XN];
+    uint32_t xds[2] = {0u, 0u};
+    float d = 0.0f, mn = 0.0f;
+    if (c0 < c1) {
+        D::piece(w, w_piece0 + (unsigned long long)c0 * (QMM_KC / 8), q, d, mn);
+#pragma unroll
+        for (unsigned j = 0; j < XN; ++j) xw[j] = *reinterpret_cast<const uint32_t *>(x_src[j] + (size_t)c0 * QMM_KC);
+        const uint32_t *ds = qmv8_ds(x_row, k, c0);
+        xds[0] = ds[0];
+        xds[1] = ds[1];
+    }
     for (unsigned c = c0; c < c1; ++c) {
-        uint32_t q[2] = {0u, 0u};
-        float d = 0.0f, mn = 0.0f;
-        if (w_live) D::piece(w, w_piece0 + (unsigned long long)c * (QMM_KC / 8), q, d, mn);
         wq[wr * QMM8_WSTRIDE + 2 * wp] = q[0];
         wq[wr * QMM8_WSTRIDE + 2 * wp + 1] = q[1];
         if (wp % 2 == 0) wd[2 * wr + wp / 2] = d;
         if (wp == 0) wm[wr] = mn;
-        for (unsigned i = t; i < MT * 8; i += QMM_BLOCK) {
-            const unsigned xr = i / 8;
-            xq[i] = m0 + xr < m
-                        ? reinterpret_cast<const uint32_t *>(x8 + (m0 + xr) * row_bytes + (size_t)c * QMM_KC)[i % 8]
-                        : 0u;
-        }
+#pragma unroll
+        for (unsigned j = 0; j < XN; ++j)
+            if (XW % QMM_BLOCK == 0 || t + QMM_BLOCK * j < XW) xq[t + QMM_BLOCK * j] = xw[j];
         if (t < MT) {
-            float dx = 0.0f, sx = 0.0f;
-            if (m0 + t < m) {
-                const uint32_t *ds = qmv8_ds(x8 + (m0 + t) * row_bytes, k, c);
-                dx = qmv8_d(ds);
-                sx = D::XSUM_F16 ? qmv8_xsum(ds) : dx * (float)(int)ds[1];
-            }
+            const float dx = qmv_half(xds[0]);
             xd[t] = dx;
-            xs[t] = sx;
+            xs[t] = D::XSUM_F16 ? qmv_half(xds[0] >> 16) : dx * (float)(int)xds[1];
         }
         __syncthreads();
+        const unsigned cn = c + 1 < c1 ? c + 1 : c;
+        D::piece(w, w_piece0 + (unsigned long long)cn * (QMM_KC / 8), q, d, mn);
+#pragma unroll
+        for (unsigned j = 0; j < XN; ++j) xw[j] = *reinterpret_cast<const uint32_t *>(x_src[j] + (size_t)cn * QMM_KC);
+        {
+            const uint32_t *ds = qmv8_ds(x_row, k, cn);
+            xds[0] = ds[0];
+            xds[1] = ds[1];
+        }
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             const unsigned row = nl + 32 * r;

@@ -9,7 +9,7 @@
 #    CUDA's cudnn feature, candle-cuda-cudnn-bench): ours (candle-rocm-bench over the double,
 #    "H100 via HIP-on-CUDA"; its memory-bound rows a second time with
 #    CANDLE_ROCM_FAST_KERNELS=0, candle's own kernels, its quantized rows again with
-#    CANDLE_ROCM_QMATVEC=q8 and with CANDLE_ROCM_QMATMUL_ROWS=0), Candle 0.11.1's own CUDA backend (candle-cuda-bench, built from
+#    CANDLE_ROCM_QMATVEC=q8 and with the tiled kernels, CANDLE_ROCM_QMATMUL_ROWS=64), Candle 0.11.1's own CUDA backend (candle-cuda-bench, built from
 #    the same source against crates.io Candle with its `cuda` feature) and PyTorch eager
 #    (tests/bench/torch_bench.py with the machine's own PyTorch);
 # 3. runs the launch-overhead benchmark next to a raw cuLaunchKernel loop;
@@ -49,10 +49,12 @@ CANDLE_ROCM_QMATVEC=q8 timeout "$limit" "$BUILD/bin/candle-rocm-bench" --only "$
     > "$OUT/ours-q8.tsv" 2> "$OUT/ours-q8.err"
 row "8-bit activations (qmat, gguf) exit" "$? ($(grep -c '^bench' "$OUT/ours-q8.tsv") rows)"
 
-echo "== ours without the tiled quantized kernels (CANDLE_ROCM_QMATMUL_ROWS=0): the quantized rows"
-CANDLE_ROCM_QMATMUL_ROWS=0 timeout "$limit" "$BUILD/bin/candle-rocm-bench" --only "${BENCH_ONLY:-qmat,gguf}" "${gguf[@]}" \
-    > "$OUT/ours-gemm.tsv" 2> "$OUT/ours-gemm.err"
-row "f16 GEMM past the mat-vec exit" "$? ($(grep -c '^bench' "$OUT/ours-gemm.tsv") rows)"
+echo "== ours with the tiled quantized kernels up to 64 rows (CANDLE_ROCM_QMATMUL_ROWS=64, f32 and q8): the quantized rows"
+for mode in f32 q8; do
+    CANDLE_ROCM_QMATMUL_ROWS=64 CANDLE_ROCM_QMATVEC=$mode timeout "$limit" "$BUILD/bin/candle-rocm-bench" \
+        --only "${BENCH_ONLY:-qmat,gguf}" "${gguf[@]}" > "$OUT/ours-tiled-$mode.tsv" 2> "$OUT/ours-tiled-$mode.err"
+    row "tiled kernels ($mode) exit" "$? ($(grep -c '^bench' "$OUT/ours-tiled-$mode.tsv") rows)"
+done
 
 echo "== ours on the MIOpen path (CANDLE_ROCM_CONV=miopen): the conv rows"
 if [ -n "${ROCM_SYS_MIOPEN_LIB:-}" ]; then
@@ -122,12 +124,13 @@ if grep -q '^bench' "$OUT/ours-q8.tsv" 2> /dev/null; then
         --title "the quantized rows again, ours with the mat-vec on 8-bit activations (CANDLE_ROCM_QMATVEC=q8, as Candle CUDA rounds them)" \
         | awk -F'|' 'NF < 10 || $5 != " - "' >> "$result"  # only the rows ours ran
 fi
-if grep -q '^bench' "$OUT/ours-gemm.tsv" 2> /dev/null; then
+for mode in f32 q8; do
+    grep -q '^bench' "$OUT/ours-tiled-$mode.tsv" 2> /dev/null || continue
     echo >> "$result"
-    python3 tests/bench/table.py "$OUT/ours-gemm.tsv" "$OUT/candle-cuda.tsv" "$OUT/torch.tsv" \
-        --title "the quantized rows again, ours without the tiled kernels (CANDLE_ROCM_QMATMUL_ROWS=0: past the mat-vec's rows, the f16 dequantize and one GEMM)" \
+    python3 tests/bench/table.py "$OUT/ours-tiled-$mode.tsv" "$OUT/candle-cuda.tsv" "$OUT/torch.tsv" \
+        --title "the quantized rows again, ours with the tiled kernels for 9-64 rows (CANDLE_ROCM_QMATMUL_ROWS=64, CANDLE_ROCM_QMATVEC=$mode)" \
         | awk -F'|' 'NF < 10 || $5 != " - "' >> "$result"  # only the rows ours ran
-fi
+done
 if grep -q '^bench	conv' "$OUT/candle-cuda-cudnn.tsv" 2> /dev/null; then
     for ours in ours ours-miopen; do
         grep -q '^bench	conv' "$OUT/$ours.tsv" 2> /dev/null || continue

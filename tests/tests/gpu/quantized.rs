@@ -147,9 +147,9 @@ fn qmatmul_matches_the_cpu_on_dequantized_weights() -> Result<()> {
         let mm = QMatMul::from_qtensor(q)?;
         // Batch 1 (decode), every count of 2..8 (one launch of the mat-vec kernels for up to
         // 8 rows, k-quants in launches of up to 4: 5 = 2 + 3, 7 = 3 + 4, 8 = 4 + 4), 9, 16,
-        // 17, 32 and 33 (the tiled kernels by default, each x-row tile and a partial one; the
-        // mat-vec in two or more launches with CANDLE_ROCM_QMATVEC_ROWS=16 or more), 64 and
-        // 512 (the GEMM by default), and 3-D inputs.
+        // 17, 32 and 33 (the GEMM by default; the tiled kernels with CANDLE_ROCM_QMATMUL_ROWS,
+        // each x-row tile and a partial one; the mat-vec in two or more launches with
+        // CANDLE_ROCM_QMATVEC_ROWS=16 or more), 64 and 512, and 3-D inputs.
         for shape in [
             vec![1, k],
             vec![2, k],
@@ -185,8 +185,8 @@ fn qmatmul_matches_the_cpu_on_dequantized_weights() -> Result<()> {
             let plain = matches!(dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
             let ours =
                 m <= candle_rocm::registry::qmatvec_max_rows() && QMATVEC_TYPES.contains(&dtype);
-            // Then, up to `qmatmul_max_rows` (32 unless CANDLE_ROCM_QMATMUL_ROWS says
-            // otherwise), the tiled kernels, with the mat-vec's numbers: the CPU's weight values
+            // Then, up to `qmatmul_max_rows` (CANDLE_ROCM_QMATMUL_ROWS, 0 by default; the
+            // harness sets 32 for a pass), the tiled kernels, with the mat-vec's numbers: the CPU's weight values
             // times x in f32, or x rounded to 8 bits as the mat-vec rounds it.
             let tiled = !ours
                 && m <= candle_rocm::registry::qmatmul_max_rows()
