@@ -10,28 +10,30 @@
 //! The quantized matrix product: up to 8 f32 rows (decode, small batches;
 //! `CANDLE_ROCM_QMATVEC_ROWS`) run our `qmatvec` kernels (`kernels/hip/qmatvec.hip`), up to 8
 //! rows a launch (4 for the k-quants; the weights are read once per launch), for Q4_0, Q4_1,
-//! Q8_0, Q4_K, Q5_K and Q6_K
-//! weights, in f32 (`qmatvec_*`). With `CANDLE_ROCM_QMATVEC=q8` the rows are first rounded to
-//! 8 bits per 32-value block as Candle's CUDA backend rounds activations for its quantized
-//! products (q8_1: f16 scale and f16 sum; `qmv_quantize_x8`, one launch for all rows) and the
-//! `qmatvec8_*` kernels multiply them with integer dot products: faster, but on SmolLM2 the
-//! logits drift from the f32 model's (0.12 relative on the GPU rounding as Candle CUDA does;
-//! the CPU's own 8-bit path drifts 0.04-0.07). One row of another
+//! Q8_0, Q4_K, Q5_K and Q6_K weights, in f32 (`qmatvec_*`). With `CANDLE_ROCM_QMATVEC=q8` the
+//! rows are first rounded to 8 bits per 32-value block as Candle's CUDA backend rounds
+//! activations for its quantized products (q8_1: f16 scale and f16 sum; `qmv_quantize_x8`, one
+//! launch for all rows) and the `qmatvec8_*` kernels multiply them with integer dot products:
+//! faster, but on SmolLM2 the logits drift from the f32 model's (0.12 relative on the GPU
+//! rounding as Candle CUDA does; the CPU's own 8-bit path drifts 0.04-0.07). One row of another
 //! type runs candle-kernels' `dequantize_mul_mat_vec_*` kernels (as every type does with
-//! `CANDLE_ROCM_FAST_KERNELS=0`), in f32. Opt-in for now (`CANDLE_ROCM_QMATMUL_ROWS=N`, off by
-//! default: their first version lost to the f16 GEMM below on the H100 via HIP-on-CUDA; see
-//! `registry::QMATMUL_ROWS_VAR`), up to N rows (short prompts, batched decoding) of the same
-//! six types run our tiled `qmm_*` kernels: a block
-//! dequantizes a 64-row tile of the weights into shared memory 32 values at a time and
+//! `CANDLE_ROCM_FAST_KERNELS=0`), in f32.
+//!
+//! Opt-in for now (`CANDLE_ROCM_QMATMUL_ROWS=N`, off by default: their first version lost to
+//! the f16 GEMM below on the H100 via HIP-on-CUDA; see `registry::QMATMUL_ROWS_VAR`), up to N
+//! rows (short prompts, batched decoding) of the same six types run our tiled `qmm_*` kernels:
+//! a block dequantizes a 64-row tile of the weights into shared memory 32 values at a time and
 //! multiplies it with up to 64 rows of x, in f32, k split into slices when the tiles alone
 //! would not fill the GPU (no wave-size dependence, no shuffles: one code path for wave32 and
 //! wave64); with `CANDLE_ROCM_QMATVEC=q8`, `qmm8_*` do the same on rows rounded to 8 bits with
-//! integer dot products. More f32 rows (prefill) dequantize the weights to
-//! f16 on the device and run one rocBLAS GEMM on f16 inputs with f32 accumulation and output
-//! (llama.cpp's cuBLAS path; the mat-vec types dequantize with our `qmv_dequantize_*_f16`,
-//! 16-byte stores); other inputs, and everything with `CANDLE_ROCM_FAST_KERNELS=0`,
-//! dequantize to f32 and run the slot's `dequantize_matmul_t`. Q8_1, for which candle-kernels has no dequantize kernel,
-//! dequantizes with our `qmv_dequantize_q8_1_*`, so every GGML type stays on the device.
+//! integer dot products.
+//!
+//! More f32 rows (prefill) dequantize the weights to f16 on the device and run one rocBLAS GEMM
+//! on f16 inputs with f32 accumulation and output (llama.cpp's cuBLAS path; the mat-vec types
+//! dequantize with our `qmv_dequantize_*_f16`, 16-byte stores); other inputs, and everything
+//! with `CANDLE_ROCM_FAST_KERNELS=0`, dequantize to f32 and run the slot's
+//! `dequantize_matmul_t`. Q8_1, for which candle-kernels has no dequantize kernel, dequantizes
+//! with our `qmv_dequantize_q8_1_*`, so every GGML type stays on the device.
 
 use std::any::Any;
 use std::sync::Arc;
