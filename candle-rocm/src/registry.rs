@@ -101,24 +101,25 @@ pub const QMATVEC_ROWS_DEFAULT: usize = 8;
 /// The most activation rows that run the quantized mat-vec kernels (see [`QMATVEC_ROWS_VAR`]).
 pub fn qmatvec_max_rows() -> usize {
     static ROWS: OnceLock<usize> = OnceLock::new();
-    *ROWS.get_or_init(|| {
-        let Ok(v) = std::env::var(QMATVEC_ROWS_VAR) else {
-            return QMATVEC_ROWS_DEFAULT;
-        };
-        match parse_rows(&v, 1, 64) {
-            Some(rows) => {
-                tracing::info!("{QMATVEC_ROWS_VAR}={rows}: up to {rows} rows run the mat-vec");
-                rows
-            }
-            None => {
-                tracing::warn!(
-                    "{QMATVEC_ROWS_VAR}={v:?} is not a number from 1 to 64: keeping \
-                     {QMATVEC_ROWS_DEFAULT}"
-                );
-                QMATVEC_ROWS_DEFAULT
-            }
+    *ROWS.get_or_init(|| rows_var(QMATVEC_ROWS_VAR, QMATVEC_ROWS_DEFAULT, 1, 64, "the mat-vec"))
+}
+
+/// A row-count variable read from the environment: its value when a number from `min` to `max`
+/// (logged, naming `what` runs that many rows), else `default` (a warning when set otherwise).
+fn rows_var(var: &str, default: usize, min: usize, max: usize, what: &str) -> usize {
+    let Ok(v) = std::env::var(var) else {
+        return default;
+    };
+    match parse_rows(&v, min, max) {
+        Some(rows) => {
+            tracing::info!("{var}={rows}: up to {rows} rows run {what}");
+            rows
         }
-    })
+        None => {
+            tracing::warn!("{var}={v:?} is not a number from {min} to {max}: keeping {default}");
+            default
+        }
+    }
 }
 
 /// A row-count variable's value, if it is a number from `min` to `max`.
@@ -146,24 +147,13 @@ pub const QMATMUL_ROWS_DEFAULT: usize = 0;
 pub fn qmatmul_max_rows() -> usize {
     static ROWS: OnceLock<usize> = OnceLock::new();
     *ROWS.get_or_init(|| {
-        let Ok(v) = std::env::var(QMATMUL_ROWS_VAR) else {
-            return QMATMUL_ROWS_DEFAULT;
-        };
-        match parse_rows(&v, 0, 4096) {
-            Some(rows) => {
-                tracing::info!(
-                    "{QMATMUL_ROWS_VAR}={rows}: up to {rows} rows run the tiled kernels"
-                );
-                rows
-            }
-            None => {
-                tracing::warn!(
-                    "{QMATMUL_ROWS_VAR}={v:?} is not a number from 0 to 4096: keeping \
-                     {QMATMUL_ROWS_DEFAULT}"
-                );
-                QMATMUL_ROWS_DEFAULT
-            }
-        }
+        rows_var(
+            QMATMUL_ROWS_VAR,
+            QMATMUL_ROWS_DEFAULT,
+            0,
+            4096,
+            "the tiled kernels",
+        )
     })
 }
 

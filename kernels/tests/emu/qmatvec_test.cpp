@@ -504,36 +504,45 @@ static void dequant_f16_case(QT t, size_t blocks, int scale_kind, unsigned grid)
     if (!y.intact(count)) G.c.fail("wrote outside y");
 }
 
-// qmm_<T>_m<MT>: Y = X W^T for m x rows over `slices` k slices of `cps` chunks (candle-rocm's
-// `qmm_slices`), then qmm_reduce when there are several, against the f32-dequantize-then-double
-// reference of `qcase`; the slices' partial buffer and y are poisoned first, so an unwritten
-// output shows.
+// qmm_<T>_m<MT> (x8 false) or qmm8_<T>_m<MT> (x8 true: the x rows first rounded by
+// qmv_quantize_x8, checked against the host's quantizer): Y = X W^T for m x rows over `slices`
+// k slices of `cps` chunks (candle-rocm's `qmm_slices`), then qmm_reduce when there are several,
+// against the references of `qcase` (f32) or `q8case` (`x8_reference`); the slices' partial
+// buffer and y are poisoned first, so an unwritten output shows.
 typedef void (*QmmFn)(const uint8_t *, const float *, float *, unsigned, unsigned, unsigned, unsigned);
 typedef void (*Qmm8Fn)(const uint8_t *, const uint8_t *, float *, unsigned, unsigned, unsigned, unsigned);
 #define QMM_FNS(T) {qmm_##T##_m16, qmm_##T##_m32, qmm_##T##_m64}
-#define QMM8_FNS(T) {(QmmFn)qmm8_##T##_m16, (QmmFn)qmm8_##T##_m32, (QmmFn)qmm8_##T##_m64}
+#define QMM8_FNS(T) {qmm8_##T##_m16, qmm8_##T##_m32, qmm8_##T##_m64}
 static const QmmFn KM[NQT][3] = {QMM_FNS(q4_0), QMM_FNS(q4_1), QMM_FNS(q8_0),
                                  QMM_FNS(q4_K), QMM_FNS(q5_K), QMM_FNS(q6_K)};
-static void qmm_case(QT t, size_t n, size_t k, size_t m, int mt_index, size_t cps, int scale_kind) {
+static const Qmm8Fn KM8[NQT][3] = {QMM8_FNS(q4_0), QMM8_FNS(q4_1), QMM8_FNS(q8_0),
+                                   QMM8_FNS(q4_K), QMM8_FNS(q5_K), QMM8_FNS(q6_K)};
+static void qmm_case(QT t, size_t n, size_t k, size_t m, int mt_index, size_t cps, int scale_kind, bool x8) {
     const size_t qk = qt_values[t], nb = k / qk, bytes = qt_bytes[t], mt = 16u << mt_index;
-    const size_t chunks = k / 32, slices = (chunks + cps - 1) / cps;
-    Buf w(n * nb * bytes, 1), x(m * k, 4), part(slices * m * n, 4), y(m * n, 4);
+    const size_t rb = QMV8_ROW_BYTES(k), chunks = k / 32, slices = (chunks + cps - 1) / cps;
+    Buf w(n * nb * bytes, 1), x(m * k, 4), x8b(m * rb, 1), part(slices * m * n, 4), y(m * n, 4);
     uint8_t *wp = w.as<uint8_t>();
     random_weights(t, wp, n * nb, 0, scale_kind);
     float *xp = x.as<float>();
-    for (size_t i = 0; i < m * k; ++i) xp[i] = (float)uni(-4, 4);
+    // For 8-bit rows, some blocks of small values (their scales far from the others').
+    for (size_t i = 0; i < m * k; ++i) xp[i] = (float)uni(-4, 4) * (x8 && i % k % 96 < 32 ? 1e-3f : 1.0f);
+    if (x8 && !quantize_case(xp, k, m, x8b.as<uint8_t>(), qt_name[t])) return;
+    const uint8_t *x8p = x8b.as<uint8_t>();
     float *pp = part.as<float>(), *yp = y.as<float>();
     for (size_t i = 0; i < slices * m * n; ++i) pp[i] = NAN;
     for (size_t i = 0; i < m * n; ++i) yp[i] = NAN;
     char ctx[160];
-    snprintf(ctx, sizeof ctx, "qmm %s n %zu k %zu m %zu mt %zu cps %zu scales %d", qt_name[t], n, k, m, mt, cps,
-             scale_kind);
+    snprintf(ctx, sizeof ctx, "%s %s n %zu k %zu m %zu mt %zu cps %zu scales %d", x8 ? "qmm8" : "qmm", qt_name[t], n,
+             k, m, mt, cps, scale_kind);
     G.c.ctx = ctx;
     G.launches++;
     float *dst = slices == 1 ? yp : pp;
     dim3 grid((unsigned)((n + QMM_TN - 1) / QMM_TN), (unsigned)((m + mt - 1) / mt), (unsigned)slices);
-    if (!emu::launch(ctx, KM[t][mt_index], grid, dim3(QMM_BLOCK), (const uint8_t *)wp, (const float *)xp, dst,
-                     (unsigned)n, (unsigned)k, (unsigned)m, (unsigned)cps)) {
+    const bool ok = x8 ? emu::launch(ctx, KM8[t][mt_index], grid, dim3(QMM_BLOCK), (const uint8_t *)wp, x8p, dst,
+                                     (unsigned)n, (unsigned)k, (unsigned)m, (unsigned)cps)
+                       : emu::launch(ctx, KM[t][mt_index], grid, dim3(QMM_BLOCK), (const uint8_t *)wp,
+                                     (const float *)xp, dst, (unsigned)n, (unsigned)k, (unsigned)m, (unsigned)cps);
+    if (!ok) {
         G.c.fail("launch failed");
         return;
     }
@@ -545,79 +554,31 @@ static void qmm_case(QT t, size_t n, size_t k, size_t m, int mt_index, size_t cp
             return;
         }
     }
-    for (size_t r = 0; r < n; ++r) {
-        std::vector<double> want(m, 0.0), mag(m, 0.0);
-        for (size_t b = 0; b < nb; ++b) {
-            float v[256];
-            double vm[256];
-            if (qk == 256) {
-                dequant_super(t, wp + (r * nb + b) * bytes, v, vm);
-            } else {
-                dequant_block(t, wp + (r * nb + b) * bytes, v);
-            }
-            for (size_t i = 0; i < m; ++i)
-                for (size_t j = 0; j < qk; ++j) {
-                    want[i] += (double)v[j] * xp[i * k + b * qk + j];
-                    mag[i] += fabs((double)v[j] * xp[i * k + b * qk + j]);
-                }
-        }
-        for (size_t i = 0; i < m; ++i) {
-            G.c.checks++;
-            // One f32 fma chain per slice over exact f32 products of the CPU's weight values.
-            const double tol = 1e-5 * mag[i] + 1e-37;
-            const float got = yp[i * n + r];
-            if (!close(got, want[i], tol))
-                G.c.fail("x row %zu row %zu: got %.9g want %.9g (tol %.3g)", i, r, got, want[i], tol);
-        }
-    }
-    if (!y.intact(m * n) || !part.intact(slices * m * n)) G.c.fail("wrote outside y");
-}
-
-// qmm8_<T>_m<MT>: the tiles on x8 rows (from qmv_quantize_x8, checked against the host's
-// quantizer), over `slices` k slices of `cps` chunks then qmm_reduce, against the q8 mat-vec's
-// reference (`x8_reference`); outputs poisoned first.
-static const QmmFn KM8[NQT][3] = {QMM8_FNS(q4_0), QMM8_FNS(q4_1), QMM8_FNS(q8_0),
-                                  QMM8_FNS(q4_K), QMM8_FNS(q5_K), QMM8_FNS(q6_K)};
-static void qmm8_case(QT t, size_t n, size_t k, size_t m, int mt_index, size_t cps, int scale_kind) {
-    const size_t qk = qt_values[t], nb = k / qk, bytes = qt_bytes[t], mt = 16u << mt_index;
-    const size_t rb = QMV8_ROW_BYTES(k), chunks = k / 32, slices = (chunks + cps - 1) / cps;
-    Buf w(n * nb * bytes, 1), x(m * k, 4), x8(m * rb, 1), part(slices * m * n, 4), y(m * n, 4);
-    uint8_t *wp = w.as<uint8_t>();
-    random_weights(t, wp, n * nb, 0, scale_kind);
-    float *xp = x.as<float>();
-    for (size_t i = 0; i < m * k; ++i) xp[i] = (float)uni(-4, 4) * (i % k % 96 < 32 ? 1e-3f : 1.0f);
-    if (!quantize_case(xp, k, m, x8.as<uint8_t>(), qt_name[t])) return;
-    const uint8_t *x8p = x8.as<uint8_t>();
-    float *pp = part.as<float>(), *yp = y.as<float>();
-    for (size_t i = 0; i < slices * m * n; ++i) pp[i] = NAN;
-    for (size_t i = 0; i < m * n; ++i) yp[i] = NAN;
-    char ctx[160];
-    snprintf(ctx, sizeof ctx, "qmm8 %s n %zu k %zu m %zu mt %zu cps %zu scales %d", qt_name[t], n, k, m, mt, cps,
-             scale_kind);
-    G.c.ctx = ctx;
-    G.launches++;
-    dim3 grid((unsigned)((n + QMM_TN - 1) / QMM_TN), (unsigned)((m + mt - 1) / mt), (unsigned)slices);
-    if (!emu::launch(ctx, (Qmm8Fn)KM8[t][mt_index], grid, dim3(QMM_BLOCK), (const uint8_t *)wp, x8p,
-                     slices == 1 ? yp : pp, (unsigned)n, (unsigned)k, (unsigned)m, (unsigned)cps)) {
-        G.c.fail("launch failed");
-        return;
-    }
-    if (slices > 1) {
-        G.launches++;
-        if (!emu::launch(ctx, qmm_reduce, dim3(2), dim3(128), (const float *)pp, yp, (unsigned long long)(m * n),
-                         (unsigned)slices)) {
-            G.c.fail("reduce launch failed");
-            return;
-        }
-    }
     for (size_t i = 0; i < m; ++i) {
-        const uint8_t *xr = x8p + i * rb;
         std::vector<double> xd(k);
-        for (size_t j = 0; j < k; ++j) xd[j] = x8_d(xr, k, j / 32) * (int8_t)xr[j];
+        if (x8)
+            for (size_t j = 0; j < k; ++j) xd[j] = x8_d(x8p + i * rb, k, j / 32) * (int8_t)x8p[i * rb + j];
         for (size_t r = 0; r < n; ++r) {
             double want = 0, mag = 0;
-            x8_reference(t, wp, r, nb, xr, k, xd, want, mag);
+            if (x8) {
+                x8_reference(t, wp, r, nb, x8p + i * rb, k, xd, want, mag);
+            } else {
+                // The CPU's f32 weight values times x, in double.
+                for (size_t b = 0; b < nb; ++b) {
+                    float v[256];
+                    double vm[256];
+                    if (qk == 256)
+                        dequant_super(t, wp + (r * nb + b) * bytes, v, vm);
+                    else
+                        dequant_block(t, wp + (r * nb + b) * bytes, v);
+                    for (size_t j = 0; j < qk; ++j) {
+                        want += (double)v[j] * xp[i * k + b * qk + j];
+                        mag += fabs((double)v[j] * xp[i * k + b * qk + j]);
+                    }
+                }
+            }
             G.c.checks++;
+            // One f32 chain per slice of exact products (f32) or per-block terms (x8).
             const double tol = 1e-5 * mag + 1e-37;
             const float got = yp[i * n + r];
             if (!close(got, want, tol))
@@ -722,14 +683,12 @@ int main() {
         const size_t qk = qt_values[t];
         for (int mi = 0; mi < 3; ++mi) {
             const size_t mt = 16u << mi;
-            qmm_case(q, 1, qk, 1, mi, 1, 0);
-            qmm_case(q, 65, qk * (qk == 32 ? 5 : 2), mt - 7, mi, qk == 32 ? 2 : 3, (int)(mi % 2));
-            qmm_case(q, 64, qk * (qk == 32 ? 4 : 1), mt + 3, mi, qk == 32 ? 4 : 8, 1);
-            qmm_case(q, 130, qk * (qk == 32 ? 3 : 1), 9 + mi, mi, 1, 0);
-            qmm8_case(q, 1, qk, 1, mi, 1, 0);
-            qmm8_case(q, 65, qk * (qk == 32 ? 5 : 2), mt - 7, mi, qk == 32 ? 2 : 3, (int)(mi % 2));
-            qmm8_case(q, 64, qk * (qk == 32 ? 4 : 1), mt + 3, mi, qk == 32 ? 4 : 8, 1);
-            qmm8_case(q, 130, qk * (qk == 32 ? 3 : 1), 9 + mi, mi, 1, 0);
+            for (bool x8 : {false, true}) {
+                qmm_case(q, 1, qk, 1, mi, 1, 0, x8);
+                qmm_case(q, 65, qk * (qk == 32 ? 5 : 2), mt - 7, mi, qk == 32 ? 2 : 3, (int)(mi % 2), x8);
+                qmm_case(q, 64, qk * (qk == 32 ? 4 : 1), mt + 3, mi, qk == 32 ? 4 : 8, 1, x8);
+                qmm_case(q, 130, qk * (qk == 32 ? 3 : 1), 9 + mi, mi, 1, 0, x8);
+            }
         }
     }
     // Every kernel ran at least once.
