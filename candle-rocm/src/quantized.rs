@@ -29,8 +29,8 @@
 //! integer dot products.
 //!
 //! More f32 rows (prefill) dequantize the weights to f16 on the device and run one rocBLAS GEMM
-//! on f16 inputs with f32 accumulation and output (llama.cpp's cuBLAS path; the mat-vec types
-//! dequantize with our `qmv_dequantize_*_f16`, 16-byte stores); other inputs, and everything
+//! on f16 inputs with f32 accumulation and output (llama.cpp's cuBLAS path; the mat-vec types,
+//! Q5_0 and Q5_1 dequantize with our `qmv_dequantize_*_f16`, 16-byte stores); other inputs, and everything
 //! with `CANDLE_ROCM_FAST_KERNELS=0`, dequantize to f32 and run the slot's
 //! `dequantize_matmul_t`. Q8_1, for which candle-kernels has no dequantize kernel, dequantizes
 //! with our `qmv_dequantize_q8_1_*`, so every GGML type stays on the device.
@@ -264,8 +264,9 @@ impl RocmQStorage {
     /// The first `elem_count` values to f16 with our `qmv_dequantize_<type>_f16`
     /// (`kernels/hip/qmatvec.hip`: 8 values and one 16-byte store per thread; candle-kernels'
     /// 32-thread-block kernels took 41 us for 4096x4096 q4_0 on the H100 via HIP-on-CUDA,
-    /// 2026-11-25), for the types of our mat-vec kernels when [`crate::registry::fast_kernels`]
-    /// is on and `elem_count` is whole blocks; `None` otherwise.
+    /// 2026-11-25), for the types of our mat-vec kernels and Q5_0 / Q5_1 when
+    /// [`crate::registry::fast_kernels`] is on and `elem_count` is whole blocks; `None`
+    /// otherwise.
     fn dequantize_f16_pieces(
         &self,
         data: &DeviceBuffer<u8>,
@@ -278,6 +279,10 @@ impl RocmQStorage {
             GgmlDType::Q4K => "qmv_dequantize_q4_K_f16",
             GgmlDType::Q5K => "qmv_dequantize_q5_K_f16",
             GgmlDType::Q6K => "qmv_dequantize_q6_K_f16",
+            // No mat-vec kernel of ours, but common in Q4_K_M files whose rows are not whole
+            // 256-value super-blocks (Gemma 3 270M: 81 of its tensors).
+            GgmlDType::Q5_0 => "qmv_dequantize_q5_0_f16",
+            GgmlDType::Q5_1 => "qmv_dequantize_q5_1_f16",
             _ => return Ok(None),
         };
         if !crate::registry::fast_kernels()
@@ -1279,6 +1284,10 @@ mod tests {
                 let found = manifest.matches(&format!("\"{name}\":")).count();
                 assert_eq!(found, objects, "{name}");
             }
+        }
+        for name in ["qmv_dequantize_q5_0_f16", "qmv_dequantize_q5_1_f16"] {
+            let found = manifest.matches(&format!("\"{name}\":")).count();
+            assert_eq!(found, objects, "{name}");
         }
     }
 

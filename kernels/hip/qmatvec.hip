@@ -1015,6 +1015,27 @@ struct Q8_0d {
     }
 };
 
+// q5_0 = { f16 d; u8 qh[4]; u8 qs[16] } (22 bytes; value j < 16 = ((qs[j] & 15) | (bit j of
+// qh) << 4) - 16) d, value j + 16 likewise from qs[j] >> 4 and bit j + 16 of qh, qh little
+// endian) and q5_1 = { f16 d; f16 m; u8 qh[4]; u8 qs[16] } (24 bytes; value = q d + m, no
+// offset): only dequantized (the f16 GEMM path), as candle-core's CPU `to_float` computes them.
+template <bool MIN> struct Q5d {
+    static constexpr unsigned PIECES = 4;
+    __device__ __forceinline__ static void piece(const uint8_t *w, unsigned long long i, float v[8]) {
+        const uint8_t *blk = w + (i / PIECES) * (MIN ? 24 : 22);
+        const unsigned p = (unsigned)(i % PIECES), j0 = 8 * (p & 1), hi = p < 2 ? 0 : 16;
+        const float d = qmv_half_at(blk), m = MIN ? qmv_half_at(blk + 2) : 0.0f;
+        const uint8_t *h = blk + (MIN ? 4 : 2);
+        const uint32_t qh = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
+        const uint8_t *qs = h + 4 + j0;
+#pragma unroll
+        for (int l = 0; l < 8; ++l) {
+            const int q = (p < 2 ? qs[l] & 15 : qs[l] >> 4) | (int)((qh >> (hi + j0 + l)) & 1) << 4;
+            v[l] = MIN ? (float)q * d + m : (float)(q - 16) * d;
+        }
+    }
+};
+
 // q4_K (QH false) and q5_K (QH true): piece t of a super-block holds values 8t .. 8t + 8, all
 // in sub-block j = 2c + (i0 >= 32) for c = 8t / 64, i0 = 8t % 64 (see the header's layouts).
 template <bool QH> struct QK45d {
@@ -1084,6 +1105,8 @@ QMV_DEQUANTIZE_F16(q8_0, Q8_0d)
 QMV_DEQUANTIZE_F16(q4_K, QK45d<false>)
 QMV_DEQUANTIZE_F16(q5_K, QK45d<true>)
 QMV_DEQUANTIZE_F16(q6_K, Q6Kd)
+QMV_DEQUANTIZE_F16(q5_0, Q5d<false>)
+QMV_DEQUANTIZE_F16(q5_1, Q5d<true>)
 
 // =============================================================================================
 // Quantized matrix-matrix products for a few to some tens of activation rows (candle-rocm's

@@ -588,6 +588,58 @@ static void qmm_case(QT t, size_t n, size_t k, size_t m, int mt_index, size_t cp
     if (!y.intact(m * n) || !part.intact(slices * m * n)) G.c.fail("wrote outside y");
 }
 
+// qmv_dequantize_q5_0_f16 / _q5_1_f16 on `blocks` random blocks against candle-core's CPU
+// `to_float` (BlockQ5_0: ((q | high bit << 4) - 16) d; BlockQ5_1: (q | high bit << 4) d + m),
+// rounded to f16: equal, or one f16 step apart where a fused multiply-add rounds differently.
+static void dequant_q5_case(bool q5_1, size_t blocks, int scale_kind, unsigned grid) {
+    const size_t bytes = q5_1 ? 24 : 22, count = blocks * 32;
+    Buf w(blocks * bytes, 1), y(count, 2);
+    uint8_t *wp = w.as<uint8_t>();
+    for (size_t i = 0; i < blocks * bytes; ++i) wp[i] = (uint8_t)rng();
+    for (size_t b = 0; b < blocks; ++b) {
+        const uint16_t d = rand_scale(scale_kind), m = rand_scale(scale_kind);
+        memcpy(wp + b * bytes, &d, 2);
+        if (q5_1) memcpy(wp + b * bytes + 2, &m, 2);
+    }
+    char ctx[96];
+    snprintf(ctx, sizeof ctx, "dequantize %s f16 blocks %zu grid %u", q5_1 ? "q5_1" : "q5_0", blocks, grid);
+    G.c.ctx = ctx;
+    G.launches++;
+    if (!emu::launch(ctx, q5_1 ? qmv_dequantize_q5_1_f16 : qmv_dequantize_q5_0_f16, dim3(grid), dim3(QMV_BLOCK),
+                     (const uint8_t *)wp, y.as<__half>(), (unsigned long long)(count / 8))) {
+        G.c.fail("launch failed");
+        return;
+    }
+    for (size_t b = 0; b < blocks; ++b) {
+        const uint8_t *blk = wp + b * bytes;
+        uint16_t d16, m16 = 0;
+        memcpy(&d16, blk, 2);
+        if (q5_1) memcpy(&m16, blk + 2, 2);
+        const uint8_t *qhp = blk + (q5_1 ? 4 : 2), *qs = qhp + 4;
+        const uint32_t qh = (uint32_t)qhp[0] | (uint32_t)qhp[1] << 8 | (uint32_t)qhp[2] << 16 | (uint32_t)qhp[3] << 24;
+        for (int j = 0; j < 16; ++j) {
+            const int x0 = (qs[j] & 15) | (int)(((qh >> j) << 4) & 16);
+            const int x1 = (qs[j] >> 4) | (int)((qh >> (j + 12)) & 16);
+            const float d = f16f(d16), m = f16f(m16);
+            const float v0 = q5_1 ? (float)x0 * d + m : (float)(x0 - 16) * d;
+            const float v1 = q5_1 ? (float)x1 * d + m : (float)(x1 - 16) * d;
+            const int idx[2] = {j, j + 16};
+            const float want_f[2] = {v0, v1};
+            for (int h = 0; h < 2; ++h) {
+                uint16_t got;
+                memcpy(&got, y.as<uint16_t>() + b * 32 + idx[h], 2);
+                const uint16_t want = f16_bits(round_f16(want_f[h]));
+                G.c.checks++;
+                if (got == want) continue;
+                const double g = f16_value(got), wv = f16_value(want);
+                if (!(fabs(g - wv) <= fabs(wv) * 0x1p-10 + 0x1p-24))
+                    G.c.fail("value %zu: got %04x (%.6g) want %04x (%.6g)", b * 32 + idx[h], got, g, want, wv);
+            }
+        }
+    }
+    if (!y.intact(count)) G.c.fail("wrote outside y");
+}
+
 static void test_port() {
     G.c.ctx = "port";
     float *aligned = (float *)(uintptr_t)256, *skewed = (float *)(uintptr_t)260;
@@ -671,6 +723,11 @@ int main() {
         dequant_f16_case((QT)t, 1, 0, 1);
         dequant_f16_case((QT)t, 37, 1, 2);
         dequant_f16_case((QT)t, 300, 0, 64);
+    }
+    for (bool q5_1 : {false, true}) {
+        dequant_q5_case(q5_1, 1, 0, 1);
+        dequant_q5_case(q5_1, 37, 1, 2);
+        dequant_q5_case(q5_1, 300, 0, 64);
     }
     dequant_q8_1_case(32 * 40, 3);
     dequant_q8_1_case(32 * 7 + 5, 1);
