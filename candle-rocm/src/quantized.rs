@@ -698,26 +698,23 @@ impl RocmQStorage {
         let Some(names) = qmatvec_kernel(self.dtype) else {
             return Ok(None);
         };
-        if k % self.dtype.block_size() != 0 || k % QMM_CHUNK != 0 || n == 0 || m == 0 {
+        // The mat-vec's checks (block multiple, sizes, x's rows, the weights held); every
+        // block size here is a multiple of the 32-value chunk.
+        let Some((n32, _, x_start)) = self.qmatvec_shape((n, k, m), data, x, x_l)? else {
             return Ok(None);
-        }
-        self.check_count("qmatmul", n.saturating_mul(k))?;
+        };
         let (tile, tile_rows) = qmm_tile(m);
-        let (n32, k32, m32, tiles_m) = match (
-            u32::try_from(n),
+        let (k32, m32, tiles_m) = match (
             u32::try_from(k),
             u32::try_from(m),
             u32::try_from(m.div_ceil(tile_rows)),
         ) {
-            (Ok(n), Ok(k), Ok(m), Ok(t)) if t <= u16::MAX as u32 => (n, k, m, t),
-            _ => return Ok(None),
-        };
-        let xs = match x_l.contiguous_offsets() {
-            Some((o1, o2)) if o2 <= x.len() && Some(o2 - o1) == m.checked_mul(k) => {
-                x.slice(o1..o2)?
+            (Ok(k), Ok(m), Ok(t)) if m > 0 && k % QMM_CHUNK as u32 == 0 && t <= u16::MAX as u32 => {
+                (k, m, t)
             }
             _ => return Ok(None),
         };
+        let xs = x.slice(x_start..x_start + m * k)?;
         if xs.device_ptr() as usize % 16 != 0 {
             return Ok(None);
         }
