@@ -10,10 +10,12 @@
 //! The quantized matrix product: up to 8 f32 rows (decode, small batches;
 //! `CANDLE_ROCM_QMATVEC_ROWS`) run our `qmatvec` kernels (`kernels/hip/qmatvec.hip`), up to 8
 //! rows a launch (4 for the k-quants; the weights are read once per launch), for Q4_0, Q4_1,
-//! Q8_0, Q4_K, Q5_K and Q6_K weights, in f32 (`qmatvec_*`). With `CANDLE_ROCM_QMATVEC=q8` the
+//! Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K weights, in f32 (`qmatvec_*`). With
+//! `CANDLE_ROCM_QMATVEC=q8` the
 //! rows are first rounded to 8 bits per 32-value block as Candle's CUDA backend rounds
 //! activations for its quantized products (q8_1: f16 scale and f16 sum; `qmv_quantize_x8`, one
-//! launch for all rows) and the `qmatvec8_*` kernels multiply them with integer dot products:
+//! launch for all rows) and the `qmatvec8_*` kernels (all those types but Q5_0 / Q5_1, which
+//! stay in f32) multiply them with integer dot products:
 //! faster, but on SmolLM2 the logits drift from the f32 model's (0.12 relative on the GPU
 //! rounding as Candle CUDA does; the CPU's own 8-bit path drifts 0.04-0.07). One row of another
 //! type runs candle-kernels' `dequantize_mul_mat_vec_*` kernels (as every type does with
@@ -21,12 +23,12 @@
 //!
 //! Opt-in for now (`CANDLE_ROCM_QMATMUL_ROWS=N`, off by default: their first version lost to
 //! the f16 GEMM below on the H100 via HIP-on-CUDA; see `registry::QMATMUL_ROWS_VAR`), up to N
-//! rows (short prompts, batched decoding) of the same six types run our tiled `qmm_*` kernels:
+//! rows (short prompts, batched decoding) of the same eight types run our tiled `qmm_*` kernels:
 //! a block dequantizes a 64-row tile of the weights into shared memory 32 values at a time and
 //! multiplies it with up to 64 rows of x, in f32, k split into slices when the tiles alone
 //! would not fill the GPU (no wave-size dependence, no shuffles: one code path for wave32 and
 //! wave64); with `CANDLE_ROCM_QMATVEC=q8`, `qmm8_*` do the same on rows rounded to 8 bits with
-//! integer dot products.
+//! integer dot products (not for Q5_0 / Q5_1).
 //!
 //! More f32 rows (prefill) dequantize the weights to f16 on the device and run one rocBLAS GEMM
 //! on f16 inputs with f32 accumulation and output (llama.cpp's cuBLAS path; the mat-vec types,
@@ -394,7 +396,7 @@ impl RocmQStorage {
     }
 
     /// `x (m, k) @ w^T` for `m` f32 rows `x` (`w` is `(n, k)`):
-    /// our `qmatvec` kernels for Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K when
+    /// our `qmatvec` kernels for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K when
     /// [`crate::registry::fast_kernels`] is on, several rows per launch, in f32 or (with
     /// [`crate::registry::qmatvec_q8`]) on rows rounded to 8 bits; candle-kernels'
     /// dequantize-mat-vec kernels otherwise, for one row; `None` when they do not apply
@@ -410,7 +412,8 @@ impl RocmQStorage {
         };
         if crate::registry::fast_kernels() {
             if let Some(names) = qmatvec_kernel(self.dtype) {
-                return if crate::registry::qmatvec_q8() {
+                // q5_0 / q5_1 have no 8-bit kernels: f32 in either mode.
+                return if crate::registry::qmatvec_q8() && !names.x8.is_empty() {
                     self.qmatvec8(&names, (n, k, m), data, x, x_l)
                 } else {
                     self.qmatvec(&names, (n, k, m), data, x, x_l)
@@ -507,8 +510,8 @@ impl RocmQStorage {
 
     /// `x (m, k) @ w^T` with our `qmatvec_<type>[_m<rows>][_v]` kernels
     /// (`kernels/hip/qmatvec.hip`), which take up to [`QmatvecNames::max_rows`] rows of `x` per
-    /// launch (each weight word is read once for all of them), for Q4_0, Q4_1, Q8_0 (blocks of
-    /// 32 values), Q4_K, Q5_K and Q6_K (256) weights `w` of shape `(n, k)`: `None` when they do
+    /// launch (each weight word is read once for all of them), for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0
+    /// (blocks of 32 values), Q4_K, Q5_K and Q6_K (256) weights `w` of shape `(n, k)`: `None` when they do
     /// not apply (`k` not a multiple of the block, `n` zero or past `u32`, `x` not `m`
     /// contiguous rows of `k` values). The only allocation is the output.
     fn qmatvec(
@@ -684,7 +687,8 @@ impl RocmQStorage {
     /// [`crate::registry::qmatvec_q8`], `qmm8_<type>_m<tile>`: x rounded to 8 bits as for the
     /// q8 mat-vec, the weights unpacked to bytes, integer dot products); k is split into
     /// slices when the tiles alone would not fill the GPU, and `qmm_reduce` adds the slices'
-    /// partial products in order. For Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K weights; `None`
+    /// partial products in order (no `qmm8` for Q5_0 / Q5_1: f32 there in either mode). For
+    /// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K weights; `None`
     /// when the kernels do not apply (another type, `k` not a multiple of the block or of 32,
     /// sizes past `u32`, `x` not `m` contiguous rows or not 16-byte aligned). Allocations: the
     /// output, and the partial products when k is split.
@@ -732,16 +736,13 @@ impl RocmQStorage {
         } else {
             None
         };
-        // 8-bit activations (CANDLE_ROCM_QMATVEC=q8): x rounded as for the q8 mat-vec first.
-        let x8 = if crate::registry::qmatvec_q8() {
-            Some(self.quantize_x8(&xs, (k32, m32))?)
-        } else {
-            None
-        };
-        let name = if x8.is_some() {
-            names.qmm8[tile]
-        } else {
-            names.qmm[tile]
+        // 8-bit activations (CANDLE_ROCM_QMATVEC=q8, where the type has those kernels): x
+        // rounded as for the q8 mat-vec first.
+        let (name, x8) = match names.qmm8 {
+            Some(qmm8) if crate::registry::qmatvec_q8() => {
+                (qmm8[tile], Some(self.quantize_x8(&xs, (k32, m32))?))
+            }
+            _ => (names.qmm[tile], None),
         };
         let f = self.device.function(Module::Qmatvec, name)?;
         let cfg = LaunchConfig {
@@ -892,43 +893,52 @@ const X8_BLOCK_BYTES: usize = 40;
 struct QmatvecNames {
     /// f32 activations: the plain kernel and the `_v` one (x read as float4).
     f32: &'static [[&'static str; 2]],
-    /// 8-bit activations.
+    /// 8-bit activations, as many as `f32`, or none (q5_0 / q5_1: those take the f32 kernels
+    /// in q8 mode too).
     x8: &'static [&'static str],
     /// The tiled matrix-matrix kernels `qmm_<type>_m<16|32|64>` (f32 activations), by x-row
     /// tile.
     qmm: [&'static str; 3],
-    /// The same on 8-bit activations, `qmm8_<type>_m<16|32|64>`.
-    qmm8: [&'static str; 3],
+    /// The same on 8-bit activations, `qmm8_<type>_m<16|32|64>`, where they exist.
+    qmm8: Option<[&'static str; 3]>,
 }
 
 impl QmatvecNames {
     /// Most rows of x one launch takes: 8 for the 32-value blocks, 4 for the k-quants (their
     /// registers grow by 20-30 VGPRs a row on AMD; `QMV_K_MAX_M` in `qmatvec.hip`).
     fn max_rows(&self) -> usize {
-        self.x8.len().min(self.f32.len())
+        self.f32.len()
     }
 }
 
-/// The names of `qmatvec_<t>`, `qmatvec_<t>_m<r>` (and their `_v`) and `qmatvec8_<t>[_m<r>]`
-/// for the row-count suffixes given ("" for one row).
+/// The names of `qmatvec_<t>`, `qmatvec_<t>_m<r>` (and their `_v`), `qmatvec8_<t>[_m<r>]`
+/// and the tiled `qmm_<t>_m<tile>` / `qmm8_<t>_m<tile>` for the row-count suffixes given (""
+/// for one row); with `f32 only`, no 8-bit kernels.
 macro_rules! qmatvec_names {
     ($t:literal: $($suffix:literal),+) => {
+        QmatvecNames {
+            x8: &[$(concat!("qmatvec8_", $t, $suffix)),+],
+            qmm8: Some([
+                concat!("qmm8_", $t, "_m16"),
+                concat!("qmm8_", $t, "_m32"),
+                concat!("qmm8_", $t, "_m64"),
+            ]),
+            ..qmatvec_names!(f32 only $t: $($suffix),+)
+        }
+    };
+    (f32 only $t:literal: $($suffix:literal),+) => {
         QmatvecNames {
             f32: &[$([
                 concat!("qmatvec_", $t, $suffix),
                 concat!("qmatvec_", $t, $suffix, "_v"),
             ]),+],
-            x8: &[$(concat!("qmatvec8_", $t, $suffix)),+],
+            x8: &[],
             qmm: [
                 concat!("qmm_", $t, "_m16"),
                 concat!("qmm_", $t, "_m32"),
                 concat!("qmm_", $t, "_m64"),
             ],
-            qmm8: [
-                concat!("qmm8_", $t, "_m16"),
-                concat!("qmm8_", $t, "_m32"),
-                concat!("qmm8_", $t, "_m64"),
-            ],
+            qmm8: None,
         }
     };
 }
@@ -944,6 +954,12 @@ fn qmatvec_kernel(dtype: GgmlDType) -> Option<QmatvecNames> {
         }
         GgmlDType::Q8_0 => {
             qmatvec_names!("q8_0": "", "_m2", "_m3", "_m4", "_m5", "_m6", "_m7", "_m8")
+        }
+        GgmlDType::Q5_0 => {
+            qmatvec_names!(f32 only "q5_0": "", "_m2", "_m3", "_m4", "_m5", "_m6", "_m7", "_m8")
+        }
+        GgmlDType::Q5_1 => {
+            qmatvec_names!(f32 only "q5_1": "", "_m2", "_m3", "_m4", "_m5", "_m6", "_m7", "_m8")
         }
         GgmlDType::Q4K => qmatvec_names!("q4_K": "", "_m2", "_m3", "_m4"),
         GgmlDType::Q5K => qmatvec_names!("q5_K": "", "_m2", "_m3", "_m4"),
@@ -1163,7 +1179,13 @@ mod tests {
         let c = QmatvecLaunch::new(1 << 30, 256);
         assert_eq!(c.cfg.grid_dim.0 as usize, QMATVEC_MAX_GRID);
         assert_eq!(QmatvecLaunch::new(32000, 0).cfg.grid_dim.0, 2000);
-        for t in [GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q8_0] {
+        for t in [
+            GgmlDType::Q4_0,
+            GgmlDType::Q4_1,
+            GgmlDType::Q5_0,
+            GgmlDType::Q5_1,
+            GgmlDType::Q8_0,
+        ] {
             assert_eq!(t.block_size(), 32, "{t:?}");
             assert!(qmatvec_kernel(t).is_some());
         }
@@ -1174,8 +1196,8 @@ mod tests {
         for t in [
             GgmlDType::Q2K,
             GgmlDType::Q3K,
-            GgmlDType::Q5_0,
             GgmlDType::Q8K,
+            GgmlDType::Q8_1,
         ] {
             assert!(qmatvec_kernel(t).is_none(), "{t:?}");
         }
@@ -1250,7 +1272,17 @@ mod tests {
         assert_eq!(q6k.f32[3], ["qmatvec_q6_K_m4", "qmatvec_q6_K_m4_v"]);
         assert_eq!(q6k.x8[3], "qmatvec8_q6_K_m4");
         assert_eq!(q6k.qmm, ["qmm_q6_K_m16", "qmm_q6_K_m32", "qmm_q6_K_m64"]);
-        assert_eq!(q40.qmm8[1], "qmm8_q4_0_m32");
+        assert_eq!(q40.qmm8.map(|k| k[1]), Some("qmm8_q4_0_m32"));
+        // q5_0 / q5_1: f32 kernels only, as many rows as the other 32-value blocks.
+        let q51 = qmatvec_kernel(GgmlDType::Q5_1).unwrap();
+        assert_eq!(q51.max_rows(), 8);
+        assert_eq!(q51.f32[4], ["qmatvec_q5_1_m5", "qmatvec_q5_1_m5_v"]);
+        assert!(q51.x8.is_empty() && q51.qmm8.is_none());
+        assert_eq!(q51.qmm[0], "qmm_q5_1_m16");
+        for t in [GgmlDType::Q4_0, GgmlDType::Q4K, GgmlDType::Q6K] {
+            let names = qmatvec_kernel(t).unwrap();
+            assert_eq!(names.x8.len(), names.f32.len(), "{t:?}");
+        }
     }
 
     #[test]
@@ -1262,6 +1294,8 @@ mod tests {
         for t in [
             GgmlDType::Q4_0,
             GgmlDType::Q4_1,
+            GgmlDType::Q5_0,
+            GgmlDType::Q5_1,
             GgmlDType::Q8_0,
             GgmlDType::Q4K,
             GgmlDType::Q5K,
@@ -1275,16 +1309,12 @@ mod tests {
             let all = names.f32.iter().flatten().chain(names.x8.iter());
             let all = all
                 .chain(names.qmm.iter())
-                .chain(names.qmm8.iter())
+                .chain(names.qmm8.iter().flatten())
                 .copied();
             for name in all.chain([dequantize.as_str(), "qmm_reduce"]) {
                 let found = manifest.matches(&format!("\"{name}\":")).count();
                 assert_eq!(found, objects, "{name}");
             }
-        }
-        for name in ["qmv_dequantize_q5_0_f16", "qmv_dequantize_q5_1_f16"] {
-            let found = manifest.matches(&format!("\"{name}\":")).count();
-            assert_eq!(found, objects, "{name}");
         }
     }
 

@@ -1,6 +1,6 @@
 // qmatvec.hip - quantized matrix-vector products for GGUF decode: y = W x for one f32 row x of
-// k values and weights W of n rows stored as GGML blocks (q4_0, q4_1, q8_0 of 32 values;
-// q4_K, q5_K, q6_K super-blocks of 256 values), f32 math; and, at the end of the file, the
+// k values and weights W of n rows stored as GGML blocks (q4_0, q4_1, q5_0, q5_1, q8_0 of 32
+// values; q4_K, q5_K, q6_K super-blocks of 256 values), f32 math; and, at the end of the file, the
 // same products on x rounded to 8 bits (qmatvec8_*, candle-rocm's CANDLE_ROCM_QMATVEC=q8).
 //
 // Written for candle-rocm (not from candle-kernels). Plain CUDA syntax plus a few AMD builtins
@@ -12,6 +12,7 @@
 //                                                   value j + 16 = ((qs[j] >> 4) - 8) * d
 //   q4_1 = { f16 d; f16 m; u8 qs[16] }   20 bytes, value = nibble * d + m (same nibble order)
 //   q8_0 = { f16 d; i8 qs[32] }          34 bytes, value j = qs[j] * d
+//   q5_0 / q5_1: see Q5d (a fifth bit per value in a 32-bit qh word before the q4 nibbles)
 // Super-block layouts (256 values per super-block, a row is k / 256 super-blocks):
 //   q4_K = { f16 d; f16 dmin; u8 scales[12]; u8 qs[128] }             144 bytes
 //   q5_K = { f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128] }  176 bytes
@@ -34,8 +35,9 @@
 // quants back to back, a step's 8 blocks are adjacent, and x is read in 16-byte pieces that
 // neighbouring lanes take side by side (not 128 bytes per lane at a 128-byte stride, which
 // made every x load touch 32 cache lines):
-//   q4_0 / q4_1 part t: the qs word t (bytes 4t .. 4t + 4): values 4t + [0, 4) from the low
-//     nibbles and 16 + 4t + [0, 4) from the high ones (x runs of 4 at 4t and 16 + 4t);
+//   q4_0 / q4_1 / q5_0 / q5_1 part t: the qs word t (bytes 4t .. 4t + 4): values 4t + [0, 4)
+//     from the low nibbles and 16 + 4t + [0, 4) from the high ones (x runs of 4 at 4t and
+//     16 + 4t; q5's fifth bits from qh);
 //   q8_0 part t: qs bytes 8t .. 8t + 8: values 8t + [0, 8) (x runs of 4 at 8t and 8t + 4).
 // A lane loads its x values once per step and uses them for both rows, accumulates in f32
 // (q4 offsets and mins, and q8_0's +128 byte offset, applied through the sum of its x
@@ -64,16 +66,18 @@
 // d s (sum(q x) - 32 sum(x)), the x sums shared by both rows.
 //
 // Loads. Weight blocks are read as 32-bit words from the 4-byte-aligned address at or below
-// the block's start: q4_1 blocks (20 bytes) and q4_K / q5_K super-blocks (144, 176) are always
-// word aligned; q4_0 (18), q8_0 (34) and q6_K (210) blocks start at 0 or 2 mod 4, and the words
-// are realigned with a funnel shift (one v_alignbit per word on AMD). That reads up to 2 bytes
-// before a block (inside the previous block, never before the buffer: the first block is
-// aligned) and up to 4 bytes after the last one (q4_0 and q8_0's last part reads one word
+// the block's start: q4_1 / q5_1 blocks (20, 24 bytes) and q4_K / q5_K super-blocks (144, 176)
+// are always word aligned; q4_0 (18), q5_0 (22), q8_0 (34) and q6_K (210) blocks start at 0 or
+// 2 mod 4, and the words are realigned with a funnel shift (one v_alignbit per word on AMD).
+// That reads up to 2 bytes before a block (inside the previous block, never before the buffer:
+// the first block is aligned) and up to 4 bytes after the last one (q4_0, q5_0 and q8_0's last
+// part reads one word
 // past its bytes; inside candle-rocm's MATRIX_ROW_PADDING of zeroed blocks, at least 288
 // bytes). x is read as float4 in the _v kernels (x 16-byte aligned), as floats
 // otherwise.
 //
-// Kernels (T in q4_0, q4_1, q8_0, q4_K, q5_K, q6_K):
+// Kernels (T in q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K, q6_K; the 8-bit ones below for all
+// but q5_0 / q5_1):
 //   qmatvec_<T>(const uint8_t* w, const float* x, float* y, unsigned n, unsigned nb)
 //   qmatvec_<T>_v(same)
 //     w: n rows of nb blocks each (nb = k / 32 for q4_0, q4_1, q8_0; nb = k / 256
@@ -273,6 +277,41 @@ struct Q8_0 {
     }
 };
 
+// The 4 bits h (bit i for byte i) as bit 4 of each byte: the fifth bit of 4 q5 quants. The
+// multiplier's terms (h, h << 7, h << 14, h << 21) do not overlap, so bit i lands at bit 8i.
+__device__ __forceinline__ uint32_t qmv_high4(uint32_t h) { return ((h * 0x00204081u) & 0x01010101u) << 4; }
+
+// q5_0 and q5_1 (see Q5d below for the layouts): part t takes qs word t like q4_0 / q4_1, the
+// fifth bits of its low-nibble values from bits 4t .. 4t + 4 of qh and of its high-nibble
+// values from bits 16 + 4t .. 16 + 4t + 4. q5_0 blocks (22 bytes) start at 0 or 2 mod 4 like
+// q4_0's: qh at byte phase + 2 of p, qs word t at phase + 6 + 4t; the last part reads up to
+// 4 bytes past its block (inside the MATRIX_ROW_PADDING after the last one).
+template <bool MIN> struct Q5 {
+    static constexpr uint32_t BYTES = MIN ? 24 : 22, X_STEP = 4, X_GAP = 16;
+    static constexpr bool NEEDS_XSUM = true;
+    __device__ __forceinline__ static float dot(const uint32_t *p, uint32_t phase, unsigned t,
+                                                const float xs[QMV_BV], float xsum) {
+        uint32_t qh, q;
+        if (MIN) {
+            (void)phase; // word-aligned blocks: always 0
+            qh = p[1];
+            q = p[2 + t];
+        } else {
+            qh = qmv_funnel(p[0], p[1], 16 + phase * 8);
+            const uint32_t i = 1 + t + phase / 2, sh = 16 - phase * 8;
+            q = qmv_funnel(p[i], p[i + 1], sh);
+        }
+        const uint32_t lo = (q & 0x0f0f0f0fu) | qmv_high4((qh >> (4 * t)) & 15u);
+        const uint32_t hi = ((q >> 4) & 0x0f0f0f0fu) | qmv_high4((qh >> (16 + 4 * t)) & 15u);
+        float s = 0.0f;
+        qmv_bytes(lo, xs, s);
+        qmv_bytes(hi, xs + 4, s);
+        if (MIN) return qmv_half(p[0]) * s + qmv_half(p[0] >> 16) * xsum;
+        // sum (q - 16) x = sum q x - 16 sum x
+        return qmv_half(p[0] >> (phase * 8)) * (s - 16.0f * xsum);
+    }
+};
+
 // ---------------------------------------------------------------------------------------------
 // QMV_PARTS (1 by default) gives a lane that many consecutive parts of a block (a tuning knob).
 #ifndef QMV_PARTS
@@ -354,6 +393,8 @@ __device__ __forceinline__ void qmatvec(const uint8_t *__restrict__ w, const flo
 QMV_KERNELS(q4_0, Q4_0)
 QMV_KERNELS(q4_1, Q4_1)
 QMV_KERNELS(q8_0, Q8_0)
+QMV_KERNELS(q5_0, Q5<false>)
+QMV_KERNELS(q5_1, Q5<true>)
 
 // ---------------------------------------------------------------------------------------------
 // k-quants: super-blocks of QMV_QK values, QMV_KL lanes per super-block of QMV_KV values each
@@ -1018,7 +1059,8 @@ struct Q8_0d {
 // q5_0 = { f16 d; u8 qh[4]; u8 qs[16] } (22 bytes; value j < 16 = ((qs[j] & 15) | (bit j of
 // qh) << 4) - 16) d, value j + 16 likewise from qs[j] >> 4 and bit j + 16 of qh, qh little
 // endian) and q5_1 = { f16 d; f16 m; u8 qh[4]; u8 qs[16] } (24 bytes; value = q d + m, no
-// offset): only dequantized (the f16 GEMM path), as candle-core's CPU `to_float` computes them.
+// offset), as candle-core's CPU `to_float` computes them: the f16 GEMM path's dequantize and
+// the tiled kernels' pieces (the mat-vec reads them with Q5 above).
 template <bool MIN> struct Q5d {
     static constexpr unsigned PIECES = 4;
     __device__ __forceinline__ static void piece(const uint8_t *w, unsigned long long i, float v[8]) {
@@ -1257,6 +1299,8 @@ QMM_KERNELS(q8_0, Q8_0d)
 QMM_KERNELS(q4_K, QK45d<false>)
 QMM_KERNELS(q5_K, QK45d<true>)
 QMM_KERNELS(q6_K, Q6Kd)
+QMM_KERNELS(q5_0, Q5d<false>)
+QMM_KERNELS(q5_1, Q5d<true>)
 
 extern "C" __global__ void qmm_reduce(const float *part, float *y, unsigned long long count, unsigned slices) {
     const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;

@@ -29,9 +29,12 @@ source tests/hip-on-cuda/setup.sh || exit 1
 
 only=()
 [ -n "${BENCH_ONLY:-}" ] && only=(--only "$BENCH_ONLY")
-# BENCH_GGUF=<file>: a real GGUF decoder for the gguf_*_file rows (ours, ours q8, Candle CUDA).
+# BENCH_GGUF="<file> [<file>...]": real GGUF decoders (llama or Gemma 3) for the gguf_*_file
+# rows (ours, ours q8, Candle CUDA); files that are missing are skipped.
 gguf=()
-[ -n "${BENCH_GGUF:-}" ] && gguf=(--gguf "$BENCH_GGUF")
+for f in ${BENCH_GGUF:-}; do
+    if [ -f "$f" ]; then gguf+=(--gguf "$f"); else echo "bench: no GGUF file $f, its rows skipped" >&2; fi
+done
 limit="${BENCH_TIMEOUT:-200}"
 
 echo "== ours: candle-rocm-bench (H100 via HIP-on-CUDA)"

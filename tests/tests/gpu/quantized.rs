@@ -48,9 +48,11 @@ fn blocks_round_trip_and_dequantize_like_the_cpu() -> Result<()> {
 }
 
 /// The types with our `qmatvec` kernels (the mat-vec for up to 8 rows by default).
-const QMATVEC_TYPES: [GgmlDType; 6] = [
+const QMATVEC_TYPES: [GgmlDType; 8] = [
     GgmlDType::Q4_0,
     GgmlDType::Q4_1,
+    GgmlDType::Q5_0,
+    GgmlDType::Q5_1,
     GgmlDType::Q8_0,
     GgmlDType::Q4K,
     GgmlDType::Q5K,
@@ -61,6 +63,12 @@ const QMATVEC_TYPES: [GgmlDType; 6] = [
 /// `CANDLE_ROCM_QMATVEC=q8`, which the harness sets for a second pass).
 fn qmatvec_q8() -> bool {
     std::env::var("CANDLE_ROCM_QMATVEC").is_ok_and(|v| v.eq_ignore_ascii_case("q8"))
+}
+
+/// Whether our kernels round `dtype`'s activations to 8 bits in this run: in q8 mode, for every
+/// `QMATVEC_TYPES` type but q5_0 / q5_1 (which have f32 kernels only).
+fn rounds_to_8_bits(dtype: GgmlDType) -> bool {
+    qmatvec_q8() && !matches!(dtype, GgmlDType::Q5_0 | GgmlDType::Q5_1)
 }
 
 /// One row of `x` rounded to 8 bits as Candle CUDA's `quantize_q8_1` (and candle-rocm's
@@ -86,12 +94,12 @@ fn q8_1_row(x: &[f32]) -> (Vec<f32>, Vec<f32>) {
 }
 
 /// What the GPU's mat-vec of `m` rows computes for a `QMATVEC_TYPES` weight, on the CPU: by
-/// default `x` times the dequantized weights `w`; with 8-bit activations, `x` rounded as
-/// [`q8_1_row`] rounds it times `w`, except that q4_0's offset of 8 and q4_1's min multiply
-/// the block's f16 sum of x instead of its rounded values (Candle CUDA's `vec_dot_q4_*_q8_1`):
-/// `blocks` are the weights' GGML bytes.
+/// default `x` times the dequantized weights `w`; with 8-bit activations
+/// ([`rounds_to_8_bits`]), `x` rounded as [`q8_1_row`] rounds it times `w`, except that q4_0's
+/// offset of 8 and q4_1's min multiply the block's f16 sum of x instead of its rounded values
+/// (Candle CUDA's `vec_dot_q4_*_q8_1`): `blocks` are the weights' GGML bytes.
 fn mat_vec_reference(dtype: GgmlDType, blocks: &[u8], w: &Tensor, x: &Tensor) -> Result<Tensor> {
-    if !qmatvec_q8() {
+    if !rounds_to_8_bits(dtype) {
         return x.broadcast_matmul(&w.t()?);
     }
     let k = x.dim(candle_core::D::Minus1)?;
