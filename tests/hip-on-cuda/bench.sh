@@ -17,7 +17,7 @@
 #    $OUT/bench-<date>-<gpu>.md and printed last; the raw outputs go in $OUT too.
 #
 # BENCH_ONLY=word,word picks rows (see candle-rocm-bench --help); BENCH_TIMEOUT bounds each of
-# the three runs (seconds, 200 by default); BENCH_GGUF=<file> adds a real GGUF decoder's rows.
+# the three runs (seconds, 200 by default); BENCH_GGUF="<file> ..." adds real GGUF decoders' rows.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
