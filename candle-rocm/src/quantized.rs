@@ -707,6 +707,11 @@ impl RocmQStorage {
         let Some((n32, _, x_start)) = self.qmatvec_shape((n, k, m), data, x, x_l)? else {
             return Ok(None);
         };
+        // In f32 (or for a type without 8-bit kernels), up to QMR_MAX_ROWS rows: the
+        // register-tiled kernels.
+        if m <= QMR_MAX_ROWS && (names.qmm8.is_none() || !crate::registry::qmatvec_q8()) {
+            return self.qmatmul_qmr(&names, (n, k, m), data, x, x_start);
+        }
         let (tile, tile_rows) = qmm_tile(m);
         let (k32, m32, tiles_m) = match (
             u32::try_from(k),
@@ -811,6 +816,68 @@ impl RocmQStorage {
         )))
     }
 
+    /// `x (m, k) @ w^T` with our register-tiled `qmr_<type>_m<8|16>` kernels
+    /// (`kernels/hip/qmatvec.hip`): a block takes 16 weight rows, each lane dequantizes 8 values
+    /// of 4 rows into registers per step and multiplies them with up to 16 rows of x read
+    /// straight from memory, in f32; one launch, grid (n / 16, m / tile). `x` holds `m` rows of
+    /// `k` values from `x_start` (checked by `qmatvec_shape`); `None` when they do not apply
+    /// (x not 16-byte aligned, `16 k` past `u32`). The only allocation is the output.
+    fn qmatmul_qmr(
+        &self,
+        names: &QmatvecNames,
+        (n, k, m): (usize, usize, usize),
+        data: &DeviceBuffer<u8>,
+        x: &DeviceBuffer<f32>,
+        x_start: usize,
+    ) -> Result<Option<RocmStorage>, BackendError> {
+        let (tile, tile_rows) = if m <= 8 { (0, 8) } else { (1, 16) };
+        let (n32, k32, m32) = match (u32::try_from(n), u32::try_from(k), u32::try_from(m)) {
+            (Ok(n), Ok(k), Ok(m)) if m > 0 && k.checked_mul(16).is_some() => (n, k, m),
+            _ => return Ok(None),
+        };
+        let xs = x.slice(x_start..x_start + m * k)?;
+        if xs.device_ptr() as usize % 16 != 0 {
+            return Ok(None);
+        }
+        let out = self.device.alloc::<f32>(crate::utils::checked_product(
+            "qmatmul",
+            "output (m * n)",
+            &[m, n],
+        )?)?;
+        let f = self.device.function(Module::Qmatvec, names.qmr[tile])?;
+        let cfg = LaunchConfig {
+            // n / 16 rounded up fits u32 as n does; m is at most QMR_MAX_ROWS.
+            grid_dim: (
+                n.div_ceil(QMR_TILE_N) as u32,
+                m.div_ceil(tile_rows) as u32,
+                1,
+            ),
+            block_dim: (QMR_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (pw, px, py) = (
+            data.as_arg(),
+            rocm_safe::DevicePtrArg::of(&xs),
+            out.as_arg(),
+        );
+        let mut l = self.device.stream().launch_builder(&f);
+        l.arg(&pw).arg(&px).arg(&py).arg(&n32).arg(&k32).arg(&m32);
+        // SAFETY: `qmr_<type>_m<tile>` take (const uint8_t *w, const float *x, float *y,
+        // unsigned n, unsigned k, unsigned m). They read the n rows of k / block values' blocks
+        // (`check_count`, through `qmatvec_shape`, made sure they lie within the blocks held;
+        // the piece reads stay inside each block, 2-byte alignment at most), the m rows of k
+        // f32 values of `xs` (a checked view, 16-byte aligned as the float4 loads need; k a
+        // multiple of the block, so of 8; 16 k fits u32, as the kernels' offsets need), and
+        // write the m x n values of `out`, a fresh buffer; blocks of QMR_THREADS threads, the
+        // grid covering n in 16-row tiles and m in tiles of the kernel's rows; ordered on the
+        // device's stream.
+        unsafe { l.launch(cfg)? };
+        Ok(Some(RocmStorage::new(
+            RocmStorageSlice::F32(out),
+            self.device.clone(),
+        )))
+    }
+
     /// `x (m, k) @ w^T` for `m` f32 rows of `x` (contiguous, laid out as `x_l`) with the weights
     /// `w` `(n, k)` dequantized to f16 on the device, `x` rounded to f16 and one rocBLAS GEMM
     /// with f16 inputs, f32 accumulation and an f32 result (llama.cpp's cuBLAS path for
@@ -901,6 +968,8 @@ struct QmatvecNames {
     qmm: [&'static str; 3],
     /// The same on 8-bit activations, `qmm8_<type>_m<16|32|64>`, where they exist.
     qmm8: Option<[&'static str; 3]>,
+    /// The register-tiled kernels `qmr_<type>_m<8|16>` (f32 activations), by x-row tile.
+    qmr: [&'static str; 2],
 }
 
 impl QmatvecNames {
@@ -911,9 +980,9 @@ impl QmatvecNames {
     }
 }
 
-/// The names of `qmatvec_<t>`, `qmatvec_<t>_m<r>` (and their `_v`), `qmatvec8_<t>[_m<r>]`
-/// and the tiled `qmm_<t>_m<tile>` / `qmm8_<t>_m<tile>` for the row-count suffixes given (""
-/// for one row); with `f32 only`, no 8-bit kernels.
+/// The names of `qmatvec_<t>`, `qmatvec_<t>_m<r>` (and their `_v`), `qmatvec8_<t>[_m<r>]`,
+/// the tiled `qmm_<t>_m<tile>` / `qmm8_<t>_m<tile>` and the register-tiled `qmr_<t>_m<tile>`
+/// for the row-count suffixes given ("" for one row); with `f32 only`, no 8-bit kernels.
 macro_rules! qmatvec_names {
     ($t:literal: $($suffix:literal),+) => {
         QmatvecNames {
@@ -939,6 +1008,7 @@ macro_rules! qmatvec_names {
                 concat!("qmm_", $t, "_m64"),
             ],
             qmm8: None,
+            qmr: [concat!("qmr_", $t, "_m8"), concat!("qmr_", $t, "_m16")],
         }
     };
 }
@@ -967,6 +1037,14 @@ fn qmatvec_kernel(dtype: GgmlDType) -> Option<QmatvecNames> {
         _ => return None,
     })
 }
+
+/// Threads per block of the `qmr` kernels (`QMR_BLOCK`).
+const QMR_THREADS: u32 = 256;
+/// Weight rows per block of the `qmr` kernels (`QMR_ROWS`).
+const QMR_TILE_N: usize = 16;
+/// Most activation rows the tiled path gives the `qmr` kernels (one launch; its blocks read the
+/// weights once per 16 rows); past it, the `qmm` tiles.
+const QMR_MAX_ROWS: usize = 64;
 
 /// Threads per block of the `qmm` kernels (`QMM_BLOCK`).
 const QMM_THREADS: u32 = 256;
@@ -1279,6 +1357,8 @@ mod tests {
         assert_eq!(q51.f32[4], ["qmatvec_q5_1_m5", "qmatvec_q5_1_m5_v"]);
         assert!(q51.x8.is_empty() && q51.qmm8.is_none());
         assert_eq!(q51.qmm[0], "qmm_q5_1_m16");
+        assert_eq!(q51.qmr, ["qmr_q5_1_m8", "qmr_q5_1_m16"]);
+        assert_eq!(q40.qmr[1], "qmr_q4_0_m16");
         for t in [GgmlDType::Q4_0, GgmlDType::Q4K, GgmlDType::Q6K] {
             let names = qmatvec_kernel(t).unwrap();
             assert_eq!(names.x8.len(), names.f32.len(), "{t:?}");
@@ -1309,6 +1389,7 @@ mod tests {
             let all = names.f32.iter().flatten().chain(names.x8.iter());
             let all = all
                 .chain(names.qmm.iter())
+                .chain(names.qmr.iter())
                 .chain(names.qmm8.iter().flatten())
                 .copied();
             for name in all.chain([dequantize.as_str(), "qmm_reduce"]) {

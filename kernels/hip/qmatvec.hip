@@ -1311,6 +1311,116 @@ extern "C" __global__ void qmm_reduce(const float *part, float *y, unsigned long
     }
 }
 
+// =============================================================================================
+// Register-tiled products for a few to 16 activation rows (candle-rocm's `qmatmul` path for
+// up to 16 rows a launch when the tiled path is on), x and the math in f32:
+//   qmr_<T>_m<MT>(const uint8_t *w, const float *x, float *y, unsigned n, unsigned k,
+//                 unsigned m)
+//     Y (m, n) = X (m, k) W^T. w: n rows of k values as blocks of type T (2-byte aligned, as
+//     the dequantize pieces read them); x: m rows of k floats, 16-byte aligned; k a multiple of
+//     the block (so of 8), MT k below 2^32. Launch with QMR_BLOCK threads and grid (ceil(n / QMR_ROWS),
+//     ceil(m / MT)).
+//
+// Work split. A block takes QMR_ROWS (16) weight rows as 4 row groups of 4 rows; the 64 lanes
+// of a row group walk k in pieces of 8 values (lane l takes pieces l, l + 64, ...). Per piece a
+// lane dequantizes its 4 rows' 8 values into registers once (the piece functions above: each
+// value is the f32 the CPU's `to_float` gives) and multiplies them with the same 8 values of
+// each of the block's MT x rows, read as two float4 (from L1/L2: every block reads the same
+// rows): 32 FMAs per 2 loads, and no shared memory or barrier in the loop (the qmm tiles above
+// spend a shared-memory load per 4 FMAs). At the end each lane's 4 x MT sums are added over the
+// 64 lanes: an xor butterfly inside each 32-lane half (wave 32 or 64 alike), then the two
+// halves through shared memory, in a fixed order. Rows past n read row n - 1, x rows past m
+// read row m - 1; neither is stored.
+#define QMR_BLOCK 256
+#define QMR_LANES 64
+#define QMR_RG 4 // weight rows per row group
+#define QMR_ROWS (QMR_BLOCK / QMR_LANES * QMR_RG)
+
+template <typename D, unsigned MT>
+__device__ __forceinline__ void qmr_f32(const uint8_t *__restrict__ w, const float *__restrict__ x,
+                                        float *__restrict__ y, unsigned n, unsigned k, unsigned m) {
+    __shared__ float red[QMR_BLOCK / QMR_LANES][2][QMR_RG][MT];
+    const unsigned t = threadIdx.x, rg = t / QMR_LANES, lane = t % QMR_LANES;
+    const size_t row0 = (size_t)blockIdx.x * QMR_ROWS + (size_t)rg * QMR_RG;
+    const size_t m0 = (size_t)blockIdx.y * MT;
+    const unsigned pieces = k / 8;
+    unsigned long long wp[QMR_RG];
+#pragma unroll
+    for (int r = 0; r < QMR_RG; ++r) {
+        const size_t row = row0 + r < n ? row0 + r : n - 1;
+        wp[r] = (unsigned long long)row * pieces;
+    }
+    // x row j of the tile at xt + xo[j] (32-bit offsets: MT k < 2^32, checked by candle-rocm).
+    const float *xt = x + m0 * k;
+    unsigned xo[MT];
+#pragma unroll
+    for (unsigned j = 0; j < MT; ++j) xo[j] = (unsigned)((m0 + j < m ? j : m - 1 - m0) * k);
+    float acc[QMR_RG][MT];
+#pragma unroll
+    for (int r = 0; r < QMR_RG; ++r)
+#pragma unroll
+        for (unsigned j = 0; j < MT; ++j) acc[r][j] = 0.0f;
+    for (unsigned pc = lane; pc < pieces; pc += QMR_LANES) {
+        float v[QMR_RG][8];
+#pragma unroll
+        for (int r = 0; r < QMR_RG; ++r) D::piece(w, wp[r] + pc, v[r]);
+#pragma unroll
+        for (unsigned j = 0; j < MT; ++j) {
+            const float *xp = xt + xo[j] + 8 * pc;
+            const float4 a = *reinterpret_cast<const float4 *>(xp);
+            const float4 b = *reinterpret_cast<const float4 *>(xp + 4);
+#pragma unroll
+            for (int r = 0; r < QMR_RG; ++r) {
+                float s = acc[r][j];
+                s = fmaf(v[r][0], a.x, s);
+                s = fmaf(v[r][1], a.y, s);
+                s = fmaf(v[r][2], a.z, s);
+                s = fmaf(v[r][3], a.w, s);
+                s = fmaf(v[r][4], b.x, s);
+                s = fmaf(v[r][5], b.y, s);
+                s = fmaf(v[r][6], b.z, s);
+                s = fmaf(v[r][7], b.w, s);
+                acc[r][j] = s;
+            }
+        }
+    }
+    const unsigned half = lane / 32;
+#pragma unroll
+    for (int r = 0; r < QMR_RG; ++r)
+#pragma unroll
+        for (unsigned j = 0; j < MT; ++j) {
+            float s = acc[r][j];
+#pragma unroll
+            for (int mask = 16; mask > 0; mask >>= 1) s += qmv_shfl_xor(s, mask);
+            if (lane % 32 == 0) red[rg][half][r][j] = s;
+        }
+    __syncthreads();
+    // Thread t stores output (row t % QMR_ROWS, x row t / QMR_ROWS) of the tile, MT <= 16.
+    static_assert(QMR_ROWS * MT <= QMR_BLOCK, "one output per thread");
+    if (t < QMR_ROWS * MT) {
+        const unsigned lr = t % QMR_ROWS, j = t / QMR_ROWS;
+        const size_t row = (size_t)blockIdx.x * QMR_ROWS + lr, xrow = m0 + j;
+        if (row < n && xrow < m)
+            y[xrow * n + row] = red[lr / QMR_RG][0][lr % QMR_RG][j] + red[lr / QMR_RG][1][lr % QMR_RG][j];
+    }
+}
+
+#define QMR_KERNEL(T, D, MT)                                                                       \
+    extern "C" __global__ void __launch_bounds__(QMR_BLOCK)                                        \
+        qmr_##T##_m##MT(const uint8_t *w, const float *x, float *y, unsigned n, unsigned k,        \
+                        unsigned m) {                                                              \
+        qmr_f32<D, MT>(w, x, y, n, k, m);                                                          \
+    }
+#define QMR_KERNELS(T, D) QMR_KERNEL(T, D, 8) QMR_KERNEL(T, D, 16)
+QMR_KERNELS(q4_0, Q4_0d)
+QMR_KERNELS(q4_1, Q4_1d)
+QMR_KERNELS(q8_0, Q8_0d)
+QMR_KERNELS(q4_K, QK45d<false>)
+QMR_KERNELS(q5_K, QK45d<true>)
+QMR_KERNELS(q6_K, Q6Kd)
+QMR_KERNELS(q5_0, Q5d<false>)
+QMR_KERNELS(q5_1, Q5d<true>)
+
 // ---------------------------------------------------------------------------------------------
 // The same tiles on 8-bit activations (CANDLE_ROCM_QMATVEC=q8): x rounded to q8_1 by
 // qmv_quantize_x8 (the x8 layout above), the weights unpacked to bytes in shared memory and

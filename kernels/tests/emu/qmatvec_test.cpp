@@ -655,6 +655,56 @@ static void dequant_q5_case(bool q5_1, size_t blocks, int scale_kind, unsigned g
     if (!y.intact(count)) G.c.fail("wrote outside y");
 }
 
+// qmr_<T>_m<MT>: Y = X W^T for m x rows in tiles of MT, against the CPU's f32 weight values
+// times x (in double); y poisoned first, so an unwritten output shows.
+typedef void (*QmrFn)(const uint8_t *, const float *, float *, unsigned, unsigned, unsigned);
+#define QMR_FNS(T) {qmr_##T##_m8, qmr_##T##_m16}
+static const QmrFn KR[NALL][2] = {QMR_FNS(q4_0), QMR_FNS(q4_1), QMR_FNS(q8_0), QMR_FNS(q4_K),
+                                  QMR_FNS(q5_K), QMR_FNS(q6_K), QMR_FNS(q5_0), QMR_FNS(q5_1)};
+static void qmr_case(QT t, size_t n, size_t k, size_t m, int mt_index, int scale_kind) {
+    const size_t qk = qt_values[t], nb = k / qk, bytes = qt_bytes[t], mt = 8u << mt_index;
+    Buf w(n * nb * bytes, 1), x(m * k, 4), y(m * n, 4);
+    uint8_t *wp = w.as<uint8_t>();
+    random_weights(t, wp, n * nb, 0, scale_kind);
+    float *xp = x.as<float>(), *yp = y.as<float>();
+    for (size_t i = 0; i < m * k; ++i) xp[i] = (float)uni(-4, 4);
+    for (size_t i = 0; i < m * n; ++i) yp[i] = NAN;
+    char ctx[160];
+    snprintf(ctx, sizeof ctx, "qmr %s n %zu k %zu m %zu mt %zu scales %d", qt_name[t], n, k, m, mt, scale_kind);
+    G.c.ctx = ctx;
+    G.launches++;
+    dim3 grid((unsigned)((n + QMR_ROWS - 1) / QMR_ROWS), (unsigned)((m + mt - 1) / mt));
+    if (!emu::launch(ctx, KR[t][mt_index], grid, dim3(QMR_BLOCK), (const uint8_t *)wp, (const float *)xp, yp,
+                     (unsigned)n, (unsigned)k, (unsigned)m)) {
+        G.c.fail("launch failed");
+        return;
+    }
+    for (size_t r = 0; r < n; ++r) {
+        std::vector<double> want(m, 0.0), mag(m, 0.0);
+        for (size_t b = 0; b < nb; ++b) {
+            float v[256];
+            double vm[256];
+            if (qk == 256)
+                dequant_super(t, wp + (r * nb + b) * bytes, v, vm);
+            else
+                dequant_block(t, wp + (r * nb + b) * bytes, v);
+            for (size_t i = 0; i < m; ++i)
+                for (size_t j = 0; j < qk; ++j) {
+                    want[i] += (double)v[j] * xp[i * k + b * qk + j];
+                    mag[i] += fabs((double)v[j] * xp[i * k + b * qk + j]);
+                }
+        }
+        for (size_t i = 0; i < m; ++i) {
+            G.c.checks++;
+            const double tol = 1e-5 * mag[i] + 1e-37;
+            const float got = yp[i * n + r];
+            if (!close(got, want[i], tol))
+                G.c.fail("x row %zu row %zu: got %.9g want %.9g (tol %.3g)", i, r, got, want[i], tol);
+        }
+    }
+    if (!y.intact(m * n)) G.c.fail("wrote outside y");
+}
+
 static void test_port() {
     G.c.ctx = "port";
     float *aligned = (float *)(uintptr_t)256, *skewed = (float *)(uintptr_t)260;
@@ -764,6 +814,20 @@ int main() {
             }
         }
     }
+    // The register-tiled kernels: every type and tile; n around the 16-row block (one row, a
+    // partial block, several), m below, at and past the tile, k of one block up to several
+    // pieces per lane (k / 8 past 64).
+    for (int t = 0; t < NALL; ++t) {
+        const QT q = (QT)t;
+        const size_t qk = qt_values[t];
+        for (int mi = 0; mi < 2; ++mi) {
+            const size_t mt = 8u << mi;
+            qmr_case(q, 1, qk, 1, mi, 0);
+            qmr_case(q, 17, qk * (qk == 32 ? 19 : 3), mt - 3, mi, 1);
+            qmr_case(q, 40, qk * (qk == 32 ? 4 : 1), mt + 5, mi, (int)(t % 2));
+            qmr_case(q, 16, qk * 2, 2 * mt, mi, 0);
+        }
+    }
     // Every kernel ran at least once.
     for (int t = 0; t < NALL; ++t)
         for (int v = 0; v < 2; ++v)
@@ -779,6 +843,12 @@ int main() {
                 (t < NQT && !emu::S.launched.count((const void *)KM8[t][mi]))) {
                 G.c.ctx = "coverage";
                 G.c.fail("qmm/qmm8 %s m%d never ran", qt_name[t], 16 << mi);
+            }
+    for (int t = 0; t < NALL; ++t)
+        for (int mi = 0; mi < 2; ++mi)
+            if (!emu::S.launched.count((const void *)KR[t][mi])) {
+                G.c.ctx = "coverage";
+                G.c.fail("qmr %s m%d never ran", qt_name[t], 8 << mi);
             }
     printf("qmatvec: %ld launches, %ld checks, bad=%ld\n", G.launches, G.c.checks, G.c.bad);
     return G.c.bad != 0;
