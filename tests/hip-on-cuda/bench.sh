@@ -9,7 +9,8 @@
 #    CUDA's cudnn feature, candle-cuda-cudnn-bench): ours (candle-rocm-bench over the double,
 #    "H100 via HIP-on-CUDA"; its memory-bound rows a second time with
 #    CANDLE_ROCM_FAST_KERNELS=0, candle's own kernels, its quantized rows again with
-#    CANDLE_ROCM_QMATVEC=q8 and with the tiled kernels, CANDLE_ROCM_QMATMUL_ROWS=64), Candle 0.11.1's own CUDA backend (candle-cuda-bench, built from
+#    CANDLE_ROCM_QMATVEC=q8 and with the tiled kernels, CANDLE_ROCM_QMATMUL_ROWS=64, also from 2
+#    rows), Candle 0.11.1's own CUDA backend (candle-cuda-bench, built from
 #    the same source against crates.io Candle with its `cuda` feature) and PyTorch eager
 #    (tests/bench/torch_bench.py with the machine's own PyTorch);
 # 3. runs the launch-overhead benchmark next to a raw cuLaunchKernel loop;
@@ -52,9 +53,10 @@ CANDLE_ROCM_QMATVEC=q8 timeout "$limit" "$BUILD/bin/candle-rocm-bench" --only "$
     > "$OUT/ours-q8.tsv" 2> "$OUT/ours-q8.err"
 row "8-bit activations (qmat, gguf) exit" "$? ($(grep -c '^bench' "$OUT/ours-q8.tsv") rows)"
 
-echo "== ours with the tiled quantized kernels up to 64 rows (CANDLE_ROCM_QMATMUL_ROWS=64, f32 and q8): the quantized rows"
-for mode in f32 q8; do
-    CANDLE_ROCM_QMATMUL_ROWS=64 CANDLE_ROCM_QMATVEC=$mode timeout "$limit" "$BUILD/bin/candle-rocm-bench" \
+echo "== ours with the tiled quantized kernels up to 64 rows (CANDLE_ROCM_QMATMUL_ROWS=64, f32 and q8; and from 2 rows, CANDLE_ROCM_QMATVEC_ROWS=1, f32): the quantized rows"
+for mode in f32 q8 f32-2; do
+    CANDLE_ROCM_QMATMUL_ROWS=64 CANDLE_ROCM_QMATVEC=${mode%-2} CANDLE_ROCM_QMATVEC_ROWS=$([ "$mode" = f32-2 ] && echo 1 || echo 8) \
+        timeout "$limit" "$BUILD/bin/candle-rocm-bench" \
         --only "${BENCH_ONLY:-qmat,gguf}" "${gguf[@]}" > "$OUT/ours-tiled-$mode.tsv" 2> "$OUT/ours-tiled-$mode.err"
     row "tiled kernels ($mode) exit" "$? ($(grep -c '^bench' "$OUT/ours-tiled-$mode.tsv") rows)"
 done
@@ -127,11 +129,13 @@ if grep -q '^bench' "$OUT/ours-q8.tsv" 2> /dev/null; then
         --title "the quantized rows again, ours with the mat-vec on 8-bit activations (CANDLE_ROCM_QMATVEC=q8, as Candle CUDA rounds them)" \
         | awk -F'|' 'NF < 10 || $5 != " - "' >> "$result"  # only the rows ours ran
 fi
-for mode in f32 q8; do
+for mode in f32 q8 f32-2; do
     grep -q '^bench' "$OUT/ours-tiled-$mode.tsv" 2> /dev/null || continue
     echo >> "$result"
+    rows="9-64 rows (CANDLE_ROCM_QMATMUL_ROWS=64, CANDLE_ROCM_QMATVEC=${mode%-2})"
+    [ "$mode" = f32-2 ] && rows="2-64 rows (CANDLE_ROCM_QMATVEC_ROWS=1, CANDLE_ROCM_QMATMUL_ROWS=64, f32)"
     python3 tests/bench/table.py "$OUT/ours-tiled-$mode.tsv" "$OUT/candle-cuda.tsv" "$OUT/torch.tsv" \
-        --title "the quantized rows again, ours with the tiled kernels for 9-64 rows (CANDLE_ROCM_QMATMUL_ROWS=64, CANDLE_ROCM_QMATVEC=$mode)" \
+        --title "the quantized rows again, ours with the tiled kernels for $rows" \
         | awk -F'|' 'NF < 10 || $5 != " - "' >> "$result"  # only the rows ours ran
 done
 if grep -q '^bench	conv' "$OUT/candle-cuda-cudnn.tsv" 2> /dev/null; then

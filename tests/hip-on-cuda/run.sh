@@ -90,6 +90,8 @@ test_env() {
 test_args() {
     case "$(basename "$1")" in
         candle-suite.*) echo "::rocm --skip bench_ --skip quantized_tests::" ;;
+        # The decoder tests print what they measured (logit distances, tokens that agree).
+        candle-rocm-demo.*) echo "--nocapture" ;;
         # The MIOpen double fails intermittently when tests Find in parallel (cuDNN returns
         # CUDNN_STATUS_INTERNAL_ERROR for every algorithm; 4 of 4 runs failed one test in
         # parallel, 4 of 4 passed one at a time, 2026-11-23): a double's limit, not MIOpen's.
