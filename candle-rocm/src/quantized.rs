@@ -21,18 +21,20 @@
 //! type runs candle-kernels' `dequantize_mul_mat_vec_*` kernels (as every type does with
 //! `CANDLE_ROCM_FAST_KERNELS=0`), in f32.
 //!
-//! Opt-in for now (`CANDLE_ROCM_QMATMUL_ROWS=N`, off by default: their first version lost to
-//! the f16 GEMM below on the H100 via HIP-on-CUDA; see `registry::QMATMUL_ROWS_VAR`), up to N
-//! rows (short prompts, batched decoding) of the same eight types run our tiled `qmm_*` kernels:
-//! a block dequantizes a 64-row tile of the weights into shared memory 32 values at a time and
-//! multiplies it with up to 64 rows of x, in f32, k split into slices when the tiles alone
-//! would not fill the GPU (no wave-size dependence, no shuffles: one code path for wave32 and
-//! wave64); with `CANDLE_ROCM_QMATVEC=q8`, `qmm8_*` do the same on rows rounded to 8 bits with
-//! integer dot products (not for Q5_0 / Q5_1).
+//! Opt-in for now (`CANDLE_ROCM_QMATMUL_ROWS=N`, off by default: on the H100 via HIP-on-CUDA
+//! they lose to the f16 GEMM below, see `registry::QMATMUL_ROWS_VAR`), up to N rows (short
+//! prompts, batched decoding) of the same eight types run our tiled kernels: up to 16 rows the
+//! register-tiled `qmr_*` (16 weight rows a block, each lane dequantizing 8 values of 4 rows
+//! into registers and multiplying them with every x row, no shared memory in the loop); more
+//! rows the `qmm_*` tiles (a block dequantizes a 64-row tile of the weights into shared memory
+//! 32 values at a time and multiplies it with up to 64 rows of x, k split into slices when the
+//! tiles alone would not fill the GPU); all in f32, with no wave-size dependence (one code path
+//! for wave32 and wave64). With `CANDLE_ROCM_QMATVEC=q8`, `qmm8_*` take every row count on rows
+//! rounded to 8 bits with integer dot products (not for Q5_0 / Q5_1, which stay in f32).
 //!
 //! More f32 rows (prefill) dequantize the weights to f16 on the device and run one rocBLAS GEMM
-//! on f16 inputs with f32 accumulation and output (llama.cpp's cuBLAS path; the mat-vec types,
-//! Q5_0 and Q5_1 dequantize with our `qmv_dequantize_*_f16`, 16-byte stores); other inputs, and everything
+//! on f16 inputs with f32 accumulation and output (llama.cpp's cuBLAS path; the mat-vec types
+//! dequantize with our `qmv_dequantize_*_f16`, 16-byte stores); other inputs, and everything
 //! with `CANDLE_ROCM_FAST_KERNELS=0`, dequantize to f32 and run the slot's
 //! `dequantize_matmul_t`. Q8_1, for which candle-kernels has no dequantize kernel, dequantizes
 //! with our `qmv_dequantize_q8_1_*`, so every GGML type stays on the device.
@@ -708,7 +710,7 @@ impl RocmQStorage {
             return Ok(None);
         };
         // In f32 (or for a type without 8-bit kernels), up to QMR_MAX_ROWS rows: the
-        // register-tiled kernels.
+        // register-tiled kernels, one launch.
         if m <= QMR_MAX_ROWS && (names.qmm8.is_none() || !crate::registry::qmatvec_q8()) {
             return self.qmatmul_qmr(&names, (n, k, m), data, x, x_start);
         }
@@ -819,7 +821,9 @@ impl RocmQStorage {
     /// `x (m, k) @ w^T` with our register-tiled `qmr_<type>_m<8|16>` kernels
     /// (`kernels/hip/qmatvec.hip`): a block takes 16 weight rows, each lane dequantizes 8 values
     /// of 4 rows into registers per step and multiplies them with up to 16 rows of x read
-    /// straight from memory, in f32; one launch, grid (n / 16, m / tile). `x` holds `m` rows of
+    /// straight from memory, in f32; one launch, grid (n / 16, m / tile), `m` at most
+    /// [`QMR_MAX_ROWS`] (the kernels take any `m`; past 16 rows they re-read the weights for
+    /// every 16). `x` holds `m` rows of
     /// `k` values from `x_start` (checked by `qmatvec_shape`); `None` when they do not apply
     /// (x not 16-byte aligned, `16 k` past `u32`). The only allocation is the output.
     fn qmatmul_qmr(
@@ -846,7 +850,7 @@ impl RocmQStorage {
         )?)?;
         let f = self.device.function(Module::Qmatvec, names.qmr[tile])?;
         let cfg = LaunchConfig {
-            // n / 16 rounded up fits u32 as n does; m is at most QMR_MAX_ROWS.
+            // n / 16 rounded up fits u32 as n does, and m / tile rows as m does.
             grid_dim: (
                 n.div_ceil(QMR_TILE_N) as u32,
                 m.div_ceil(tile_rows) as u32,
@@ -1042,9 +1046,11 @@ fn qmatvec_kernel(dtype: GgmlDType) -> Option<QmatvecNames> {
 const QMR_THREADS: u32 = 256;
 /// Weight rows per block of the `qmr` kernels (`QMR_ROWS`).
 const QMR_TILE_N: usize = 16;
-/// Most activation rows the tiled path gives the `qmr` kernels (one launch; its blocks read the
-/// weights once per 16 rows); past it, the `qmm` tiles.
-const QMR_MAX_ROWS: usize = 64;
+/// Most activation rows the tiled path gives the `qmr` kernels; past it, the `qmm` tiles. On
+/// the H100 via HIP-on-CUDA (2026-11-25 16:28Z, 4096 x 4096 weights) `qmr` took 40 us for 16
+/// rows of q4_0 and 33 us for q4_K against `qmm`'s 60 / 73 us, but each further 16 rows cost
+/// it as much again (78 / 154 us at 32 / 64 rows of q4_0, `qmm` 70 / 95).
+const QMR_MAX_ROWS: usize = 16;
 
 /// Threads per block of the `qmm` kernels (`QMM_BLOCK`).
 const QMM_THREADS: u32 = 256;

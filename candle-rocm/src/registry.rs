@@ -127,17 +127,16 @@ fn parse_rows(v: &str, min: usize, max: usize) -> Option<usize> {
     v.trim().parse().ok().filter(|r| (min..=max).contains(r))
 }
 
-/// Variable that sets the most rows of activations the tiled quantized matrix-matrix kernels
-/// take (`qmm_<type>_m<16|32|64>` in `kernels/hip/qmatvec.hip`: the weights dequantized to f32
-/// tile by tile in shared memory, activations and sums in f32; `qmm8_*` on 8-bit rows with
+/// Variable that sets the most rows of activations the tiled quantized kernels take (in
+/// `kernels/hip/qmatvec.hip`: up to 16 rows the register-tiled `qmr_<type>_m<8|16>`, more the
+/// `qmm_<type>_m<16|32|64>` tiles, activations and sums in f32; `qmm8_*` on 8-bit rows with
 /// [`QMATVEC_VAR`]`=q8`) once a product has more rows than the mat-vec takes
 /// ([`QMATVEC_ROWS_VAR`]); past it, the weights dequantize to f16 for one GEMM. A number from 0
-/// to 4096; unset, [`QMATMUL_ROWS_DEFAULT`] (off). Their first version lost to the f16 GEMM on
-/// the H100 via HIP-on-CUDA (2026-11-25 13:10Z, 4096 x 4096 q4_0 weights: 61.0 / 71.7 us at 16 /
-/// 32 rows against 34.1 / 32.7, Candle CUDA 23.8 / 26.0; q4_K 72.9 / 82.6 against 35.4 / 34.8),
-/// waiting a memory latency per 32-value chunk; the loads now go a chunk ahead and k splits
-/// finer, not yet measured: the default stays off until a run shows them faster. Read once per
-/// process.
+/// to 4096; unset, [`QMATMUL_ROWS_DEFAULT`] (off): on the H100 via HIP-on-CUDA they lose to the
+/// f16 GEMM (2026-11-25 16:28Z, 4096 x 4096 weights, us at 16 / 32 / 64 rows: q4_0 `qmr` 40 at
+/// 16, `qmm` 60 / 70 / 95 (its loads a chunk ahead; 61 / 72 / 105 before), against the GEMM's
+/// 33 / 33 / 34 and Candle CUDA's 23 / 26 / 32; q4_K `qmr` 33 at 16, `qmm` 73 / 82 / 108,
+/// against 35 / 35 / 36). Read once per process.
 pub const QMATMUL_ROWS_VAR: &str = "CANDLE_ROCM_QMATMUL_ROWS";
 
 /// Default of [`QMATMUL_ROWS_VAR`]: 0, the tiled kernels off (see there).

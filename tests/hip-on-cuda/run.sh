@@ -179,9 +179,10 @@ fi
 
 # The quantized tests once more with the mat-vec's activations rounded to 8 bits
 # (CANDLE_ROCM_QMATVEC=q8: qmv_quantize_x8 and the qmatvec8_* kernels; f32 by default), and with
-# the tiled path taking 9-32 rows (CANDLE_ROCM_QMATMUL_ROWS=32: the register-tiled qmr_* in f32,
-# qmm8_* in q8 mode), 2-8 rows (CANDLE_ROCM_QMATVEC_ROWS=1: qmr_*_m8) and 9-512 rows (qmr_* up
-# to 64, the qmm_* tiles past it), so every quantized kernel of ours runs here.
+# the tiled path taking 9-32 rows (CANDLE_ROCM_QMATMUL_ROWS=32: in f32 the register-tiled qmr_*
+# up to 16 rows and the qmm_* tiles past them, qmm8_* in q8 mode), 2-8 rows
+# (CANDLE_ROCM_QMATVEC_ROWS=1: qmr_*_m8) and 9-512 rows, so every quantized kernel of ours runs
+# here.
 if [ -x "$BUNDLE/candle-rocm-tests.gpu" ] && [[ -z "${ONLY:-}" || "candle-rocm-tests.gpu" =~ $ONLY ]]; then
     for pass in "q8:CANDLE_ROCM_QMATVEC=q8" "tiled:CANDLE_ROCM_QMATMUL_ROWS=32" \
         "tiled-q8:CANDLE_ROCM_QMATMUL_ROWS=32 CANDLE_ROCM_QMATVEC=q8" \

@@ -20,9 +20,8 @@ use candle_rocm_demo::weights::GEMMA3_270M_GGUF;
 
 use common::{assert_follows, worst_relative_error};
 
-/// Prompts of 6, 13, 16 and 44 tokens: the first runs the mat-vec kernels on the GPU (up to 8
-/// rows), the others the f16 GEMM (or, with CANDLE_ROCM_QMATMUL_ROWS=32, the next two the
-/// tiled kernels).
+/// Prompts of 6, 13, 16 and 39 tokens: the first runs the mat-vec kernels on the GPU (up to 8
+/// rows), the others the f16 GEMM (or, with CANDLE_ROCM_QMATMUL_ROWS=64, the tiled kernels).
 const PROMPTS: [&str; 4] = [
     "Paris is the capital of",
     "The capital of France is Paris. The capital of Germany is",
