@@ -1333,6 +1333,8 @@ extern "C" __global__ void qmm_reduce(const float *part, float *y, unsigned long
 // read row m - 1; neither is stored.
 #define QMR_BLOCK 256
 #define QMR_LANES 64
+// -DQMR_UNROLL=n unrolls a lane's piece loop n times (a tuning knob: more loads in flight per
+// lane); unset, the compiler chooses.
 #define QMR_RG 4 // weight rows per row group
 #define QMR_ROWS (QMR_BLOCK / QMR_LANES * QMR_RG)
 
@@ -1360,6 +1362,9 @@ __device__ __forceinline__ void qmr_f32(const uint8_t *__restrict__ w, const flo
     for (int r = 0; r < QMR_RG; ++r)
 #pragma unroll
         for (unsigned j = 0; j < MT; ++j) acc[r][j] = 0.0f;
+#ifdef QMR_UNROLL
+    QMV_UNROLL_LOOP(QMR_UNROLL)
+#endif
     for (unsigned pc = lane; pc < pieces; pc += QMR_LANES) {
         float v[QMR_RG][8];
 #pragma unroll
