@@ -1338,10 +1338,23 @@ extern "C" __global__ void qmm_reduce(const float *part, float *y, unsigned long
 #define QMR_RG 4 // weight rows per row group
 #define QMR_ROWS (QMR_BLOCK / QMR_LANES * QMR_RG)
 
+// x rows a pass of the step loop takes: all MT on NVIDIA (as the harness measured them); 8 on
+// AMD, where clang 19 hoisted all 16 rows' loads ahead of the FMAs and the 16-row kernels took
+// all 256 VGPRs of a gfx9 lane and spilled: there a 16-row tile is two passes over k (the
+// weights dequantized again, from L2), each within the registers of the 8-row kernel.
+#if defined(__HIP_DEVICE_COMPILE__)
+#define QMR_PASS_ROWS 8
+#else
+#define QMR_PASS_ROWS 16
+#endif
+
 template <typename D, unsigned MT>
 __device__ __forceinline__ void qmr_f32(const uint8_t *__restrict__ w, const float *__restrict__ x,
                                         float *__restrict__ y, unsigned n, unsigned k, unsigned m) {
-    __shared__ float red[QMR_BLOCK / QMR_LANES][2][QMR_RG][MT];
+    constexpr unsigned MP = MT < QMR_PASS_ROWS ? MT : QMR_PASS_ROWS;
+    static_assert(MT % MP == 0, "whole passes");
+    static_assert(QMR_ROWS * MP <= QMR_BLOCK, "one output per thread");
+    __shared__ float red[QMR_BLOCK / QMR_LANES][2][QMR_RG][MP];
     const unsigned t = threadIdx.x, rg = t / QMR_LANES, lane = t % QMR_LANES;
     const size_t row0 = (size_t)blockIdx.x * QMR_ROWS + (size_t)rg * QMR_RG;
     const size_t m0 = (size_t)blockIdx.y * MT;
@@ -1352,61 +1365,64 @@ __device__ __forceinline__ void qmr_f32(const uint8_t *__restrict__ w, const flo
         const size_t row = row0 + r < n ? row0 + r : n - 1;
         wp[r] = (unsigned long long)row * pieces;
     }
-    // x row j of the tile at xt + xo[j] (32-bit offsets: MT k < 2^32, checked by candle-rocm).
+    // x row j of the tile at xt + min(j, last) k (32-bit offsets: MT k < 2^32, checked by
+    // candle-rocm; computed per use, which keeps the offsets out of the registers).
     const float *xt = x + m0 * k;
-    unsigned xo[MT];
+    const unsigned last = (unsigned)(m - 1 - m0);
+#pragma unroll 1
+    for (unsigned p0 = 0; p0 < MT; p0 += MP) {
+        float acc[QMR_RG][MP];
 #pragma unroll
-    for (unsigned j = 0; j < MT; ++j) xo[j] = (unsigned)((m0 + j < m ? j : m - 1 - m0) * k);
-    float acc[QMR_RG][MT];
+        for (int r = 0; r < QMR_RG; ++r)
 #pragma unroll
-    for (int r = 0; r < QMR_RG; ++r)
-#pragma unroll
-        for (unsigned j = 0; j < MT; ++j) acc[r][j] = 0.0f;
+            for (unsigned j = 0; j < MP; ++j) acc[r][j] = 0.0f;
 #ifdef QMR_UNROLL
-    QMV_UNROLL_LOOP(QMR_UNROLL)
+        QMV_UNROLL_LOOP(QMR_UNROLL)
 #endif
-    for (unsigned pc = lane; pc < pieces; pc += QMR_LANES) {
-        float v[QMR_RG][8];
+        for (unsigned pc = lane; pc < pieces; pc += QMR_LANES) {
+            float v[QMR_RG][8];
 #pragma unroll
-        for (int r = 0; r < QMR_RG; ++r) D::piece(w, wp[r] + pc, v[r]);
+            for (int r = 0; r < QMR_RG; ++r) D::piece(w, wp[r] + pc, v[r]);
 #pragma unroll
-        for (unsigned j = 0; j < MT; ++j) {
-            const float *xp = xt + xo[j] + 8 * pc;
-            const float4 a = *reinterpret_cast<const float4 *>(xp);
-            const float4 b = *reinterpret_cast<const float4 *>(xp + 4);
+            for (unsigned j = 0; j < MP; ++j) {
+                const unsigned jj = p0 + j;
+                const float *xp = xt + (jj < last ? jj : last) * k + 8 * pc;
+                const float4 a = *reinterpret_cast<const float4 *>(xp);
+                const float4 b = *reinterpret_cast<const float4 *>(xp + 4);
 #pragma unroll
-            for (int r = 0; r < QMR_RG; ++r) {
-                float s = acc[r][j];
-                s = fmaf(v[r][0], a.x, s);
-                s = fmaf(v[r][1], a.y, s);
-                s = fmaf(v[r][2], a.z, s);
-                s = fmaf(v[r][3], a.w, s);
-                s = fmaf(v[r][4], b.x, s);
-                s = fmaf(v[r][5], b.y, s);
-                s = fmaf(v[r][6], b.z, s);
-                s = fmaf(v[r][7], b.w, s);
-                acc[r][j] = s;
+                for (int r = 0; r < QMR_RG; ++r) {
+                    float s = acc[r][j];
+                    s = fmaf(v[r][0], a.x, s);
+                    s = fmaf(v[r][1], a.y, s);
+                    s = fmaf(v[r][2], a.z, s);
+                    s = fmaf(v[r][3], a.w, s);
+                    s = fmaf(v[r][4], b.x, s);
+                    s = fmaf(v[r][5], b.y, s);
+                    s = fmaf(v[r][6], b.z, s);
+                    s = fmaf(v[r][7], b.w, s);
+                    acc[r][j] = s;
+                }
             }
         }
-    }
-    const unsigned half = lane / 32;
+        const unsigned half = lane / 32;
 #pragma unroll
-    for (int r = 0; r < QMR_RG; ++r)
+        for (int r = 0; r < QMR_RG; ++r)
 #pragma unroll
-        for (unsigned j = 0; j < MT; ++j) {
-            float s = acc[r][j];
+            for (unsigned j = 0; j < MP; ++j) {
+                float s = acc[r][j];
 #pragma unroll
-            for (int mask = 16; mask > 0; mask >>= 1) s += qmv_shfl_xor(s, mask);
-            if (lane % 32 == 0) red[rg][half][r][j] = s;
+                for (int mask = 16; mask > 0; mask >>= 1) s += qmv_shfl_xor(s, mask);
+                if (lane % 32 == 0) red[rg][half][r][j] = s;
+            }
+        __syncthreads();
+        // Thread t stores output (row t % QMR_ROWS, x row p0 + t / QMR_ROWS) of the tile.
+        if (t < QMR_ROWS * MP) {
+            const unsigned lr = t % QMR_ROWS, j = t / QMR_ROWS;
+            const size_t row = (size_t)blockIdx.x * QMR_ROWS + lr, xrow = m0 + p0 + j;
+            if (row < n && xrow < m)
+                y[xrow * n + row] = red[lr / QMR_RG][0][lr % QMR_RG][j] + red[lr / QMR_RG][1][lr % QMR_RG][j];
         }
-    __syncthreads();
-    // Thread t stores output (row t % QMR_ROWS, x row t / QMR_ROWS) of the tile, MT <= 16.
-    static_assert(QMR_ROWS * MT <= QMR_BLOCK, "one output per thread");
-    if (t < QMR_ROWS * MT) {
-        const unsigned lr = t % QMR_ROWS, j = t / QMR_ROWS;
-        const size_t row = (size_t)blockIdx.x * QMR_ROWS + lr, xrow = m0 + j;
-        if (row < n && xrow < m)
-            y[xrow * n + row] = red[lr / QMR_RG][0][lr % QMR_RG][j] + red[lr / QMR_RG][1][lr % QMR_RG][j];
+        __syncthreads(); // the next pass writes red again
     }
 }
 
