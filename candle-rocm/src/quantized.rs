@@ -397,6 +397,13 @@ impl RocmQStorage {
         }
     }
 
+    /// A fresh f32 buffer for the `(m, n)` output of a quantized product (a typed error when
+    /// `m * n` overflows).
+    fn alloc_output(&self, m: usize, n: usize) -> Result<DeviceBuffer<f32>, BackendError> {
+        let count = crate::utils::checked_product("qmatmul", "output (m * n)", &[m, n])?;
+        self.device.alloc::<f32>(count)
+    }
+
     /// `x (m, k) @ w^T` for `m` f32 rows `x` (`w` is `(n, k)`):
     /// our `qmatvec` kernels for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K when
     /// [`crate::registry::fast_kernels`] is on, several rows per launch, in f32 or (with
@@ -527,11 +534,7 @@ impl RocmQStorage {
         let Some((rows, blocks, x_start)) = self.qmatvec_shape((n, k, m), data, x, x_l)? else {
             return Ok(None);
         };
-        let mut out = self.device.alloc::<f32>(crate::utils::checked_product(
-            "qmatmul",
-            "output (m * n)",
-            &[m, n],
-        )?)?;
+        let mut out = self.alloc_output(m, n)?;
         // Row i of x starts 4 k bytes (a multiple of 128) after row 0: one alignment for all.
         let launch = QmatvecLaunch::new(n, x.slice(x_start..)?.device_ptr() as usize);
         for (first, count) in row_chunks(m, names.max_rows()) {
@@ -572,11 +575,7 @@ impl RocmQStorage {
         };
         let row_bytes = k / 32 * X8_BLOCK_BYTES;
         let x8 = self.quantize_x8(&x.slice(x_start..x_start + m * k)?, (k32, m32))?;
-        let mut out = self.device.alloc::<f32>(crate::utils::checked_product(
-            "qmatmul",
-            "output (m * n)",
-            &[m, n],
-        )?)?;
+        let mut out = self.alloc_output(m, n)?;
         let launch = QmatvecLaunch::new(n, 0);
         for (first, count) in row_chunks(m, names.max_rows()) {
             let f = self.device.function(Module::Qmatvec, names.x8[count - 1])?;
@@ -843,11 +842,7 @@ impl RocmQStorage {
         if xs.device_ptr() as usize % 16 != 0 {
             return Ok(None);
         }
-        let out = self.device.alloc::<f32>(crate::utils::checked_product(
-            "qmatmul",
-            "output (m * n)",
-            &[m, n],
-        )?)?;
+        let out = self.alloc_output(m, n)?;
         let f = self.device.function(Module::Qmatvec, names.qmr[tile])?;
         let cfg = LaunchConfig {
             // n / 16 rounded up fits u32 as n does, and m / tile rows as m does.

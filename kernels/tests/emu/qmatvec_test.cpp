@@ -193,6 +193,31 @@ static void random_weights(QT t, uint8_t *wp, size_t blocks, size_t padding, int
     }
 }
 
+// Row r's CPU f32 weight values (nb blocks of type t at wp) times each of the m x rows at xp
+// (k floats apart), in double, added to want[i]; mag[i] gets the terms' sizes: with `factored`,
+// the per-block factored terms the mat-vec sums (|value| x |x|, k-quants per sub-block), else
+// |value x|.
+static void f32_reference(QT t, const uint8_t *wp, size_t r, size_t nb, const float *xp, size_t k, size_t m,
+                          bool factored, std::vector<double> &want, std::vector<double> &mag) {
+    const size_t qk = qt_values[t], bytes = qt_bytes[t];
+    for (size_t b = 0; b < nb; ++b) {
+        float v[256];
+        double vm[256];
+        if (qk == 256) {
+            dequant_super(t, wp + (r * nb + b) * bytes, v, vm);
+        } else {
+            dequant_block(t, wp + (r * nb + b) * bytes, v);
+            for (int j = 0; j < 32; ++j) vm[j] = fabs((double)v[j]);
+        }
+        for (size_t i = 0; i < m; ++i)
+            for (size_t j = 0; j < qk; ++j) {
+                const double xv = xp[i * k + b * qk + j];
+                want[i] += (double)v[j] * xv;
+                mag[i] += factored ? vm[j] * fabs(xv) : fabs((double)v[j] * xv);
+            }
+    }
+}
+
 // n rows of k values: Y = X W^T for m x rows (the m-row kernel) against the reference, with the
 // launch of `grid_cap` blocks at most (0: candle-rocm's grid) and x at `x_skew` floats past a
 // 256-byte boundary.
@@ -219,21 +244,7 @@ static void qcase(QT t, size_t n, size_t k, int scale_kind, size_t x_skew, unsig
     const float *yp = y.as<float>();
     for (size_t r = 0; r < n; ++r) {
         std::vector<double> want(m, 0.0), mag(m, 0.0);
-        for (size_t b = 0; b < nb; ++b) {
-            float v[256];
-            double vm[256];
-            if (qk == 256) {
-                dequant_super(t, wp + (r * nb + b) * bytes, v, vm);
-            } else {
-                dequant_block(t, wp + (r * nb + b) * bytes, v);
-                for (int j = 0; j < 32; ++j) vm[j] = fabs((double)v[j]);
-            }
-            for (size_t i = 0; i < m; ++i)
-                for (size_t j = 0; j < qk; ++j) {
-                    want[i] += (double)v[j] * xp[i * k + b * qk + j];
-                    mag[i] += vm[j] * fabs((double)xp[i * k + b * qk + j]);
-                }
-        }
+        f32_reference(t, wp, r, nb, xp, k, m, true, want, mag);
         for (size_t i = 0; i < m; ++i) {
             G.c.checks++;
             // f32 accumulation over k products, and the per-block factoring (d * sum, m * sum
@@ -579,18 +590,10 @@ static void qmm_case(QT t, size_t n, size_t k, size_t m, int mt_index, size_t cp
                 x8_reference(t, wp, r, nb, x8p + i * rb, k, xd, want, mag);
             } else {
                 // The CPU's f32 weight values times x, in double.
-                for (size_t b = 0; b < nb; ++b) {
-                    float v[256];
-                    double vm[256];
-                    if (qk == 256)
-                        dequant_super(t, wp + (r * nb + b) * bytes, v, vm);
-                    else
-                        dequant_block(t, wp + (r * nb + b) * bytes, v);
-                    for (size_t j = 0; j < qk; ++j) {
-                        want += (double)v[j] * xp[i * k + b * qk + j];
-                        mag += fabs((double)v[j] * xp[i * k + b * qk + j]);
-                    }
-                }
+                std::vector<double> w1(1, 0.0), m1(1, 0.0);
+                f32_reference(t, wp, r, nb, xp + i * k, k, 1, false, w1, m1);
+                want = w1[0];
+                mag = m1[0];
             }
             G.c.checks++;
             // One f32 chain per slice of exact products (f32) or per-block terms (x8).
@@ -681,19 +684,7 @@ static void qmr_case(QT t, size_t n, size_t k, size_t m, int mt_index, int scale
     }
     for (size_t r = 0; r < n; ++r) {
         std::vector<double> want(m, 0.0), mag(m, 0.0);
-        for (size_t b = 0; b < nb; ++b) {
-            float v[256];
-            double vm[256];
-            if (qk == 256)
-                dequant_super(t, wp + (r * nb + b) * bytes, v, vm);
-            else
-                dequant_block(t, wp + (r * nb + b) * bytes, v);
-            for (size_t i = 0; i < m; ++i)
-                for (size_t j = 0; j < qk; ++j) {
-                    want[i] += (double)v[j] * xp[i * k + b * qk + j];
-                    mag[i] += fabs((double)v[j] * xp[i * k + b * qk + j]);
-                }
-        }
+        f32_reference(t, wp, r, nb, xp, k, m, false, want, mag);
         for (size_t i = 0; i < m; ++i) {
             G.c.checks++;
             const double tol = 1e-5 * mag[i] + 1e-37;
