@@ -54,9 +54,11 @@ CANDLE_ROCM_QMATVEC=q8 timeout "$limit" "$BUILD/bin/candle-rocm-bench" --only "$
 row "8-bit activations (qmat, gguf) exit" "$? ($(grep -c '^bench' "$OUT/ours-q8.tsv") rows)"
 
 echo "== ours with the tiled quantized kernels up to 64 rows (CANDLE_ROCM_QMATMUL_ROWS=64, f32 and q8; and from 2 rows, CANDLE_ROCM_QMATVEC_ROWS=1, f32): the quantized rows"
-for mode in f32 q8 f32-2; do
-    CANDLE_ROCM_QMATMUL_ROWS=64 CANDLE_ROCM_QMATVEC=${mode%-2} CANDLE_ROCM_QMATVEC_ROWS=$([ "$mode" = f32-2 ] && echo 1 || echo 8) \
-        timeout "$limit" "$BUILD/bin/candle-rocm-bench" \
+for pass in "f32:CANDLE_ROCM_QMATVEC=f32" "q8:CANDLE_ROCM_QMATVEC=q8" \
+    "f32-2:CANDLE_ROCM_QMATVEC=f32 CANDLE_ROCM_QMATVEC_ROWS=1"; do
+    mode=${pass%%:*} envs=${pass#*:}
+    # shellcheck disable=SC2086  # envs holds whole VAR=value words
+    env CANDLE_ROCM_QMATMUL_ROWS=64 $envs timeout "$limit" "$BUILD/bin/candle-rocm-bench" \
         --only "${BENCH_ONLY:-qmat,gguf}" "${gguf[@]}" > "$OUT/ours-tiled-$mode.tsv" 2> "$OUT/ours-tiled-$mode.err"
     row "tiled kernels ($mode) exit" "$? ($(grep -c '^bench' "$OUT/ours-tiled-$mode.tsv") rows)"
 done
