@@ -7,30 +7,30 @@
 //! the shapes Candle's CUDA backend uses (`candle-core/src/quantized/cuda.rs`). F32, F16 and
 //! BF16 "blocks" are plain values, held as an ordinary storage of that dtype and cast.
 //!
-//! The quantized matrix product: up to 8 f32 rows (decode, small batches;
+//! The quantized matrix product ([`qmatmul_path`] picks the path by type and rows): up to 8
+//! f32 rows (decode, small batches; 6 for the 32-value block types in f32;
 //! `CANDLE_ROCM_QMATVEC_ROWS`) run our `qmatvec` kernels (`kernels/hip/qmatvec.hip`), up to 8
 //! rows a launch (4 for the k-quants; the weights are read once per launch), for Q4_0, Q4_1,
 //! Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K weights, in f32 (`qmatvec_*`). With
 //! `CANDLE_ROCM_QMATVEC=q8` the
 //! rows are first rounded to 8 bits per 32-value block as Candle's CUDA backend rounds
 //! activations for its quantized products (q8_1: f16 scale and f16 sum; `qmv_quantize_x8`, one
-//! launch for all rows) and the `qmatvec8_*` kernels (all those types but Q5_0 / Q5_1, which
-//! stay in f32) multiply them with integer dot products:
+//! launch for all rows) and the `qmatvec8_*` kernels multiply them with integer dot products:
 //! faster, but on SmolLM2 the logits drift from the f32 model's (0.12 relative on the GPU
 //! rounding as Candle CUDA does; the CPU's own 8-bit path drifts 0.04-0.07). One row of another
 //! type runs candle-kernels' `dequantize_mul_mat_vec_*` kernels (as every type does with
 //! `CANDLE_ROCM_FAST_KERNELS=0`), in f32.
 //!
-//! Opt-in for now (`CANDLE_ROCM_QMATMUL_ROWS=N`, off by default: on the H100 via HIP-on-CUDA
-//! they lose to the f16 GEMM below, see `registry::QMATMUL_ROWS_VAR`), up to N rows (short
-//! prompts, batched decoding) of the same eight types run our tiled kernels: up to 16 rows the
-//! register-tiled `qmr_*` (16 weight rows a block, each lane dequantizing 8 values of 4 rows
-//! into registers and multiplying them with every x row, no shared memory in the loop); more
+//! Past the mat-vec's rows, up to `CANDLE_ROCM_QMATMUL_ROWS` (8 by default: so 7 and 8 rows of
+//! the 32-value block types in f32, where they beat the mat-vec on the H100 via HIP-on-CUDA;
+//! see `registry::QMATMUL_ROWS_VAR`), the same eight types run our tiled kernels: up to 16 rows
+//! the register-tiled `qmr_*` (16 weight rows a block, each lane dequantizing 8 values of 4 rows
+//! into registers and multiplying them with every x row, no shared memory in the loop; a row
+//! group of 64 lanes is one wave on wave64 targets and two on wave32 ones); more
 //! rows the `qmm_*` tiles (a block dequantizes a 64-row tile of the weights into shared memory
 //! 32 values at a time and multiplies it with up to 64 rows of x, k split into slices when the
-//! tiles alone would not fill the GPU); all in f32, with no wave-size dependence (one code path
-//! for wave32 and wave64). With `CANDLE_ROCM_QMATVEC=q8`, `qmm8_*` take every row count on rows
-//! rounded to 8 bits with integer dot products (not for Q5_0 / Q5_1, which stay in f32).
+//! tiles alone would not fill the GPU); all in f32. With `CANDLE_ROCM_QMATVEC=q8`, `qmm8_*`
+//! take every row count on rows rounded to 8 bits with integer dot products.
 //!
 //! More f32 rows (prefill) dequantize the weights to f16 on the device and run one rocBLAS GEMM
 //! on f16 inputs with f32 accumulation and output (llama.cpp's cuBLAS path; the mat-vec types
@@ -421,8 +421,7 @@ impl RocmQStorage {
         };
         if crate::registry::fast_kernels() {
             if let Some(names) = qmatvec_kernel(self.dtype) {
-                // q5_0 / q5_1 have no 8-bit kernels: f32 in either mode.
-                return if crate::registry::qmatvec_q8() && !names.x8.is_empty() {
+                return if crate::registry::qmatvec_q8() {
                     self.qmatvec8(&names, (n, k, m), data, x, x_l)
                 } else {
                     self.qmatvec(&names, (n, k, m), data, x, x_l)
@@ -688,7 +687,7 @@ impl RocmQStorage {
     /// [`crate::registry::qmatvec_q8`], `qmm8_<type>_m<tile>`: x rounded to 8 bits as for the
     /// q8 mat-vec, the weights unpacked to bytes, integer dot products); k is split into
     /// slices when the tiles alone would not fill the GPU, and `qmm_reduce` adds the slices'
-    /// partial products in order (no `qmm8` for Q5_0 / Q5_1: f32 there in either mode). For
+    /// partial products in order. For
     /// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K weights; `None`
     /// when the kernels do not apply (another type, `k` not a multiple of the block or of 32,
     /// sizes past `u32`, `x` not `m` contiguous rows or not 16-byte aligned). Allocations: the
@@ -710,7 +709,7 @@ impl RocmQStorage {
         };
         // In f32 (or for a type without 8-bit kernels), up to QMR_MAX_ROWS rows: the
         // register-tiled kernels, one launch.
-        if m <= QMR_MAX_ROWS && (names.qmm8.is_none() || !crate::registry::qmatvec_q8()) {
+        if m <= QMR_MAX_ROWS && !crate::registry::qmatvec_q8() {
             return self.qmatmul_qmr(&names, (n, k, m), data, x, x_start);
         }
         let (tile, tile_rows) = qmm_tile(m);
@@ -742,13 +741,11 @@ impl RocmQStorage {
         } else {
             None
         };
-        // 8-bit activations (CANDLE_ROCM_QMATVEC=q8, where the type has those kernels): x
-        // rounded as for the q8 mat-vec first.
-        let (name, x8) = match names.qmm8 {
-            Some(qmm8) if crate::registry::qmatvec_q8() => {
-                (qmm8[tile], Some(self.quantize_x8(&xs, (k32, m32))?))
-            }
-            _ => (names.qmm[tile], None),
+        // 8-bit activations (CANDLE_ROCM_QMATVEC=q8): x rounded as for the q8 mat-vec first.
+        let (name, x8) = if crate::registry::qmatvec_q8() {
+            (names.qmm8[tile], Some(self.quantize_x8(&xs, (k32, m32))?))
+        } else {
+            (names.qmm[tile], None)
         };
         let f = self.device.function(Module::Qmatvec, name)?;
         let cfg = LaunchConfig {
@@ -819,7 +816,8 @@ impl RocmQStorage {
 
     /// `x (m, k) @ w^T` with our register-tiled `qmr_<type>_m<8|16>` kernels
     /// (`kernels/hip/qmatvec.hip`): a block takes 16 weight rows, each lane dequantizes 8 values
-    /// of 4 rows into registers per step and multiplies them with up to 16 rows of x read
+    /// of 4 rows into registers per step (64 lanes a row group on every target) and multiplies
+    /// them with up to 16 rows of x read
     /// straight from memory, in f32; one launch, grid (n / 16, m / tile), `m` at most
     /// [`QMR_MAX_ROWS`] (the kernels take any `m`; past 16 rows they re-read the weights for
     /// every 16). `x` holds `m` rows of
@@ -959,14 +957,13 @@ const X8_BLOCK_BYTES: usize = 40;
 struct QmatvecNames {
     /// f32 activations: the plain kernel and the `_v` one (x read as float4).
     f32: &'static [[&'static str; 2]],
-    /// 8-bit activations, as many as `f32`, or none (q5_0 / q5_1: those take the f32 kernels
-    /// in q8 mode too).
+    /// 8-bit activations, as many as `f32`.
     x8: &'static [&'static str],
     /// The tiled matrix-matrix kernels `qmm_<type>_m<16|32|64>` (f32 activations), by x-row
     /// tile.
     qmm: [&'static str; 3],
-    /// The same on 8-bit activations, `qmm8_<type>_m<16|32|64>`, where they exist.
-    qmm8: Option<[&'static str; 3]>,
+    /// The same on 8-bit activations, `qmm8_<type>_m<16|32|64>`.
+    qmm8: [&'static str; 3],
     /// The register-tiled kernels `qmr_<type>_m<8|16>` (f32 activations), by x-row tile.
     qmr: [&'static str; 2],
 }
@@ -981,32 +978,25 @@ impl QmatvecNames {
 
 /// The names of `qmatvec_<t>`, `qmatvec_<t>_m<r>` (and their `_v`), `qmatvec8_<t>[_m<r>]`,
 /// the tiled `qmm_<t>_m<tile>` / `qmm8_<t>_m<tile>` and the register-tiled `qmr_<t>_m<tile>`
-/// for the row-count suffixes given ("" for one row); with `f32 only`, no 8-bit kernels.
+/// for the row-count suffixes given ("" for one row).
 macro_rules! qmatvec_names {
     ($t:literal: $($suffix:literal),+) => {
-        QmatvecNames {
-            x8: &[$(concat!("qmatvec8_", $t, $suffix)),+],
-            qmm8: Some([
-                concat!("qmm8_", $t, "_m16"),
-                concat!("qmm8_", $t, "_m32"),
-                concat!("qmm8_", $t, "_m64"),
-            ]),
-            ..qmatvec_names!(f32 only $t: $($suffix),+)
-        }
-    };
-    (f32 only $t:literal: $($suffix:literal),+) => {
         QmatvecNames {
             f32: &[$([
                 concat!("qmatvec_", $t, $suffix),
                 concat!("qmatvec_", $t, $suffix, "_v"),
             ]),+],
-            x8: &[],
+            x8: &[$(concat!("qmatvec8_", $t, $suffix)),+],
             qmm: [
                 concat!("qmm_", $t, "_m16"),
                 concat!("qmm_", $t, "_m32"),
                 concat!("qmm_", $t, "_m64"),
             ],
-            qmm8: None,
+            qmm8: [
+                concat!("qmm8_", $t, "_m16"),
+                concat!("qmm8_", $t, "_m32"),
+                concat!("qmm8_", $t, "_m64"),
+            ],
             qmr: [concat!("qmr_", $t, "_m8"), concat!("qmr_", $t, "_m16")],
         }
     };
@@ -1025,16 +1015,57 @@ fn qmatvec_kernel(dtype: GgmlDType) -> Option<QmatvecNames> {
             qmatvec_names!("q8_0": "", "_m2", "_m3", "_m4", "_m5", "_m6", "_m7", "_m8")
         }
         GgmlDType::Q5_0 => {
-            qmatvec_names!(f32 only "q5_0": "", "_m2", "_m3", "_m4", "_m5", "_m6", "_m7", "_m8")
+            qmatvec_names!("q5_0": "", "_m2", "_m3", "_m4", "_m5", "_m6", "_m7", "_m8")
         }
         GgmlDType::Q5_1 => {
-            qmatvec_names!(f32 only "q5_1": "", "_m2", "_m3", "_m4", "_m5", "_m6", "_m7", "_m8")
+            qmatvec_names!("q5_1": "", "_m2", "_m3", "_m4", "_m5", "_m6", "_m7", "_m8")
         }
         GgmlDType::Q4K => qmatvec_names!("q4_K": "", "_m2", "_m3", "_m4"),
         GgmlDType::Q5K => qmatvec_names!("q5_K": "", "_m2", "_m3", "_m4"),
         GgmlDType::Q6K => qmatvec_names!("q6_K": "", "_m2", "_m3", "_m4"),
         _ => return None,
     })
+}
+
+/// Which kernels a quantized product of f32 activation rows runs (see [`qmatmul_path`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QmatmulPath {
+    /// The mat-vec kernels: ours (`qmatvec_*`, `qmatvec8_*` with `CANDLE_ROCM_QMATVEC=q8`),
+    /// or candle-kernels' for one row of the other types.
+    MatVec,
+    /// The tiled kernels: the register-tiled `qmr_*` up to 16 rows in f32, the `qmm_*` /
+    /// `qmm8_*` tiles beyond.
+    Tiled,
+    /// The weights dequantized to f16 for one GEMM (or, for what that does not take, the
+    /// slot's dequantize and f32 matmul).
+    Gemm,
+}
+
+/// Rows up to which the 32-value block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) run the mat-vec
+/// in f32 when `CANDLE_ROCM_QMATVEC_ROWS` is unset: from 7 rows the register-tiled `qmr`
+/// kernels are faster (see `registry::QMATMUL_ROWS_VAR`).
+const QMATVEC_ROWS_BLOCK32_F32: usize = 6;
+
+/// The path a product of `m` f32 rows of activations on `dtype` weights takes: the mat-vec up
+/// to `CANDLE_ROCM_QMATVEC_ROWS` rows (unset: 6 for the 32-value block types in f32, else 8),
+/// then the tiled kernels up to `CANDLE_ROCM_QMATMUL_ROWS` (unset: 8) for the types that have
+/// them, then the GEMM. A path whose kernels do not apply to the shape (e.g. `k` not a
+/// multiple of the block, or `x` not contiguous) falls through to the GEMM.
+pub fn qmatmul_path(dtype: GgmlDType, m: usize) -> QmatmulPath {
+    let names = qmatvec_kernel(dtype);
+    let mat_vec_rows = crate::registry::qmatvec_rows_set().unwrap_or(match &names {
+        Some(_) if dtype.block_size() == 32 && !crate::registry::qmatvec_q8() => {
+            QMATVEC_ROWS_BLOCK32_F32
+        }
+        _ => crate::registry::QMATVEC_ROWS_DEFAULT,
+    });
+    if m <= mat_vec_rows {
+        QmatmulPath::MatVec
+    } else if names.is_some() && m <= crate::registry::qmatmul_max_rows() {
+        QmatmulPath::Tiled
+    } else {
+        QmatmulPath::Gemm
+    }
 }
 
 /// Threads per block of the `qmr` kernels (`QMR_BLOCK`).
@@ -1197,20 +1228,15 @@ impl ExtQStorage for RocmQStorage {
         let (n, k, m, dst_shape) = qmatmul_dims(w_shape, x_l)?;
         if x.dtype() == DType::F32 {
             if let Some(x) = x.as_any().downcast_ref::<RocmStorage>() {
-                // Decode and small batches (up to 8 rows by default; see
-                // `registry::qmatvec_max_rows`): the mat-vec kernels on the quantized weights
-                // (x in f32, or rounded to 8 bits). Then, up to `registry::qmatmul_max_rows`
-                // (0, off, by default), the tiled kernels. More rows (prefill), or a type
-                // without those kernels: the f16 GEMM.
+                // Decode and small batches (see `qmatmul_path`): the mat-vec kernels on the
+                // quantized weights (x in f32, or rounded to 8 bits), or the tiled kernels.
+                // More rows (prefill), or where those kernels do not apply: the f16 GEMM.
+                let path = qmatmul_path(self.dtype, m);
                 let mut out = None;
-                if m <= crate::registry::qmatvec_max_rows() {
+                if path == QmatmulPath::MatVec {
                     out = self.mat_vec((n, k, m), x.as_buffer::<f32>()?, x_l).w()?;
                 }
-                if out.is_none()
-                    && m > 1
-                    && m <= crate::registry::qmatmul_max_rows()
-                    && crate::registry::fast_kernels()
-                {
+                if out.is_none() && path == QmatmulPath::Tiled && crate::registry::fast_kernels() {
                     if let Blocks::Quantized(data) = &self.blocks {
                         let xb = x.as_buffer::<f32>()?;
                         out = self.qmatmul_tiled((n, k, m), data, xb, x_l).w()?;
@@ -1283,6 +1309,53 @@ mod tests {
     }
 
     #[test]
+    fn default_paths_follow_the_measured_crossovers() {
+        // Only with the defaults (a developer's CANDLE_ROCM_QMATVEC_ROWS, CANDLE_ROCM_QMATMUL_ROWS
+        // or CANDLE_ROCM_QMATVEC=q8 moves them on purpose).
+        if [
+            crate::registry::QMATVEC_ROWS_VAR,
+            crate::registry::QMATMUL_ROWS_VAR,
+            crate::registry::QMATVEC_VAR,
+        ]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some())
+        {
+            return;
+        }
+        use QmatmulPath::*;
+        for dtype in [
+            GgmlDType::Q4_0,
+            GgmlDType::Q4_1,
+            GgmlDType::Q5_0,
+            GgmlDType::Q5_1,
+            GgmlDType::Q8_0,
+        ] {
+            let paths: Vec<_> = (1..=10).map(|m| qmatmul_path(dtype, m)).collect();
+            let want = [
+                MatVec, MatVec, MatVec, MatVec, MatVec, MatVec, Tiled, Tiled, Gemm, Gemm,
+            ];
+            assert_eq!(paths, want, "{dtype:?}");
+        }
+        for dtype in [GgmlDType::Q4K, GgmlDType::Q5K, GgmlDType::Q6K] {
+            let paths: Vec<_> = (1..=10).map(|m| qmatmul_path(dtype, m)).collect();
+            let want = [
+                MatVec, MatVec, MatVec, MatVec, MatVec, MatVec, MatVec, MatVec, Gemm, Gemm,
+            ];
+            assert_eq!(paths, want, "{dtype:?}");
+        }
+        // Types without our kernels: candle's mat-vec for one row (more rows find no mat-vec
+        // there and fall through to the GEMM), never the tiled path.
+        for dtype in [GgmlDType::Q2K, GgmlDType::Q8_1, GgmlDType::F16] {
+            assert_eq!(qmatmul_path(dtype, 1), MatVec, "{dtype:?}");
+            assert_eq!(qmatmul_path(dtype, 9), Gemm, "{dtype:?}");
+            assert!(
+                (1..=64).all(|m| qmatmul_path(dtype, m) != Tiled),
+                "{dtype:?}"
+            );
+        }
+    }
+
+    #[test]
     fn qmm_slices_cover_k_once_and_fill_the_gpu() {
         for tiles in [1, 3, 64, 128, 500, 4096] {
             for chunks in [1, 2, 3, 7, 16, 128, 129, 1000, 4096] {
@@ -1351,16 +1424,22 @@ mod tests {
         assert_eq!(q6k.f32[3], ["qmatvec_q6_K_m4", "qmatvec_q6_K_m4_v"]);
         assert_eq!(q6k.x8[3], "qmatvec8_q6_K_m4");
         assert_eq!(q6k.qmm, ["qmm_q6_K_m16", "qmm_q6_K_m32", "qmm_q6_K_m64"]);
-        assert_eq!(q40.qmm8.map(|k| k[1]), Some("qmm8_q4_0_m32"));
-        // q5_0 / q5_1: f32 kernels only, as many rows as the other 32-value blocks.
+        assert_eq!(q40.qmm8[1], "qmm8_q4_0_m32");
+        // q5_0 / q5_1: as many rows as the other 32-value blocks.
         let q51 = qmatvec_kernel(GgmlDType::Q5_1).unwrap();
         assert_eq!(q51.max_rows(), 8);
         assert_eq!(q51.f32[4], ["qmatvec_q5_1_m5", "qmatvec_q5_1_m5_v"]);
-        assert!(q51.x8.is_empty() && q51.qmm8.is_none());
+        assert_eq!(q51.x8[7], "qmatvec8_q5_1_m8");
         assert_eq!(q51.qmm[0], "qmm_q5_1_m16");
+        assert_eq!(q51.qmm8[2], "qmm8_q5_1_m64");
         assert_eq!(q51.qmr, ["qmr_q5_1_m8", "qmr_q5_1_m16"]);
         assert_eq!(q40.qmr[1], "qmr_q4_0_m16");
-        for t in [GgmlDType::Q4_0, GgmlDType::Q4K, GgmlDType::Q6K] {
+        for t in [
+            GgmlDType::Q4_0,
+            GgmlDType::Q5_0,
+            GgmlDType::Q4K,
+            GgmlDType::Q6K,
+        ] {
             let names = qmatvec_kernel(t).unwrap();
             assert_eq!(names.x8.len(), names.f32.len(), "{t:?}");
         }
@@ -1391,7 +1470,7 @@ mod tests {
             let all = all
                 .chain(names.qmm.iter())
                 .chain(names.qmr.iter())
-                .chain(names.qmm8.iter().flatten())
+                .chain(names.qmm8.iter())
                 .copied();
             for name in all.chain([dequantize.as_str(), "qmm_reduce"]) {
                 let found = manifest.matches(&format!("\"{name}\":")).count();

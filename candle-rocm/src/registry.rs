@@ -87,37 +87,41 @@ pub fn qmatvec_q8() -> bool {
 
 /// Variable that sets the most rows of activations the quantized mat-vec kernels take (in
 /// launches of up to 8 rows, 4 for the k-quants, each reading the weights once) before a
-/// product switches to dequantizing the weights to f16 and one GEMM: a number from 1 to 64;
-/// unset, 8 (as Candle's CUDA backend). On the H100 via HIP-on-CUDA (2026-11-25, 4096x4096
-/// q4_0 / q4_K weights, once the f16 dequantize had 16-byte stores) 16 rows took 55.4 / 55.0 us
+/// product moves on to the tiled kernels ([`QMATMUL_ROWS_VAR`]) or to dequantizing the weights
+/// to f16 and one GEMM: a number from 1 to 64. Unset, the measured default of
+/// `candle_rocm::quantized::qmatmul_path`: 8 rows (as Candle's CUDA backend), but 6 for the
+/// 32-value block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) in f32, whose 7 and 8 rows the
+/// register-tiled kernels take. On the H100 via HIP-on-CUDA (2026-11-25, 4096x4096 q4_0 /
+/// q4_K weights, once the f16 dequantize had 16-byte stores) 16 rows took 55.4 / 55.0 us
 /// through the mat-vec in f32 against 51.4 / 35.3 us through the GEMM, and with 8-bit
 /// activations 32.1 / 43.2 us against 34.6 / 35.0: past 8 rows the GEMM is as fast or faster.
 /// Read once per process.
 pub const QMATVEC_ROWS_VAR: &str = "CANDLE_ROCM_QMATVEC_ROWS";
 
-/// Default of [`QMATVEC_ROWS_VAR`].
+/// Default of [`QMATVEC_ROWS_VAR`] for the k-quants and in q8 mode (see there).
 pub const QMATVEC_ROWS_DEFAULT: usize = 8;
 
-/// The most activation rows that run the quantized mat-vec kernels (see [`QMATVEC_ROWS_VAR`]).
-pub fn qmatvec_max_rows() -> usize {
-    static ROWS: OnceLock<usize> = OnceLock::new();
-    *ROWS.get_or_init(|| rows_var(QMATVEC_ROWS_VAR, QMATVEC_ROWS_DEFAULT, 1, 64, "the mat-vec"))
+/// The most activation rows that run the quantized mat-vec kernels, when [`QMATVEC_ROWS_VAR`]
+/// sets it; `None` (the measured per-type default) when it is unset or not a number from 1 to
+/// 64 (a warning then).
+pub fn qmatvec_rows_set() -> Option<usize> {
+    static ROWS: OnceLock<Option<usize>> = OnceLock::new();
+    *ROWS.get_or_init(|| rows_var(QMATVEC_ROWS_VAR, 1, 64, "the mat-vec"))
 }
 
 /// A row-count variable read from the environment: its value when a number from `min` to `max`
-/// (logged, naming `what` runs that many rows), else `default` (a warning when set otherwise).
-fn rows_var(var: &str, default: usize, min: usize, max: usize, what: &str) -> usize {
-    let Ok(v) = std::env::var(var) else {
-        return default;
-    };
+/// (logged, naming `what` runs that many rows); `None` when unset, or set otherwise (a
+/// warning: the default stays).
+fn rows_var(var: &str, min: usize, max: usize, what: &str) -> Option<usize> {
+    let v = std::env::var(var).ok()?;
     match parse_rows(&v, min, max) {
         Some(rows) => {
             tracing::info!("{var}={rows}: up to {rows} rows run {what}");
-            rows
+            Some(rows)
         }
         None => {
-            tracing::warn!("{var}={v:?} is not a number from {min} to {max}: keeping {default}");
-            default
+            tracing::warn!("{var}={v:?} is not a number from {min} to {max}: keeping the default");
+            None
         }
     }
 }
@@ -132,27 +136,24 @@ fn parse_rows(v: &str, min: usize, max: usize) -> Option<usize> {
 /// `qmm_<type>_m<16|32|64>` tiles, activations and sums in f32; `qmm8_*` on 8-bit rows with
 /// [`QMATVEC_VAR`]`=q8`) once a product has more rows than the mat-vec takes
 /// ([`QMATVEC_ROWS_VAR`]); past it, the weights dequantize to f16 for one GEMM. A number from 0
-/// to 4096; unset, [`QMATMUL_ROWS_DEFAULT`] (off): on the H100 via HIP-on-CUDA they lose to the
-/// f16 GEMM (2026-11-25 16:28Z, 4096 x 4096 weights, us at 16 / 32 / 64 rows: q4_0 `qmr` 40 at
-/// 16, `qmm` 60 / 70 / 95 (its loads a chunk ahead; 61 / 72 / 105 before), against the GEMM's
-/// 33 / 33 / 34 and Candle CUDA's 23 / 26 / 32; q4_K `qmr` 33 at 16, `qmm` 73 / 82 / 108,
-/// against 35 / 35 / 36). Read once per process.
+/// to 4096; unset, [`QMATMUL_ROWS_DEFAULT`] (8: `qmr` takes the 7 and 8 rows of the 32-value
+/// block types in f32, where it beats the mat-vec; 2026-11-25 18:45Z, H100 via HIP-on-CUDA,
+/// 4096 x 4096 weights, us at 6 / 8 rows, mat-vec against `qmr`: q4_0 19.7 / 27.8 against
+/// 19.7 / 19.6, q8_0 20.2 / 27.6 against 21.9 / 23.8, q5_0 19.2 / 29.7 against 22.8 / 22.8; q4_K
+/// 24.5 / 27.3 against 26.0 / 26.4, so the k-quants keep the mat-vec). Past 8 rows the tiled
+/// kernels do not beat the f16 GEMM (16:28Z and 18:45Z, us at 16 / 32 / 64 rows: q4_0 `qmr`
+/// 35 at 16, `qmm` 60 / 70 / 95, against the GEMM's 34 / 33 / 34 and Candle CUDA's 23 / 26 /
+/// 32; q4_K `qmr` 34 at 16, `qmm` 73 / 82 / 108, against 36 / 35 / 36). Read once per process.
 pub const QMATMUL_ROWS_VAR: &str = "CANDLE_ROCM_QMATMUL_ROWS";
 
-/// Default of [`QMATMUL_ROWS_VAR`]: 0, the tiled kernels off (see there).
-pub const QMATMUL_ROWS_DEFAULT: usize = 0;
+/// Default of [`QMATMUL_ROWS_VAR`]: 8 (see there).
+pub const QMATMUL_ROWS_DEFAULT: usize = 8;
 
 /// The most activation rows that run the tiled quantized kernels (see [`QMATMUL_ROWS_VAR`]).
 pub fn qmatmul_max_rows() -> usize {
     static ROWS: OnceLock<usize> = OnceLock::new();
     *ROWS.get_or_init(|| {
-        rows_var(
-            QMATMUL_ROWS_VAR,
-            QMATMUL_ROWS_DEFAULT,
-            0,
-            4096,
-            "the tiled kernels",
-        )
+        rows_var(QMATMUL_ROWS_VAR, 0, 4096, "the tiled kernels").unwrap_or(QMATMUL_ROWS_DEFAULT)
     })
 }
 

@@ -77,7 +77,7 @@
 // otherwise.
 //
 // Kernels (T in q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K, q6_K; the 8-bit ones below for all
-// but q5_0 / q5_1):
+// of them):
 //   qmatvec_<T>(const uint8_t* w, const float* x, float* y, unsigned n, unsigned nb)
 //   qmatvec_<T>_v(same)
 //     w: n rows of nb blocks each (nb = k / 32 for q4_0, q4_1, q8_0; nb = k / 256
@@ -594,11 +594,11 @@ QMV_K_KERNELS(q6_K, Q6K)
 // f32 sum of the block's x values kept as f16), then the kernels multiply 4 bytes at a time with
 // 32-bit integer accumulation (`__dp4a`: dp4a on NVIDIA, v_dot4_i32_i8 / v_dot4_i32_iu8 on AMD
 // where the target has them, 4 multiplies elsewhere) and apply the scales once per block part,
-// in the f32 expressions of candle-kernels' vec_dot_*_q8_1_impl (q4_0 and q4_1 take the f16 x
-// sum, the k-quants the integer sum of q). Against the f32 kernels above this reads a quarter
+// in the f32 expressions of candle-kernels' vec_dot_*_q8_1_impl (q4_0, q4_1, q5_0 and q5_1 take
+// the f16 x sum, the k-quants the integer sum of q). Against the f32 kernels above this reads a quarter
 // of the x bytes and does 4 multiply-adds per instruction; the weights' math is exact in
 // integers, and the result is Candle CUDA's quantized product up to the order of the f32 sums
-// (for q4_0 and q4_1 rows of up to 512 values, that order too).
+// (for q4_0, q4_1, q5_0 and q5_1 rows of up to 512 values, that order too).
 //
 // x8 layout, for k values (k a multiple of 32, nx = k / 32 blocks): k signed bytes q, then at
 // byte k nx pairs of 32-bit words (f16 d in the low half and f16 sum(x) in the high half of the
@@ -618,8 +618,8 @@ QMV_K_KERNELS(q6_K, Q6K)
 //     takes QMV8_PARTS (2) consecutive parts of a 32-value block, so 2 lanes share a block and a
 //     group step covers 16 blocks (on the H100 via HIP-on-CUDA, 2026-11-23: q4_0 at 4096x32000
 //     1915 GB/s against 1611 with 4 lanes), q8_0 all 4 (QMV8_PARTS_Q8_0: one lane per block,
-//     2468 GB/s against 2220 with 2 parts, 2026-11-24); the k-quants keep one part per lane
-//     (QMV8_KPARTS).
+//     2468 GB/s against 2220 with 2 parts, 2026-11-24); q4_K and q5_K 2 parts on NVIDIA, one
+//     on AMD (QMV8_KPARTS), q6_K one (QMV8_KPARTS_Q6K).
 #define QMV8_ROW_BYTES(k) ((k) / 32 * 40)
 
 // 4 signed (or, for the weights, small unsigned) bytes of a times those of b, plus c.
@@ -747,6 +747,52 @@ struct Q4_1x8 {
     }
 };
 
+// q5_0 (MIN false) and q5_1 (MIN true), parts t0 .. t0 + P like Q4_0x8 / Q4_1x8 (the same x
+// words): qs word t's nibbles with their fifth bits from qh (bits 4t .. 4t + 4 for the low
+// nibbles, 16 + 4t .. for the high ones; see Q5 above for the block offsets), one integer dot
+// over the P parts, then the f32 expressions of candle-kernels' vec_dot_q5_0_q8_1_impl
+// (d (d8 sum q x - 16 P / 4 sum x)) and vec_dot_q5_1_q8_1_impl (d d8 sum q x + m sum x P / 4).
+template <bool MIN> struct Q5x8 {
+    static constexpr uint32_t BYTES = MIN ? 24 : 22;
+    static constexpr bool JOINT = true;
+    template <unsigned P>
+    __device__ __forceinline__ static void load_xn(const uint8_t *x8, unsigned k, unsigned b, unsigned t0, Q8x &x) {
+        Q4_0x8::load_xn<P>(x8, k, b, t0, x);
+    }
+    template <unsigned P>
+    __device__ __forceinline__ static float dotn(const uint32_t *p, uint32_t phase, unsigned t0, const Q8x &x) {
+        uint32_t qh;
+        if (MIN) {
+            (void)phase; // word-aligned blocks: always 0
+            qh = p[1];
+        } else {
+            qh = qmv_funnel(p[0], p[1], 16 + phase * 8);
+        }
+        int s = 0;
+#pragma unroll
+        for (unsigned i = 0; i < P; ++i) {
+            const unsigned t = t0 + i;
+            uint32_t q;
+            if (MIN) {
+                q = p[2 + t];
+            } else {
+                const uint32_t w = 1 + t + phase / 2;
+                q = qmv_funnel(p[w], p[w + 1], 16 - phase * 8);
+            }
+            const uint32_t lo = (q & 0x0f0f0f0fu) | qmv_high4((qh >> (4 * t)) & 15u);
+            const uint32_t hi = ((q >> 4) & 0x0f0f0f0fu) | qmv_high4((qh >> (16 + 4 * t)) & 15u);
+            s = qmv_dot4(lo, x.q[i], s);
+            s = qmv_dot4(hi, x.q[P + i], s);
+        }
+        if (MIN) {
+            const float dd = qmv_half(p[0]) * x.d[0], ms = qmv_half(p[0] >> 16) * x.o[0];
+            return (float)s * dd + ms / (float)(4 / P);
+        }
+        const float d = qmv_half(p[0] >> (phase * 8));
+        return d * ((float)s * x.d[0] - (float)(16 * P / 4) * x.o[0]);
+    }
+};
+
 struct Q8_0x8 {
     static constexpr uint32_t BYTES = 34;
     static constexpr bool JOINT = false;
@@ -868,17 +914,29 @@ struct Q6Kx8 {
 // The 8-bit-activation mat-vec: `qmatvec`'s groups, rows and grid; LANES lanes per block (4
 // for 32-value blocks, 16 for super-blocks), QK values per block.
 //
-// PARTS (QMV8_PARTS for q4_0 and q4_1, QMV8_PARTS_Q8_0 for q8_0, QMV8_KPARTS for super-blocks) gives a
-// lane that many consecutive parts of a block: fewer lanes per block, so a group step covers
-// more blocks and each lane more bytes of a row.
+// PARTS (QMV8_PARTS for q4_0, q4_1, q5_0 and q5_1, QMV8_PARTS_Q8_0 for q8_0, QMV8_KPARTS for q4_K and q5_K,
+// QMV8_KPARTS_Q6K for q6_K) gives a lane that many consecutive parts of a block: fewer lanes per
+// block, so a group step covers more blocks and each lane more bytes of a row.
 #ifndef QMV8_PARTS
 #define QMV8_PARTS 2
 #endif
 #ifndef QMV8_PARTS_Q8_0
 #define QMV8_PARTS_Q8_0 4
 #endif
+// q4_K / q5_K (QMV8_KPARTS): on NVIDIA 2 parts (a lane takes 16 quants of a chunk: 4096x32000
+// q4_K on the H100 via HIP-on-CUDA, 2026-11-25 18:26Z, 2171 GB/s against 2041 with 1 part); on
+// AMD 1, unmeasured there: 2 parts take 79-86 VGPRs against 58-64 for one row (gfx942,
+// gfx1100) and up to 253 for q5_K's 4 rows on gfx9-generic (near a spill). q6_K keeps 1
+// (QMV8_KPARTS_Q6K).
 #ifndef QMV8_KPARTS
+#if defined(__HIP_DEVICE_COMPILE__)
 #define QMV8_KPARTS 1
+#else
+#define QMV8_KPARTS 2
+#endif
+#endif
+#ifndef QMV8_KPARTS_Q6K
+#define QMV8_KPARTS_Q6K 1
 #endif
 template <typename Q, unsigned LANES, unsigned QK, unsigned PARTS, unsigned M>
 __device__ __forceinline__ void qmatvec8(const uint8_t *__restrict__ w, const uint8_t *__restrict__ x8,
@@ -956,15 +1014,17 @@ __device__ __forceinline__ void qmatvec8(const uint8_t *__restrict__ w, const ui
 QMV8_KERNEL(q4_0, Q4_0x8, 4, 32, QMV8_PARTS)
 QMV8_KERNEL(q4_1, Q4_1x8, 4, 32, QMV8_PARTS)
 QMV8_KERNEL(q8_0, Q8_0x8, 4, 32, QMV8_PARTS_Q8_0)
+QMV8_KERNEL(q5_0, Q5x8<false>, 4, 32, QMV8_PARTS)
+QMV8_KERNEL(q5_1, Q5x8<true>, 4, 32, QMV8_PARTS)
 // The k-quants up to QMV_K_MAX_M rows (their registers grow as the f32 kernels' do).
-#define QMV8_K_KERNEL(T, Q)                                                                        \
-    QMV8_KERNEL_M(T, Q, 16, 256, QMV8_KPARTS, 1, )                                                 \
-    QMV8_KERNEL_M(T, Q, 16, 256, QMV8_KPARTS, 2, _m2)                                              \
-    QMV8_KERNEL_M(T, Q, 16, 256, QMV8_KPARTS, 3, _m3)                                              \
-    QMV8_KERNEL_M(T, Q, 16, 256, QMV8_KPARTS, 4, _m4)
-QMV8_K_KERNEL(q4_K, QK45x8<false>)
-QMV8_K_KERNEL(q5_K, QK45x8<true>)
-QMV8_K_KERNEL(q6_K, Q6Kx8)
+#define QMV8_K_KERNEL(T, Q, PARTS)                                                                 \
+    QMV8_KERNEL_M(T, Q, 16, 256, PARTS, 1, )                                                       \
+    QMV8_KERNEL_M(T, Q, 16, 256, PARTS, 2, _m2)                                                    \
+    QMV8_KERNEL_M(T, Q, 16, 256, PARTS, 3, _m3)                                                    \
+    QMV8_KERNEL_M(T, Q, 16, 256, PARTS, 4, _m4)
+QMV8_K_KERNEL(q4_K, QK45x8<false>, QMV8_KPARTS)
+QMV8_K_KERNEL(q5_K, QK45x8<true>, QMV8_KPARTS)
+QMV8_K_KERNEL(q6_K, Q6Kx8, QMV8_KPARTS_Q6K)
 
 // =============================================================================================
 // Q8_1 weights dequantized (Candle's BlockQ8_1 = { f16 d; f16 s; i8 qs[32] }, 36 bytes, value j
@@ -1321,28 +1381,49 @@ extern "C" __global__ void qmm_reduce(const float *part, float *y, unsigned long
 //     the block (so of 8), MT k below 2^32. Launch with QMR_BLOCK threads and grid (ceil(n / QMR_ROWS),
 //     ceil(m / MT)).
 //
-// Work split. A block takes QMR_ROWS (16) weight rows as 4 row groups of 4 rows; the 64 lanes
-// of a row group walk k in pieces of 8 values (lane l takes pieces l, l + 64, ...). Per piece a
-// lane dequantizes its 4 rows' 8 values into registers once (the piece functions above: each
-// value is the f32 the CPU's `to_float` gives) and multiplies them with the same 8 values of
-// each of the block's MT x rows, read as two float4 (from L1/L2: every block reads the same
-// rows): 32 FMAs per 2 loads, and no shared memory or barrier in the loop (the qmm tiles above
-// spend a shared-memory load per 4 FMAs). At the end each lane's 4 x MT sums are added over the
-// 64 lanes: an xor butterfly inside each 32-lane half (wave 32 or 64 alike), then the two
-// halves through shared memory, in a fixed order. Rows past n read row n - 1, x rows past m
-// read row m - 1; neither is stored.
+// Work split. A block takes QMR_ROWS (16) weight rows as row groups of QMR_RG rows; the
+// QMR_LANES lanes of a row group walk k in pieces of 8 values (lane l takes pieces l,
+// l + QMR_LANES, ...). Per piece a lane dequantizes its QMR_RG rows' 8 values into registers
+// once (the piece functions above: each value is the f32 the CPU's `to_float` gives) and
+// multiplies them with the same 8 values of each of the block's MT x rows, read as two float4
+// (from L1/L2: every block reads the same rows): 8 QMR_RG FMAs per 2 loads, and no shared
+// memory or barrier in the loop (the qmm tiles above spend a shared-memory load per 4 FMAs). At
+// the end each lane's QMR_RG x MT sums are added over the row group's lanes: an xor butterfly
+// inside the wave, then, where a row group spans two waves, the two halves through shared
+// memory, in a fixed order. Rows past n read row n - 1, x rows past m read row m - 1; neither is
+// stored.
+//
+// The row group per target family: 64 lanes of 4 rows (QMR_LANES; QMR_RG = QMR_LANES / 16, so
+// a block always holds 16 rows and candle-rocm's launch is the same everywhere). On wave64
+// targets (gfx9: GCN, CDNA) a row group is one wave and its sums reduce inside it (a 64-lane
+// butterfly, no shared memory); on wave32 targets (RDNA, gfx10-12) and NVIDIA's 32-lane warps
+// it is two waves, whose halves add through shared memory. 32 lanes of 2 rows (one wave32 per
+// row group, sums inside the wave; -DQMR_LANES=32) measured slower on the H100 via
+// HIP-on-CUDA, the one 32-lane machine we have (2026-11-25 18:45Z, 4096x4096, us at 4 / 8 / 16
+// rows: q4_0 24.2 / 25.0 / 42.5 against 19.6 / 19.6 / 35.2, q4_K 26.7 / 28.8 / 46.8 against
+// 25.7 / 26.4 / 34.0): half the rows per x load costs more than the shared-memory add saves.
 #define QMR_BLOCK 256
+#ifndef QMR_LANES
 #define QMR_LANES 64
+#endif
 // -DQMR_UNROLL=n unrolls a lane's piece loop n times (a tuning knob: more loads in flight per
 // lane); unset, the compiler chooses.
-#define QMR_RG 4 // weight rows per row group
+#define QMR_RG (QMR_LANES / 16) // weight rows per row group
 #define QMR_ROWS (QMR_BLOCK / QMR_LANES * QMR_RG)
+// Lanes of a row group inside one wave, and the waves (1 or 2) a row group spans.
+#define QMR_SEG (QMR_LANES < QMV_WAVE ? QMR_LANES : QMV_WAVE)
+#define QMR_HALVES (QMR_LANES / QMR_SEG)
 
-// x rows a pass of the step loop takes: all MT on NVIDIA (as the harness measured them); 8 on
-// AMD, where clang 19 hoisted all 16 rows' loads ahead of the FMAs and the 16-row kernels took
-// all 256 VGPRs of a gfx9 lane and spilled: there a 16-row tile is two passes over k (the
-// weights dequantized again, from L2), each within the registers of the 8-row kernel.
-#if defined(__HIP_DEVICE_COMPILE__)
+#if QMR_LANES != 32 && QMR_LANES != 64
+#error "QMR_LANES must be 32 or 64"
+#endif
+
+// x rows a pass of the step loop takes: all MT on NVIDIA (as the harness measured them) and
+// with 2-row groups (-DQMR_LANES=32); 8 with AMD's 4-row groups, where clang 19 hoisted
+// all 16 rows' loads ahead of the FMAs and the 16-row kernels took all 256 VGPRs of a gfx9 lane
+// and spilled: there a 16-row tile is two passes over k (the weights dequantized again, from
+// L2), each within the registers of the 8-row kernel.
+#if defined(__HIP_DEVICE_COMPILE__) && QMR_RG == 4
 #define QMR_PASS_ROWS 8
 #else
 #define QMR_PASS_ROWS 16
@@ -1354,7 +1435,8 @@ __device__ __forceinline__ void qmr_f32(const uint8_t *__restrict__ w, const flo
     constexpr unsigned MP = MT < QMR_PASS_ROWS ? MT : QMR_PASS_ROWS;
     static_assert(MT % MP == 0, "whole passes");
     static_assert(QMR_ROWS * MP <= QMR_BLOCK, "one output per thread");
-    __shared__ float red[QMR_BLOCK / QMR_LANES][2][QMR_RG][MP];
+    static_assert(QMR_ROWS == 16, "candle-rocm launches 16 rows a block");
+    __shared__ float red[QMR_BLOCK / QMR_LANES][QMR_HALVES][QMR_RG][MP];
     const unsigned t = threadIdx.x, rg = t / QMR_LANES, lane = t % QMR_LANES;
     const size_t row0 = (size_t)blockIdx.x * QMR_ROWS + (size_t)rg * QMR_RG;
     const size_t m0 = (size_t)blockIdx.y * MT;
@@ -1404,23 +1486,27 @@ __device__ __forceinline__ void qmr_f32(const uint8_t *__restrict__ w, const flo
                 }
             }
         }
-        const unsigned half = lane / 32;
+        const unsigned half = lane / QMR_SEG;
 #pragma unroll
         for (int r = 0; r < QMR_RG; ++r)
 #pragma unroll
             for (unsigned j = 0; j < MP; ++j) {
                 float s = acc[r][j];
 #pragma unroll
-                for (int mask = 16; mask > 0; mask >>= 1) s += qmv_shfl_xor(s, mask);
-                if (lane % 32 == 0) red[rg][half][r][j] = s;
+                for (int mask = QMR_SEG / 2; mask > 0; mask >>= 1) s += qmv_shfl_xor(s, mask);
+                if (lane % QMR_SEG == 0) red[rg][half][r][j] = s;
             }
         __syncthreads();
         // Thread t stores output (row t % QMR_ROWS, x row p0 + t / QMR_ROWS) of the tile.
         if (t < QMR_ROWS * MP) {
             const unsigned lr = t % QMR_ROWS, j = t / QMR_ROWS;
             const size_t row = (size_t)blockIdx.x * QMR_ROWS + lr, xrow = m0 + p0 + j;
-            if (row < n && xrow < m)
-                y[xrow * n + row] = red[lr / QMR_RG][0][lr % QMR_RG][j] + red[lr / QMR_RG][1][lr % QMR_RG][j];
+            if (row < n && xrow < m) {
+                float sum = red[lr / QMR_RG][0][lr % QMR_RG][j];
+#pragma unroll
+                for (unsigned h = 1; h < QMR_HALVES; ++h) sum += red[lr / QMR_RG][h][lr % QMR_RG][j];
+                y[xrow * n + row] = sum;
+            }
         }
         __syncthreads(); // the next pass writes red again
     }
@@ -1450,14 +1536,15 @@ QMR_KERNELS(q5_1, Q5d<true>)
 //                  unsigned m, unsigned cps)
 //     as qmm_<T>_m<MT>, with x8 holding m x8 rows of k values (QMV8_ROW_BYTES(k) bytes each,
 //     8-byte aligned).
-// A weight piece of 8 values unpacks to 8 small integers q (q4_0 / q4_1 nibbles, q8_0 bytes,
-// q4_K / q5_K 4- or 5-bit quants, q6_K quants less 32, all within a signed byte), the scale d of
-// its 16-value half (q6_K has one per 16 values, the others one per 32) and the offset term mn
-// of its 32 values (q4_0: -8 d; q4_1: m; q4_K / q5_K: -dmin m of the sub-block; 0 for q8_0 and
-// q6_K). A 32-value block of a weight row and of an x row then adds
+// A weight piece of 8 values unpacks to 8 small integers q (q4_0 / q4_1 nibbles, q5_0 / q5_1
+// 5-bit quants, q8_0 bytes, q4_K / q5_K 4- or 5-bit quants, q6_K quants less 32, all within a
+// signed byte), the scale d of its 16-value half (q6_K has one per 16 values, the others one
+// per 32) and the offset term mn of its 32 values (q4_0: -8 d; q5_0: -16 d; q4_1 / q5_1: m;
+// q4_K / q5_K: -dmin m of the sub-block; 0 for q8_0 and q6_K). A 32-value block of a weight row
+// and of an x row then adds
 //   d8 (d0 sum_{j<16} q_j x_j + d1 sum_{j>=16} q_j x_j) + mn s
-// where x_j are the x8 bytes and d8 their scale, and s is the block's f16 x sum for q4_0 and
-// q4_1 (Candle CUDA's q4 dots) and d8 times the integer sum of the x bytes for the k-quants (as
+// where x_j are the x8 bytes and d8 their scale, and s is the block's f16 x sum for q4_0, q4_1,
+// q5_0 and q5_1 (Candle CUDA's q4 / q5 dots) and d8 times the integer sum of the x bytes for the k-quants (as
 // in the q8 mat-vec's k-quant dots): the q8 mat-vec's numbers up to the order of the f32 sums.
 #define QMM8_WSTRIDE 12 // 32-bit words per weight row in shared memory (8 used): 48 bytes
 
@@ -1510,6 +1597,26 @@ struct Q8_0q {
         const uint8_t *qs = blk + 2 + 8 * p;
         q[0] = qmm_pack4(qs[0], qs[1], qs[2], qs[3]);
         q[1] = qmm_pack4(qs[4], qs[5], qs[6], qs[7]);
+    }
+};
+
+// q5_0 (MIN false: offset -16 d) and q5_1 (MIN true: min m), the f16 x sum like q4_0 / q4_1.
+template <bool MIN> struct Q5q {
+    static constexpr bool XSUM_F16 = true, HALVES = false;
+    __device__ __forceinline__ static void piece(const uint8_t *w, unsigned long long i, uint32_t q[2], float &d,
+                                                 float &mn) {
+        const uint8_t *blk = w + (i / 4) * (MIN ? 24 : 22);
+        const unsigned p = (unsigned)(i % 4), j0 = 8 * (p & 1), hi = p < 2 ? 0 : 16;
+        d = qmv_half_at(blk);
+        mn = MIN ? qmv_half_at(blk + 2) : -16.0f * d;
+        const uint8_t *h = blk + (MIN ? 4 : 2);
+        const uint32_t qh = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
+        const uint8_t *qs = h + 4 + j0;
+        int v[8];
+#pragma unroll
+        for (int l = 0; l < 8; ++l) v[l] = (p < 2 ? qs[l] & 15 : qs[l] >> 4) | (int)((qh >> (hi + j0 + l)) & 1) << 4;
+        q[0] = qmm_pack4(v[0], v[1], v[2], v[3]);
+        q[1] = qmm_pack4(v[4], v[5], v[6], v[7]);
     }
 };
 
@@ -1677,3 +1784,5 @@ QMM8_KERNELS(q8_0, Q8_0q)
 QMM8_KERNELS(q4_K, QK45q<false>)
 QMM8_KERNELS(q5_K, QK45q<true>)
 QMM8_KERNELS(q6_K, Q6Kq)
+QMM8_KERNELS(q5_0, Q5q<false>)
+QMM8_KERNELS(q5_1, Q5q<true>)

@@ -87,6 +87,8 @@ fn qmatvec_tuning_knobs_match_references_on_cpu() {
             "-DQMV_PARTS=2",
             "-DQMV8_PARTS=4",
             "-DQMV8_KPARTS=2",
+            "-DQMV8_KPARTS_Q6K=2",
+            "-DQMR_LANES=32",
             "-DQMV_UNROLL=2",
         ],
     );

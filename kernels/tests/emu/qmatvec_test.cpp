@@ -46,7 +46,8 @@ static Launch launch_shape(size_t n, const float *x) {
 }
 
 // ---- types ---------------------------------------------------------------------------------------
-// The first NQT types have every kernel; q5_0 and q5_1 (up to NALL) have no 8-bit ones.
+// Every type has every kernel; q5_0 and q5_1 (past NQT) came last, and their f16 dequantize has
+// its own case (dequant_q5_case).
 enum QT { Q40, Q41, Q80, Q4K, Q5K, Q6K, NQT, Q50 = NQT, Q51, NALL };
 static const char *qt_name[] = {"q4_0", "q4_1", "q8_0", "q4_K", "q5_K", "q6_K", "q5_0", "q5_1"};
 static const size_t qt_bytes[] = {18, 20, 34, 144, 176, 210, 22, 24};
@@ -68,8 +69,9 @@ typedef void (*Q8Fn)(const uint8_t *, const uint8_t *, float *, unsigned, unsign
 // K8[type][m - 1]: qmatvec8_<T>[_m<m>], the same m as KS.
 #define QMV8_FNS4(T) qmatvec8_##T, qmatvec8_##T##_m2, qmatvec8_##T##_m3, qmatvec8_##T##_m4
 #define QMV8_FNS(T) {QMV8_FNS4(T), qmatvec8_##T##_m5, qmatvec8_##T##_m6, qmatvec8_##T##_m7, qmatvec8_##T##_m8}
-static const Q8Fn K8[NQT][8] = {QMV8_FNS(q4_0),      QMV8_FNS(q4_1),      QMV8_FNS(q8_0),
-                                {QMV8_FNS4(q4_K)}, {QMV8_FNS4(q5_K)}, {QMV8_FNS4(q6_K)}};
+static const Q8Fn K8[NALL][8] = {QMV8_FNS(q4_0),    QMV8_FNS(q4_1),    QMV8_FNS(q8_0),
+                                 {QMV8_FNS4(q4_K)}, {QMV8_FNS4(q5_K)}, {QMV8_FNS4(q6_K)},
+                                 QMV8_FNS(q5_0),    QMV8_FNS(q5_1)};
 // Most x rows of one launch per type (candle-rocm's `qmatvec_max_rows`).
 static size_t max_rows(int t) { return qt_values[t] == 32 ? 8 : QMV_K_MAX_M; }
 
@@ -331,8 +333,8 @@ static bool quantize_case(const float *x, size_t k, size_t rows, uint8_t *x8, co
 }
 
 // Candle CUDA's quantized product of weight row r (n rows of nb blocks of type t at wp) and the
-// x8 row xr (the weights dequantized as the CPU does, times the dequantized x8 values xd; q4_0's
-// offset and q4_1's min term use the block's f16 x sum), in double, and the sum of the terms'
+// x8 row xr (the weights dequantized as the CPU does, times the dequantized x8 values xd; the
+// q4 / q5 offsets and min terms use the block's f16 x sum), in double, and the sum of the terms'
 // magnitudes.
 static void x8_reference(QT t, const uint8_t *wp, size_t r, size_t nb, const uint8_t *xr, size_t k,
                          const std::vector<double> &xd, double &want, double &mag) {
@@ -349,17 +351,21 @@ static void x8_reference(QT t, const uint8_t *wp, size_t r, size_t nb, const uin
             dequant_block(t, blk, v);
             for (int j = 0; j < 32; ++j) vm[j] = fabs((double)v[j]);
         }
-        if (t == Q40 || t == Q41) {
-            // Candle CUDA's q4 dots: d d8 sum(nibble q) - 8 d sum(x) (q4_0) or
-            // + m sum(x) (q4_1), sum(x) being the block's f16 x sum, not d8 sum(q).
+        if (t == Q40 || t == Q41 || t == Q50 || t == Q51) {
+            // Candle CUDA's q4 / q5 dots: d d8 sum(q) - 8 d sum(x) (q4_0), - 16 d sum(x)
+            // (q5_0) or + m sum(x) (q4_1, q5_1), sum(x) being the block's f16 x sum, not
+            // d8 sum(q); q the nibble, with its fifth bit from qh for q5.
+            const bool min = t == Q41 || t == Q51, q5 = t == Q50 || t == Q51;
             uint16_t d16, m16 = 0;
             memcpy(&d16, blk, 2);
-            if (t == Q41) memcpy(&m16, blk + 2, 2);
+            if (min) memcpy(&m16, blk + 2, 2);
             const double d = f16f(d16), xs = x8_xsum(xr, k, b);
-            const double off = t == Q40 ? -8.0 * d * xs : f16f(m16) * xs;
-            const uint8_t *qs = blk + (t == Q40 ? 2 : 4);
+            const double off = min ? f16f(m16) * xs : (q5 ? -16.0 : -8.0) * d * xs;
+            uint32_t qh = 0;
+            if (q5) memcpy(&qh, blk + (min ? 4 : 2), 4);
+            const uint8_t *qs = blk + (min ? 4 : 2) + (q5 ? 4 : 0);
             for (int j = 0; j < 32; ++j) {
-                const int nib = j < 16 ? qs[j] & 15 : qs[j - 16] >> 4;
+                const int nib = (j < 16 ? qs[j] & 15 : qs[j - 16] >> 4) | (int)((qh >> j) & 1) << 4;
                 want += d * nib * xd[b * qk + j];
                 mag += fabs(d * nib * xd[b * qk + j]);
             }
@@ -375,8 +381,8 @@ static void x8_reference(QT t, const uint8_t *wp, size_t r, size_t nb, const uin
 }
 
 // Y = X W^T for m x rows with the x8 kernels against Candle CUDA's quantized product (the
-// weights dequantized as the CPU does, times the dequantized x8 values; q4_0's offset and
-// q4_1's min term use the block's f16 x sum). With m > 1, every x row's results must also be
+// weights dequantized as the CPU does, times the dequantized x8 values; the q4 / q5 offsets and
+// min terms use the block's f16 x sum). With m > 1, every x row's results must also be
 // bit-identical to the one-row kernel's on that row alone (the order of the sums is the same).
 static void q8case(QT t, size_t n, size_t k, int scale_kind, unsigned grid_cap, size_t m = 1) {
     const size_t qk = qt_values[t], nb = k / qk, bytes = qt_bytes[t], rb = QMV8_ROW_BYTES(k);
@@ -541,8 +547,8 @@ typedef void (*Qmm8Fn)(const uint8_t *, const uint8_t *, float *, unsigned, unsi
 #define QMM8_FNS(T) {qmm8_##T##_m16, qmm8_##T##_m32, qmm8_##T##_m64}
 static const QmmFn KM[NALL][3] = {QMM_FNS(q4_0), QMM_FNS(q4_1), QMM_FNS(q8_0), QMM_FNS(q4_K),
                                   QMM_FNS(q5_K), QMM_FNS(q6_K), QMM_FNS(q5_0), QMM_FNS(q5_1)};
-static const Qmm8Fn KM8[NQT][3] = {QMM8_FNS(q4_0), QMM8_FNS(q4_1), QMM8_FNS(q8_0),
-                                   QMM8_FNS(q4_K), QMM8_FNS(q5_K), QMM8_FNS(q6_K)};
+static const Qmm8Fn KM8[NALL][3] = {QMM8_FNS(q4_0), QMM8_FNS(q4_1), QMM8_FNS(q8_0), QMM8_FNS(q4_K),
+                                    QMM8_FNS(q5_K), QMM8_FNS(q6_K), QMM8_FNS(q5_0), QMM8_FNS(q5_1)};
 static void qmm_case(QT t, size_t n, size_t k, size_t m, int mt_index, size_t cps, int scale_kind, bool x8) {
     const size_t qk = qt_values[t], nb = k / qk, bytes = qt_bytes[t], mt = 16u << mt_index;
     const size_t rb = QMV8_ROW_BYTES(k), chunks = k / 32, slices = (chunks + cps - 1) / cps;
@@ -746,7 +752,7 @@ int main() {
     // The 8-bit-activation kernels: the same shapes' kinds (n around the rows per block, one
     // block per row, many blocks per lane, both 4-byte phases, the grid-stride loop).
     quantize_specials();
-    for (int t = 0; t < NQT; ++t) {
+    for (int t = 0; t < NALL; ++t) {
         const QT q = (QT)t;
         const size_t qk = qt_values[t];
         const size_t ns[] = {1, 2, 3, 15, 16, 17, 33};
@@ -770,7 +776,7 @@ int main() {
             // x 16-byte aligned (the _v kernel) and not.
             qcase(q, n, qk * nb, (int)(m % 2), 0, m == 7 ? 1 : 0, m);
             qcase(q, m + 1, qk * 2, 1, 1 + m % 3, 0, m);
-            if (t < NQT) q8case(q, n, qk * (nb > 1 ? 3 : 1), (int)(m % 2), m == 7 ? 1 : 0, m);
+            q8case(q, n, qk * (nb > 1 ? 3 : 1), (int)(m % 2), m == 7 ? 1 : 0, m);
         }
     }
     // Dequantize to f16: one block, many blocks over a small grid (the stride loop), extreme
@@ -797,7 +803,6 @@ int main() {
         for (int mi = 0; mi < 3; ++mi) {
             const size_t mt = 16u << mi;
             for (bool x8 : {false, true}) {
-                if (x8 && t >= NQT) continue; // no qmm8 for q5_0 / q5_1
                 qmm_case(q, 1, qk, 1, mi, 1, 0, x8);
                 qmm_case(q, 65, qk * (qk == 32 ? 5 : 2), mt - 7, mi, qk == 32 ? 2 : 3, (int)(mi % 2), x8);
                 qmm_case(q, 64, qk * (qk == 32 ? 4 : 1), mt + 3, mi, qk == 32 ? 4 : 8, 1, x8);
@@ -824,14 +829,14 @@ int main() {
         for (int v = 0; v < 2; ++v)
             for (int m = 0; m < (int)max_rows(t); ++m)
                 if (!emu::S.launched.count((const void *)KS[t][m][v]) ||
-                    (t < NQT && !emu::S.launched.count((const void *)K8[t][m]))) {
+                    !emu::S.launched.count((const void *)K8[t][m])) {
                     G.c.ctx = "coverage";
                     G.c.fail("%s m %d%s never ran", qt_name[t], m + 1, v ? "_v" : "");
                 }
     for (int t = 0; t < NALL; ++t)
         for (int mi = 0; mi < 3; ++mi)
             if (!emu::S.launched.count((const void *)KM[t][mi]) ||
-                (t < NQT && !emu::S.launched.count((const void *)KM8[t][mi]))) {
+                !emu::S.launched.count((const void *)KM8[t][mi])) {
                 G.c.ctx = "coverage";
                 G.c.fail("qmm/qmm8 %s m%d never ran", qt_name[t], 16 << mi);
             }

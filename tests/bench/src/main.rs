@@ -539,9 +539,9 @@ fn conv(b: &Bench) -> Result<()> {
 
 /// Matrix products on quantized (GGML) weights, as a GGUF model's linear layers run them:
 /// decode-shaped (one f32 row; the work counted is the weight bytes, which dominate what the
-/// kernel must read), small batches (4, 8, 16, 32 and 64 rows, as batched decoding or a short
-/// prompt gives; weight bytes too) and prefill-shaped (512 rows; flops). Weights are random, quantized
-/// on the CPU, then placed on the device with `QTensor::quantize_onto`.
+/// kernel must read), small batches (4, 6, 8, 16, 32 and 64 rows, as batched decoding or a
+/// short prompt gives; weight bytes too) and prefill-shaped (512 rows; flops). Weights are
+/// random, quantized on the CPU, then placed on the device with `QTensor::quantize_onto`.
 fn quantized(b: &Bench) -> Result<()> {
     use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
     use candle_core::Module;
@@ -550,12 +550,14 @@ fn quantized(b: &Bench) -> Result<()> {
         (GgmlDType::Q4_0, "q4_0"),
         (GgmlDType::Q4K, "q4k"),
         (GgmlDType::Q8_0, "q8_0"),
+        (GgmlDType::Q5_0, "q5_0"),
     ];
     for (ty, ty_name) in types {
         for (m, n, k) in [
             (1usize, 4096usize, 4096usize),
             (1, 32000, 4096),
             (4, 4096, 4096),
+            (6, 4096, 4096),
             (8, 4096, 4096),
             (4, 32000, 4096),
             (16, 4096, 4096),
@@ -568,11 +570,14 @@ fn quantized(b: &Bench) -> Result<()> {
             } else {
                 format!("qmatmul_{ty_name}")
             };
-            // Small batches for the 4-bit types, prefill for q4_0.
-            let skip = match m {
-                1 => false,
-                512 => ty != GgmlDType::Q4_0,
-                _ => ty == GgmlDType::Q8_0,
+            // Small batches for the 4-bit types, prefill for q4_0; q8_0 and q5_0 around the
+            // mat-vec's last rows (6 and 8), where the register-tiled kernels take over.
+            let skip = match (ty, m) {
+                (_, 1) => false,
+                (GgmlDType::Q8_0 | GgmlDType::Q5_0, 6 | 8) => false,
+                (GgmlDType::Q8_0 | GgmlDType::Q5_0, _) => true,
+                (_, 512) => ty != GgmlDType::Q4_0,
+                _ => false,
             };
             if !b.wanted("quant", &op) || skip {
                 continue;

@@ -3,8 +3,9 @@
 //! same file dequantized to f32 on the CPU, and against Candle's CPU quantized path on the file
 //! itself. Its weights are q4_K, q6_K, q5_0 and q8_0 (a 262144 x 640 q8_0 embedding tied to the
 //! output), so on the GPU it runs every path of candle-rocm's quantized storage: our mat-vec
-//! kernels (all four types) up to 8 rows, the f16 GEMM for prompts past 8 tokens, or with
-//! `CANDLE_ROCM_QMATMUL_ROWS` the tiled kernels, and the quantized embedding lookup.
+//! kernels (all four types) up to 6 or 8 rows (7-8 rows of q5_0 / q8_0 take the register-tiled
+//! kernels), the f16 GEMM for prompts past 8 tokens, or with `CANDLE_ROCM_QMATMUL_ROWS` the
+//! tiled kernels, and the quantized embedding lookup.
 
 // The helpers below are test code too (clippy's allow-unwrap-in-tests covers `#[test]` only).
 #![allow(clippy::unwrap_used)]
@@ -20,8 +21,8 @@ use candle_rocm_demo::weights::GEMMA3_270M_GGUF;
 
 use common::{assert_follows, worst_relative_error};
 
-/// Prompts of 6, 13, 16 and 39 tokens: the first runs the mat-vec kernels on the GPU (up to 8
-/// rows), the others the f16 GEMM (or, with CANDLE_ROCM_QMATMUL_ROWS=64, the tiled kernels).
+/// Prompts of 6, 13, 16 and 39 tokens: the first runs the mat-vec kernels on the GPU (6 rows),
+/// the others the f16 GEMM (or, with CANDLE_ROCM_QMATMUL_ROWS=64, the tiled kernels).
 const PROMPTS: [&str; 4] = [
     "Paris is the capital of",
     "The capital of France is Paris. The capital of Germany is",

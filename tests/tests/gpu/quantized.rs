@@ -66,9 +66,9 @@ fn qmatvec_q8() -> bool {
 }
 
 /// Whether our kernels round `dtype`'s activations to 8 bits in this run: in q8 mode, for every
-/// `QMATVEC_TYPES` type but q5_0 / q5_1 (which have f32 kernels only).
+/// `QMATVEC_TYPES` type.
 fn rounds_to_8_bits(dtype: GgmlDType) -> bool {
-    qmatvec_q8() && !matches!(dtype, GgmlDType::Q5_0 | GgmlDType::Q5_1)
+    qmatvec_q8() && QMATVEC_TYPES.contains(&dtype)
 }
 
 /// One row of `x` rounded to 8 bits as Candle CUDA's `quantize_q8_1` (and candle-rocm's
@@ -96,8 +96,9 @@ fn q8_1_row(x: &[f32]) -> (Vec<f32>, Vec<f32>) {
 /// What the GPU's mat-vec of `m` rows computes for a `QMATVEC_TYPES` weight, on the CPU: by
 /// default `x` times the dequantized weights `w`; with 8-bit activations
 /// ([`rounds_to_8_bits`]), `x` rounded as [`q8_1_row`] rounds it times `w`, except that q4_0's
-/// offset of 8 and q4_1's min multiply the block's f16 sum of x instead of its rounded values
-/// (Candle CUDA's `vec_dot_q4_*_q8_1`): `blocks` are the weights' GGML bytes.
+/// and q5_0's offsets (8 and 16) and q4_1's and q5_1's mins multiply the block's f16 sum of x
+/// instead of its rounded values (Candle CUDA's `vec_dot_q4_*_q8_1` / `vec_dot_q5_*_q8_1`):
+/// `blocks` are the weights' GGML bytes.
 fn mat_vec_reference(dtype: GgmlDType, blocks: &[u8], w: &Tensor, x: &Tensor) -> Result<Tensor> {
     if !rounds_to_8_bits(dtype) {
         return x.broadcast_matmul(&w.t()?);
@@ -114,14 +115,20 @@ fn mat_vec_reference(dtype: GgmlDType, blocks: &[u8], w: &Tensor, x: &Tensor) ->
             for (b, sum) in sums.iter().enumerate() {
                 let span = b * 32..(b + 1) * 32;
                 // Per-block terms: the weight values' part that multiplies x's rounded values,
-                // and the offset (q4_0) or min (q4_1) times the f16 sum of x.
+                // and the offset (q4_0, q5_0) or min (q4_1, q5_1) times the f16 sum of x.
                 let (shift, offset) = match dtype {
-                    GgmlDType::Q4_0 => {
-                        let d = f16_at(&blocks[(r * k / 32 + b) * 18..], 0);
-                        (8.0 * d, -8.0 * d * sum)
+                    GgmlDType::Q4_0 | GgmlDType::Q5_0 => {
+                        let (bytes, off) = if dtype == GgmlDType::Q4_0 {
+                            (18, 8.0)
+                        } else {
+                            (22, 16.0)
+                        };
+                        let d = f16_at(&blocks[(r * k / 32 + b) * bytes..], 0);
+                        (off * d, -off * d * sum)
                     }
-                    GgmlDType::Q4_1 => {
-                        let m = f16_at(&blocks[(r * k / 32 + b) * 20..], 2);
+                    GgmlDType::Q4_1 | GgmlDType::Q5_1 => {
+                        let bytes = if dtype == GgmlDType::Q4_1 { 20 } else { 24 };
+                        let m = f16_at(&blocks[(r * k / 32 + b) * bytes..], 2);
                         (-m, m * sum)
                     }
                     _ => (0.0, 0.0),
@@ -153,8 +160,9 @@ fn qmatmul_matches_the_cpu_on_dequantized_weights() -> Result<()> {
         let w = cpu.dequantize(&Device::Cpu)?;
         let blocks = cpu.data()?.into_owned();
         let mm = QMatMul::from_qtensor(q)?;
-        // Batch 1 (decode), every count of 2..8 (one launch of the mat-vec kernels for up to
-        // 8 rows, k-quants in launches of up to 4: 5 = 2 + 3, 7 = 3 + 4, 8 = 4 + 4), 9, 16,
+        // Batch 1 (decode), counts of 2..8 (one launch of the mat-vec kernels for up to
+        // 8 rows, k-quants in launches of up to 4: 5 = 2 + 3, 7 = 3 + 4, 8 = 4 + 4; 7 and 8
+        // rows of the 32-value block types run `qmr_*_m8` by default), 9, 16,
         // 17, 32 and 33 (the GEMM by default; the tiled kernels with CANDLE_ROCM_QMATMUL_ROWS,
         // each x-row tile and a partial one; the mat-vec in two or more launches with
         // CANDLE_ROCM_QMATVEC_ROWS=16 or more), 64 and 512, and 3-D inputs.
@@ -184,22 +192,18 @@ fn qmatmul_matches_the_cpu_on_dequantized_weights() -> Result<()> {
             )?;
             let want = x.broadcast_matmul(&w.t()?)?;
             let got = mm.forward(&x.to_device(&dev)?)?;
-            // Up to `qmatvec_max_rows` rows (8 unless CANDLE_ROCM_QMATVEC_ROWS says otherwise)
-            // run the mat-vec kernels: ours (QMATVEC_TYPES) in f32 or on rows rounded to 8 bits
-            // (checked against the same rounding on the CPU), candle's for one row of the other
-            // types in f32; more rows of quantized weights (past the tiled kernels, or of other
-            // types) run one GEMM on f16 weights and f16-rounded rows, accumulated in f32
-            // (plain values stay f32).
+            // `qmatmul_path` says which kernels take these rows (by default up to 6 or 8 rows
+            // the mat-vec, then up to 8 the tiled kernels; the harness's passes move both with
+            // CANDLE_ROCM_QMATVEC_ROWS and CANDLE_ROCM_QMATMUL_ROWS): ours (QMATVEC_TYPES), the
+            // mat-vec or the tiled kernels, with the same numbers: the CPU's weight values
+            // times x in f32, or on rows rounded to 8 bits (checked against the same rounding
+            // on the CPU); candle's mat-vec for one row of the other types in f32; more rows of
+            // quantized weights run one GEMM on f16 weights and f16-rounded rows, accumulated
+            // in f32 (plain values stay f32).
             let plain = matches!(dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
-            let ours =
-                m <= candle_rocm::registry::qmatvec_max_rows() && QMATVEC_TYPES.contains(&dtype);
-            // Then, up to `qmatmul_max_rows` (CANDLE_ROCM_QMATMUL_ROWS, 0 by default; the
-            // harness sets 32 for a pass), the tiled kernels, with the mat-vec's numbers: the CPU's weight values
-            // times x in f32, or x rounded to 8 bits as the mat-vec rounds it.
-            let tiled = !ours
-                && m <= candle_rocm::registry::qmatmul_max_rows()
-                && QMATVEC_TYPES.contains(&dtype);
-            let ours = ours || tiled;
+            let ours = QMATVEC_TYPES.contains(&dtype)
+                && candle_rocm::quantized::qmatmul_path(dtype, m)
+                    != candle_rocm::quantized::QmatmulPath::Gemm;
             let (want_here, tol) = if ours {
                 (mat_vec_reference(dtype, &blocks, &w, &x)?, 1e-4)
             } else if m == 1 || plain {
