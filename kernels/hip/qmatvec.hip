@@ -598,7 +598,7 @@ QMV_K_KERNELS(q6_K, Q6K)
 // the f16 x sum, the k-quants the integer sum of q). Against the f32 kernels above this reads a quarter
 // of the x bytes and does 4 multiply-adds per instruction; the weights' math is exact in
 // integers, and the result is Candle CUDA's quantized product up to the order of the f32 sums
-// (for q4_0, q4_1, q5_0 and q5_1 rows of up to 512 values, that order too).
+// (for q4_0 and q4_1 rows of up to 512 values, that order too).
 //
 // x8 layout, for k values (k a multiple of 32, nx = k / 32 blocks): k signed bytes q, then at
 // byte k nx pairs of 32-bit words (f16 d in the low half and f16 sum(x) in the high half of the
@@ -618,8 +618,8 @@ QMV_K_KERNELS(q6_K, Q6K)
 //     takes QMV8_PARTS (2) consecutive parts of a 32-value block, so 2 lanes share a block and a
 //     group step covers 16 blocks (on the H100 via HIP-on-CUDA, 2026-11-23: q4_0 at 4096x32000
 //     1915 GB/s against 1611 with 4 lanes), q8_0 all 4 (QMV8_PARTS_Q8_0: one lane per block,
-//     2468 GB/s against 2220 with 2 parts, 2026-11-24); q4_K and q5_K 2 parts on NVIDIA, one
-//     on AMD (QMV8_KPARTS), q6_K one (QMV8_KPARTS_Q6K).
+//     2468 GB/s against 2220 with 2 parts, 2026-11-24), q5_0 / q5_1 too (QMV8_PARTS_Q5); q4_K
+//     and q5_K 2 parts on NVIDIA, one on AMD (QMV8_KPARTS), q6_K one (QMV8_KPARTS_Q6K).
 #define QMV8_ROW_BYTES(k) ((k) / 32 * 40)
 
 // 4 signed (or, for the weights, small unsigned) bytes of a times those of b, plus c.
@@ -914,14 +914,20 @@ struct Q6Kx8 {
 // The 8-bit-activation mat-vec: `qmatvec`'s groups, rows and grid; LANES lanes per block (4
 // for 32-value blocks, 16 for super-blocks), QK values per block.
 //
-// PARTS (QMV8_PARTS for q4_0, q4_1, q5_0 and q5_1, QMV8_PARTS_Q8_0 for q8_0, QMV8_KPARTS for q4_K and q5_K,
-// QMV8_KPARTS_Q6K for q6_K) gives a lane that many consecutive parts of a block: fewer lanes per
-// block, so a group step covers more blocks and each lane more bytes of a row.
+// PARTS (QMV8_PARTS for q4_0 and q4_1, QMV8_PARTS_Q5 for q5_0 and q5_1, QMV8_PARTS_Q8_0 for
+// q8_0, QMV8_KPARTS for q4_K and q5_K, QMV8_KPARTS_Q6K for q6_K) gives a lane that many
+// consecutive parts of a block: fewer lanes per block, so a group step covers more blocks and
+// each lane more bytes of a row.
 #ifndef QMV8_PARTS
 #define QMV8_PARTS 2
 #endif
 #ifndef QMV8_PARTS_Q8_0
 #define QMV8_PARTS_Q8_0 4
+#endif
+// q5_0 / q5_1: 4 parts, one lane per block (4096x32000 q5_0 on the H100 via HIP-on-CUDA,
+// 2026-11-25 19:20Z: 2225 GB/s against 1884 with 2 parts and 2013 with 1).
+#ifndef QMV8_PARTS_Q5
+#define QMV8_PARTS_Q5 4
 #endif
 // q4_K / q5_K (QMV8_KPARTS): on NVIDIA 2 parts (a lane takes 16 quants of a chunk: 4096x32000
 // q4_K on the H100 via HIP-on-CUDA, 2026-11-25 18:26Z, 2171 GB/s against 2041 with 1 part); on
@@ -1014,8 +1020,8 @@ __device__ __forceinline__ void qmatvec8(const uint8_t *__restrict__ w, const ui
 QMV8_KERNEL(q4_0, Q4_0x8, 4, 32, QMV8_PARTS)
 QMV8_KERNEL(q4_1, Q4_1x8, 4, 32, QMV8_PARTS)
 QMV8_KERNEL(q8_0, Q8_0x8, 4, 32, QMV8_PARTS_Q8_0)
-QMV8_KERNEL(q5_0, Q5x8<false>, 4, 32, QMV8_PARTS)
-QMV8_KERNEL(q5_1, Q5x8<true>, 4, 32, QMV8_PARTS)
+QMV8_KERNEL(q5_0, Q5x8<false>, 4, 32, QMV8_PARTS_Q5)
+QMV8_KERNEL(q5_1, Q5x8<true>, 4, 32, QMV8_PARTS_Q5)
 // The k-quants up to QMV_K_MAX_M rows (their registers grow as the f32 kernels' do).
 #define QMV8_K_KERNEL(T, Q, PARTS)                                                                 \
     QMV8_KERNEL_M(T, Q, 16, 256, PARTS, 1, )                                                       \

@@ -86,6 +86,7 @@ fn qmatvec_tuning_knobs_match_references_on_cpu() {
             "-DEMU_AMD_WAVE=64",
             "-DQMV_PARTS=2",
             "-DQMV8_PARTS=4",
+            "-DQMV8_PARTS_Q5=2",
             "-DQMV8_KPARTS=2",
             "-DQMV8_KPARTS_Q6K=2",
             "-DQMR_LANES=32",

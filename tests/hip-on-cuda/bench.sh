@@ -18,7 +18,8 @@
 #    $OUT/bench-<date>-<gpu>.md and printed last; the raw outputs go in $OUT too.
 #
 # BENCH_ONLY=word,word picks rows (see candle-rocm-bench --help); BENCH_TIMEOUT bounds each of
-# the three runs (seconds, 200 by default); BENCH_GGUF="<file> ..." adds real GGUF decoders' rows.
+# the three runs (seconds, 200 by default); BENCH_GGUF="<file> ..." adds real GGUF decoders' rows;
+# BENCH_TILED=0 skips the tiled-kernel passes.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -54,8 +55,10 @@ CANDLE_ROCM_QMATVEC=q8 timeout "$limit" "$BUILD/bin/candle-rocm-bench" --only "$
 row "8-bit activations (qmat, gguf) exit" "$? ($(grep -c '^bench' "$OUT/ours-q8.tsv") rows)"
 
 echo "== ours with the tiled quantized kernels up to 64 rows (CANDLE_ROCM_QMATMUL_ROWS=64, f32 and q8; and from 2 rows, CANDLE_ROCM_QMATVEC_ROWS=1, f32): the quantized rows"
-for pass in "f32:CANDLE_ROCM_QMATVEC=f32" "q8:CANDLE_ROCM_QMATVEC=q8" \
-    "f32-2:CANDLE_ROCM_QMATVEC=f32 CANDLE_ROCM_QMATVEC_ROWS=1"; do
+tiled_passes=("f32:CANDLE_ROCM_QMATVEC=f32" "q8:CANDLE_ROCM_QMATVEC=q8"
+    "f32-2:CANDLE_ROCM_QMATVEC=f32 CANDLE_ROCM_QMATVEC_ROWS=1")
+[ "${BENCH_TILED:-1}" = 0 ] && tiled_passes=() && row "tiled kernels" "skipped (BENCH_TILED=0)"
+for pass in "${tiled_passes[@]}"; do
     mode=${pass%%:*} envs=${pass#*:}
     # shellcheck disable=SC2086  # envs holds whole VAR=value words
     env CANDLE_ROCM_QMATMUL_ROWS=64 $envs timeout "$limit" "$BUILD/bin/candle-rocm-bench" \

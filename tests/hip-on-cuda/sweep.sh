@@ -90,7 +90,8 @@ for line in open(sys.argv[1]):
     if v not in variants:
         variants.append(v)
     rate = work / secs / 1e9
-    rows.setdefault((op, shape, e), {})[v] = f"{secs * 1e6:.1f} us ({rate:.0f} G{unit[0]}/s)"
+    label = {"bytes": "GB/s", "flops": "GFLOP/s"}.get(unit, f"G{unit}/s")
+    rows.setdefault((op, shape, e), {})[v] = f"{secs * 1e6:.1f} us ({rate:.0f} {label})"
 print("| op | shape | env | " + " | ".join(variants) + " |")
 print("|---|---|---|" + "---|" * len(variants))
 for (op, shape, e), cells in rows.items():
