@@ -289,20 +289,31 @@ __device__ __forceinline__ uint32_t qmv_high4(uint32_t h) { return ((h * 0x00204
 template <bool MIN> struct Q5 {
     static constexpr uint32_t BYTES = MIN ? 24 : 22, X_STEP = 4, X_GAP = 16;
     static constexpr bool NEEDS_XSUM = true;
-    __device__ __forceinline__ static float dot(const uint32_t *p, uint32_t phase, unsigned t,
-                                                const float xs[QMV_BV], float xsum) {
-        uint32_t qh, q;
+    // The block's qh word (its fifth bits).
+    __device__ __forceinline__ static uint32_t high_bits(const uint32_t *p, uint32_t phase) {
         if (MIN) {
             (void)phase; // word-aligned blocks: always 0
-            qh = p[1];
+            return p[1];
+        }
+        return qmv_funnel(p[0], p[1], 16 + phase * 8);
+    }
+    // Part t's 4 low-nibble and 4 high-nibble quants as bytes, their fifth bits from qh added.
+    __device__ __forceinline__ static void quants(const uint32_t *p, uint32_t phase, uint32_t qh, unsigned t,
+                                                  uint32_t &lo, uint32_t &hi) {
+        uint32_t q;
+        if (MIN) {
             q = p[2 + t];
         } else {
-            qh = qmv_funnel(p[0], p[1], 16 + phase * 8);
             const uint32_t i = 1 + t + phase / 2, sh = 16 - phase * 8;
             q = qmv_funnel(p[i], p[i + 1], sh);
         }
-        const uint32_t lo = (q & 0x0f0f0f0fu) | qmv_high4((qh >> (4 * t)) & 15u);
-        const uint32_t hi = ((q >> 4) & 0x0f0f0f0fu) | qmv_high4((qh >> (16 + 4 * t)) & 15u);
+        lo = (q & 0x0f0f0f0fu) | qmv_high4((qh >> (4 * t)) & 15u);
+        hi = ((q >> 4) & 0x0f0f0f0fu) | qmv_high4((qh >> (16 + 4 * t)) & 15u);
+    }
+    __device__ __forceinline__ static float dot(const uint32_t *p, uint32_t phase, unsigned t,
+                                                const float xs[QMV_BV], float xsum) {
+        uint32_t lo, hi;
+        quants(p, phase, high_bits(p, phase), t, lo, hi);
         float s = 0.0f;
         qmv_bytes(lo, xs, s);
         qmv_bytes(hi, xs + 4, s);
@@ -748,8 +759,7 @@ struct Q4_1x8 {
 };
 
 // q5_0 (MIN false) and q5_1 (MIN true), parts t0 .. t0 + P like Q4_0x8 / Q4_1x8 (the same x
-// words): qs word t's nibbles with their fifth bits from qh (bits 4t .. 4t + 4 for the low
-// nibbles, 16 + 4t .. for the high ones; see Q5 above for the block offsets), one integer dot
+// words): each part's quants as Q5 above reads them (Q5::quants), one integer dot
 // over the P parts, then the f32 expressions of candle-kernels' vec_dot_q5_0_q8_1_impl
 // (d (d8 sum q x - 16 P / 4 sum x)) and vec_dot_q5_1_q8_1_impl (d d8 sum q x + m sum x P / 4).
 template <bool MIN> struct Q5x8 {
@@ -761,26 +771,12 @@ template <bool MIN> struct Q5x8 {
     }
     template <unsigned P>
     __device__ __forceinline__ static float dotn(const uint32_t *p, uint32_t phase, unsigned t0, const Q8x &x) {
-        uint32_t qh;
-        if (MIN) {
-            (void)phase; // word-aligned blocks: always 0
-            qh = p[1];
-        } else {
-            qh = qmv_funnel(p[0], p[1], 16 + phase * 8);
-        }
+        const uint32_t qh = Q5<MIN>::high_bits(p, phase);
         int s = 0;
 #pragma unroll
         for (unsigned i = 0; i < P; ++i) {
-            const unsigned t = t0 + i;
-            uint32_t q;
-            if (MIN) {
-                q = p[2 + t];
-            } else {
-                const uint32_t w = 1 + t + phase / 2;
-                q = qmv_funnel(p[w], p[w + 1], 16 - phase * 8);
-            }
-            const uint32_t lo = (q & 0x0f0f0f0fu) | qmv_high4((qh >> (4 * t)) & 15u);
-            const uint32_t hi = ((q >> 4) & 0x0f0f0f0fu) | qmv_high4((qh >> (16 + 4 * t)) & 15u);
+            uint32_t lo, hi;
+            Q5<MIN>::quants(p, phase, qh, t0 + i, lo, hi);
             s = qmv_dot4(lo, x.q[i], s);
             s = qmv_dot4(hi, x.q[P + i], s);
         }

@@ -1,6 +1,7 @@
-# Shared start of bench.sh and profile.sh, sourced from the repository root: the output folder
-# ($OUT), the build folder, the bench bundle's root, the summary file and its `row` writer; it
-# stops (exit 2) when `.bench-bundle` was not carried, and writes the GPU and date rows.
+# Shared start of bench.sh, profile.sh and sweep.sh, sourced from the repository root: the output
+# folder ($OUT), the build folder, the bench bundle's root, the summary file and its `row`
+# writer, and `setup_quietly` (below); it stops (exit 2) when `.bench-bundle` was not carried,
+# and writes the GPU and date rows.
 # shellcheck shell=bash
 OUT="${OUT:-$PWD/target/hip-on-cuda-out}"
 BUILD=/tmp/hip-on-cuda
@@ -17,3 +18,15 @@ fi
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 row "gpu" "$gpu, driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)"
 row "date (UTC)" "$(date -u +%Y-%m-%dT%H:%MZ)"
+
+# setup_quietly: sources setup.sh (the double, the kernels, the bundle's binaries) with its build
+# logs beside $OUT instead of in it (the device tool brings back 8 files), for the scripts whose
+# own outputs fill $OUT; prints the logs and exits 1 when setup fails.
+setup_quietly() {
+    local main_out="$OUT"
+    OUT="$BUILD/setup-logs"
+    mkdir -p "$OUT"
+    # shellcheck source=tests/hip-on-cuda/setup.sh
+    source tests/hip-on-cuda/setup.sh || { cat "$OUT"/*.log; exit 1; }
+    OUT="$main_out"
+}

@@ -24,13 +24,7 @@ cd "$(dirname "$0")/../.."
 # shellcheck source=tests/hip-on-cuda/bench-preamble.sh
 source tests/hip-on-cuda/bench-preamble.sh
 
-# setup.sh's build logs go beside $OUT, not in it (the device tool brings back 8 files).
-main_out="$OUT"
-OUT="$BUILD/setup-logs"
-mkdir -p "$OUT"
-# shellcheck source=tests/hip-on-cuda/setup.sh
-source tests/hip-on-cuda/setup.sh || { cat "$OUT"/*.log; exit 1; }
-OUT="$main_out"
+setup_quietly
 
 only="${PROFILE_ONLY:-decode_llama}"
 tokens="${PROFILE_TOKENS:-4}"

@@ -220,6 +220,25 @@ static void f32_reference(QT t, const uint8_t *wp, size_t r, size_t nb, const fl
     }
 }
 
+// Checks y (m rows of n outputs) against f32_reference for every weight row, each within 1e-5
+// of its terms' sizes: f32 accumulation over k products and, with `factored`, the mat-vec's
+// per-block factoring (d * sum, m * sum x; for k-quants per sub-block, so `mag` counts the
+// factored terms' sizes).
+static void check_f32_rows(QT t, const uint8_t *wp, size_t n, size_t nb, const float *xp, size_t k, size_t m,
+                           bool factored, const float *yp) {
+    for (size_t r = 0; r < n; ++r) {
+        std::vector<double> want(m, 0.0), mag(m, 0.0);
+        f32_reference(t, wp, r, nb, xp, k, m, factored, want, mag);
+        for (size_t i = 0; i < m; ++i) {
+            G.c.checks++;
+            const double tol = 1e-5 * mag[i] + 1e-37;
+            const float got = yp[i * n + r];
+            if (!close(got, want[i], tol))
+                G.c.fail("x row %zu row %zu: got %.9g want %.9g (tol %.3g)", i, r, got, want[i], tol);
+        }
+    }
+}
+
 // n rows of k values: Y = X W^T for m x rows (the m-row kernel) against the reference, with the
 // launch of `grid_cap` blocks at most (0: candle-rocm's grid) and x at `x_skew` floats past a
 // 256-byte boundary.
@@ -243,20 +262,7 @@ static void qcase(QT t, size_t n, size_t k, int scale_kind, size_t x_skew, unsig
         G.c.fail("launch failed");
         return;
     }
-    const float *yp = y.as<float>();
-    for (size_t r = 0; r < n; ++r) {
-        std::vector<double> want(m, 0.0), mag(m, 0.0);
-        f32_reference(t, wp, r, nb, xp, k, m, true, want, mag);
-        for (size_t i = 0; i < m; ++i) {
-            G.c.checks++;
-            // f32 accumulation over k products, and the per-block factoring (d * sum, m * sum
-            // x; for k-quants per sub-block, so `mag` counts the factored terms' sizes).
-            const double tol = 1e-5 * mag[i] + 1e-37;
-            const float got = yp[i * n + r];
-            if (!close(got, want[i], tol))
-                G.c.fail("x row %zu row %zu: got %.9g want %.9g (tol %.3g)", i, r, got, want[i], tol);
-        }
-    }
+    check_f32_rows(t, wp, n, nb, xp, k, m, true, y.as<float>());
     if (!y.intact(m * n)) G.c.fail("wrote outside y");
 }
 
@@ -688,17 +694,7 @@ static void qmr_case(QT t, size_t n, size_t k, size_t m, int mt_index, int scale
         G.c.fail("launch failed");
         return;
     }
-    for (size_t r = 0; r < n; ++r) {
-        std::vector<double> want(m, 0.0), mag(m, 0.0);
-        f32_reference(t, wp, r, nb, xp, k, m, false, want, mag);
-        for (size_t i = 0; i < m; ++i) {
-            G.c.checks++;
-            const double tol = 1e-5 * mag[i] + 1e-37;
-            const float got = yp[i * n + r];
-            if (!close(got, want[i], tol))
-                G.c.fail("x row %zu row %zu: got %.9g want %.9g (tol %.3g)", i, r, got, want[i], tol);
-        }
-    }
+    check_f32_rows(t, wp, n, nb, xp, k, m, false, yp);
     if (!y.intact(m * n)) G.c.fail("wrote outside y");
 }
 
