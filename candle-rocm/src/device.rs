@@ -1,10 +1,11 @@
 //! [`RocmDevice`]: one GPU as the backend sees it: the rocm-safe device, the stream every op is
-//! queued on, the kernel registry, and the random-number state.
+//! queued on, the kernel registry, the library handles and the random-number state. A leaf
+//! above errors and the registry: it knows nothing of storage or ops (`BackendDevice` is
+//! implemented in `backend_device.rs`).
 
 use std::sync::Arc;
 
-use candle_core::backend::BackendDevice;
-use candle_core::{CpuStorage, DType, DeviceLocation, Layout, Shape, WithDType};
+use candle_core::Layout;
 use candle_rocm_kernels::Module;
 use parking_lot::Mutex;
 use rocm_safe::{
@@ -12,9 +13,8 @@ use rocm_safe::{
     Stream,
 };
 
-use crate::error::{BackendError, WrapErr};
+use crate::error::BackendError;
 use crate::registry::KernelRegistry;
-use crate::storage::{match_dtype, RocmStorage, RocmStorageSlice};
 
 /// Seed and running offset of the device's counter-based generator (`kernels/hip/rand.hip`):
 /// element i of the k-th draw after `set_seed(s)` depends only on (s, offset, i).
@@ -47,6 +47,9 @@ impl std::fmt::Debug for RocmDevice {
         write!(f, "RocmDevice({:?})", self.inner.device)
     }
 }
+
+/// The backend's name in candle-core's `DeviceLocation::Ext`, shown as `rocm:N`.
+pub const BACKEND_NAME: &str = "rocm";
 
 /// Threads per block for elementwise kernels (candle's kernels loop over the grid).
 const BLOCK: u32 = 1024;
@@ -152,39 +155,6 @@ impl RocmDevice {
         }
     }
 
-    /// An uninitialised storage of `shape` and `dtype` (every element must be written before
-    /// it is read; reading one gives unspecified values, never undefined behaviour, since every
-    /// element type accepts any bit pattern).
-    pub fn alloc_uninit_storage(
-        &self,
-        shape: &Shape,
-        dtype: DType,
-    ) -> candle_core::Result<RocmStorage> {
-        self.new_storage(shape, dtype, "alloc")
-    }
-
-    /// A zeroed storage of `shape` and `dtype`.
-    pub fn zeros_storage(&self, shape: &Shape, dtype: DType) -> candle_core::Result<RocmStorage> {
-        let mut s = self.new_storage(shape, dtype, "zeros")?;
-        s.slice.fill_zeros(self.stream()).w()?;
-        Ok(s)
-    }
-
-    /// A storage of `shape` and `dtype` from the caching allocator; `op` names the caller in
-    /// the error for a dtype without storage (Candle's dummy MX types).
-    fn new_storage(
-        &self,
-        shape: &Shape,
-        dtype: DType,
-        op: &'static str,
-    ) -> candle_core::Result<RocmStorage> {
-        let n = shape.elem_count();
-        let slice = match_dtype!(dtype, T => {
-            RocmStorageSlice::from_buffer(self.alloc::<T>(n).w()?)
-        }, dtype => return Err(BackendError::UnsupportedDtype { op, dtype }).w());
-        Ok(RocmStorage::new(slice, self.clone()))
-    }
-
     /// Copies host data into a new buffer.
     pub(crate) fn clone_htod<T: DeviceRepr>(
         &self,
@@ -243,159 +213,15 @@ impl RocmDevice {
     }
 
     /// Takes the next (seed, offset) pair and advances the offset past `n` elements.
-    fn next_draw(&self, n: usize) -> (u64, u64) {
+    pub(crate) fn next_draw(&self, n: usize) -> (u64, u64) {
         let mut st = self.inner.rng.lock();
         let draw = (st.seed, st.offset);
         st.offset = st.offset.wrapping_add(n as u64);
         draw
     }
 
-    /// `n` values uniform in [lo, hi) (`normal` = false) or normal(lo = mean, hi = std).
-    pub fn rand(
-        &self,
-        n: usize,
-        dtype: DType,
-        (a, b): (f64, f64),
-        normal: bool,
-    ) -> candle_core::Result<RocmStorage> {
-        let kind = if normal { "normal" } else { "uniform" };
-        let (seed, offset) = self.next_draw(n);
-        let name = format!("rand_{kind}_{}", dtype.as_str());
-        fn go<T: DeviceRepr, P: DeviceRepr>(
-            dev: &RocmDevice,
-            name: &str,
-            n: usize,
-            per_thread: usize,
-            (seed, offset): (u64, u64),
-            (a, b): (P, P),
-        ) -> Result<DeviceBuffer<T>, BackendError> {
-            let out = dev.alloc::<T>(n)?;
-            if n == 0 {
-                return Ok(out);
-            }
-            let f = dev.function(Module::Rand, name)?;
-            let (po, n64) = (out.as_arg(), n as u64);
-            let mut l = dev.stream().launch_builder(&f);
-            l.arg(&po).arg(&n64).arg(&seed).arg(&offset).arg(&a).arg(&b);
-            // SAFETY: rand_<kind>_<dtype>(T* out, u64 n, u64 seed, u64 offset, P a, P b) as in
-            // kernels/hip/rand.hip; `out` holds n elements and every thread bounds-checks.
-            unsafe { l.launch(RocmDevice::cfg(n.div_ceil(per_thread))?)? };
-            Ok(out)
-        }
-        let draw = (seed, offset);
-        let slice = match dtype {
-            DType::F32 => {
-                RocmStorageSlice::F32(go(self, &name, n, 4, draw, (a as f32, b as f32)).w()?)
-            }
-            DType::F16 => {
-                RocmStorageSlice::F16(go(self, &name, n, 4, draw, (a as f32, b as f32)).w()?)
-            }
-            DType::BF16 => {
-                RocmStorageSlice::BF16(go(self, &name, n, 4, draw, (a as f32, b as f32)).w()?)
-            }
-            DType::F64 => RocmStorageSlice::F64(go(self, &name, n, 2, draw, (a, b)).w()?),
-            dtype => {
-                return Err(BackendError::UnsupportedDtype {
-                    op: if normal {
-                        "rand_normal"
-                    } else {
-                        "rand_uniform"
-                    },
-                    dtype,
-                })
-                .w()
-            }
-        };
-        Ok(RocmStorage::new(slice, self.clone()))
-    }
-
     /// Null or a buffer's address, as a kernel argument.
     pub(crate) fn ptr_arg<T: DeviceRepr>(buf: Option<&DeviceBuffer<T>>) -> DevicePtrArg {
         buf.map_or_else(DevicePtrArg::null, DeviceBuffer::as_arg)
-    }
-}
-
-impl BackendDevice for RocmDevice {
-    type Storage = RocmStorage;
-
-    fn new(ordinal: usize) -> candle_core::Result<Self> {
-        RocmDevice::new(ordinal).w()
-    }
-
-    /// candle-core 0.11's `DeviceLocation` has no ROCm variant; until the backend-slot patch
-    /// (`cargo xtask candle`) adds one, a ROCm device reports itself as a GPU by ordinal
-    /// through the `Cuda` variant. Use [`RocmDevice::same_device`], not the location, to
-    /// compare devices.
-    #[cfg(not(feature = "candle"))]
-    fn location(&self) -> DeviceLocation {
-        DeviceLocation::Cuda {
-            gpu_id: self.ordinal(),
-        }
-    }
-
-    /// `rocm:N`, in candle-core's out-of-tree backend slot.
-    #[cfg(feature = "candle")]
-    fn location(&self) -> DeviceLocation {
-        DeviceLocation::Ext {
-            backend: crate::slot::BACKEND_NAME,
-            ordinal: self.ordinal(),
-        }
-    }
-
-    fn same_device(&self, other: &Self) -> bool {
-        RocmDevice::same_device(self, other)
-    }
-
-    fn zeros_impl(&self, shape: &Shape, dtype: DType) -> candle_core::Result<RocmStorage> {
-        self.zeros_storage(shape, dtype)
-    }
-
-    unsafe fn alloc_uninit(&self, shape: &Shape, dtype: DType) -> candle_core::Result<RocmStorage> {
-        self.alloc_uninit_storage(shape, dtype)
-    }
-
-    fn storage_from_slice<T: WithDType>(&self, data: &[T]) -> candle_core::Result<RocmStorage> {
-        RocmStorage::from_cpu(self, &T::to_cpu_storage(data))
-    }
-
-    fn storage_from_cpu_storage(&self, cpu: &CpuStorage) -> candle_core::Result<RocmStorage> {
-        RocmStorage::from_cpu(self, cpu)
-    }
-
-    fn storage_from_cpu_storage_owned(&self, cpu: CpuStorage) -> candle_core::Result<RocmStorage> {
-        RocmStorage::from_cpu(self, &cpu)
-    }
-
-    fn rand_uniform(
-        &self,
-        shape: &Shape,
-        dtype: DType,
-        lo: f64,
-        up: f64,
-    ) -> candle_core::Result<RocmStorage> {
-        self.rand(shape.elem_count(), dtype, (lo, up), false)
-    }
-
-    fn rand_normal(
-        &self,
-        shape: &Shape,
-        dtype: DType,
-        mean: f64,
-        std: f64,
-    ) -> candle_core::Result<RocmStorage> {
-        self.rand(shape.elem_count(), dtype, (mean, std), true)
-    }
-
-    fn set_seed(&self, seed: u64) -> candle_core::Result<()> {
-        RocmDevice::set_seed(self, seed);
-        Ok(())
-    }
-
-    fn get_current_seed(&self) -> candle_core::Result<u64> {
-        Ok(self.current_seed())
-    }
-
-    fn synchronize(&self) -> candle_core::Result<()> {
-        self.stream().synchronize().w()
     }
 }

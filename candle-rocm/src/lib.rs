@@ -2,14 +2,27 @@
 //!
 //! [`RocmDevice`] implements `candle_core::backend::BackendDevice` and [`RocmStorage`]
 //! implements `BackendStorage`, for every method and the dtypes u8, u32, i16, i32, i64, bf16,
-//! f16, f32, f64 and f8e4m3, on top of [`rocm_safe`]. The layout mirrors candle-core's CUDA
-//! backend: `device.rs`, `storage.rs`, `utils.rs` with the `Map*` dispatch traits, and one
-//! module per op family ([`ops`], [`reduce`], [`indexing`], [`conv`], [`matmul`]). A method
-//! that has no kernel for a dtype returns a typed error, as Candle's CUDA backend does; see the
-//! crate README for the method x dtype table.
+//! f16, f32, f64 and f8e4m3, on top of [`rocm_safe`]. A method that has no kernel for a dtype
+//! returns a typed error, as Candle's CUDA backend does; see the crate README for the method x
+//! dtype table.
 //!
-//! Also here: [`report`], the device-selection report behind the `rocm-info` binary, and
-//! [`registry`], which picks and lazily loads each device's kernel code objects.
+//! The modules are levels; a module imports only from levels below its own (a unit test,
+//! `levels`, keeps it so):
+//!
+//! | level | modules | what they hold |
+//! |---|---|---|
+//! | 0 | [`settings`] | every `CANDLE_ROCM_*` variable, read once |
+//! | 1 | [`registry`] | which code object each device loads, loaded lazily |
+//! | 2 | `error`, [`report`] | [`BackendError`]; the `rocm-info` report |
+//! | 3 | `dtype` | the dtype table: [`RocmStorageSlice`], [`RocmDType`] |
+//! | 4 | `device`, `layout` | [`RocmDevice`]; layout guards and checked sizes |
+//! | 5 | `dispatch` | the `Map*` traits: an op's `f<T>` once, dispatch on dtype |
+//! | 6 | [`launch`] | typed launchers of our kernels and candle's, over buffers |
+//! | 7 | [`ops`] | the op families, over storage slices |
+//! | 8 | `storage` | [`RocmStorage`] and its `BackendStorage` impl |
+//! | 9 | `backend_device` | `impl BackendDevice for RocmDevice` |
+//! | 10 | `quantized` | GGUF storage and its mat-vec paths (`candle` feature) |
+//! | 11 | `slot` | candle-core's out-of-tree backend slot (`candle` feature) |
 //!
 //! Until candle-core can take an out-of-tree backend in its `Device`/`Storage` enums, the
 //! backend is used through the traits:
@@ -27,31 +40,29 @@
 //! # Ok::<(), candle_core::Error>(())
 //! ```
 
-pub mod conv;
-pub mod copy;
+mod backend_device;
 mod device;
-pub mod elementwise;
+mod dispatch;
+mod dtype;
 mod error;
-#[cfg(feature = "candle")]
-mod fused;
-pub mod gemv;
-pub mod indexing;
-pub mod matmul;
-pub mod miopen;
+pub mod launch;
+mod layout;
+#[cfg(test)]
+mod levels;
 pub mod ops;
 #[cfg(feature = "candle")]
 pub mod quantized;
-pub mod reduce;
 pub mod registry;
 pub mod report;
-mod rows;
+pub mod settings;
 #[cfg(feature = "candle")]
 mod slot;
 mod storage;
-pub mod utils;
 
-pub use device::RocmDevice;
+pub use device::{RocmDevice, BACKEND_NAME};
+pub use dtype::{RocmDType, RocmStorageSlice, STORED_DTYPES};
 pub use error::{BackendError, WrapErr};
+pub use settings::{strict, STRICT_VAR};
 #[cfg(feature = "candle")]
-pub use slot::{device, device_or_cpu, strict, BACKEND_NAME, STRICT_VAR};
-pub use storage::{RocmDType, RocmStorage, RocmStorageSlice, STORED_DTYPES};
+pub use slot::{device, device_or_cpu};
+pub use storage::RocmStorage;

@@ -18,145 +18,6 @@ use std::sync::{Arc, OnceLock};
 use candle_rocm_kernels::{Module, GENERIC_TARGETS, KERNELS_DIR_VAR, TARGETS};
 use rocm_safe::{Device, Function, GfxArch, RocmError};
 
-/// Variable that turns our fast kernel modules (`elementwise`, `rows`, `gemv`, the batched
-/// `copy`) off when `0` or `off`: candle's kernels and rocBLAS then run every op they cover (for
-/// side-by-side measurements, and as an escape hatch). Read once per process.
-pub const FAST_KERNELS_VAR: &str = "CANDLE_ROCM_FAST_KERNELS";
-
-/// Whether the on/off variable `var` says `0` or `off`.
-fn switched_off(var: &str) -> bool {
-    std::env::var(var).is_ok_and(|v| v == "0" || v.eq_ignore_ascii_case("off"))
-}
-
-/// Whether the fast kernel modules run (see [`FAST_KERNELS_VAR`]).
-pub fn fast_kernels() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        let off = switched_off(FAST_KERNELS_VAR);
-        if off {
-            tracing::info!("{FAST_KERNELS_VAR}: our fast kernels are off, candle's kernels run");
-        }
-        !off
-    })
-}
-
-/// Variable that turns the batched copies of `cat` off when `0` or `off`: each input then
-/// takes its own `copy2d` launch, as in candle's CUDA backend (for side-by-side measurements;
-/// [`FAST_KERNELS_VAR`] turns them off too). Read once per process.
-pub const BATCHED_COPY_VAR: &str = "CANDLE_ROCM_BATCHED_COPY";
-
-/// Whether `cat` runs its copies batched (`kernels/hip/copy.hip`; see [`BATCHED_COPY_VAR`]).
-pub fn batched_copy() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        let off = switched_off(BATCHED_COPY_VAR);
-        if off {
-            tracing::info!("{BATCHED_COPY_VAR}: cat copies one input per launch");
-        }
-        fast_kernels() && !off
-    })
-}
-
-/// Variable that selects the activations of the quantized mat-vec (decode, up to 8 rows):
-/// `q8` rounds them to 8 bits per 32-value block exactly as Candle's CUDA backend does (its
-/// `quantize_q8_1`: f16 scale and f16 sum per block), and multiplies with integer dot products
-/// in the f32 expressions of its kernels (`kernels/hip/qmatvec.hip`'s `qmatvec8_*`: a quarter of
-/// the x bytes, 4 products per instruction), so products come out as Candle CUDA's up to the
-/// order of f32 sums, and candle-core's `quantized_tests.rs` passes with the expectations of its
-/// CUDA arms; unset or `f32` keeps them in f32 (`qmatvec_*`), which follows the f32 model more
-/// closely. Read once per process.
-pub const QMATVEC_VAR: &str = "CANDLE_ROCM_QMATVEC";
-
-/// Whether the quantized mat-vec rounds activations to 8 bits (see [`QMATVEC_VAR`]).
-pub fn qmatvec_q8() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| match std::env::var(QMATVEC_VAR) {
-        Ok(v) if v.eq_ignore_ascii_case("q8") => {
-            tracing::info!("{QMATVEC_VAR}=q8: the quantized mat-vec rounds activations to 8 bits");
-            true
-        }
-        Ok(v) if !v.is_empty() && !v.eq_ignore_ascii_case("f32") => {
-            tracing::warn!(
-                "{QMATVEC_VAR}={v:?} is neither `f32` nor `q8`: keeping f32 activations"
-            );
-            false
-        }
-        _ => false,
-    })
-}
-
-/// Variable that sets the most rows of activations the quantized mat-vec kernels take (in
-/// launches of up to 8 rows, 4 for the k-quants, each reading the weights once) before a
-/// product moves on to the tiled kernels ([`QMATMUL_ROWS_VAR`]) or to dequantizing the weights
-/// to f16 and one GEMM: a number from 1 to 64. Unset, the measured default of
-/// `candle_rocm::quantized::qmatmul_path`: 8 rows (as Candle's CUDA backend), but 6 for the
-/// 32-value block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) in f32, whose 7 and 8 rows the
-/// register-tiled kernels take. On the H100 via HIP-on-CUDA (2026-11-25, 4096x4096 q4_0 /
-/// q4_K weights, once the f16 dequantize had 16-byte stores) 16 rows took 55.4 / 55.0 us
-/// through the mat-vec in f32 against 51.4 / 35.3 us through the GEMM, and with 8-bit
-/// activations 32.1 / 43.2 us against 34.6 / 35.0: past 8 rows the GEMM is as fast or faster.
-/// Read once per process.
-pub const QMATVEC_ROWS_VAR: &str = "CANDLE_ROCM_QMATVEC_ROWS";
-
-/// Default of [`QMATVEC_ROWS_VAR`] for the k-quants and in q8 mode (see there).
-pub const QMATVEC_ROWS_DEFAULT: usize = 8;
-
-/// The most activation rows that run the quantized mat-vec kernels, when [`QMATVEC_ROWS_VAR`]
-/// sets it; `None` (the measured per-type default) when it is unset or not a number from 1 to
-/// 64 (a warning then).
-pub fn qmatvec_rows_set() -> Option<usize> {
-    static ROWS: OnceLock<Option<usize>> = OnceLock::new();
-    *ROWS.get_or_init(|| rows_var(QMATVEC_ROWS_VAR, 1, 64, "the mat-vec"))
-}
-
-/// A row-count variable read from the environment: its value when a number from `min` to `max`
-/// (logged, naming `what` runs that many rows); `None` when unset, or set otherwise (a
-/// warning: the default stays).
-fn rows_var(var: &str, min: usize, max: usize, what: &str) -> Option<usize> {
-    let v = std::env::var(var).ok()?;
-    match parse_rows(&v, min, max) {
-        Some(rows) => {
-            tracing::info!("{var}={rows}: up to {rows} rows run {what}");
-            Some(rows)
-        }
-        None => {
-            tracing::warn!("{var}={v:?} is not a number from {min} to {max}: keeping the default");
-            None
-        }
-    }
-}
-
-/// A row-count variable's value, if it is a number from `min` to `max`.
-fn parse_rows(v: &str, min: usize, max: usize) -> Option<usize> {
-    v.trim().parse().ok().filter(|r| (min..=max).contains(r))
-}
-
-/// Variable that sets the most rows of activations the tiled quantized kernels take (in
-/// `kernels/hip/qmatvec.hip`: up to 16 rows the register-tiled `qmr_<type>_m<8|16>`, more the
-/// `qmm_<type>_m<16|32|64>` tiles, activations and sums in f32; `qmm8_*` on 8-bit rows with
-/// [`QMATVEC_VAR`]`=q8`) once a product has more rows than the mat-vec takes
-/// ([`QMATVEC_ROWS_VAR`]); past it, the weights dequantize to f16 for one GEMM. A number from 0
-/// to 4096; unset, [`QMATMUL_ROWS_DEFAULT`] (8: `qmr` takes the 7 and 8 rows of the 32-value
-/// block types in f32, where it beats the mat-vec; 2026-11-25 18:45Z, H100 via HIP-on-CUDA,
-/// 4096 x 4096 weights, us at 6 / 8 rows, mat-vec against `qmr`: q4_0 19.7 / 27.8 against
-/// 19.7 / 19.6, q8_0 20.2 / 27.6 against 21.9 / 23.8, q5_0 19.2 / 29.7 against 22.8 / 22.8; q4_K
-/// 24.5 / 27.3 against 26.0 / 26.4, so the k-quants keep the mat-vec). Past 8 rows the tiled
-/// kernels do not beat the f16 GEMM (16:28Z and 18:45Z, us at 16 / 32 / 64 rows: q4_0 `qmr`
-/// 35 at 16, `qmm` 60 / 70 / 95, against the GEMM's 34 / 33 / 34 and Candle CUDA's 23 / 26 /
-/// 32; q4_K `qmr` 34 at 16, `qmm` 73 / 82 / 108, against 36 / 35 / 36). Read once per process.
-pub const QMATMUL_ROWS_VAR: &str = "CANDLE_ROCM_QMATMUL_ROWS";
-
-/// Default of [`QMATMUL_ROWS_VAR`]: 8 (see there).
-pub const QMATMUL_ROWS_DEFAULT: usize = 8;
-
-/// The most activation rows that run the tiled quantized kernels (see [`QMATMUL_ROWS_VAR`]).
-pub fn qmatmul_max_rows() -> usize {
-    static ROWS: OnceLock<usize> = OnceLock::new();
-    *ROWS.get_or_init(|| {
-        rows_var(QMATMUL_ROWS_VAR, 0, 4096, "the tiled kernels").unwrap_or(QMATMUL_ROWS_DEFAULT)
-    })
-}
-
 /// First HIP runtime version that loads generic (`gfxN-generic`) code objects: ROCm 6.4.
 pub const GENERIC_MIN_RUNTIME: i32 = 60_400_000;
 
@@ -267,7 +128,7 @@ pub fn select(module: Module, input: &SelectionInput<'_>) -> Result<Choice, Kern
     let generic_note = match generic {
         Some(g) if input.runtime_version < GENERIC_MIN_RUNTIME => format!(
             " (and {g}, which needs ROCm 6.4 or newer; this runtime is {})",
-            crate::report::hip_version_string(input.runtime_version)
+            hip_version_string(input.runtime_version)
         ),
         _ => String::new(),
     };
@@ -277,6 +138,11 @@ pub fn select(module: Module, input: &SelectionInput<'_>) -> Result<Choice, Kern
         embedded: TARGETS.join(", "),
         generic: generic_note,
     })
+}
+
+/// Formats a HIP version number (`major * 10^7 + minor * 10^5 + patch`).
+pub fn hip_version_string(v: i32) -> String {
+    format!("{}.{}.{}", v / 10_000_000, (v / 100_000) % 100, v % 100_000)
 }
 
 /// Whether this build embeds a code object for (module, target).
@@ -298,9 +164,7 @@ pub struct KernelRegistry {
 impl KernelRegistry {
     /// A registry for `device`, reading the override directory from the environment.
     pub fn new(device: Device) -> Arc<KernelRegistry> {
-        let dir = std::env::var_os(KERNELS_DIR_VAR)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from);
+        let dir = crate::settings::kernels_dir();
         let runtime_version = device.runtime().runtime_version().unwrap_or(0);
         Arc::new(KernelRegistry {
             device,
@@ -394,23 +258,6 @@ mod tests {
 
     fn none_embedded(_: Module, _: &str) -> bool {
         false
-    }
-
-    #[test]
-    fn qmatvec_rows_take_1_to_64() {
-        assert_eq!(parse_rows("16", 1, 64), Some(16));
-        assert_eq!(parse_rows(" 1 ", 1, 64), Some(1));
-        assert_eq!(parse_rows("64", 1, 64), Some(64));
-        for bad in ["0", "65", "-3", "eight", ""] {
-            assert_eq!(parse_rows(bad, 1, 64), None, "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn qmatmul_rows_take_0_to_4096() {
-        assert_eq!(parse_rows("0", 0, 4096), Some(0));
-        assert_eq!(parse_rows("4096", 0, 4096), Some(4096));
-        assert_eq!(parse_rows("4097", 0, 4096), None);
     }
 
     fn input<'a>(

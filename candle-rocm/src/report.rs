@@ -5,7 +5,7 @@ use std::fmt;
 
 use candle_rocm_kernels::{Module, KERNELS_DIR_VAR};
 
-use crate::registry::{self, Choice, KernelError, SelectionInput};
+use crate::registry::{self, hip_version_string, Choice, KernelError, SelectionInput};
 use rocm_safe::{Device, DeviceInfo, RocmError, Runtime};
 
 /// One visible device and how it would get kernels.
@@ -93,11 +93,6 @@ pub fn runtime_warning(version: i32) -> Option<String> {
     })
 }
 
-/// Formats a HIP version number (`major * 10^7 + minor * 10^5 + patch`).
-pub fn hip_version_string(v: i32) -> String {
-    format!("{}.{}.{}", v / 10_000_000, (v / 100_000) % 100, v % 100_000)
-}
-
 fn gib(bytes: usize) -> String {
     format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
 }
@@ -105,9 +100,7 @@ fn gib(bytes: usize) -> String {
 impl Report {
     /// Loads the runtime (if possible) and queries every device.
     pub fn collect() -> Report {
-        let kernels_dir = std::env::var(KERNELS_DIR_VAR)
-            .ok()
-            .filter(|v| !v.is_empty());
+        let kernels_dir = crate::settings::kernels_dir().map(|d| d.display().to_string());
         let mut report = Report {
             hip: None,
             warning: None,

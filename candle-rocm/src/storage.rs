@@ -1,150 +1,26 @@
-//! [`RocmStorage`]: a tensor's device memory, one typed buffer per Candle dtype, and its
-//! `BackendStorage` implementation (each method dispatches to the op modules).
+//! [`RocmStorage`]: a tensor's device memory (a [`RocmStorageSlice`] and its device) and its
+//! `BackendStorage` implementation. The only file below `quantized` and `slot` that names the
+//! storage type: each method checks that its operands share the device, then calls the op
+//! families of [`crate::ops`] on the slices and wraps the result.
 
 use candle_core::backend::{BackendDevice, BackendStorage};
 use candle_core::op::{BinaryOpT, CmpOp, ReduceOp, UnaryOpT};
 use candle_core::scalar::Scalar;
-use candle_core::{CpuStorage, DType, Layout, WithDType};
-use rocm_safe::{DeviceBuffer, DeviceRepr};
+use candle_core::{CpuStorage, DType, Layout, Shape, WithDType};
+use rocm_safe::DeviceBuffer;
 
-use crate::conv::{ConvParams, Pool2D, PoolOp, UpsampleBilinear, UpsampleNearest};
 use crate::device::RocmDevice;
+use crate::dispatch::{Map1, Map1Any, Map2, Map2Any, Map2InPlace};
+use crate::dtype::{for_each_slice, match_dtype, RocmDType, RocmStorageSlice};
 use crate::error::{BackendError, WrapErr};
-use crate::indexing::{Gather, IndexSelect, IndexedUpdate, Update};
-use crate::ops::{Affine, Binary, Cmp, ScalarUnary, Unary, WhereCond};
-use crate::reduce::FastReduce;
-use crate::utils::{same_dtype, Map1, Map1Any, Map2, Map2Any, Map2InPlace};
-
-/// Calls `$callback! { $args <the dtypes> }`, the dtypes being one `Variant(element type,
-/// "doc"),` each. `Variant` names the dtype alike in [`RocmStorageSlice`], [`DType`],
-/// [`CpuStorage`] and candle's `Scalar`.
-///
-/// This is the one place the dtypes are written out: the storage enum, the [`RocmDType`]
-/// impls and every dispatch over dtypes ([`for_each_slice!`], [`match_dtype!`],
-/// `utils::same_dtype!`) are generated from it, so adding a dtype is one line here (plus its
-/// kernels).
-macro_rules! with_dtypes {
-    ($($callback:tt)::+ ! { $($args:tt)* }) => {
-        $($callback)::+! {
-            $($args)*
-            U8(u8, "`u8`."),
-            U32(u32, "`u32`."),
-            I16(i16, "`i16`."),
-            I32(i32, "`i32`."),
-            I64(i64, "`i64`."),
-            BF16(::half::bf16, "`bf16`."),
-            F16(::half::f16, "`f16`."),
-            F32(f32, "`f32`."),
-            F64(f64, "`f64`."),
-            F8E4M3(::float8::F8E4M3, "`f8e4m3` (FP8, 4-bit exponent, 3-bit mantissa)."),
-        }
-    };
-}
-pub(crate) use with_dtypes;
-
-/// Every dtype a [`RocmStorage`] holds, in [`with_dtypes!`]'s order (Candle's MX types F6E2M3,
-/// F6E3M2, F4 and F8E8M0 have no storage on any GPU backend).
-pub const STORED_DTYPES: [DType; 10] = {
-    macro_rules! list {
-        ($($v:ident($t:ty, $doc:literal),)*) => {
-            [$(DType::$v),*]
-        };
-    }
-    with_dtypes!(list! {})
-};
-
-/// An element type a [`RocmStorageSlice`] can hold (candle-core's CUDA backend has the same
-/// trait, `CudaDType`).
-pub trait RocmDType: DeviceRepr + WithDType {
-    /// Wraps a buffer in its slice variant.
-    fn wrap_slice(buf: DeviceBuffer<Self>) -> RocmStorageSlice;
-    /// The buffer, when `s` holds this type.
-    fn as_buffer(s: &RocmStorageSlice) -> Option<&DeviceBuffer<Self>>;
-    /// The value, when `s` is of this type.
-    fn from_scalar(s: Scalar) -> Option<Self>;
-}
-
-/// The storage enum, its [`RocmDType`] impls and [`RocmStorageSlice::dtype`], one variant per
-/// dtype of [`with_dtypes!`].
-macro_rules! storage_slice {
-    ($($v:ident($t:ty, $doc:literal),)*) => {
-        /// The typed buffer behind a [`RocmStorage`].
-        pub enum RocmStorageSlice {
-            $(
-                #[doc = $doc]
-                $v(DeviceBuffer<$t>),
-            )*
-        }
-
-        $(
-            impl RocmDType for $t {
-                fn wrap_slice(buf: DeviceBuffer<Self>) -> RocmStorageSlice {
-                    RocmStorageSlice::$v(buf)
-                }
-                fn as_buffer(s: &RocmStorageSlice) -> Option<&DeviceBuffer<Self>> {
-                    match s {
-                        RocmStorageSlice::$v(b) => Some(b),
-                        _ => None,
-                    }
-                }
-                fn from_scalar(s: Scalar) -> Option<Self> {
-                    match s {
-                        Scalar::$v(v) => Some(v),
-                        _ => None,
-                    }
-                }
-            }
-        )*
-
-        impl RocmStorageSlice {
-            /// The dtype of the buffer.
-            pub fn dtype(&self) -> DType {
-                match self {
-                    $(RocmStorageSlice::$v(_) => DType::$v,)*
-                }
-            }
-        }
-    };
-}
-with_dtypes!(storage_slice! {});
-
-/// `match $slice { RocmStorageSlice::U8($b) => $body, ... }`: applies `$body` to the buffer
-/// of whichever dtype `$slice` holds, bound to `$b`.
-macro_rules! for_each_slice {
-    (@arms ($slice:expr, $b:ident, $body:expr) $($v:ident($t:ty, $doc:literal),)*) => {
-        match $slice {
-            $($crate::RocmStorageSlice::$v($b) => $body,)*
-        }
-    };
-    ($slice:expr, $b:ident => $body:expr) => {
-        $crate::storage::with_dtypes!(
-            $crate::storage::for_each_slice! { @arms ($slice, $b, $body) }
-        )
-    };
-}
-pub(crate) use for_each_slice;
-
-/// `match $dtype { DType::U8 => { type $T = u8; $body } ..., $other => $fallback }`: runs
-/// `$body` with `$T` naming the element type of `$dtype`; dtypes the backend does not store
-/// go to `$other => $fallback`.
-macro_rules! match_dtype {
-    (@arms ($dtype:expr, $T:ident, $body:expr, $other:pat, $fallback:expr)
-        $($v:ident($t:ty, $doc:literal),)*) => {
-        match $dtype {
-            $(::candle_core::DType::$v => {
-                type $T = $t;
-                $body
-            })*
-            $other => $fallback,
-        }
-    };
-    ($dtype:expr, $T:ident => $body:expr, $other:pat => $fallback:expr $(,)?) => {
-        $crate::storage::with_dtypes!(
-            $crate::storage::match_dtype! { @arms ($dtype, $T, $body, $other, $fallback) }
-        )
-    };
-}
-pub(crate) use match_dtype;
+use crate::launch::copy::Copy2dArgs;
+use crate::ops::conv::kernels::{Pool2D, PoolOp, UpsampleBilinear, UpsampleNearest};
+use crate::ops::conv::{convolve, miopen, ConvParams};
+use crate::ops::copy;
+use crate::ops::elementwise::{cast, Affine, Binary, Cmp, ScalarUnary, Unary, WhereCond};
+use crate::ops::indexing::{Gather, IndexSelect, IndexedUpdate, Update};
+use crate::ops::matmul::matmul;
+use crate::ops::reduce::FastReduce;
 
 /// Device memory of a tensor plus the device it lives on.
 pub struct RocmStorage {
@@ -156,28 +32,6 @@ pub struct RocmStorage {
 impl std::fmt::Debug for RocmStorage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "RocmStorage({:?} on {:?})", self.dtype(), self.device)
-    }
-}
-
-impl RocmStorageSlice {
-    /// Wraps a typed buffer.
-    pub fn from_buffer<T: RocmDType>(buf: DeviceBuffer<T>) -> Self {
-        T::wrap_slice(buf)
-    }
-
-    /// Number of elements in the buffer.
-    pub fn len(&self) -> usize {
-        for_each_slice!(self, b => b.len())
-    }
-
-    /// Queues a fill of the whole buffer with zero bytes (zero in every dtype).
-    pub(crate) fn fill_zeros(&mut self, stream: &rocm_safe::Stream) -> rocm_safe::Result<()> {
-        for_each_slice!(self, b => stream.memset_zeros(b))
-    }
-
-    /// Whether the buffer is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -206,6 +60,35 @@ impl RocmStorage {
             }
             .bt()
         })
+    }
+
+    /// An uninitialised storage of `shape` and `dtype` (every element must be written before
+    /// it is read; reading one gives unspecified values, never undefined behaviour, since every
+    /// element type accepts any bit pattern).
+    pub fn uninit(dev: &RocmDevice, shape: &Shape, dtype: DType) -> candle_core::Result<Self> {
+        Self::alloc(dev, shape, dtype, "alloc")
+    }
+
+    /// A zeroed storage of `shape` and `dtype`.
+    pub fn zeros(dev: &RocmDevice, shape: &Shape, dtype: DType) -> candle_core::Result<Self> {
+        let mut s = Self::alloc(dev, shape, dtype, "zeros")?;
+        s.slice.fill_zeros(dev.stream()).w()?;
+        Ok(s)
+    }
+
+    /// A storage of `shape` and `dtype` from the caching allocator; `op` names the caller in
+    /// the error for a dtype without storage (Candle's dummy MX types).
+    fn alloc(
+        dev: &RocmDevice,
+        shape: &Shape,
+        dtype: DType,
+        op: &'static str,
+    ) -> candle_core::Result<Self> {
+        let n = shape.elem_count();
+        let slice = match_dtype!(dtype, T => {
+            RocmStorageSlice::from_buffer(dev.alloc::<T>(n).w()?)
+        }, dtype => return Err(BackendError::UnsupportedDtype { op, dtype }).w());
+        Ok(RocmStorage::new(slice, dev.clone()))
     }
 
     /// Copies host storage to the device.
@@ -247,6 +130,92 @@ impl RocmStorage {
             }
             .bt())
         }
+    }
+
+    /// `conv1d` with parameters by name (see [`ConvParams`]; `BackendStorage::conv1d` reads
+    /// them from candle's `ParamsConv1D`).
+    pub fn conv1d_with(
+        &self,
+        l: &Layout,
+        kernel: &RocmStorage,
+        kernel_l: &Layout,
+        p: &ConvParams,
+    ) -> candle_core::Result<RocmStorage> {
+        self.same_device_as(kernel, "conv1d")?;
+        let x = (&self.slice, l);
+        Ok(self.wrap(convolve::conv1d(
+            &self.device,
+            x,
+            (&kernel.slice, kernel_l),
+            p,
+        )?))
+    }
+
+    /// `conv2d` with parameters by name (see [`ConvParams`]; `BackendStorage::conv2d` reads
+    /// them from candle's `ParamsConv2D`).
+    pub fn conv2d_with(
+        &self,
+        l: &Layout,
+        kernel: &RocmStorage,
+        kernel_l: &Layout,
+        p: &ConvParams,
+    ) -> candle_core::Result<RocmStorage> {
+        self.same_device_as(kernel, "conv2d")?;
+        let x = (&self.slice, l);
+        Ok(self.wrap(convolve::conv2d(
+            &self.device,
+            x,
+            (&kernel.slice, kernel_l),
+            p,
+        )?))
+    }
+
+    /// `conv_transpose1d` with parameters by name (see [`ConvParams`]; `BackendStorage::conv_transpose1d` reads
+    /// them from candle's `ParamsConvTranspose1D`).
+    pub fn conv_transpose1d_with(
+        &self,
+        l: &Layout,
+        kernel: &RocmStorage,
+        kernel_l: &Layout,
+        p: &ConvParams,
+    ) -> candle_core::Result<RocmStorage> {
+        self.same_device_as(kernel, "conv_transpose1d")?;
+        let x = (&self.slice, l);
+        Ok(self.wrap(convolve::conv_transpose1d(
+            &self.device,
+            x,
+            (&kernel.slice, kernel_l),
+            p,
+        )?))
+    }
+
+    /// `conv_transpose2d` with parameters by name (see [`ConvParams`]; `BackendStorage::conv_transpose2d` reads
+    /// them from candle's `ParamsConvTranspose2D`).
+    pub fn conv_transpose2d_with(
+        &self,
+        l: &Layout,
+        kernel: &RocmStorage,
+        kernel_l: &Layout,
+        p: &ConvParams,
+    ) -> candle_core::Result<RocmStorage> {
+        self.same_device_as(kernel, "conv_transpose2d")?;
+        let x = (&self.slice, l);
+        Ok(self.wrap(convolve::conv_transpose2d(
+            &self.device,
+            x,
+            (&kernel.slice, kernel_l),
+            p,
+        )?))
+    }
+
+    /// `cat`'s copies `srcs` into `self`, batched ([`copy::copy2d_many`]); every source must be
+    /// of `self`'s dtype and device.
+    pub fn copy2d_many(&mut self, srcs: &[(&RocmStorage, Copy2dArgs)]) -> candle_core::Result<()> {
+        for (s, _) in srcs {
+            self.same_device_as(s, "copy2d")?;
+        }
+        let srcs: Vec<_> = srcs.iter().map(|(s, c)| (&s.slice, *c)).collect();
+        copy::copy2d_many(&self.device, &mut self.slice, &srcs)
     }
 
     fn wrap(&self, slice: RocmStorageSlice) -> RocmStorage {
@@ -332,7 +301,6 @@ impl BackendStorage for RocmStorage {
     }
 
     fn to_dtype(&self, layout: &Layout, dtype: DType) -> candle_core::Result<Self> {
-        use crate::ops::cast;
         use RocmStorageSlice as S;
         let d = &self.device;
         let slice = for_each_slice!(&self.slice, b => match_dtype!(dtype, D => {
@@ -458,10 +426,9 @@ impl BackendStorage for RocmStorage {
         k: (usize, usize),
         stride: (usize, usize),
     ) -> candle_core::Result<Self> {
-        if let Some(out) =
-            self.pool_on_miopen("max_pool2d", l, k, stride, rocm_safe::PoolMode::Max)?
-        {
-            return Ok(out);
+        let (x, max) = ((&self.slice, l), rocm_safe::PoolMode::Max);
+        if let Some(out) = miopen::pool_2d("max_pool2d", &self.device, x, k, stride, max)? {
+            return Ok(self.wrap(out));
         }
         let op = PoolOp::Max;
         Ok(self.wrap(Pool2D { k, stride, op }.map(&self.slice, &self.device, l)?))
@@ -469,7 +436,7 @@ impl BackendStorage for RocmStorage {
 
     fn upsample_nearest1d(&self, l: &Layout, out: usize) -> candle_core::Result<Self> {
         // Runs as 2-D nearest upsampling of (b, c, l, 1) to (b, c, out, 1).
-        let l4 = crate::conv::as_4d_with_unit_w("upsample_nearest1d", l).w()?;
+        let l4 = crate::ops::conv::as_4d_with_unit_w("upsample_nearest1d", l).w()?;
         let op = UpsampleNearest {
             out_h: out,
             out_w: 1,
@@ -514,7 +481,7 @@ impl BackendStorage for RocmStorage {
         dim: usize,
     ) -> candle_core::Result<Self> {
         self.same_device_as(ids, "gather")?;
-        Ok(self.wrap(Gather(ids, ids_l, dim).map(&self.slice, &self.device, l)?))
+        Ok(self.wrap(Gather(&ids.slice, ids_l, dim).map(&self.slice, &self.device, l)?))
     }
 
     fn scatter_set(
@@ -529,7 +496,7 @@ impl BackendStorage for RocmStorage {
         self.same_device_as(ids, "scatter")?;
         self.same_device_as(src, "scatter")?;
         let dev = self.device.clone();
-        IndexedUpdate(ids, ids_l, dim, Update::Scatter).map(
+        IndexedUpdate(&ids.slice, ids_l, dim, Update::Scatter).map(
             (&mut self.slice, l),
             (&src.slice, src_l),
             &dev,
@@ -548,7 +515,7 @@ impl BackendStorage for RocmStorage {
         self.same_device_as(ids, "scatter-add")?;
         self.same_device_as(src, "scatter-add")?;
         let dev = self.device.clone();
-        IndexedUpdate(ids, ids_l, dim, Update::ScatterAdd).map(
+        IndexedUpdate(&ids.slice, ids_l, dim, Update::ScatterAdd).map(
             (&mut self.slice, l),
             (&src.slice, src_l),
             &dev,
@@ -563,7 +530,7 @@ impl BackendStorage for RocmStorage {
         dim: usize,
     ) -> candle_core::Result<Self> {
         self.same_device_as(ids, "index-select")?;
-        Ok(self.wrap(IndexSelect(ids, ids_l, dim).map(&self.slice, &self.device, l)?))
+        Ok(self.wrap(IndexSelect(&ids.slice, ids_l, dim).map(&self.slice, &self.device, l)?))
     }
 
     fn index_add(
@@ -577,10 +544,10 @@ impl BackendStorage for RocmStorage {
     ) -> candle_core::Result<Self> {
         self.same_device_as(ids, "index-add")?;
         self.same_device_as(src, "index-add")?;
-        let mut acc = self.device.alloc_uninit_storage(l.shape(), self.dtype())?;
+        let mut acc = RocmStorage::uninit(&self.device, l.shape(), self.dtype())?;
         self.copy_strided_src(&mut acc, 0, l)?;
         let acc_l = Layout::contiguous(l.shape());
-        IndexedUpdate(ids, ids_l, dim, Update::IndexAdd).map(
+        IndexedUpdate(&ids.slice, ids_l, dim, Update::IndexAdd).map(
             (&mut acc.slice, &acc_l),
             (&src.slice, src_l),
             &self.device,
@@ -596,7 +563,13 @@ impl BackendStorage for RocmStorage {
         rhs_l: &Layout,
     ) -> candle_core::Result<Self> {
         self.same_device_as(rhs, "matmul")?;
-        self.matmul_impl(rhs, bmnk, lhs_l, rhs_l)
+        let slice = matmul(
+            &self.device,
+            (&self.slice, lhs_l),
+            (&rhs.slice, rhs_l),
+            bmnk,
+        )?;
+        Ok(self.wrap(slice))
     }
 
     fn copy_strided_src(
@@ -606,13 +579,7 @@ impl BackendStorage for RocmStorage {
         src_l: &Layout,
     ) -> candle_core::Result<()> {
         self.same_device_as(dst, "copy_strided_src")?;
-        let d = &self.device;
-        same_dtype!("copy_strided_src", (&self.slice, &mut dst.slice), (a, b) => {
-            if crate::rows::transpose(d, a, src_l, b, dst_offset).w()? {
-                return Ok(());
-            }
-            crate::ops::copy_strided(d, a, src_l, b, dst_offset).w()
-        })
+        copy::copy_strided(&self.device, &self.slice, src_l, &mut dst.slice, dst_offset)
     }
 
     fn copy2d(
@@ -626,51 +593,18 @@ impl BackendStorage for RocmStorage {
         dst_o: usize,
     ) -> candle_core::Result<()> {
         self.same_device_as(dst, "copy2d")?;
-        let d = &self.device;
         let (dims, strides, offsets) = ((d1, d2), (src_s, dst_s), (src_o, dst_o));
-        same_dtype!("copy2d", (&self.slice, &mut dst.slice), (a, b) => {
-            crate::ops::copy2d(d, a, b, dims, strides, offsets).w()
-        })
+        copy::copy2d(
+            &self.device,
+            &self.slice,
+            &mut dst.slice,
+            dims,
+            strides,
+            offsets,
+        )
     }
 
     fn const_set(&mut self, value: Scalar, l: &Layout) -> candle_core::Result<()> {
-        use crate::ops::const_set;
-        let d = self.device.clone();
-        let dtype = self.slice.dtype();
-        for_each_slice!(&mut self.slice, b => match RocmDType::from_scalar(value) {
-            Some(v) => const_set(&d, b, l, v),
-            None => Err(BackendError::DtypeMismatch {
-                op: "const_set",
-                lhs: dtype,
-                rhs: value.dtype(),
-            }),
-        })
-        .w()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn dtype_dispatch_follows_the_list() {
-        let dtypes = STORED_DTYPES;
-        assert_eq!(
-            dtypes.iter().map(|d| d.as_str()).collect::<Vec<_>>(),
-            ["u8", "u32", "i16", "i32", "i64", "bf16", "f16", "f32", "f64", "f8e4m3"]
-        );
-        for &d in &dtypes {
-            assert_eq!(match_dtype!(d, T => Some(T::DTYPE), _ => None), Some(d));
-            for &other in &dtypes {
-                let got =
-                    match_dtype!(d, T => T::from_scalar(Scalar::zero(other)).is_some(), _ => false);
-                assert_eq!(got, d == other, "{d:?} from a {other:?} scalar");
-            }
-        }
-        // Dtypes candle has and the backend does not store take the fallback arm.
-        for d in [DType::F6E2M3, DType::F6E3M2, DType::F4, DType::F8E8M0] {
-            assert_eq!(match_dtype!(d, T => Some(T::DTYPE), _ => None), None);
-        }
+        copy::const_set(&self.device, &mut self.slice, l, value)
     }
 }

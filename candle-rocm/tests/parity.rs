@@ -1046,8 +1046,8 @@ fn pools_and_upsampling() {
         flush(m);
     }
     // With CANDLE_ROCM_CONV=miopen the contiguous float pools must have run on MIOpen.
-    if candle_rocm::miopen::conv_path() == candle_rocm::miopen::ConvPath::Miopen {
-        let runs = candle_rocm::miopen::miopen_pool_runs();
+    if candle_rocm::settings::conv_path() == candle_rocm::settings::ConvPath::Miopen {
+        let runs = candle_rocm::ops::conv::miopen::miopen_pool_runs();
         eprintln!("pools: {runs} ran on MIOpen");
         expect_miopen_runs("pool", runs);
     }
@@ -1145,7 +1145,7 @@ fn naive_conv(
 #[test]
 #[ignore = "needs a HIP device"]
 fn convolutions() {
-    use candle_rocm::conv::ConvParams;
+    use candle_rocm::ops::conv::ConvParams;
     let dev = device();
     for dtype in DTYPES {
         for i in 0..n_cases() {
@@ -1360,8 +1360,8 @@ fn convolutions() {
     }
     // With CANDLE_ROCM_CONV=miopen (the harness's second pass) the float cases must have run
     // on MIOpen, not fallen back to im2col unnoticed.
-    if candle_rocm::miopen::conv_path() == candle_rocm::miopen::ConvPath::Miopen {
-        let runs = candle_rocm::miopen::miopen_runs();
+    if candle_rocm::settings::conv_path() == candle_rocm::settings::ConvPath::Miopen {
+        let runs = candle_rocm::ops::conv::miopen::miopen_runs();
         eprintln!("convolutions: {runs} ran on MIOpen");
         expect_miopen_runs("convolution", runs);
     }

@@ -11,7 +11,7 @@ mod common;
 use candle_core::backend::{BackendDevice, BackendStorage};
 use candle_core::op::{self, ReduceOp};
 use candle_core::{CpuStorage, DType, Layout, Shape};
-use candle_rocm::conv::ConvParams;
+use candle_rocm::ops::conv::ConvParams;
 use candle_rocm::{RocmDevice, RocmStorage};
 use common::*;
 

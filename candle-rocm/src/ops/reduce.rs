@@ -11,10 +11,12 @@ use candle_rocm_kernels::Module;
 use rocm_safe::{DeviceBuffer, DevicePtrArg, LaunchConfig};
 
 use crate::device::RocmDevice;
+use crate::dispatch::Map1Any;
+use crate::dtype::{RocmDType, RocmStorageSlice as S};
 use crate::error::{BackendError, WrapErr};
-use crate::ops::{checked_view, invalid};
-use crate::storage::{RocmDType, RocmStorageSlice as S};
-use crate::utils::{checked_product, kernel_name, module_for, Map1Any};
+use crate::launch::{kernel_name, module_for};
+use crate::layout::checked_product;
+use crate::layout::{checked_view, invalid};
 
 /// Reductions over up to this many elements per output use one thread per output
 /// (`fast_sum_small`) instead of one block per output.
@@ -53,7 +55,9 @@ impl Map1Any for FastReduce<'_> {
         if needs_elements && src_el == 0 {
             return Err(candle_core::Error::EmptyTensor { op: "reduce" }.bt());
         }
-        if let Some(out) = crate::rows::reduce(dev, src, layout, self.0, self.1, &wrap).w()? {
+        if let Some(out) =
+            crate::launch::rows::reduce(dev, src, layout, self.0, self.1, &wrap).w()?
+        {
             return Ok(out);
         }
         let mut dims = Vec::with_capacity(src_dims.len());

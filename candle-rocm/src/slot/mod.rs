@@ -4,8 +4,8 @@
 //!
 //! Every `BackendStorage` method reaches the device through candle-core's blanket adapter; the
 //! fused ops of candle-nn and candle-core come here through [`ExtBackendStorage::ext_fused`]
-//! ([`crate::fused`]). An op the backend does not handle runs on the CPU after a `tracing`
-//! warning naming it, or fails when [`STRICT_VAR`] is `1`.
+//! (`fused`). An op the backend does not handle runs on the CPU after a `tracing`
+//! warning naming it, or fails when `CANDLE_ROCM_STRICT` is on.
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -14,20 +14,13 @@ use candle_core::ext::{Copy2d, ExtBackendDevice, ExtBackendStorage, FusedOp};
 use candle_core::{Device, Layout, Shape};
 use parking_lot::Mutex;
 
-use crate::copy::Copy2dArgs;
+use crate::device::RocmDevice;
 use crate::error::{BackendError, WrapErr};
-use crate::{RocmDevice, RocmStorage};
+use crate::launch::copy::Copy2dArgs;
+use crate::settings::strict;
+use crate::storage::RocmStorage;
 
-/// Environment variable: `1` turns every CPU fallback into an error (tests run this way).
-pub const STRICT_VAR: &str = "CANDLE_ROCM_STRICT";
-
-/// The backend's name in `DeviceLocation::Ext`, shown as `rocm:N`.
-pub const BACKEND_NAME: &str = "rocm";
-
-/// Whether [`STRICT_VAR`] asks for strict mode.
-pub fn strict() -> bool {
-    std::env::var(STRICT_VAR).is_ok_and(|v| v == "1")
-}
+mod fused;
 
 impl ExtBackendDevice for RocmDevice {
     fn ext_cpu_fallback(&self, op: &str) -> candle_core::Result<()> {
@@ -60,14 +53,14 @@ impl ExtBackendStorage for RocmStorage {
         layout: &Layout,
         args: &[(&Self, &Layout)],
     ) -> candle_core::Result<Option<(Self, Shape)>> {
-        crate::fused::run(self, layout, op, args)
+        fused::run(self, layout, op, args)
     }
 
-    /// `cat`'s copies in one launch per [`crate::copy::BATCH`] ([`crate::copy`]); with
+    /// `cat`'s copies in one launch per [`crate::launch::copy::BATCH`] ([`crate::launch::copy`]); with
     /// `CANDLE_ROCM_BATCHED_COPY=0` or `CANDLE_ROCM_FAST_KERNELS=0`, not handled: candle's
     /// `copy2d` kernel, one launch per input.
     fn ext_copy2d_many(&mut self, srcs: &[(&Self, Copy2d)]) -> candle_core::Result<bool> {
-        if !crate::registry::batched_copy() {
+        if !crate::settings::batched_copy() {
             return Ok(false);
         }
         let srcs: Vec<_> = srcs

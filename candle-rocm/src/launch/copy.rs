@@ -11,9 +11,9 @@ use candle_rocm_kernels::Module;
 use rocm_safe::{DeviceBuffer, DevicePtrArg, DeviceRepr, DeviceSlice, LaunchConfig};
 
 use crate::device::RocmDevice;
-use crate::error::{BackendError, WrapErr};
-use crate::ops::invalid;
-use crate::storage::{for_each_slice, RocmDType, RocmStorage};
+use crate::dtype::RocmDType;
+use crate::error::BackendError;
+use crate::layout::invalid;
 
 /// Most copies one launch takes (`CP_MAX` in copy.hip); longer lists take several launches.
 pub const BATCH: usize = 8;
@@ -179,40 +179,6 @@ pub fn copy2d_many<T: RocmDType>(
         unsafe { l.launch(cfg)? };
     }
     Ok(())
-}
-
-impl RocmStorage {
-    /// The copies `srcs` into `self` (see [`copy2d_many`]); every source must be of `self`'s
-    /// dtype and device.
-    pub fn copy2d_many(&mut self, srcs: &[(&RocmStorage, Copy2dArgs)]) -> candle_core::Result<()> {
-        for (s, _) in srcs {
-            self.same_device_as(s, "copy2d")?;
-        }
-        let dev = &self.device;
-        for_each_slice!(&mut self.slice, dst => typed(dev, dst, srcs)).w()
-    }
-}
-
-/// [`RocmStorage::copy2d_many`] for element type `T`: each source's buffer, or a dtype mismatch.
-fn typed<T: RocmDType>(
-    dev: &RocmDevice,
-    dst: &mut DeviceBuffer<T>,
-    srcs: &[(&RocmStorage, Copy2dArgs)],
-) -> Result<(), BackendError> {
-    let mut copies = Vec::with_capacity(srcs.len());
-    for (s, c) in srcs {
-        match T::as_buffer(&s.slice) {
-            Some(b) => copies.push((b, *c)),
-            None => {
-                return Err(BackendError::DtypeMismatch {
-                    op: "copy2d",
-                    lhs: T::DTYPE,
-                    rhs: s.slice.dtype(),
-                })
-            }
-        }
-    }
-    copy2d_many(dev, dst, &copies)
 }
 
 #[cfg(test)]

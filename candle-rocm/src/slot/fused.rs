@@ -18,11 +18,15 @@ use candle_rocm_kernels::Module;
 use rocm_safe::{DeviceBuffer, DevicePtrArg, DeviceSlice, DeviceView, LaunchConfig};
 
 use crate::device::RocmDevice;
+use crate::dispatch::Map1;
+use crate::dtype::{RocmDType, RocmStorageSlice as S};
 use crate::error::{BackendError, WrapErr};
-use crate::ops::{invalid, NamedUnary};
-use crate::rows::{self, FusedRow};
-use crate::storage::{RocmDType, RocmStorage, RocmStorageSlice as S};
-use crate::utils::{checked_product, kernel_name, Map1};
+use crate::launch::kernel_name;
+use crate::launch::rows::{self, FusedRow};
+use crate::layout::checked_product;
+use crate::layout::invalid;
+use crate::ops::elementwise::NamedUnary;
+use crate::storage::RocmStorage;
 
 /// What a fused op returns: the result and its shape, or `None` when not handled.
 type Fused = candle_core::Result<Option<(RocmStorage, Shape)>>;

@@ -15,8 +15,8 @@ use candle_rocm_kernels::Module;
 use rocm_safe::{DevicePtrArg, DeviceSlice, DeviceSliceMut, GemmConfig, LaunchConfig, Transpose};
 
 use crate::device::RocmDevice;
+use crate::dtype::RocmDType;
 use crate::error::BackendError;
-use crate::storage::RocmDType;
 
 /// The most rows of `lhs` the kernels take (M in `gemv_<T>_<M>`).
 pub const MAX_ROWS: usize = 8;
@@ -66,7 +66,7 @@ fn names(dtype: DType) -> Option<&'static [(&'static str, &'static str); MAX_ROW
     }
 }
 
-/// A product the kernels take: the rocBLAS configuration [`crate::matmul::gemm_config`] made
+/// A product the kernels take: the rocBLAS configuration [`crate::layout::gemm_config`] made
 /// (rocBLAS's A is Candle's rhs `w`, its B Candle's lhs `x`), seen as `y = x w^T`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Plan {
@@ -171,7 +171,7 @@ pub fn run<T: RocmDType>(
     let (scalar, vector) = names(T::DTYPE)
         .and_then(|n| n.get(p.rows.wrapping_sub(1)))
         .ok_or_else(|| {
-            crate::ops::invalid(
+            crate::layout::invalid(
                 "gemv",
                 format_args!("no kernel for {:?} with {} rows", T::DTYPE, p.rows),
             )
@@ -220,7 +220,7 @@ pub fn run<T: RocmDType>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::matmul::gemm_config;
+    use crate::layout::gemm_config;
     use candle_core::{Layout, Shape};
 
     /// The static names are the kernels' (`gemv_<T>_<M>[_v]`).

@@ -13,17 +13,19 @@
 //! indexed dim) are a multiple of 4 bytes, with source and output aligned to the pack, runs
 //! `is_rows_<I>_v<B>`: groups of threads copy whole segments in 16-, 8- or 4-byte packs
 //! (dtype-agnostic), reading each id once. Other cases, and everything when
-//! [`crate::registry::fast_kernels`] is off, run the per-element `is_<I>_<T>`.
+//! [`crate::settings::fast_kernels`] is off, run the per-element `is_<I>_<T>`.
 
 use candle_core::Layout;
 use candle_rocm_kernels::Module;
 use rocm_safe::{DeviceBuffer, DevicePtrArg, DeviceSlice, DeviceView, LaunchConfig};
 
 use crate::device::RocmDevice;
+use crate::dispatch::{Map1, Map2InPlace};
+use crate::dtype::{RocmDType, RocmStorageSlice as S};
 use crate::error::{BackendError, WrapErr};
-use crate::ops::{contiguous_view, invalid};
-use crate::storage::{RocmDType, RocmStorage, RocmStorageSlice as S};
-use crate::utils::{bits_suffix, checked_product, size_overflow, Map1, Map2InPlace};
+use crate::launch::bits_suffix;
+use crate::layout::{checked_product, size_overflow};
+use crate::layout::{contiguous_view, invalid};
 
 /// The indices of an op: a view starting at the layout's first index, and the dtype suffix
 /// of the kernel name.
@@ -38,7 +40,7 @@ impl<'a> Ids<'a> {
     /// error naming `op` when their dtype is not an index type.
     fn new(
         op: &'static str,
-        ids: &'a RocmStorage,
+        ids: &'a S,
         offset: usize,
         needed: usize,
     ) -> candle_core::Result<Ids<'a>> {
@@ -60,7 +62,7 @@ impl<'a> Ids<'a> {
                 )),
             }
         }
-        let (ptr, suffix) = match &ids.slice {
+        let (ptr, suffix) = match ids {
             S::U8(b) => (DevicePtrArg::of(&view(op, b, offset, needed).w()?), "u8"),
             S::U32(b) => (DevicePtrArg::of(&view(op, b, offset, needed).w()?), "u32"),
             S::I64(b) => (DevicePtrArg::of(&view(op, b, offset, needed).w()?), "i64"),
@@ -179,7 +181,7 @@ impl RowsPlan {
 }
 
 /// `index_select(ids, dim)`: `out[.., j, ..] = src[.., ids[j], ..]`.
-pub struct IndexSelect<'a>(pub &'a RocmStorage, pub &'a Layout, pub usize);
+pub struct IndexSelect<'a>(pub &'a S, pub &'a Layout, pub usize);
 
 impl Map1 for IndexSelect<'_> {
     fn f<T: RocmDType>(
@@ -228,7 +230,7 @@ impl Map1 for IndexSelect<'_> {
                     out.device_ptr() as usize,
                 )
             })
-            .filter(|_| crate::registry::fast_kernels());
+            .filter(|_| crate::settings::fast_kernels());
         if let Some(plan) = plan {
             let name = format!("is_rows_{}_v{}", ids.suffix, plan.bytes);
             let f = dev.function(Module::Index, &name).w()?;
@@ -278,7 +280,7 @@ impl Map1 for IndexSelect<'_> {
 }
 
 /// `gather(ids, dim)`: `out[i][j][k] = src[i][ids[i][j][k]][k]` (for `dim` = 1).
-pub struct Gather<'a>(pub &'a RocmStorage, pub &'a Layout, pub usize);
+pub struct Gather<'a>(pub &'a S, pub &'a Layout, pub usize);
 
 impl Map1 for Gather<'_> {
     fn f<T: RocmDType>(
@@ -335,7 +337,7 @@ pub enum Update {
 }
 
 /// An in-place indexed update of `dst` from `src` along dim `.2`, with indices `.0`/`.1`.
-pub struct IndexedUpdate<'a>(pub &'a RocmStorage, pub &'a Layout, pub usize, pub Update);
+pub struct IndexedUpdate<'a>(pub &'a S, pub &'a Layout, pub usize, pub Update);
 
 impl Map2InPlace for IndexedUpdate<'_> {
     const OP: &'static str = "scatter";

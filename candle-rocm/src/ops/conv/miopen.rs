@@ -1,6 +1,6 @@
 //! The MIOpen path of the convolutions (`conv1d`, `conv2d`, `conv_transpose1d`,
 //! `conv_transpose2d`) and of `max_pool2d` (rocm-safe's [`MiopenHandle`]), chosen by
-//! [`CONV_VAR`] (`avg_pool2d` stays on our kernel: MIOpen's averages round differently from
+//! `CANDLE_ROCM_CONV` ([`crate::settings::conv_path`]) (`avg_pool2d` stays on our kernel: MIOpen's averages round differently from
 //! Candle's, enough to fail candle-core's own pooling test):
 //!
 //! - `miopen`: contiguous f32/f16/bf16 operands run through MIOpen when the library is there;
@@ -15,53 +15,14 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-use candle_core::backend::BackendStorage;
 use candle_core::Layout;
 use parking_lot::Mutex;
 use rocm_safe::{Conv2dConfig, ConvTranspose2dConfig, DeviceBuffer, MiopenType, Pool2dConfig};
 
 use crate::device::RocmDevice;
-use crate::ops::contiguous_view;
-use crate::storage::{RocmDType, RocmStorage, RocmStorageSlice as S};
-
-/// Variable choosing the convolution and pooling path: `auto` (default), `im2col` or `miopen`.
-pub const CONV_VAR: &str = "CANDLE_ROCM_CONV";
-
-/// A convolution path (see the module comment).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ConvPath {
-    /// The default: im2col for now.
-    Auto,
-    /// im2col + rocBLAS.
-    Im2col,
-    /// MIOpen where it applies, im2col otherwise.
-    Miopen,
-}
-
-impl ConvPath {
-    /// Parses [`CONV_VAR`]'s value (case-insensitive); `None` for anything else.
-    pub fn parse(v: &str) -> Option<ConvPath> {
-        match v.trim().to_ascii_lowercase().as_str() {
-            "" | "auto" => Some(ConvPath::Auto),
-            "im2col" => Some(ConvPath::Im2col),
-            "miopen" => Some(ConvPath::Miopen),
-            _ => None,
-        }
-    }
-}
-
-/// The path [`CONV_VAR`] chooses, read once per process (an unknown value is logged and
-/// treated as `auto`).
-pub fn conv_path() -> ConvPath {
-    static PATH: OnceLock<ConvPath> = OnceLock::new();
-    *PATH.get_or_init(|| {
-        let v = std::env::var(CONV_VAR).unwrap_or_default();
-        ConvPath::parse(&v).unwrap_or_else(|| {
-            tracing::warn!("{CONV_VAR}={v:?} is not auto, im2col or miopen: using auto");
-            ConvPath::Auto
-        })
-    })
-}
+use crate::dtype::{RocmDType, RocmStorageSlice as S};
+use crate::layout::contiguous_view;
+use crate::settings::{conv_path, ConvPath};
 
 /// Convolutions and pools MIOpen ran in this process (for tests that must know which path ran).
 static RUNS: AtomicU64 = AtomicU64::new(0);
@@ -126,12 +87,11 @@ fn log_once(what: String) {
 /// or `None` to run our own path. `op` names the op in logs; `cfg` holds the checked shape.
 pub(crate) fn conv(
     op: &'static str,
-    x: &RocmStorage,
-    l: &Layout,
-    w: &RocmStorage,
-    wl: &Layout,
+    dev: &RocmDevice,
+    (x, l): (&S, &Layout),
+    (w, wl): (&S, &Layout),
     cfg: &ConvProblem,
-) -> candle_core::Result<Option<RocmStorage>> {
+) -> candle_core::Result<Option<S>> {
     if conv_path() != ConvPath::Miopen {
         return Ok(None);
     }
@@ -139,14 +99,12 @@ pub(crate) fn conv(
         log_once(format!("{op} {cfg:?}: a strided operand"));
         return Ok(None);
     }
-    let dev = x.device();
-    let out = match (&x.slice, &w.slice) {
+    Ok(match (x, w) {
         (S::F32(a), S::F32(b)) => run(op, dev, (a, l), (b, wl), cfg)?.map(S::F32),
         (S::F16(a), S::F16(b)) => run(op, dev, (a, l), (b, wl), cfg)?.map(S::F16),
         (S::BF16(a), S::BF16(b)) => run(op, dev, (a, l), (b, wl), cfg)?.map(S::BF16),
         _ => log_dtype(op, x.dtype()),
-    };
-    Ok(out.map(|s| RocmStorage::new(s, dev.clone())))
+    })
 }
 
 /// Logs once that MIOpen does not take `dtype` (so our own path runs); always `None`.
@@ -229,10 +187,10 @@ fn run_into<T: MiopenType + RocmDType>(
 /// (Candle's pools have no padding).
 pub(crate) fn pool(
     op: &'static str,
-    x: &RocmStorage,
-    l: &Layout,
+    dev: &RocmDevice,
+    (x, l): (&S, &Layout),
     cfg: &Pool2dConfig,
-) -> candle_core::Result<Option<RocmStorage>> {
+) -> candle_core::Result<Option<S>> {
     if conv_path() != ConvPath::Miopen {
         return Ok(None);
     }
@@ -240,14 +198,12 @@ pub(crate) fn pool(
         log_once(format!("{op} {cfg:?}: a strided input"));
         return Ok(None);
     }
-    let dev = x.device();
-    let out = match &x.slice {
+    Ok(match x {
         S::F32(a) => run_pool(op, dev, (a, l), cfg)?.map(S::F32),
         S::F16(a) => run_pool(op, dev, (a, l), cfg)?.map(S::F16),
         S::BF16(a) => run_pool(op, dev, (a, l), cfg)?.map(S::BF16),
         _ => log_dtype(op, x.dtype()),
-    };
-    Ok(out.map(|s| RocmStorage::new(s, dev.clone())))
+    })
 }
 
 /// Runs one pool of `T` on the device's MIOpen handle; `None` (logged) when MIOpen is absent
@@ -268,22 +224,25 @@ fn run_pool<T: MiopenType + RocmDType>(
     Ok(y)
 }
 
-impl RocmStorage {
-    /// A pool on MIOpen (see [`pool`]; `max_pool2d` uses it): `None` to run our kernels, which
-    /// also report a malformed input.
-    pub(crate) fn pool_on_miopen(
-        &self,
-        op: &'static str,
-        l: &Layout,
-        k: (usize, usize),
-        stride: (usize, usize),
-        mode: rocm_safe::PoolMode,
-    ) -> candle_core::Result<Option<RocmStorage>> {
-        let &[b, c, h, w] = l.dims() else {
-            return Ok(None);
-        };
-        pool(op, self, l, &pool2d_config((b, c, h, w), k, stride, mode))
-    }
+/// A pool on MIOpen (see [`pool`]; `max_pool2d` uses it) over `(b, c, h, w)` with window
+/// `k` and `stride`: `None` to run our kernels, which also report a malformed input.
+pub(crate) fn pool_2d(
+    op: &'static str,
+    dev: &RocmDevice,
+    (x, l): (&S, &Layout),
+    k: (usize, usize),
+    stride: (usize, usize),
+    mode: rocm_safe::PoolMode,
+) -> candle_core::Result<Option<S>> {
+    let &[b, c, h, w] = l.dims() else {
+        return Ok(None);
+    };
+    pool(
+        op,
+        dev,
+        (x, l),
+        &pool2d_config((b, c, h, w), k, stride, mode),
+    )
 }
 
 /// The MIOpen problem of a Candle pool over `(b, c, h, w)` with window `k` and `stride`, both
@@ -334,15 +293,6 @@ pub(crate) fn conv2d_config(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_variable_parses() {
-        assert_eq!(ConvPath::parse(""), Some(ConvPath::Auto));
-        assert_eq!(ConvPath::parse("AUTO"), Some(ConvPath::Auto));
-        assert_eq!(ConvPath::parse(" im2col "), Some(ConvPath::Im2col));
-        assert_eq!(ConvPath::parse("MIOpen"), Some(ConvPath::Miopen));
-        assert_eq!(ConvPath::parse("cudnn"), None);
-    }
 
     #[test]
     fn candle_pool_parameters_map_to_one_problem() {

@@ -1,0 +1,292 @@
+//! The convolutions (`conv1d`, `conv2d`, `conv_transpose1d`, `conv_transpose2d`) over
+//! storage slices: their parameters checked against the operands, then MIOpen when
+//! `CANDLE_ROCM_CONV` asks for it and it applies ([`super::miopen`]), else im2col patches times
+//! the kernel on the GEMM, col2im, or candle's direct transposed-convolution kernels.
+
+use candle_core::{Layout, Shape};
+
+use super::kernels::{Col2Im1D, ConvTranspose, Im2Col, Im2Col1D};
+use super::{agree, conv_out, conv_tr_out, dims_n, miopen, ConvParams};
+use crate::device::RocmDevice;
+use crate::dispatch::{same_dtype, Map1};
+use crate::dtype::RocmStorageSlice as S;
+use crate::error::WrapErr;
+use crate::layout::checked_product;
+use crate::ops::copy::contiguous;
+use crate::ops::matmul::matmul;
+
+/// The GEMM half of an im2col convolution: `col` holds (b * m, k) patches, the kernel is
+/// (n = c_out, k); the (b * m, n) product is copied out through `res_l`, the layout that puts
+/// it in (b, c_out, spatial...) order.
+fn patches_times_kernel(
+    op: &str,
+    dev: &RocmDevice,
+    col: &S,
+    (b, m, n, k): (usize, usize, usize, usize),
+    (kernel, kernel_l): (&S, &Layout),
+    res_l: &Layout,
+) -> candle_core::Result<S> {
+    let bm = checked_product(op, "patch count (b * m)", &[b, m]).w()?;
+    let col_l = Layout::contiguous((bm, k));
+    let kernel_c;
+    let (kernel, k_off) = if kernel_l.is_contiguous() {
+        (kernel, kernel_l.start_offset())
+    } else {
+        // copy_strided_src writes from offset 0, so the copy's layout starts there.
+        kernel_c = contiguous(dev, kernel, kernel_l)?;
+        (&kernel_c, 0)
+    };
+    let kernel_mm = Layout::contiguous_with_offset((n, k), k_off).transpose(0, 1)?;
+    let res = matmul(dev, (col, &col_l), (kernel, &kernel_mm), (1, bm, n, k))?;
+    contiguous(dev, &res, res_l)
+}
+
+/// `conv1d` with parameters by name (see [`ConvParams`]): input (b, c_in, l_in), kernel
+/// (c_out, c_in, k).
+pub fn conv1d(
+    dev: &RocmDevice,
+    (x, l): (&S, &Layout),
+    (kernel, kernel_l): (&S, &Layout),
+    p: &ConvParams,
+) -> candle_core::Result<S> {
+    const OP: &str = "conv1d";
+    let get = |n: &str| p.get(OP, n).w();
+    let d = dims_n(OP, "the input", l, 3).w()?;
+    let kd = dims_n(OP, "the kernel", kernel_l, 3).w()?;
+    let (b, c_in, l_in) = (d[0], d[1], d[2]);
+    let (c_out, k_c_in, k_size) = (kd[0], kd[1], kd[2]);
+    agree(OP, "b_size", get("b_size")?, b).w()?;
+    agree(OP, "c_in", get("c_in")?, c_in).w()?;
+    agree(OP, "c_in (kernel)", k_c_in, c_in).w()?;
+    agree(OP, "c_out", get("c_out")?, c_out).w()?;
+    agree(OP, "k_size", get("k_size")?, k_size).w()?;
+    agree(OP, "l_in", get("l_in")?, l_in).w()?;
+    let (padding, stride, dilation) = (get("padding")?, get("stride")?, get("dilation")?);
+    let l_out = conv_out(OP, l_in, k_size, padding, stride, dilation).w()?;
+    let cfg =
+        rocm_safe::Conv2dConfig::conv1d(b, c_in, l_in, c_out, k_size, 1, padding, stride, dilation);
+    let problem = miopen::ConvProblem::Forward(cfg);
+    if let Some(out) = miopen::conv(OP, dev, (x, l), (kernel, kernel_l), &problem)? {
+        return Ok(out);
+    }
+    let col = Im2Col1D {
+        l_k: k_size,
+        l_out,
+        stride,
+        padding,
+        dilation,
+    }
+    .map(x, dev, l)?;
+    let res_l = Layout::contiguous((b, l_out, c_out)).transpose(1, 2)?;
+    let patch = checked_product(OP, "patch length (k_size * c_in)", &[k_size, c_in]).w()?;
+    patches_times_kernel(
+        OP,
+        dev,
+        &col,
+        (b, l_out, c_out, patch),
+        (kernel, kernel_l),
+        &res_l,
+    )
+}
+
+/// `conv2d` with parameters by name: input (b, c_in, h, w), kernel (c_out, c_in, k_h,
+/// k_w).
+pub fn conv2d(
+    dev: &RocmDevice,
+    (x, l): (&S, &Layout),
+    (kernel, kernel_l): (&S, &Layout),
+    p: &ConvParams,
+) -> candle_core::Result<S> {
+    const OP: &str = "conv2d";
+    let get = |n: &str| p.get(OP, n).w();
+    let d = dims_n(OP, "the input", l, 4).w()?;
+    let kd = dims_n(OP, "the kernel", kernel_l, 4).w()?;
+    let (b, c_in, i_h, i_w) = (d[0], d[1], d[2], d[3]);
+    let (c_out, k_c_in, k_h, k_w) = (kd[0], kd[1], kd[2], kd[3]);
+    agree(OP, "b_size", get("b_size")?, b).w()?;
+    agree(OP, "c_in", get("c_in")?, c_in).w()?;
+    agree(OP, "c_in (kernel)", k_c_in, c_in).w()?;
+    agree(OP, "c_out", get("c_out")?, c_out).w()?;
+    agree(OP, "k_h", get("k_h")?, k_h).w()?;
+    agree(OP, "k_w", get("k_w")?, k_w).w()?;
+    agree(OP, "i_h", get("i_h")?, i_h).w()?;
+    agree(OP, "i_w", get("i_w")?, i_w).w()?;
+    let (padding, stride, dilation) = (get("padding")?, get("stride")?, get("dilation")?);
+    let h_out = conv_out(OP, i_h, k_h, padding, stride, dilation).w()?;
+    let w_out = conv_out(OP, i_w, k_w, padding, stride, dilation).w()?;
+    let cfg = miopen::conv2d_config(
+        (b, c_in, i_h, i_w),
+        (c_out, k_h, k_w),
+        padding,
+        stride,
+        dilation,
+    );
+    let problem = miopen::ConvProblem::Forward(cfg);
+    if let Some(out) = miopen::conv(OP, dev, (x, l), (kernel, kernel_l), &problem)? {
+        return Ok(out);
+    }
+    let col = Im2Col {
+        h_k: k_h,
+        w_k: k_w,
+        h_out,
+        w_out,
+        stride,
+        padding,
+        dilation,
+    }
+    .map(x, dev, l)?;
+    let res_l = Layout::contiguous((b, h_out, w_out, c_out))
+        .transpose(1, 2)?
+        .transpose(1, 3)?;
+    let m = checked_product(OP, "output pixel count (h_out * w_out)", &[h_out, w_out]).w()?;
+    let patch = checked_product(OP, "patch length (k_h * k_w * c_in)", &[k_h, k_w, c_in]).w()?;
+    patches_times_kernel(
+        OP,
+        dev,
+        &col,
+        (b, m, c_out, patch),
+        (kernel, kernel_l),
+        &res_l,
+    )
+}
+
+/// `conv_transpose1d` with parameters by name: input (b, c_in, l_in), kernel (c_in,
+/// c_out, k).
+pub fn conv_transpose1d(
+    dev: &RocmDevice,
+    (x, l): (&S, &Layout),
+    (kernel, kernel_l): (&S, &Layout),
+    p: &ConvParams,
+) -> candle_core::Result<S> {
+    const OP: &str = "conv_transpose1d";
+    let get = |n: &str| p.get(OP, n).w();
+    let d = dims_n(OP, "the input", l, 3).w()?;
+    let kd = dims_n(OP, "the kernel", kernel_l, 3).w()?;
+    let (b, c_in, l_in) = (d[0], d[1], d[2]);
+    let (k_c_in, c_out, k_size) = (kd[0], kd[1], kd[2]);
+    agree(OP, "b_size", get("b_size")?, b).w()?;
+    agree(OP, "c_in", get("c_in")?, c_in).w()?;
+    agree(OP, "c_in (kernel)", k_c_in, c_in).w()?;
+    agree(OP, "c_out", get("c_out")?, c_out).w()?;
+    agree(OP, "k_size", get("k_size")?, k_size).w()?;
+    agree(OP, "l_in", get("l_in")?, l_in).w()?;
+    let (padding, out_padding) = (get("padding")?, get("output_padding")?);
+    let (stride, dilation) = (get("stride")?, get("dilation")?);
+    let l_out = conv_tr_out(OP, l_in, k_size, padding, out_padding, stride, dilation).w()?;
+    let problem =
+        miopen::ConvProblem::Transpose(rocm_safe::ConvTranspose2dConfig::conv_transpose1d(
+            b,
+            c_in,
+            l_in,
+            c_out,
+            k_size,
+            1,
+            padding,
+            out_padding,
+            stride,
+            dilation,
+        ));
+    if let Some(out) = miopen::conv(OP, dev, (x, l), (kernel, kernel_l), &problem)? {
+        return Ok(out);
+    }
+    let simple = dilation == 1 && padding == 0 && out_padding == 0;
+    if simple
+        && kernel_l.is_contiguous()
+        && !matches!(x.dtype(), candle_core::DType::U8 | candle_core::DType::U32)
+    {
+        // (b, l_in, c_in) x (c_in, c_out * k) -> (b, l_in, c_out, k) columns, then col2im.
+        let row =
+            checked_product(OP, "kernel row length (k_size * c_out)", &[k_size, c_out]).w()?;
+        let kernel_mm = Layout::new(
+            Shape::from((b, c_in, row)),
+            vec![0, row, 1],
+            kernel_l.start_offset(),
+        );
+        let col = matmul(
+            dev,
+            (x, &l.transpose(1, 2)?),
+            (kernel, &kernel_mm),
+            (b, l_in, row, c_in),
+        )?;
+        let col_l = Layout::contiguous((b, l_in, c_out, k_size));
+        return Col2Im1D { stride }.map(&col, dev, &col_l);
+    }
+    let conv = ConvTranspose {
+        out: vec![l_out],
+        stride,
+        padding,
+        output_padding: out_padding,
+        dilation,
+        dst_el: checked_product(
+            OP,
+            "output element count (b * c_out * l_out)",
+            &[b, c_out, l_out],
+        )
+        .w()?,
+    };
+    Ok(same_dtype!(OP, (x, kernel), (x, k) => {
+        S::from_buffer(conv.run((x, l), (k, kernel_l), dev).w()?)
+    }))
+}
+
+/// `conv_transpose2d` with parameters by name: input (b, c_in, h, w), kernel (c_in,
+/// c_out, k_h, k_w).
+pub fn conv_transpose2d(
+    dev: &RocmDevice,
+    (x, l): (&S, &Layout),
+    (kernel, kernel_l): (&S, &Layout),
+    p: &ConvParams,
+) -> candle_core::Result<S> {
+    const OP: &str = "conv_transpose2d";
+    let get = |n: &str| p.get(OP, n).w();
+    let d = dims_n(OP, "the input", l, 4).w()?;
+    let kd = dims_n(OP, "the kernel", kernel_l, 4).w()?;
+    let (b, c_in, i_h, i_w) = (d[0], d[1], d[2], d[3]);
+    let (k_c_in, c_out, k_h, k_w) = (kd[0], kd[1], kd[2], kd[3]);
+    agree(OP, "b_size", get("b_size")?, b).w()?;
+    agree(OP, "c_in", get("c_in")?, c_in).w()?;
+    agree(OP, "c_in (kernel)", k_c_in, c_in).w()?;
+    agree(OP, "c_out", get("c_out")?, c_out).w()?;
+    agree(OP, "k_h", get("k_h")?, k_h).w()?;
+    agree(OP, "k_w", get("k_w")?, k_w).w()?;
+    agree(OP, "i_h", get("i_h")?, i_h).w()?;
+    agree(OP, "i_w", get("i_w")?, i_w).w()?;
+    let (padding, out_padding) = (get("padding")?, get("output_padding")?);
+    let (stride, dilation) = (get("stride")?, get("dilation")?);
+    let h_out = conv_tr_out(OP, i_h, k_h, padding, out_padding, stride, dilation).w()?;
+    let w_out = conv_tr_out(OP, i_w, k_w, padding, out_padding, stride, dilation).w()?;
+    let problem = miopen::ConvProblem::Transpose(rocm_safe::ConvTranspose2dConfig {
+        batch: b,
+        in_channels: c_in,
+        in_h: i_h,
+        in_w: i_w,
+        out_channels: c_out,
+        kernel_h: k_h,
+        kernel_w: k_w,
+        groups: 1,
+        padding: [padding; 2],
+        output_padding: [out_padding; 2],
+        stride: [stride; 2],
+        dilation: [dilation; 2],
+    });
+    if let Some(out) = miopen::conv(OP, dev, (x, l), (kernel, kernel_l), &problem)? {
+        return Ok(out);
+    }
+    let conv = ConvTranspose {
+        // candle's kernel takes (w_out, h_out) with its "w" = dims[3].
+        out: vec![w_out, h_out],
+        stride,
+        padding,
+        output_padding: out_padding,
+        dilation,
+        dst_el: checked_product(
+            OP,
+            "output element count (b * c_out * h_out * w_out)",
+            &[b, c_out, h_out, w_out],
+        )
+        .w()?,
+    };
+    Ok(same_dtype!(OP, (x, kernel), (x, k) => {
+        S::from_buffer(conv.run((x, l), (k, kernel_l), dev).w()?)
+    }))
+}

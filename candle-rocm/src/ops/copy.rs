@@ -1,0 +1,108 @@
+//! Copies between storages of one device: `copy_strided_src` (a transposed copy through our
+//! `rows` kernels where the layout is one, else candle's `ucopy`), `copy2d`, `cat`'s batched
+//! copies (`copy2d_many`), `const_set`, and a contiguous copy for the ops that need one.
+
+use candle_core::scalar::Scalar;
+use candle_core::Layout;
+use rocm_safe::DeviceBuffer;
+
+use crate::device::RocmDevice;
+use crate::dispatch::same_dtype;
+use crate::dtype::{for_each_slice, match_dtype, RocmDType, RocmStorageSlice as S};
+use crate::error::{BackendError, WrapErr};
+use crate::launch::candle as kernels;
+use crate::launch::copy::Copy2dArgs;
+
+/// `copy_strided_src`: the elements `src` addresses through `src_l`, in row-major order, to
+/// `dst[dst_offset..]` (same dtype).
+pub fn copy_strided(
+    dev: &RocmDevice,
+    src: &S,
+    src_l: &Layout,
+    dst: &mut S,
+    dst_offset: usize,
+) -> candle_core::Result<()> {
+    same_dtype!("copy_strided_src", (src, dst), (a, b) => {
+        if crate::launch::transpose::transpose(dev, a, src_l, b, dst_offset).w()? {
+            return Ok(());
+        }
+        kernels::copy_strided(dev, a, src_l, b, dst_offset).w()
+    })
+}
+
+/// A new contiguous buffer holding the elements `src` addresses through `l`.
+pub fn contiguous(dev: &RocmDevice, src: &S, l: &Layout) -> candle_core::Result<S> {
+    let n = l.shape().elem_count();
+    let dtype = src.dtype();
+    let mut out = match_dtype!(dtype, T => S::from_buffer(dev.alloc::<T>(n).w()?), dtype => {
+        return Err(BackendError::UnsupportedDtype { op: "contiguous", dtype }).w()
+    });
+    // Every element of `out` is written by the copy before it is read.
+    copy_strided(dev, src, l, &mut out, 0)?;
+    Ok(out)
+}
+
+/// `copy2d`: `d1` rows of `d2` elements, strides and offsets as candle's `copy2d` takes them.
+pub fn copy2d(
+    dev: &RocmDevice,
+    src: &S,
+    dst: &mut S,
+    dims: (usize, usize),
+    strides: (usize, usize),
+    offsets: (usize, usize),
+) -> candle_core::Result<()> {
+    same_dtype!("copy2d", (src, dst), (a, b) => {
+        kernels::copy2d(dev, a, b, dims, strides, offsets).w()
+    })
+}
+
+/// `const_set`: `value` into every element `l` addresses in `dst` (dtypes must agree).
+pub fn const_set(
+    dev: &RocmDevice,
+    dst: &mut S,
+    l: &Layout,
+    value: Scalar,
+) -> candle_core::Result<()> {
+    let dtype = dst.dtype();
+    for_each_slice!(dst, b => match RocmDType::from_scalar(value) {
+        Some(v) => kernels::const_set(dev, b, l, v),
+        None => Err(BackendError::DtypeMismatch {
+            op: "const_set",
+            lhs: dtype,
+            rhs: value.dtype(),
+        }),
+    })
+    .w()
+}
+
+/// `cat`'s copies `srcs` into `dst` in batched launches ([`crate::launch::copy::copy2d_many`]);
+/// every source must be of `dst`'s dtype.
+pub fn copy2d_many(
+    dev: &RocmDevice,
+    dst: &mut S,
+    srcs: &[(&S, Copy2dArgs)],
+) -> candle_core::Result<()> {
+    for_each_slice!(dst, d => typed(dev, d, srcs)).w()
+}
+
+/// [`copy2d_many`] for element type `T`: each source's buffer, or a dtype mismatch.
+fn typed<T: RocmDType>(
+    dev: &RocmDevice,
+    dst: &mut DeviceBuffer<T>,
+    srcs: &[(&S, Copy2dArgs)],
+) -> Result<(), BackendError> {
+    let mut copies = Vec::with_capacity(srcs.len());
+    for (s, c) in srcs {
+        match T::as_buffer(s) {
+            Some(b) => copies.push((b, *c)),
+            None => {
+                return Err(BackendError::DtypeMismatch {
+                    op: "copy2d",
+                    lhs: T::DTYPE,
+                    rhs: s.dtype(),
+                })
+            }
+        }
+    }
+    crate::launch::copy::copy2d_many(dev, dst, &copies)
+}

@@ -1,0 +1,466 @@
+//! Host-side plans of the quantized products, no launches: which kernels exist for a GGML type
+//! (the `qmatvec` kernel names), which path a product of `m` rows takes ([`qmatmul_path`]),
+//! and the launch geometry of the mat-vec and tiled kernels.
+
+use candle_core::quantized::GgmlDType;
+use rocm_safe::LaunchConfig;
+
+/// Threads per block of the `qmatvec` kernels (`QMV_BLOCK`).
+pub(super) const QMATVEC_THREADS: u32 = 256;
+/// Output rows per block of the `qmatvec` kernels (`QMV_ROWS`: 8 groups of 32 lanes, 2 rows
+/// each).
+pub(super) const QMATVEC_ROWS: usize = 16;
+/// Most blocks of a `qmatvec` launch (the kernels loop over the rows beyond).
+pub(super) const QMATVEC_MAX_GRID: usize = 1 << 20;
+
+/// Bytes of one 32-value block of an 8-bit x row: 32 quants, then (f16 scale and f16 sum of
+/// the values, i32 sum of the quants) in the row's tail (`QMV8_ROW_BYTES` in `qmatvec.hip`).
+pub(super) const X8_BLOCK_BYTES: usize = 40;
+
+/// Our mat-vec kernels of one block type, named once so a launch formats nothing; entry
+/// `r - 1` takes `r` rows of x in one launch.
+pub(super) struct QmatvecNames {
+    /// f32 activations: the plain kernel and the `_v` one (x read as float4).
+    pub(super) f32: &'static [[&'static str; 2]],
+    /// 8-bit activations, as many as `f32`.
+    pub(super) x8: &'static [&'static str],
+    /// The tiled matrix-matrix kernels `qmm_<type>_m<16|32|64>` (f32 activations), by x-row
+    /// tile.
+    pub(super) qmm: [&'static str; 3],
+    /// The same on 8-bit activations, `qmm8_<type>_m<16|32|64>`.
+    pub(super) qmm8: [&'static str; 3],
+    /// The register-tiled kernels `qmr_<type>_m<8|16>` (f32 activations), by x-row tile.
+    pub(super) qmr: [&'static str; 2],
+}
+
+impl QmatvecNames {
+    /// Most rows of x one launch takes: 8 for the 32-value blocks, 4 for the k-quants (their
+    /// registers grow by 20-30 VGPRs a row on AMD; `QMV_K_MAX_M` in `qmatvec.hip`).
+    pub(super) fn max_rows(&self) -> usize {
+        self.f32.len()
+    }
+}
+
+/// The names of `qmatvec_<t>`, `qmatvec_<t>_m<r>` (and their `_v`), `qmatvec8_<t>[_m<r>]`,
+/// the tiled `qmm_<t>_m<tile>` / `qmm8_<t>_m<tile>` and the register-tiled `qmr_<t>_m<tile>`
+/// for the row-count suffixes given ("" for one row).
+macro_rules! qmatvec_names {
+    ($t:literal: $($suffix:literal),+) => {
+        QmatvecNames {
+            f32: &[$([
+                concat!("qmatvec_", $t, $suffix),
+                concat!("qmatvec_", $t, $suffix, "_v"),
+            ]),+],
+            x8: &[$(concat!("qmatvec8_", $t, $suffix)),+],
+            qmm: [
+                concat!("qmm_", $t, "_m16"),
+                concat!("qmm_", $t, "_m32"),
+                concat!("qmm_", $t, "_m64"),
+            ],
+            qmm8: [
+                concat!("qmm8_", $t, "_m16"),
+                concat!("qmm8_", $t, "_m32"),
+                concat!("qmm8_", $t, "_m64"),
+            ],
+            qmr: [concat!("qmr_", $t, "_m8"), concat!("qmr_", $t, "_m16")],
+        }
+    };
+}
+
+/// Our `qmatvec` kernels for a block type, if they exist.
+pub(super) fn qmatvec_kernel(dtype: GgmlDType) -> Option<QmatvecNames> {
+    Some(match dtype {
+        GgmlDType::Q4_0 => {
+            qmatvec_names!("q4_0": "", "_m2", "_m3", "_m4", "_m5", "_m6", "_m7", "_m8")
+        }
+        GgmlDType::Q4_1 => {
+            qmatvec_names!("q4_1": "", "_m2", "_m3", "_m4", "_m5", "_m6", "_m7", "_m8")
+        }
+        GgmlDType::Q8_0 => {
+            qmatvec_names!("q8_0": "", "_m2", "_m3", "_m4", "_m5", "_m6", "_m7", "_m8")
+        }
+        GgmlDType::Q5_0 => {
+            qmatvec_names!("q5_0": "", "_m2", "_m3", "_m4", "_m5", "_m6", "_m7", "_m8")
+        }
+        GgmlDType::Q5_1 => {
+            qmatvec_names!("q5_1": "", "_m2", "_m3", "_m4", "_m5", "_m6", "_m7", "_m8")
+        }
+        GgmlDType::Q4K => qmatvec_names!("q4_K": "", "_m2", "_m3", "_m4"),
+        GgmlDType::Q5K => qmatvec_names!("q5_K": "", "_m2", "_m3", "_m4"),
+        GgmlDType::Q6K => qmatvec_names!("q6_K": "", "_m2", "_m3", "_m4"),
+        _ => return None,
+    })
+}
+
+/// Which kernels a quantized product of f32 activation rows runs (see [`qmatmul_path`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QmatmulPath {
+    /// The mat-vec kernels: ours (`qmatvec_*`, `qmatvec8_*` with `CANDLE_ROCM_QMATVEC=q8`),
+    /// or candle-kernels' for one row of the other types.
+    MatVec,
+    /// The tiled kernels: the register-tiled `qmr_*` up to 16 rows in f32, the `qmm_*` /
+    /// `qmm8_*` tiles beyond.
+    Tiled,
+    /// The weights dequantized to f16 for one GEMM (or, for what that does not take, the
+    /// slot's dequantize and f32 matmul).
+    Gemm,
+}
+
+/// Rows up to which the 32-value block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) run the mat-vec
+/// in f32 when `CANDLE_ROCM_QMATVEC_ROWS` is unset: from 7 rows the register-tiled `qmr`
+/// kernels are faster (see `settings::QMATMUL_ROWS_VAR`).
+pub(super) const QMATVEC_ROWS_BLOCK32_F32: usize = 6;
+
+/// The path a product of `m` f32 rows of activations on `dtype` weights takes: the mat-vec up
+/// to `CANDLE_ROCM_QMATVEC_ROWS` rows (unset: 6 for the 32-value block types in f32, else 8),
+/// then the tiled kernels up to `CANDLE_ROCM_QMATMUL_ROWS` (unset: 8) for the types that have
+/// them, then the GEMM. A path whose kernels do not apply to the shape (e.g. `k` not a
+/// multiple of the block, or `x` not contiguous) falls through to the GEMM.
+pub fn qmatmul_path(dtype: GgmlDType, m: usize) -> QmatmulPath {
+    let names = qmatvec_kernel(dtype);
+    let mat_vec_rows = crate::settings::qmatvec_rows_set().unwrap_or(match &names {
+        Some(_) if dtype.block_size() == 32 && !crate::settings::qmatvec_q8() => {
+            QMATVEC_ROWS_BLOCK32_F32
+        }
+        _ => crate::settings::QMATVEC_ROWS_DEFAULT,
+    });
+    if m <= mat_vec_rows {
+        QmatmulPath::MatVec
+    } else if names.is_some() && m <= crate::settings::qmatmul_max_rows() {
+        QmatmulPath::Tiled
+    } else {
+        QmatmulPath::Gemm
+    }
+}
+
+/// Threads per block of the `qmr` kernels (`QMR_BLOCK`).
+pub(super) const QMR_THREADS: u32 = 256;
+/// Weight rows per block of the `qmr` kernels (`QMR_ROWS`).
+pub(super) const QMR_TILE_N: usize = 16;
+/// Most activation rows the tiled path gives the `qmr` kernels; past it, the `qmm` tiles. On
+/// the H100 via HIP-on-CUDA (2026-11-25 16:28Z, 4096 x 4096 weights) `qmr` took 40 us for 16
+/// rows of q4_0 and 33 us for q4_K against `qmm`'s 60 / 73 us, but each further 16 rows cost
+/// it as much again (78 / 154 us at 32 / 64 rows of q4_0, `qmm` 70 / 95).
+pub(super) const QMR_MAX_ROWS: usize = 16;
+
+/// Threads per block of the `qmm` kernels (`QMM_BLOCK`).
+pub(super) const QMM_THREADS: u32 = 256;
+/// Weight rows per block of the `qmm` kernels (`QMM_TN`).
+pub(super) const QMM_TILE_N: usize = 64;
+/// Values of k per step of the `qmm` kernels (`QMM_KC`): k must be a multiple.
+pub(super) const QMM_CHUNK: usize = 32;
+/// Blocks a `qmm` launch aims at per compute unit: several resident blocks hide the weight
+/// loads of one behind the arithmetic of others, and a second wave evens out the last one. (4,
+/// with each chunk's loads waiting on a full memory latency, gave 576 blocks of 15 chunks in
+/// a row at 16 x 4096 x 4096 and took 61 us on the H100 via HIP-on-CUDA, 2026-11-25; not yet
+/// measured at 8 with the loads issued a chunk ahead.)
+pub(super) const QMM_BLOCKS_PER_CU: usize = 8;
+/// Fewest k chunks per slice: a slice shorter than this spends more on its partial sums than
+/// it saves.
+pub(super) const QMM_MIN_CHUNKS: usize = 4;
+/// Most k slices (the grid's z, and the partial buffers: slices * m * n floats).
+pub(super) const QMM_MAX_SLICES: usize = 64;
+
+/// The x-row tile of the `qmm` kernels for `m` rows (index into [`QmatvecNames::qmm`] and the
+/// tile's rows): 16, 32, or 64 (several tiles past 64).
+pub(super) fn qmm_tile(m: usize) -> (usize, usize) {
+    match m {
+        0..=16 => (0, 16),
+        17..=32 => (1, 32),
+        _ => (2, 64),
+    }
+}
+
+/// How a `qmm` launch splits k: (chunks per slice, slices) for `tiles` output tiles, `chunks`
+/// chunks of k and `cus` compute units. A product with few tiles (a 4096-row weight has 64)
+/// would leave most of a GPU idle, so k is split into slices whose partial products
+/// `qmm_reduce` adds in order: enough blocks for [`QMM_BLOCKS_PER_CU`] per compute unit, each
+/// slice at least [`QMM_MIN_CHUNKS`] chunks, at most [`QMM_MAX_SLICES`] slices, none empty.
+pub(super) fn qmm_slices(tiles: usize, chunks: usize, cus: usize) -> (usize, usize) {
+    let chunks = chunks.max(1);
+    let want = (QMM_BLOCKS_PER_CU * cus.max(1)).div_ceil(tiles.max(1));
+    let most = (chunks / QMM_MIN_CHUNKS).clamp(1, QMM_MAX_SLICES);
+    let cps = chunks.div_ceil(want.clamp(1, most));
+    (cps, chunks.div_ceil(cps))
+}
+
+/// `m` rows split into launches of at most `max` rows (`max` >= 1): (first row, row count),
+/// the counts as even as they can be (7 rows at most 4 a launch: 3 and 4).
+pub(super) fn row_chunks(m: usize, max: usize) -> impl Iterator<Item = (usize, usize)> {
+    let max = max.max(1);
+    let launches = m.div_ceil(max);
+    (0..launches).map(move |i| {
+        let first = i * m / launches;
+        (first, (i + 1) * m / launches - first)
+    })
+}
+
+/// Launch of a `qmatvec` kernel: the grid for `n` rows and whether x (at device address
+/// `x_addr`) allows the `_v` kernel's float4 loads. Ported line for line in the emulator
+/// driver `kernels/tests/emu/qmatvec_test.cpp` (`launch_shape`).
+pub(super) struct QmatvecLaunch {
+    /// Grid and block.
+    pub(super) cfg: LaunchConfig,
+    /// Whether x is 16-byte aligned (the `_v` kernel).
+    pub(super) vec: bool,
+}
+
+impl QmatvecLaunch {
+    /// The launch for `n` output rows with x at `x_addr`.
+    pub(super) fn new(n: usize, x_addr: usize) -> Self {
+        let grid = n.div_ceil(QMATVEC_ROWS).clamp(1, QMATVEC_MAX_GRID);
+        QmatvecLaunch {
+            cfg: LaunchConfig {
+                // At most 2^20: fits u32.
+                grid_dim: (grid as u32, 1, 1),
+                block_dim: (QMATVEC_THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            },
+            vec: x_addr % 16 == 0,
+        }
+    }
+}
+
+/// Output rows per block of the dequantize-mat-vec kernels: 4 (or 2) when that divides `n`,
+/// so a block has 128 (64) threads: one 32-thread block per row leaves a wave64 half empty on
+/// AMD and caps residency on any GPU. The kernels find their row as `blockIdx.x * blockDim.y
+/// + threadIdx.y`, and the k-quant ones return early only past `row > nrows` (not `>=`), so
+/// the grid must cover exactly `n` rows: hence only divisors of `n`. The q5_K kernel (no row
+/// count, `with_rows` false) reads its row from `blockIdx.x` alone and keeps 1.
+pub(super) fn mat_vec_rows_per_block(n: usize, with_rows: bool) -> usize {
+    if !with_rows {
+        1
+    } else if n % 4 == 0 {
+        4
+    } else if n % 2 == 0 {
+        2
+    } else {
+        1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mat_vec_blocks_cover_exactly_the_rows() {
+        for n in [1usize, 2, 3, 4, 6, 576, 4097, 32000, 49152] {
+            for with_rows in [true, false] {
+                let r = mat_vec_rows_per_block(n, with_rows);
+                assert_eq!(n % r, 0, "n {n}: {r} rows per block");
+                assert!(with_rows || r == 1);
+            }
+        }
+        assert_eq!(mat_vec_rows_per_block(32000, true), 4);
+        assert_eq!(mat_vec_rows_per_block(6, true), 2);
+    }
+
+    #[test]
+    fn qmatvec_launch_matches_the_emulator_port() {
+        // The emulator driver's `test_port` checks the same values.
+        let a = QmatvecLaunch::new(1, 256);
+        assert_eq!(
+            (a.cfg.grid_dim, a.cfg.block_dim, a.vec),
+            ((1, 1, 1), (256, 1, 1), true)
+        );
+        let b = QmatvecLaunch::new(17, 260);
+        assert_eq!((b.cfg.grid_dim.0, b.vec), (2, false));
+        let c = QmatvecLaunch::new(1 << 30, 256);
+        assert_eq!(c.cfg.grid_dim.0 as usize, QMATVEC_MAX_GRID);
+        assert_eq!(QmatvecLaunch::new(32000, 0).cfg.grid_dim.0, 2000);
+        for t in [
+            GgmlDType::Q4_0,
+            GgmlDType::Q4_1,
+            GgmlDType::Q5_0,
+            GgmlDType::Q5_1,
+            GgmlDType::Q8_0,
+        ] {
+            assert_eq!(t.block_size(), 32, "{t:?}");
+            assert!(qmatvec_kernel(t).is_some());
+        }
+        for t in [GgmlDType::Q4K, GgmlDType::Q5K, GgmlDType::Q6K] {
+            assert_eq!(t.block_size(), 256, "{t:?}");
+            assert!(qmatvec_kernel(t).is_some());
+        }
+        for t in [
+            GgmlDType::Q2K,
+            GgmlDType::Q3K,
+            GgmlDType::Q8K,
+            GgmlDType::Q8_1,
+        ] {
+            assert!(qmatvec_kernel(t).is_none(), "{t:?}");
+        }
+    }
+
+    #[test]
+    fn default_paths_follow_the_measured_crossovers() {
+        // Only with the defaults (a developer's CANDLE_ROCM_QMATVEC_ROWS, CANDLE_ROCM_QMATMUL_ROWS
+        // or CANDLE_ROCM_QMATVEC=q8 moves them on purpose).
+        if [
+            crate::settings::QMATVEC_ROWS_VAR,
+            crate::settings::QMATMUL_ROWS_VAR,
+            crate::settings::QMATVEC_VAR,
+        ]
+        .iter()
+        .any(|v| crate::settings::is_set(v))
+        {
+            return;
+        }
+        use QmatmulPath::*;
+        for dtype in [
+            GgmlDType::Q4_0,
+            GgmlDType::Q4_1,
+            GgmlDType::Q5_0,
+            GgmlDType::Q5_1,
+            GgmlDType::Q8_0,
+        ] {
+            let paths: Vec<_> = (1..=10).map(|m| qmatmul_path(dtype, m)).collect();
+            let want = [
+                MatVec, MatVec, MatVec, MatVec, MatVec, MatVec, Tiled, Tiled, Gemm, Gemm,
+            ];
+            assert_eq!(paths, want, "{dtype:?}");
+        }
+        for dtype in [GgmlDType::Q4K, GgmlDType::Q5K, GgmlDType::Q6K] {
+            let paths: Vec<_> = (1..=10).map(|m| qmatmul_path(dtype, m)).collect();
+            let want = [
+                MatVec, MatVec, MatVec, MatVec, MatVec, MatVec, MatVec, MatVec, Gemm, Gemm,
+            ];
+            assert_eq!(paths, want, "{dtype:?}");
+        }
+        // Types without our kernels: candle's mat-vec for one row (more rows find no mat-vec
+        // there and fall through to the GEMM), never the tiled path.
+        for dtype in [GgmlDType::Q2K, GgmlDType::Q8_1, GgmlDType::F16] {
+            assert_eq!(qmatmul_path(dtype, 1), MatVec, "{dtype:?}");
+            assert_eq!(qmatmul_path(dtype, 9), Gemm, "{dtype:?}");
+            assert!(
+                (1..=64).all(|m| qmatmul_path(dtype, m) != Tiled),
+                "{dtype:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn qmm_slices_cover_k_once_and_fill_the_gpu() {
+        for tiles in [1, 3, 64, 128, 500, 4096] {
+            for chunks in [1, 2, 3, 7, 16, 128, 129, 1000, 4096] {
+                for cus in [1, 60, 132, 304] {
+                    let (cps, slices) = qmm_slices(tiles, chunks, cus);
+                    let what = format!("tiles {tiles} chunks {chunks} cus {cus}");
+                    assert!(cps >= 1 && (1..=QMM_MAX_SLICES).contains(&slices), "{what}");
+                    // Every chunk in one slice, and no slice empty.
+                    assert!(
+                        slices * cps >= chunks && (slices - 1) * cps < chunks,
+                        "{what}"
+                    );
+                    if slices > 1 {
+                        assert!(cps >= QMM_MIN_CHUNKS, "{what}: {cps} chunks a slice");
+                    }
+                    // Splitting only where the tiles alone fall short of the target.
+                    if tiles >= QMM_BLOCKS_PER_CU * cus {
+                        assert_eq!(slices, 1, "{what}");
+                    }
+                }
+            }
+        }
+        // A 4096 x 4096 weight at 16 rows on 132 compute units: 64 tiles, 128 chunks of 32
+        // values: 16 slices of 8 chunks give 1024 blocks.
+        assert_eq!(qmm_slices(64, 128, 132), (8, 16));
+    }
+
+    #[test]
+    fn qmm_tiles_hold_the_rows() {
+        assert_eq!(qmm_tile(9), (0, 16));
+        assert_eq!(qmm_tile(16), (0, 16));
+        assert_eq!(qmm_tile(17), (1, 32));
+        assert_eq!(qmm_tile(32), (1, 32));
+        assert_eq!(qmm_tile(33), (2, 64));
+        assert_eq!(qmm_tile(500), (2, 64));
+    }
+
+    #[test]
+    fn row_chunks_cover_every_row_once_within_the_kernels_limit() {
+        for max in 1..=8 {
+            for m in 0..=20 {
+                let chunks: Vec<_> = row_chunks(m, max).collect();
+                let mut next = 0;
+                for &(first, count) in &chunks {
+                    assert_eq!(first, next, "m {m} max {max}: {chunks:?}");
+                    assert!((1..=max).contains(&count), "m {m} max {max}: {chunks:?}");
+                    next += count;
+                }
+                assert_eq!(next, m);
+                assert_eq!(chunks.len(), m.div_ceil(max));
+            }
+        }
+        assert_eq!(row_chunks(7, 4).collect::<Vec<_>>(), [(0, 3), (3, 4)]);
+        assert_eq!(row_chunks(8, 8).collect::<Vec<_>>(), [(0, 8)]);
+    }
+
+    #[test]
+    fn qmatvec_names_follow_the_kernels() {
+        let q40 = qmatvec_kernel(GgmlDType::Q4_0).unwrap();
+        assert_eq!(q40.max_rows(), 8);
+        assert_eq!(q40.f32[0], ["qmatvec_q4_0", "qmatvec_q4_0_v"]);
+        assert_eq!(q40.f32[7], ["qmatvec_q4_0_m8", "qmatvec_q4_0_m8_v"]);
+        assert_eq!(q40.x8[2], "qmatvec8_q4_0_m3");
+        let q6k = qmatvec_kernel(GgmlDType::Q6K).unwrap();
+        assert_eq!(q6k.max_rows(), 4);
+        assert_eq!(q6k.f32[3], ["qmatvec_q6_K_m4", "qmatvec_q6_K_m4_v"]);
+        assert_eq!(q6k.x8[3], "qmatvec8_q6_K_m4");
+        assert_eq!(q6k.qmm, ["qmm_q6_K_m16", "qmm_q6_K_m32", "qmm_q6_K_m64"]);
+        assert_eq!(q40.qmm8[1], "qmm8_q4_0_m32");
+        // q5_0 / q5_1: as many rows as the other 32-value blocks.
+        let q51 = qmatvec_kernel(GgmlDType::Q5_1).unwrap();
+        assert_eq!(q51.max_rows(), 8);
+        assert_eq!(q51.f32[4], ["qmatvec_q5_1_m5", "qmatvec_q5_1_m5_v"]);
+        assert_eq!(q51.x8[7], "qmatvec8_q5_1_m8");
+        assert_eq!(q51.qmm[0], "qmm_q5_1_m16");
+        assert_eq!(q51.qmm8[2], "qmm8_q5_1_m64");
+        assert_eq!(q51.qmr, ["qmr_q5_1_m8", "qmr_q5_1_m16"]);
+        assert_eq!(q40.qmr[1], "qmr_q4_0_m16");
+        for t in [
+            GgmlDType::Q4_0,
+            GgmlDType::Q5_0,
+            GgmlDType::Q4K,
+            GgmlDType::Q6K,
+        ] {
+            let names = qmatvec_kernel(t).unwrap();
+            assert_eq!(names.x8.len(), names.f32.len(), "{t:?}");
+        }
+    }
+
+    #[test]
+    fn every_qmatvec_kernel_is_in_every_code_object() {
+        // The manifest lists each object's kernels (its occupancy table).
+        let manifest = include_str!("../../../kernels/manifest.json");
+        let objects = manifest.matches("\"module\": \"qmatvec\"").count();
+        assert!(objects >= 13, "{objects} qmatvec objects");
+        for t in [
+            GgmlDType::Q4_0,
+            GgmlDType::Q4_1,
+            GgmlDType::Q5_0,
+            GgmlDType::Q5_1,
+            GgmlDType::Q8_0,
+            GgmlDType::Q4K,
+            GgmlDType::Q5K,
+            GgmlDType::Q6K,
+        ] {
+            let names = qmatvec_kernel(t).unwrap();
+            let dequantize = format!(
+                "qmv_dequantize_{}_f16",
+                format!("{t:?}").to_lowercase().replace('k', "_K")
+            );
+            let all = names.f32.iter().flatten().chain(names.x8.iter());
+            let all = all
+                .chain(names.qmm.iter())
+                .chain(names.qmr.iter())
+                .chain(names.qmm8.iter())
+                .copied();
+            for name in all.chain([dequantize.as_str(), "qmm_reduce"]) {
+                let found = manifest.matches(&format!("\"{name}\":")).count();
+                assert_eq!(found, objects, "{name}");
+            }
+        }
+    }
+}

@@ -1,0 +1,340 @@
+//! Every `CANDLE_ROCM_*` setting of the library, in one place: each variable is read from the
+//! environment once per process, with one grammar for switches, and a value this module does
+//! not accept is a `tracing` warning naming the accepted values (the default then applies),
+//! never silently ignored. [`SETTINGS`] lists them all; the README's settings table is checked
+//! against it.
+//!
+//! The lowest level of the crate: it imports nothing of it.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+pub use candle_rocm_kernels::KERNELS_DIR_VAR;
+
+/// `1` turns every CPU fallback of the `candle` feature's backend slot into an error (the
+/// GPU tests run this way).
+pub const STRICT_VAR: &str = "CANDLE_ROCM_STRICT";
+
+/// `0` turns our fast kernel modules off (`elementwise`, `rows`, `gemv`, the batched `copy`):
+/// candle's kernels and rocBLAS then run every op they cover (for side-by-side measurements,
+/// and as an escape hatch).
+pub const FAST_KERNELS_VAR: &str = "CANDLE_ROCM_FAST_KERNELS";
+
+/// `0` turns the batched copies of `cat` off: each input then takes its own `copy2d` launch,
+/// as in candle's CUDA backend ([`FAST_KERNELS_VAR`]`=0` turns them off too).
+pub const BATCHED_COPY_VAR: &str = "CANDLE_ROCM_BATCHED_COPY";
+
+/// The activations of the quantized mat-vec (decode, few rows): `f32` (default) keeps them in
+/// f32, which follows the f32 model closely; `q8` rounds them to 8 bits per 32-value block
+/// exactly as Candle's CUDA backend does (its `quantize_q8_1`) and multiplies with integer dot
+/// products (`kernels/hip/qmatvec.hip`'s `qmatvec8_*`), so products come out as Candle CUDA's
+/// up to the order of f32 sums and candle-core's `quantized_tests.rs` passes with the
+/// expectations of its CUDA arms.
+pub const QMATVEC_VAR: &str = "CANDLE_ROCM_QMATVEC";
+
+/// The most rows of activations the quantized mat-vec kernels take (launches of up to 8 rows,
+/// 4 for the k-quants, each reading the weights once) before a product moves on to the tiled
+/// kernels ([`QMATMUL_ROWS_VAR`]) or to one f16 GEMM on dequantized weights: 1 to 64. Unset,
+/// the measured per-type default of `quantized::qmatmul_path` (8 rows, 6 for the 32-value block
+/// types in f32, whose 7 and 8 rows the register-tiled kernels take; the measurements are in
+/// bench/results and the README's speed section).
+pub const QMATVEC_ROWS_VAR: &str = "CANDLE_ROCM_QMATVEC_ROWS";
+
+/// Default of [`QMATVEC_ROWS_VAR`] for the k-quants and in q8 mode (see there).
+pub const QMATVEC_ROWS_DEFAULT: usize = 8;
+
+/// The most rows of activations the tiled quantized kernels take (`qmr_*` up to 16 rows,
+/// `qmm_*` beyond, `qmm8_*` with [`QMATVEC_VAR`]`=q8`) once a product has more rows than the
+/// mat-vec takes; past it the weights dequantize to f16 for one GEMM: 0 to 4096, default
+/// [`QMATMUL_ROWS_DEFAULT`] (measured: past 8 rows the tiled kernels do not beat the GEMM).
+pub const QMATMUL_ROWS_VAR: &str = "CANDLE_ROCM_QMATMUL_ROWS";
+
+/// Default of [`QMATMUL_ROWS_VAR`].
+pub const QMATMUL_ROWS_DEFAULT: usize = 8;
+
+/// The convolution and pooling path: `auto` (default; our im2col path until MIOpen has run on
+/// an AMD GPU), `im2col` or `miopen` (see `ops::conv::miopen`).
+pub const CONV_VAR: &str = "CANDLE_ROCM_CONV";
+
+/// One setting, as the README's table shows it.
+#[derive(Clone, Copy, Debug)]
+pub struct Setting {
+    /// The environment variable.
+    pub var: &'static str,
+    /// The values it takes.
+    pub values: &'static str,
+    /// What applies when it is unset.
+    pub default: &'static str,
+}
+
+/// Every setting of the library.
+pub const SETTINGS: [Setting; 8] = [
+    Setting {
+        var: STRICT_VAR,
+        values: SWITCH_VALUES,
+        default: "0",
+    },
+    Setting {
+        var: FAST_KERNELS_VAR,
+        values: SWITCH_VALUES,
+        default: "1",
+    },
+    Setting {
+        var: BATCHED_COPY_VAR,
+        values: SWITCH_VALUES,
+        default: "1",
+    },
+    Setting {
+        var: QMATVEC_VAR,
+        values: "f32, q8",
+        default: "f32",
+    },
+    Setting {
+        var: QMATVEC_ROWS_VAR,
+        values: "1 to 64",
+        default: "8 (6 for 32-value block types in f32)",
+    },
+    Setting {
+        var: QMATMUL_ROWS_VAR,
+        values: "0 to 4096",
+        default: "8",
+    },
+    Setting {
+        var: CONV_VAR,
+        values: "auto, im2col, miopen",
+        default: "auto",
+    },
+    Setting {
+        var: KERNELS_DIR_VAR,
+        values: "a directory",
+        default: "unset (embedded code objects only)",
+    },
+];
+
+/// The values every on/off setting accepts.
+pub const SWITCH_VALUES: &str = "1, on, true, yes / 0, off, false, no";
+
+/// An on/off value: `Some(true)` for `1`, `on`, `true`, `yes`; `Some(false)` for `0`, `off`,
+/// `false`, `no` (any case, surrounding blanks ignored); `None` for anything else.
+pub fn parse_switch(v: &str) -> Option<bool> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "on" | "true" | "yes" => Some(true),
+        "0" | "off" | "false" | "no" => Some(false),
+        _ => None,
+    }
+}
+
+/// The value of `var` when it is set and not empty.
+fn value(var: &str) -> Option<String> {
+    std::env::var(var).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// Whether `var` is set at all (tests that hold only with the defaults check this).
+#[cfg(all(test, feature = "candle"))]
+pub(crate) fn is_set(var: &str) -> bool {
+    std::env::var_os(var).is_some()
+}
+
+/// An on/off setting: `default` when unset, else its value (a warning naming the accepted
+/// values when it is none of them; the default then applies).
+fn switch(var: &str, default: bool) -> bool {
+    let Some(v) = value(var) else {
+        return default;
+    };
+    parse_switch(&v).unwrap_or_else(|| {
+        let d = if default { "on" } else { "off" };
+        tracing::warn!("{var}={v:?} is not one of {SWITCH_VALUES}: keeping the default ({d})");
+        default
+    })
+}
+
+/// A number setting: its value when a number from `min` to `max` (logged, naming `what`
+/// runs that many rows); `None` when unset, or set otherwise (a warning: the default stays).
+fn rows(var: &str, min: usize, max: usize, what: &str) -> Option<usize> {
+    let v = value(var)?;
+    match parse_rows(&v, min, max) {
+        Some(rows) => {
+            tracing::info!("{var}={rows}: up to {rows} rows run {what}");
+            Some(rows)
+        }
+        None => {
+            tracing::warn!("{var}={v:?} is not a number from {min} to {max}: keeping the default");
+            None
+        }
+    }
+}
+
+/// A row-count value, if it is a number from `min` to `max`.
+fn parse_rows(v: &str, min: usize, max: usize) -> Option<usize> {
+    v.trim().parse().ok().filter(|r| (min..=max).contains(r))
+}
+
+/// Whether CPU fallbacks are errors ([`STRICT_VAR`]).
+pub fn strict() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| switch(STRICT_VAR, false))
+}
+
+/// Whether our fast kernel modules run ([`FAST_KERNELS_VAR`]).
+pub fn fast_kernels() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        let on = switch(FAST_KERNELS_VAR, true);
+        if !on {
+            tracing::info!("{FAST_KERNELS_VAR}: our fast kernels are off, candle's kernels run");
+        }
+        on
+    })
+}
+
+/// Whether `cat` runs its copies batched ([`BATCHED_COPY_VAR`]).
+pub fn batched_copy() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        let on = switch(BATCHED_COPY_VAR, true);
+        if !on {
+            tracing::info!("{BATCHED_COPY_VAR}: cat copies one input per launch");
+        }
+        fast_kernels() && on
+    })
+}
+
+/// Whether the quantized mat-vec rounds activations to 8 bits ([`QMATVEC_VAR`]).
+pub fn qmatvec_q8() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| match value(QMATVEC_VAR) {
+        Some(v) if v.trim().eq_ignore_ascii_case("q8") => {
+            tracing::info!("{QMATVEC_VAR}=q8: the quantized mat-vec rounds activations to 8 bits");
+            true
+        }
+        Some(v) if !v.trim().eq_ignore_ascii_case("f32") => {
+            tracing::warn!("{QMATVEC_VAR}={v:?} is not one of f32, q8: keeping f32 activations");
+            false
+        }
+        _ => false,
+    })
+}
+
+/// The most activation rows that run the quantized mat-vec kernels when [`QMATVEC_ROWS_VAR`]
+/// sets it; `None` (the measured per-type default) when unset or not a number from 1 to 64.
+pub fn qmatvec_rows_set() -> Option<usize> {
+    static ROWS: OnceLock<Option<usize>> = OnceLock::new();
+    *ROWS.get_or_init(|| rows(QMATVEC_ROWS_VAR, 1, 64, "the mat-vec"))
+}
+
+/// The most activation rows that run the tiled quantized kernels ([`QMATMUL_ROWS_VAR`]).
+pub fn qmatmul_max_rows() -> usize {
+    static ROWS: OnceLock<usize> = OnceLock::new();
+    *ROWS.get_or_init(|| {
+        rows(QMATMUL_ROWS_VAR, 0, 4096, "the tiled kernels").unwrap_or(QMATMUL_ROWS_DEFAULT)
+    })
+}
+
+/// A convolution path ([`CONV_VAR`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConvPath {
+    /// The default: im2col for now.
+    Auto,
+    /// im2col + rocBLAS.
+    Im2col,
+    /// MIOpen where it applies, im2col otherwise.
+    Miopen,
+}
+
+impl ConvPath {
+    /// Parses [`CONV_VAR`]'s value (case-insensitive; empty is `auto`); `None` for anything
+    /// else.
+    pub fn parse(v: &str) -> Option<ConvPath> {
+        match v.trim().to_ascii_lowercase().as_str() {
+            "" | "auto" => Some(ConvPath::Auto),
+            "im2col" => Some(ConvPath::Im2col),
+            "miopen" => Some(ConvPath::Miopen),
+            _ => None,
+        }
+    }
+}
+
+/// The path [`CONV_VAR`] chooses (an unknown value is a warning and means `auto`).
+pub fn conv_path() -> ConvPath {
+    static PATH: OnceLock<ConvPath> = OnceLock::new();
+    *PATH.get_or_init(|| {
+        let v = value(CONV_VAR).unwrap_or_default();
+        ConvPath::parse(&v).unwrap_or_else(|| {
+            tracing::warn!("{CONV_VAR}={v:?} is not one of auto, im2col, miopen: using auto");
+            ConvPath::Auto
+        })
+    })
+}
+
+/// The directory of code objects that [`KERNELS_DIR_VAR`] names, if set and not empty (read
+/// each time: a registry reads it once, when its device opens).
+pub fn kernels_dir() -> Option<PathBuf> {
+    value(KERNELS_DIR_VAR).map(PathBuf::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_switch_grammar() {
+        for v in ["1", "on", "ON", " true ", "Yes"] {
+            assert_eq!(parse_switch(v), Some(true), "{v:?}");
+        }
+        for v in ["0", "off", "Off", "false", "NO "] {
+            assert_eq!(parse_switch(v), Some(false), "{v:?}");
+        }
+        for v in ["", "2", "enable", "of"] {
+            assert_eq!(parse_switch(v), None, "{v:?}");
+        }
+    }
+
+    #[test]
+    fn qmatvec_rows_take_1_to_64() {
+        assert_eq!(parse_rows("16", 1, 64), Some(16));
+        assert_eq!(parse_rows(" 1 ", 1, 64), Some(1));
+        assert_eq!(parse_rows("64", 1, 64), Some(64));
+        for bad in ["0", "65", "-3", "eight", ""] {
+            assert_eq!(parse_rows(bad, 1, 64), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn qmatmul_rows_take_0_to_4096() {
+        assert_eq!(parse_rows("0", 0, 4096), Some(0));
+        assert_eq!(parse_rows("4096", 0, 4096), Some(4096));
+        assert_eq!(parse_rows("4097", 0, 4096), None);
+    }
+
+    #[test]
+    fn the_conv_variable_parses() {
+        assert_eq!(ConvPath::parse(""), Some(ConvPath::Auto));
+        assert_eq!(ConvPath::parse("AUTO"), Some(ConvPath::Auto));
+        assert_eq!(ConvPath::parse(" im2col "), Some(ConvPath::Im2col));
+        assert_eq!(ConvPath::parse("MIOpen"), Some(ConvPath::Miopen));
+        assert_eq!(ConvPath::parse("cudnn"), None);
+    }
+
+    #[test]
+    fn every_setting_is_listed_once() {
+        let mut vars: Vec<_> = SETTINGS.iter().map(|s| s.var).collect();
+        vars.sort_unstable();
+        vars.dedup();
+        assert_eq!(vars.len(), SETTINGS.len());
+        assert!(vars.iter().all(|v| v.starts_with("CANDLE_ROCM_")));
+    }
+
+    /// The README's settings table has a row for every setting.
+    #[test]
+    fn the_readme_lists_every_setting() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let readme = std::fs::read_to_string(root.join("../README.md")).expect("README.md");
+        for s in SETTINGS {
+            assert!(
+                readme.contains(&format!("| `{}` |", s.var)),
+                "README.md's settings table lacks a row for {}",
+                s.var
+            );
+        }
+    }
+}
