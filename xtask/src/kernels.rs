@@ -34,63 +34,11 @@ use candle_rocm_kernels::{Module, Source, GENERIC_TARGETS, TARGETS};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
+use crate::flags::Kernels;
 use crate::project_root;
 
 /// The candle-kernels release whose sources are compiled; must match candle-core's version.
 pub const CANDLE_KERNELS_VERSION: &str = "0.11.1";
-
-/// Options of `cargo xtask kernels`.
-#[derive(Debug, Default)]
-pub struct Opts {
-    /// Only compare sources and flags with the manifest.
-    pub check: bool,
-    /// Print the resource report of the committed objects.
-    pub report: bool,
-    /// With `report`: one row per kernel instead of per module and target.
-    pub per_kernel: bool,
-    /// Restrict to these targets.
-    pub archs: Vec<String>,
-    /// Restrict to these modules.
-    pub modules: Vec<String>,
-    /// Write plain objects here instead of updating the committed set.
-    pub out: Option<PathBuf>,
-    /// Rebuild everything (in a fresh cache) and compare byte for byte with the committed
-    /// objects instead of updating them.
-    pub verify: bool,
-}
-
-impl Opts {
-    /// Parses the arguments after `kernels`.
-    pub fn parse(args: &[String]) -> Result<Opts> {
-        let mut o = Opts::default();
-        let mut it = args.iter();
-        while let Some(a) = it.next() {
-            let mut value = |name: &str| {
-                it.next()
-                    .cloned()
-                    .ok_or_else(|| anyhow!("{name} needs a value"))
-            };
-            match a.as_str() {
-                "--check" => o.check = true,
-                "--verify" => o.verify = true,
-                "--report" => o.report = true,
-                "--kernels" => o.per_kernel = true,
-                "--arch" => o.archs = split(&value("--arch")?),
-                "--module" => o.modules = split(&value("--module")?),
-                "--out" => o.out = Some(PathBuf::from(value("--out")?)),
-                other => bail!("unknown argument `{other}` for `cargo xtask kernels`"),
-            }
-        }
-        Ok(o)
-    }
-}
-
-fn split(v: &str) -> Vec<String> {
-    v.split(',')
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
-        .collect()
-}
 
 /// Every target objects are built for: exact processors, then generic families.
 pub fn all_targets() -> Vec<&'static str> {
@@ -98,7 +46,7 @@ pub fn all_targets() -> Vec<&'static str> {
 }
 
 /// Runs the command.
-pub fn run(opts: Opts) -> Result<()> {
+pub fn run(opts: &Kernels) -> Result<()> {
     let root = project_root();
     if opts.check {
         return check(&root);
@@ -106,7 +54,7 @@ pub fn run(opts: Opts) -> Result<()> {
     if opts.report {
         return report(&root, opts.per_kernel);
     }
-    build(&root, &opts)
+    build(&root, opts)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -508,17 +456,18 @@ fn selected<'a>(all: &[&'a str], filter: &[String], what: &str) -> Result<Vec<&'
         .collect()
 }
 
-fn build(root: &Path, opts: &Opts) -> Result<()> {
+fn build(root: &Path, opts: &Kernels) -> Result<()> {
     let candle = candle_sources(root)?;
     let include = root.join("kernels/include");
     let tc = toolchain(root)?;
     let module_names: Vec<&str> = Module::ALL.iter().map(|m| m.name()).collect();
-    let modules = selected(&module_names, &opts.modules, "module")?;
+    let (archs, module_filter) = (opts.archs(), opts.modules());
+    let modules = selected(&module_names, &module_filter, "module")?;
     let targets_all = all_targets();
     let targets = match &opts.out {
         // Any processor may be built into an override directory.
-        Some(_) if !opts.archs.is_empty() => opts.archs.iter().map(|s| s.as_str()).collect(),
-        _ => selected(&targets_all, &opts.archs, "target")?,
+        Some(_) if !archs.is_empty() => archs.iter().map(|s| s.as_str()).collect(),
+        _ => selected(&targets_all, &archs, "target")?,
     };
     // --verify never trusts the cache: every object is compiled again.
     let cache = root.join(if opts.verify {
