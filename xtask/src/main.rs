@@ -6,10 +6,10 @@
 //!   (Debian's `libamdhip64-dev`, or `$ROCM_PATH/include`); `--check` fails if the checked-in
 //!   file differs from what would be generated.
 //! - `kernels [--check | --verify | --report [--kernels]] [--arch A,B] [--module M,N]
-//!   [--out DIR]`: build the AMD code objects (see `kernels.rs`).
+//!   [--out DIR]`: build the AMD code objects (see `kernels/`).
 //! - `candle [--check]`: materialise the patched candle-core and candle-nn into `.candle/`
 //!   (registry sources plus `patches/<crate>/*.patch`) and candle-core's own test suite into
-//!   `tests/candle-suite/` (see `candle.rs`); `--check` fails if either is stale.
+//!   `tests/candle-suite/` (see `candle/`); `--check` fails if either is stale.
 //! - `device-bundle`: build the stripped release test binaries the HIP-on-CUDA device harness
 //!   runs into `.device-bundle/`, and print the device call.
 //! - `demo [ARGS]`: the README demo (BERT sentence embeddings on the GPU or the CPU; see
