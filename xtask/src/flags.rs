@@ -36,8 +36,9 @@ pub enum Command {
     /// Regenerate the patched Candle if stale, then run the README demo (release build): BERT
     /// sentence embeddings, then text generation, on the GPU or the CPU.
     Demo(Demo),
-    /// cargo test in the root workspace, then `candle` if stale, then cargo test in the tests/
-    /// workspace.
+    /// Install what the tests need if missing (Debian packages, kernel toolchain, rustfmt,
+    /// clippy), cargo test in the root workspace, then `candle` if stale, then cargo test in the
+    /// tests/ workspace.
     Test(Test),
     /// Build the GPU test binaries for tests/hip-on-cuda/run.sh into .device-bundle/ and print
     /// the device call.
@@ -121,6 +122,13 @@ pub struct Demo {
 /// Options of `cargo xtask test`.
 #[derive(Debug, Args)]
 pub struct Test {
+    /// Skip the set-up: do not check for (or install) the Debian packages, the kernel
+    /// toolchain, rustfmt and clippy.
+    #[arg(long, conflicts_with = "setup_only")]
+    pub no_setup: bool,
+    /// Only the set-up: check for what the tests need, install what is missing, and stop.
+    #[arg(long)]
+    pub setup_only: bool,
     /// Passed to libtest in both test runs, after `--` (e.g. `-- --include-ignored`).
     #[arg(last = true, value_name = "ARGS")]
     pub args: Vec<String>,
@@ -197,6 +205,8 @@ mod tests {
             panic!("test did not parse");
         };
         assert_eq!(t.args, ["--include-ignored", "--help"]);
+        assert!(!t.no_setup && !t.setup_only);
+        assert!(parse(&["test", "--no-setup", "--setup-only"]).is_err());
 
         assert!(parse(&["test", "foo"]).is_err());
         assert!(parse(&["bench", "--cuda"]).is_err());

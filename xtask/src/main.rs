@@ -14,7 +14,8 @@
 //!   runs into `.device-bundle/`, and print the device call.
 //! - `demo [ARGS]`: the README demo (BERT sentence embeddings on the GPU or the CPU; see
 //!   `demo.rs`), regenerating the patched Candle first if stale.
-//! - `test [-- ARGS]`: the root workspace's tests, then (regenerating the patched Candle if
+//! - `test [--no-setup | --setup-only] [-- ARGS]`: install what the tests need when missing
+//!   (see `setup.rs`), then the root workspace's tests, then (regenerating the patched Candle if
 //!   stale) the `tests/` workspace's (see `test.rs`).
 //! - `bench [--no-cuda]`: build the side-by-side benchmark (ours, Candle's CUDA backend from
 //!   the same source, rocm-safe's launch overhead) into `.bench-bundle/` for
@@ -29,6 +30,7 @@ mod demo;
 mod device_bundle;
 mod flags;
 mod kernels;
+mod setup;
 mod test;
 
 use std::path::PathBuf;
@@ -47,7 +49,7 @@ fn main() -> ExitCode {
         Some(Command::Demo(d)) => demo::run(&d.args),
         Some(Command::DeviceBundle) => device_bundle::run(),
         Some(Command::Kernels(k)) => kernels::run(&k),
-        Some(Command::Test(t)) => test::run(&t.args),
+        Some(Command::Test(t)) => test::run(&t),
         None => Cli::command().print_help().map_err(anyhow::Error::from),
     };
     match result {
