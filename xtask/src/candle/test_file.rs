@@ -43,7 +43,7 @@ const TEST_DEVICE_MACRO_Q8: &str = r#"macro_rules! test_device {
             #[test]
             #[ignore = "needs a HIP device and CANDLE_ROCM_QMATVEC=q8"]
             fn rocm() -> super::Result<()> {
-                if !candle_rocm::registry::qmatvec_q8() {
+                if !candle_rocm::settings::qmatvec_q8() {
                     candle_core::bail!(
                         "this test expects Candle CUDA's 8-bit activations: run it with \
                          CANDLE_ROCM_QMATVEC=q8 (the default f32 activations give other, \
