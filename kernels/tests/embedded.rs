@@ -78,7 +78,7 @@ fn every_target_exports_the_same_kernels() {
 /// No kernel of any module, on any target, uses scratch (private segment) memory: no stack
 /// arrays, no spills. candle-kernels' batched q8_1 mat-vec kernels (`mul_mat_vec_*_q8_1_cudaN`)
 /// used 32-80 bytes of it until the quantized module was compiled with llama.cpp's AMD
-/// configuration for them (see `flags` in xtask/src/kernels.rs).
+/// configuration for them (see `flags` in xtask/src/kernels/compile.rs).
 #[test]
 fn no_kernel_uses_scratch() {
     let mut offenders = Vec::new();

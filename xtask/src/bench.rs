@@ -25,13 +25,9 @@ const BUNDLE: &str = ".bench-bundle";
 /// The device tool carries 64 MiB with the working tree; leave room for the repository.
 const LIMIT: u64 = 48 << 20;
 
-/// Builds the bench bundle; `args` is empty or `--no-cuda`.
-pub fn run(args: &[String]) -> Result<()> {
-    let cuda = match args {
-        [] => true,
-        [flag] if flag == "--no-cuda" => false,
-        other => bail!("unexpected arguments {other:?}: cargo xtask bench [--no-cuda]"),
-    };
+/// Builds the bench bundle; `no_cuda` (`--no-cuda`) skips the Candle CUDA builds.
+pub fn run(no_cuda: bool) -> Result<()> {
+    let cuda = !no_cuda;
     let root = project_root();
     if let Err(why) = crate::candle::check_root(&root) {
         eprintln!("== regenerating the patched Candle ({why:#})");
