@@ -1,4 +1,4 @@
-//! Parity cases aimed at the `elementwise` module's paths (candle-rocm/src/elementwise.rs):
+//! Parity cases aimed at the `elementwise` module's paths (candle-rocm/src/launch/elementwise.rs):
 //! sizes around the 16-byte pack (1, 3, 4, 5, 7, 8, 9, ..., 4097, ~1M), views at element
 //! offsets that break 16-byte alignment, and strided and broadcast layouts (row, column,
 //! transposed, narrowed, unmergeable) of rank 1 to 8, past the six dims the kernels take by

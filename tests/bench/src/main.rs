@@ -442,7 +442,7 @@ fn miopen_overhead(
     dtype: DType,
     mut f: impl FnMut() -> Result<Tensor>,
 ) -> Result<()> {
-    use candle_rocm::miopen::{miopen_library_time, miopen_runs};
+    use candle_rocm::ops::conv::miopen::{miopen_library_time, miopen_runs};
     const CALLS: usize = 32;
     let (mut outside, mut inside) = (Vec::new(), Vec::new());
     for _ in 0..SAMPLES {

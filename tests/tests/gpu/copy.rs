@@ -1,5 +1,5 @@
 //! candle-core's `cat` on the GPU, which reaches candle-rocm's batched copy (one launch for up
-//! to 8 inputs, `candle_rocm::copy`) through the slot's `copy2d_many` hook, against the same
+//! to 8 inputs, `candle_rocm::launch::copy`) through the slot's `copy2d_many` hook, against the same
 //! `cat` on the CPU, bit for bit, in every dtype: a grouped-query `repeat_kv` (one tensor 8
 //! times), 12 inputs (two launches), a KV-cache append, narrowed inputs with row strides and
 //! start offsets, an empty input among others, and a transposed input (which takes candle's

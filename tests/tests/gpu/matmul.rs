@@ -1,5 +1,5 @@
 //! Decode-shaped matrix products on the GPU, which candle-rocm runs on its `gemv` kernels (up to
-//! 8 rows of lhs against a transposed rhs, `candle_rocm::gemv`), against the same product on
+//! 8 rows of lhs against a transposed rhs, `candle_rocm::launch::gemv`), against the same product on
 //! the CPU in f64: a Linear layer's `x w^T` for 1 to 8 rows (and 9, which goes to rocBLAS), a
 //! batched input against a broadcast weight, attention's `q k^T` over 32 heads, `k` a multiple
 //! of the 16-byte chunk and not, one output column, and an lhs at an offset that breaks
