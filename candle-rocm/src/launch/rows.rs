@@ -334,8 +334,8 @@ pub(crate) enum FusedRow {
 
 /// Threads per row the 16-bit single-pass kernels aim at (8 values per chunk): rows of up to
 /// 4096 elements run on blocks of at most 128 threads with more chunks per thread, so more rows
-/// are in flight per compute unit and a row's barriers span fewer waves (bf16 softmax at 4096
-/// columns took 0.7 of copy on 256-thread rows; H100 via HIP-on-CUDA, 2026-11-24).
+/// are in flight per compute unit and a row's barriers span fewer waves (256-thread rows
+/// measured slower for bf16 softmax at 4096 columns; figures in bench/results).
 const FUSED_THREADS_16: usize = 128;
 
 /// Chunks per thread of the single-pass kernel for rows of `units` chunks of `chunk_elems`

@@ -93,9 +93,8 @@ impl RocmQStorage {
         Ok(Some(out))
     }
     /// The first `elem_count` values to f16 with our `qmv_dequantize_<type>_f16`
-    /// (`kernels/hip/qmatvec.hip`: 8 values and one 16-byte store per thread; candle-kernels'
-    /// 32-thread-block kernels took 41 us for 4096x4096 q4_0 on the H100 via HIP-on-CUDA,
-    /// 2026-11-25), for the types of our mat-vec kernels and Q5_0 / Q5_1 when
+    /// (`kernels/hip/qmatvec.hip`: 8 values and one 16-byte store per thread, measured faster
+    /// than candle-kernels' 32-thread-block kernels; figures in bench/results), for the types of our mat-vec kernels and Q5_0 / Q5_1 when
     /// [`crate::settings::fast_kernels`] is on and `elem_count` is whole blocks; `None`
     /// otherwise.
     pub(super) fn dequantize_f16_pieces(

@@ -137,10 +137,9 @@ pub fn qmatmul_path(dtype: GgmlDType, m: usize) -> QmatmulPath {
 pub(super) const QMR_THREADS: u32 = 256;
 /// Weight rows per block of the `qmr` kernels (`QMR_ROWS`).
 pub(super) const QMR_TILE_N: usize = 16;
-/// Most activation rows the tiled path gives the `qmr` kernels; past it, the `qmm` tiles. On
-/// the H100 via HIP-on-CUDA (2026-11-25 16:28Z, 4096 x 4096 weights) `qmr` took 40 us for 16
-/// rows of q4_0 and 33 us for q4_K against `qmm`'s 60 / 73 us, but each further 16 rows cost
-/// it as much again (78 / 154 us at 32 / 64 rows of q4_0, `qmm` 70 / 95).
+/// Most activation rows the tiled path gives the `qmr` kernels; past it, the `qmm` tiles
+/// (measured: `qmr` beats `qmm` at 16 rows, but each further 16 rows cost it as much again;
+/// figures in bench/results and the README).
 pub(super) const QMR_MAX_ROWS: usize = 16;
 
 /// Threads per block of the `qmm` kernels (`QMM_BLOCK`).
@@ -150,10 +149,8 @@ pub(super) const QMM_TILE_N: usize = 64;
 /// Values of k per step of the `qmm` kernels (`QMM_KC`): k must be a multiple.
 pub(super) const QMM_CHUNK: usize = 32;
 /// Blocks a `qmm` launch aims at per compute unit: several resident blocks hide the weight
-/// loads of one behind the arithmetic of others, and a second wave evens out the last one. (4,
-/// with each chunk's loads waiting on a full memory latency, gave 576 blocks of 15 chunks in
-/// a row at 16 x 4096 x 4096 and took 61 us on the H100 via HIP-on-CUDA, 2026-11-25; not yet
-/// measured at 8 with the loads issued a chunk ahead.)
+/// loads of one behind the arithmetic of others, and a second wave evens out the last one (4
+/// measured slower, with each chunk's loads waiting on a full memory latency).
 pub(super) const QMM_BLOCKS_PER_CU: usize = 8;
 /// Fewest k chunks per slice: a slice shorter than this spends more on its partial sums than
 /// it saves.
