@@ -7,6 +7,7 @@ use rocm_safe::DeviceBuffer;
 
 use crate::device::RocmDevice;
 use crate::dtype::{for_each_slice, RocmDType, RocmStorageSlice as S};
+use crate::error::BackendError;
 
 /// An op with one input that produces a buffer of the same dtype.
 pub trait Map1 {
@@ -16,10 +17,10 @@ pub trait Map1 {
         src: &DeviceBuffer<T>,
         dev: &RocmDevice,
         layout: &Layout,
-    ) -> candle_core::Result<DeviceBuffer<T>>;
+    ) -> Result<DeviceBuffer<T>, BackendError>;
 
     /// Dispatches on the dtype of `s`.
-    fn map(&self, s: &S, dev: &RocmDevice, layout: &Layout) -> candle_core::Result<S> {
+    fn map(&self, s: &S, dev: &RocmDevice, layout: &Layout) -> Result<S, BackendError> {
         Ok(for_each_slice!(s, b => S::from_buffer(self.f(b, dev, layout)?)))
     }
 }
@@ -33,10 +34,10 @@ pub trait Map1Any {
         dev: &RocmDevice,
         layout: &Layout,
         wrap: W,
-    ) -> candle_core::Result<S>;
+    ) -> Result<S, BackendError>;
 
     /// Dispatches on the dtype of `s`.
-    fn map(&self, s: &S, dev: &RocmDevice, layout: &Layout) -> candle_core::Result<S> {
+    fn map(&self, s: &S, dev: &RocmDevice, layout: &Layout) -> Result<S, BackendError> {
         for_each_slice!(s, b => self.f(b, dev, layout, S::from_buffer))
     }
 }
@@ -49,11 +50,12 @@ macro_rules! same_dtype {
         match ($a, $b) {
             $(($crate::dtype::RocmStorageSlice::$v($x), $crate::dtype::RocmStorageSlice::$v($y)) => $body,)*
             (a, b) => {
-                return $crate::error::WrapErr::w(Err($crate::error::BackendError::DtypeMismatch {
+                return Err($crate::error::BackendError::DtypeMismatch {
                     op: $op,
                     lhs: a.dtype(),
                     rhs: b.dtype(),
-                }))
+                }
+                .into())
             }
         }
     };
@@ -76,7 +78,7 @@ pub trait Map2 {
         lhs: (&DeviceBuffer<T>, &Layout),
         rhs: (&DeviceBuffer<T>, &Layout),
         dev: &RocmDevice,
-    ) -> candle_core::Result<DeviceBuffer<T>>;
+    ) -> Result<DeviceBuffer<T>, BackendError>;
 
     /// Dispatches on the operands' dtype; different dtypes are an error.
     fn map(
@@ -84,7 +86,7 @@ pub trait Map2 {
         (a, la): (&S, &Layout),
         (b, lb): (&S, &Layout),
         dev: &RocmDevice,
-    ) -> candle_core::Result<S> {
+    ) -> Result<S, BackendError> {
         Ok(same_dtype!(Self::OP, (a, b), (x, y) => S::from_buffer(self.f((x, la), (y, lb), dev)?)))
     }
 }
@@ -101,7 +103,7 @@ pub trait Map2Any {
         lhs: (&DeviceBuffer<T>, &Layout),
         rhs: (&DeviceBuffer<T>, &Layout),
         dev: &RocmDevice,
-    ) -> candle_core::Result<S>;
+    ) -> Result<S, BackendError>;
 
     /// Dispatches on the operands' dtype; different dtypes are an error.
     fn map(
@@ -109,7 +111,7 @@ pub trait Map2Any {
         (a, la): (&S, &Layout),
         (b, lb): (&S, &Layout),
         dev: &RocmDevice,
-    ) -> candle_core::Result<S> {
+    ) -> Result<S, BackendError> {
         same_dtype!(Self::OP, (a, b), (x, y) => self.f((x, la), (y, lb), dev))
     }
 }
@@ -125,7 +127,7 @@ pub trait Map2InPlace {
         dst: (&mut DeviceBuffer<T>, &Layout),
         src: (&DeviceBuffer<T>, &Layout),
         dev: &RocmDevice,
-    ) -> candle_core::Result<()>;
+    ) -> Result<(), BackendError>;
 
     /// Dispatches on the operands' dtype; different dtypes are an error.
     fn map(
@@ -133,7 +135,7 @@ pub trait Map2InPlace {
         (dst, ld): (&mut S, &Layout),
         (src, ls): (&S, &Layout),
         dev: &RocmDevice,
-    ) -> candle_core::Result<()> {
+    ) -> Result<(), BackendError> {
         same_dtype!(Self::OP, (dst, src), (x, y) => self.f((x, ld), (y, ls), dev))
     }
 }

@@ -5,11 +5,54 @@
 use candle_core::Layout;
 use rocm_safe::{DeviceBuffer, DeviceRepr, DeviceView, GemmConfig, Transpose};
 
-use crate::error::{BackendError, WrapErr};
+use crate::error::BackendError;
 
-/// An "invalid argument" error for op `name`.
+/// [`BackendError::Invalid`]: op `name` cannot take its input, for the reason `msg`.
 pub(crate) fn invalid(name: &str, msg: impl std::fmt::Display) -> BackendError {
-    rocm_safe::RocmError::InvalidArgument(format!("{name}: {msg}")).into()
+    BackendError::Invalid {
+        op: name.to_string(),
+        detail: msg.to_string(),
+    }
+}
+
+/// [`BackendError::OutOfBounds`]: `what` (a layout, indices, a copy) of op `name` reaches
+/// element `reach` of a buffer of `len`.
+pub(crate) fn out_of_bounds(
+    name: &str,
+    what: &'static str,
+    reach: usize,
+    len: usize,
+) -> BackendError {
+    BackendError::OutOfBounds {
+        op: name.to_string(),
+        what,
+        reach,
+        len,
+    }
+}
+
+/// [`BackendError::Shape`]: the operands of op `name` do not fit together.
+pub(crate) fn shape_error(name: &str, detail: impl std::fmt::Display) -> BackendError {
+    BackendError::Shape {
+        op: name.to_string(),
+        detail: detail.to_string(),
+    }
+}
+
+/// [`BackendError::Parameter`]: a parameter of op `name` is wrong.
+pub(crate) fn parameter_error(name: &str, detail: impl std::fmt::Display) -> BackendError {
+    BackendError::Parameter {
+        op: name.to_string(),
+        detail: detail.to_string(),
+    }
+}
+
+/// [`BackendError::KernelLimit`]: `what` of op `name` is past the kernels' limits.
+pub(crate) fn kernel_limit(name: &str, what: impl std::fmt::Display) -> BackendError {
+    BackendError::KernelLimit {
+        op: name.to_string(),
+        what: what.to_string(),
+    }
 }
 
 /// Number of elements past `layout`'s start offset that its last element lies at, plus one
@@ -37,10 +80,7 @@ pub(crate) fn checked_view<'a, T: DeviceRepr>(
     let start = layout.start_offset();
     let end = start.saturating_add(span(layout));
     if end > buf.len() || start > buf.len() {
-        return Err(invalid(
-            name,
-            format_args!("layout reaches element {end} of a buffer of {}", buf.len()),
-        ));
+        return Err(out_of_bounds(name, "layout", end, buf.len()));
     }
     Ok(buf.slice(start..)?)
 }
@@ -51,15 +91,11 @@ pub(crate) fn contiguous_view<'a, T: DeviceRepr>(
     op: &'static str,
     buf: &'a DeviceBuffer<T>,
     layout: &Layout,
-) -> candle_core::Result<DeviceView<'a, T>> {
+) -> Result<DeviceView<'a, T>, BackendError> {
     match layout.contiguous_offsets() {
-        Some((o1, o2)) if o2 <= buf.len() => buf.slice(o1..o2).w(),
-        Some((_, o2)) => Err(invalid(
-            op,
-            format_args!("layout reaches element {o2} of a buffer of {}", buf.len()),
-        ))
-        .w(),
-        None => Err(candle_core::Error::RequiresContiguous { op }.bt()),
+        Some((o1, o2)) if o2 <= buf.len() => Ok(buf.slice(o1..o2)?),
+        Some((_, o2)) => Err(out_of_bounds(op, "layout", o2, buf.len())),
+        None => Err(candle_core::Error::RequiresContiguous { op }.bt().into()),
     }
 }
 

@@ -215,7 +215,7 @@ impl RocmStorage {
             self.same_device_as(s, "copy2d")?;
         }
         let srcs: Vec<_> = srcs.iter().map(|(s, c)| (&s.slice, *c)).collect();
-        copy::copy2d_many(&self.device, &mut self.slice, &srcs)
+        Ok(copy::copy2d_many(&self.device, &mut self.slice, &srcs)?)
     }
 
     fn wrap(&self, slice: RocmStorageSlice) -> RocmStorage {
@@ -233,9 +233,9 @@ impl Map1 for CloneBuffer {
         src: &DeviceBuffer<T>,
         dev: &RocmDevice,
         _layout: &Layout,
-    ) -> candle_core::Result<DeviceBuffer<T>> {
-        let mut out = dev.alloc::<T>(src.len()).w()?;
-        dev.stream().memcpy_dtod(src, &mut out).w()?;
+    ) -> Result<DeviceBuffer<T>, BackendError> {
+        let mut out = dev.alloc::<T>(src.len())?;
+        dev.stream().memcpy_dtod(src, &mut out)?;
         Ok(out)
     }
 }
@@ -496,11 +496,8 @@ impl BackendStorage for RocmStorage {
         self.same_device_as(ids, "scatter")?;
         self.same_device_as(src, "scatter")?;
         let dev = self.device.clone();
-        IndexedUpdate(&ids.slice, ids_l, dim, Update::Scatter).map(
-            (&mut self.slice, l),
-            (&src.slice, src_l),
-            &dev,
-        )
+        let update = IndexedUpdate(&ids.slice, ids_l, dim, Update::Scatter);
+        Ok(update.map((&mut self.slice, l), (&src.slice, src_l), &dev)?)
     }
 
     fn scatter_add_set(
@@ -515,11 +512,8 @@ impl BackendStorage for RocmStorage {
         self.same_device_as(ids, "scatter-add")?;
         self.same_device_as(src, "scatter-add")?;
         let dev = self.device.clone();
-        IndexedUpdate(&ids.slice, ids_l, dim, Update::ScatterAdd).map(
-            (&mut self.slice, l),
-            (&src.slice, src_l),
-            &dev,
-        )
+        let update = IndexedUpdate(&ids.slice, ids_l, dim, Update::ScatterAdd);
+        Ok(update.map((&mut self.slice, l), (&src.slice, src_l), &dev)?)
     }
 
     fn index_select(
@@ -579,7 +573,13 @@ impl BackendStorage for RocmStorage {
         src_l: &Layout,
     ) -> candle_core::Result<()> {
         self.same_device_as(dst, "copy_strided_src")?;
-        copy::copy_strided(&self.device, &self.slice, src_l, &mut dst.slice, dst_offset)
+        Ok(copy::copy_strided(
+            &self.device,
+            &self.slice,
+            src_l,
+            &mut dst.slice,
+            dst_offset,
+        )?)
     }
 
     fn copy2d(
@@ -594,17 +594,17 @@ impl BackendStorage for RocmStorage {
     ) -> candle_core::Result<()> {
         self.same_device_as(dst, "copy2d")?;
         let (dims, strides, offsets) = ((d1, d2), (src_s, dst_s), (src_o, dst_o));
-        copy::copy2d(
+        Ok(copy::copy2d(
             &self.device,
             &self.slice,
             &mut dst.slice,
             dims,
             strides,
             offsets,
-        )
+        )?)
     }
 
     fn const_set(&mut self, value: Scalar, l: &Layout) -> candle_core::Result<()> {
-        copy::const_set(&self.device, &mut self.slice, l, value)
+        Ok(copy::const_set(&self.device, &mut self.slice, l, value)?)
     }
 }

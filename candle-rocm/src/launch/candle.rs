@@ -12,7 +12,7 @@ use crate::device::RocmDevice;
 use crate::dtype::RocmDType;
 use crate::error::BackendError;
 use crate::launch::{kernel_name, module_for};
-use crate::layout::{checked_view, invalid};
+use crate::layout::{checked_view, invalid, kernel_limit, out_of_bounds, shape_error};
 
 /// The kernel arguments of an elementwise launch that surround the input pointer.
 pub(crate) struct Extra<'a, T> {
@@ -100,7 +100,7 @@ pub(crate) fn launch_binary<T: RocmDType, O: DeviceRepr>(
     (rhs, rhs_l): (&DeviceBuffer<T>, &Layout),
 ) -> Result<DeviceBuffer<O>, BackendError> {
     if lhs_l.dims() != rhs_l.dims() {
-        return Err(invalid(
+        return Err(shape_error(
             name,
             format_args!("shapes {:?} and {:?} differ", lhs_l.dims(), rhs_l.dims()),
         ));
@@ -155,15 +155,7 @@ pub fn copy_strided<T: RocmDType>(
     let end = dst_offset
         .checked_add(el)
         .filter(|&e| e <= dst.len())
-        .ok_or_else(|| {
-            invalid(
-                &name,
-                format_args!(
-                    "{el} elements at offset {dst_offset} do not fit a buffer of {}",
-                    dst.len()
-                ),
-            )
-        })?;
+        .ok_or_else(|| out_of_bounds(&name, "copy", dst_offset.saturating_add(el), dst.len()))?;
     let mut out = dst.slice_mut(dst_offset..end)?;
     if layout.is_contiguous() {
         // `slice` refuses a range past the end of `src`.
@@ -214,7 +206,7 @@ pub fn copy2d<T: RocmDType>(
     }
     let limit = u32::MAX as usize;
     if d1.saturating_mul(d2) > limit || src_s > limit || dst_s > limit {
-        return Err(invalid(&name, "sizes exceed the kernel's 32-bit indices"));
+        return Err(kernel_limit(&name, "a copy past 32-bit element indices"));
     }
     let input = src.slice(src_o..)?;
     let out = dst.slice_mut(dst_o..)?;

@@ -13,7 +13,7 @@ use rocm_safe::{DeviceBuffer, DevicePtrArg, DeviceRepr, DeviceSlice, LaunchConfi
 use crate::device::RocmDevice;
 use crate::dtype::RocmDType;
 use crate::error::BackendError;
-use crate::layout::invalid;
+use crate::layout::{invalid, kernel_limit};
 
 /// Most copies one launch takes (`CP_MAX` in copy.hip); longer lists take several launches.
 pub const BATCH: usize = 8;
@@ -114,7 +114,7 @@ fn checked(
         small(dst_s),
     ) {
         (Some(el), Some(_), Some(_)) => Ok(el),
-        _ => Err(invalid(name, "sizes exceed the kernel's 32-bit indices")),
+        _ => Err(kernel_limit(name, "a copy past 32-bit element indices")),
     }
 }
 
@@ -159,7 +159,7 @@ pub fn copy2d_many<T: RocmDType>(
             b.start[n] = total;
             total = total
                 .checked_add(el)
-                .ok_or_else(|| invalid(name, "a batch of more than 2^32 - 1 elements"))?;
+                .ok_or_else(|| kernel_limit(name, "a batch of more than 2^32 - 1 elements"))?;
             n += 1;
         }
         if n == 0 {

@@ -21,7 +21,7 @@ use rocm_safe::{DeviceBuffer, DevicePtrArg, DeviceSlice, LaunchConfig};
 use crate::device::RocmDevice;
 use crate::dtype::{RocmDType, RocmStorageSlice as S};
 use crate::error::BackendError;
-use crate::layout::invalid;
+use crate::layout::{invalid, out_of_bounds};
 
 /// Threads per block (`RW_BLOCK` in rows.hip, the kernels' launch bound).
 const BLOCK: usize = 256;
@@ -256,10 +256,7 @@ pub(crate) fn reduce<T: RocmDType, W: Fn(DeviceBuffer<T>) -> S>(
     };
     let name = name.ok_or_else(|| invalid(root, format_args!("no kernel for {:?}", T::DTYPE)))?;
     if o2 > src.len() {
-        return Err(invalid(
-            root,
-            format_args!("layout reaches element {o2} of a buffer of {}", src.len()),
-        ));
+        return Err(out_of_bounds(root, "layout", o2, src.len()));
     }
     let input = src.slice(o1..o2)?;
     let f = dev.function_static(Module::Rows, name)?;

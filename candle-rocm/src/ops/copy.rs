@@ -9,7 +9,7 @@ use rocm_safe::DeviceBuffer;
 use crate::device::RocmDevice;
 use crate::dispatch::same_dtype;
 use crate::dtype::{for_each_slice, match_dtype, RocmDType, RocmStorageSlice as S};
-use crate::error::{BackendError, WrapErr};
+use crate::error::BackendError;
 use crate::launch::candle as kernels;
 use crate::launch::copy::Copy2dArgs;
 
@@ -21,21 +21,21 @@ pub fn copy_strided(
     src_l: &Layout,
     dst: &mut S,
     dst_offset: usize,
-) -> candle_core::Result<()> {
+) -> Result<(), BackendError> {
     same_dtype!("copy_strided_src", (src, dst), (a, b) => {
-        if crate::launch::transpose::transpose(dev, a, src_l, b, dst_offset).w()? {
+        if crate::launch::transpose::transpose(dev, a, src_l, b, dst_offset)? {
             return Ok(());
         }
-        kernels::copy_strided(dev, a, src_l, b, dst_offset).w()
+        kernels::copy_strided(dev, a, src_l, b, dst_offset)
     })
 }
 
 /// A new contiguous buffer holding the elements `src` addresses through `l`.
-pub fn contiguous(dev: &RocmDevice, src: &S, l: &Layout) -> candle_core::Result<S> {
+pub fn contiguous(dev: &RocmDevice, src: &S, l: &Layout) -> Result<S, BackendError> {
     let n = l.shape().elem_count();
     let dtype = src.dtype();
-    let mut out = match_dtype!(dtype, T => S::from_buffer(dev.alloc::<T>(n).w()?), dtype => {
-        return Err(BackendError::UnsupportedDtype { op: "contiguous", dtype }).w()
+    let mut out = match_dtype!(dtype, T => S::from_buffer(dev.alloc::<T>(n)?), dtype => {
+        return Err(BackendError::UnsupportedDtype { op: "contiguous", dtype })
     });
     // Every element of `out` is written by the copy before it is read.
     copy_strided(dev, src, l, &mut out, 0)?;
@@ -50,9 +50,9 @@ pub fn copy2d(
     dims: (usize, usize),
     strides: (usize, usize),
     offsets: (usize, usize),
-) -> candle_core::Result<()> {
+) -> Result<(), BackendError> {
     same_dtype!("copy2d", (src, dst), (a, b) => {
-        kernels::copy2d(dev, a, b, dims, strides, offsets).w()
+        kernels::copy2d(dev, a, b, dims, strides, offsets)
     })
 }
 
@@ -62,7 +62,7 @@ pub fn const_set(
     dst: &mut S,
     l: &Layout,
     value: Scalar,
-) -> candle_core::Result<()> {
+) -> Result<(), BackendError> {
     let dtype = dst.dtype();
     for_each_slice!(dst, b => match RocmDType::from_scalar(value) {
         Some(v) => kernels::const_set(dev, b, l, v),
@@ -72,7 +72,6 @@ pub fn const_set(
             rhs: value.dtype(),
         }),
     })
-    .w()
 }
 
 /// `cat`'s copies `srcs` into `dst` in batched launches ([`crate::launch::copy::copy2d_many`]);
@@ -81,8 +80,8 @@ pub fn copy2d_many(
     dev: &RocmDevice,
     dst: &mut S,
     srcs: &[(&S, Copy2dArgs)],
-) -> candle_core::Result<()> {
-    for_each_slice!(dst, d => typed(dev, d, srcs)).w()
+) -> Result<(), BackendError> {
+    for_each_slice!(dst, d => typed(dev, d, srcs))
 }
 
 /// [`copy2d_many`] for element type `T`: each source's buffer, or a dtype mismatch.

@@ -21,11 +21,11 @@ use rocm_safe::{DeviceBuffer, DevicePtrArg};
 use crate::device::RocmDevice;
 use crate::dispatch::{Map1, Map2, Map2Any};
 use crate::dtype::{RocmDType, RocmStorageSlice as S};
-use crate::error::{BackendError, WrapErr};
+use crate::error::BackendError;
 use crate::launch::candle::{launch_binary, launch_elementwise, Extra};
 use crate::launch::elementwise::{self, UnaryOp};
 use crate::launch::{bits_suffix, kernel_name, kernel_suffix, module_for};
-use crate::layout::{checked_view, invalid};
+use crate::layout::{checked_view, shape_error};
 
 /// `x * mul + add`.
 pub struct Affine(pub f64, pub f64);
@@ -36,8 +36,8 @@ impl Map1 for Affine {
         src: &DeviceBuffer<T>,
         dev: &RocmDevice,
         layout: &Layout,
-    ) -> candle_core::Result<DeviceBuffer<T>> {
-        let fast = elementwise::unary(dev, UnaryOp::Affine(self.0, self.1), src, layout).w()?;
+    ) -> Result<DeviceBuffer<T>, BackendError> {
+        let fast = elementwise::unary(dev, UnaryOp::Affine(self.0, self.1), src, layout)?;
         if let Some(out) = fast {
             return Ok(out);
         }
@@ -47,7 +47,7 @@ impl Map1 for Affine {
             before: &[],
             after: &after,
         };
-        launch_elementwise(dev, Module::Affine, &name, src, layout, extra).w()
+        launch_elementwise(dev, Module::Affine, &name, src, layout, extra)
     }
 }
 
@@ -66,9 +66,9 @@ impl Map1 for ScalarUnary {
         src: &DeviceBuffer<T>,
         dev: &RocmDevice,
         layout: &Layout,
-    ) -> candle_core::Result<DeviceBuffer<T>> {
+    ) -> Result<DeviceBuffer<T>, BackendError> {
         let op = UnaryOp::Scalar(self.root, self.value);
-        if let Some(out) = elementwise::unary(dev, op, src, layout).w()? {
+        if let Some(out) = elementwise::unary(dev, op, src, layout)? {
             return Ok(out);
         }
         let name = kernel_name::<T>(self.root);
@@ -78,7 +78,7 @@ impl Map1 for ScalarUnary {
             after: &[],
         };
         let module = module_for(Module::Unary, T::DTYPE);
-        launch_elementwise(dev, module, &name, src, layout, extra).w()
+        launch_elementwise(dev, module, &name, src, layout, extra)
     }
 }
 
@@ -104,7 +104,7 @@ impl<U: UnaryOpT> Map1 for Unary<U> {
         src: &DeviceBuffer<T>,
         dev: &RocmDevice,
         layout: &Layout,
-    ) -> candle_core::Result<DeviceBuffer<T>> {
+    ) -> Result<DeviceBuffer<T>, BackendError> {
         NamedUnary(U::KERNEL).f(src, dev, layout)
     }
 }
@@ -118,13 +118,13 @@ impl Map1 for NamedUnary {
         src: &DeviceBuffer<T>,
         dev: &RocmDevice,
         layout: &Layout,
-    ) -> candle_core::Result<DeviceBuffer<T>> {
-        if let Some(out) = elementwise::unary(dev, UnaryOp::Named(self.0), src, layout).w()? {
+    ) -> Result<DeviceBuffer<T>, BackendError> {
+        if let Some(out) = elementwise::unary(dev, UnaryOp::Named(self.0), src, layout)? {
             return Ok(out);
         }
         let name = kernel_name::<T>(self.0);
         let module = module_for(Module::Unary, T::DTYPE);
-        launch_elementwise(dev, module, &name, src, layout, Extra::none()).w()
+        launch_elementwise(dev, module, &name, src, layout, Extra::none())
     }
 }
 
@@ -153,11 +153,11 @@ impl<B: BinaryOpT> Map2 for Binary<B> {
         lhs: (&DeviceBuffer<T>, &Layout),
         rhs: (&DeviceBuffer<T>, &Layout),
         dev: &RocmDevice,
-    ) -> candle_core::Result<DeviceBuffer<T>> {
-        if let Some(out) = elementwise::binary(dev, B::KERNEL, lhs, rhs).w()? {
+    ) -> Result<DeviceBuffer<T>, BackendError> {
+        if let Some(out) = elementwise::binary(dev, B::KERNEL, lhs, rhs)? {
             return Ok(out);
         }
-        launch_binary(dev, &kernel_name::<T>(B::KERNEL), lhs, rhs).w()
+        launch_binary(dev, &kernel_name::<T>(B::KERNEL), lhs, rhs)
     }
 }
 
@@ -172,7 +172,7 @@ impl Map2Any for Cmp {
         lhs: (&DeviceBuffer<T>, &Layout),
         rhs: (&DeviceBuffer<T>, &Layout),
         dev: &RocmDevice,
-    ) -> candle_core::Result<S> {
+    ) -> Result<S, BackendError> {
         let root = match self.0 {
             CmpOp::Eq => "eq",
             CmpOp::Ne => "ne",
@@ -181,7 +181,7 @@ impl Map2Any for Cmp {
             CmpOp::Gt => "gt",
             CmpOp::Ge => "ge",
         };
-        let out = launch_binary::<T, u8>(dev, &kernel_name::<T>(root), lhs, rhs).w()?;
+        let out = launch_binary::<T, u8>(dev, &kernel_name::<T>(root), lhs, rhs)?;
         Ok(S::U8(out))
     }
 }
@@ -199,7 +199,7 @@ impl<C: RocmDType> Map2 for WhereCond<'_, C> {
         (t, t_l): (&DeviceBuffer<T>, &Layout),
         (f, f_l): (&DeviceBuffer<T>, &Layout),
         dev: &RocmDevice,
-    ) -> candle_core::Result<DeviceBuffer<T>> {
+    ) -> Result<DeviceBuffer<T>, BackendError> {
         let run = || -> Result<DeviceBuffer<T>, BackendError> {
             let (cond, cond_l) = (self.0, self.1);
             if let Some(out) = elementwise::where_cond(dev, (cond, cond_l), (t, t_l), (f, f_l))? {
@@ -207,7 +207,7 @@ impl<C: RocmDType> Map2 for WhereCond<'_, C> {
             }
             let name = format!("where_{}_{}", C::DTYPE.as_str(), bits_suffix::<T>());
             if cond_l.dims() != t_l.dims() || cond_l.dims() != f_l.dims() {
-                return Err(invalid(
+                return Err(shape_error(
                     &name,
                     format_args!(
                         "shapes {:?}, {:?} and {:?} differ",
@@ -250,7 +250,7 @@ impl<C: RocmDType> Map2 for WhereCond<'_, C> {
             unsafe { l.launch(RocmDevice::cfg(el)?)? };
             Ok(out)
         };
-        run().w()
+        run()
     }
 }
 
@@ -261,8 +261,8 @@ pub fn cast<Src: RocmDType, Dst: RocmDType>(
     dev: &RocmDevice,
     src: &DeviceBuffer<Src>,
     layout: &Layout,
-) -> candle_core::Result<DeviceBuffer<Dst>> {
-    if let Some(out) = elementwise::cast::<Src, Dst>(dev, src, layout).w()? {
+) -> Result<DeviceBuffer<Dst>, BackendError> {
+    if let Some(out) = elementwise::cast::<Src, Dst>(dev, src, layout)? {
         return Ok(out);
     }
     let (from, to) = (Src::DTYPE, Dst::DTYPE);
@@ -283,5 +283,5 @@ pub fn cast<Src: RocmDType, Dst: RocmDType>(
         kernel_suffix(from, "cast"),
         kernel_suffix(to, "cast")
     );
-    launch_elementwise::<Src, Dst>(dev, module, &name, src, layout, Extra::none()).w()
+    launch_elementwise::<Src, Dst>(dev, module, &name, src, layout, Extra::none())
 }

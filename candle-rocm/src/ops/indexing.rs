@@ -22,9 +22,9 @@ use rocm_safe::{DeviceBuffer, DevicePtrArg, DeviceSlice, DeviceView, LaunchConfi
 use crate::device::RocmDevice;
 use crate::dispatch::{Map1, Map2InPlace};
 use crate::dtype::{RocmDType, RocmStorageSlice as S};
-use crate::error::{BackendError, WrapErr};
+use crate::error::BackendError;
 use crate::launch::bits_suffix;
-use crate::layout::{checked_product, size_overflow};
+use crate::layout::{checked_product, out_of_bounds, shape_error, size_overflow};
 use crate::layout::{contiguous_view, invalid};
 
 /// The indices of an op: a view starting at the layout's first index, and the dtype suffix
@@ -43,7 +43,7 @@ impl<'a> Ids<'a> {
         ids: &'a S,
         offset: usize,
         needed: usize,
-    ) -> candle_core::Result<Ids<'a>> {
+    ) -> Result<Ids<'a>, BackendError> {
         fn view<'b, I: RocmDType>(
             op: &str,
             b: &'b DeviceBuffer<I>,
@@ -52,21 +52,23 @@ impl<'a> Ids<'a> {
         ) -> Result<DeviceView<'b, I>, BackendError> {
             match offset.checked_add(needed) {
                 Some(end) if end <= b.len() => Ok(b.slice(offset..)?),
-                _ => Err(invalid(
+                _ => Err(out_of_bounds(
                     op,
-                    format_args!(
-                        "indices reach element {} of a buffer of {}",
-                        offset.saturating_add(needed),
-                        b.len()
-                    ),
+                    "indices",
+                    offset.saturating_add(needed),
+                    b.len(),
                 )),
             }
         }
         let (ptr, suffix) = match ids {
-            S::U8(b) => (DevicePtrArg::of(&view(op, b, offset, needed).w()?), "u8"),
-            S::U32(b) => (DevicePtrArg::of(&view(op, b, offset, needed).w()?), "u32"),
-            S::I64(b) => (DevicePtrArg::of(&view(op, b, offset, needed).w()?), "i64"),
-            other => return Err(candle_core::Error::UnsupportedDTypeForOp(other.dtype(), op).bt()),
+            S::U8(b) => (DevicePtrArg::of(&view(op, b, offset, needed)?), "u8"),
+            S::U32(b) => (DevicePtrArg::of(&view(op, b, offset, needed)?), "u32"),
+            S::I64(b) => (DevicePtrArg::of(&view(op, b, offset, needed)?), "i64"),
+            other => {
+                return Err(candle_core::Error::UnsupportedDTypeForOp(other.dtype(), op)
+                    .bt()
+                    .into())
+            }
         };
         Ok(Ids {
             ptr,
@@ -79,7 +81,7 @@ impl<'a> Ids<'a> {
 /// `(left, dim, right)`: the products of the dims before `dim`, at `dim`, and after it.
 fn split(op: &str, dims: &[usize], dim: usize) -> Result<(usize, usize, usize), BackendError> {
     if dim >= dims.len() {
-        return Err(invalid(
+        return Err(shape_error(
             op,
             format_args!("dim {dim} is out of range for shape {dims:?}"),
         ));
@@ -121,7 +123,7 @@ fn same_except(op: &str, a: &[usize], b: &[usize], dim: usize) -> Result<(), Bac
     if ok {
         Ok(())
     } else {
-        Err(invalid(
+        Err(shape_error(
             op,
             format_args!("shapes {a:?} and {b:?} must agree except on dim {dim}"),
         ))
@@ -189,7 +191,7 @@ impl Map1 for IndexSelect<'_> {
         src: &DeviceBuffer<T>,
         dev: &RocmDevice,
         src_l: &Layout,
-    ) -> candle_core::Result<DeviceBuffer<T>> {
+    ) -> Result<DeviceBuffer<T>, BackendError> {
         const OP: &str = "index-select";
         let (ids_l, dim) = (self.1, self.2);
         let (n_ids, ids_stride) = match (ids_l.dims(), ids_l.stride()) {
@@ -200,22 +202,22 @@ impl Map1 for IndexSelect<'_> {
                     got: ids_l.dims().len(),
                     shape: ids_l.shape().clone(),
                 }
-                .bt())
+                .bt()
+                .into())
             }
         };
         let src = contiguous_view(OP, src, src_l)?;
-        let (left, src_dim, right) = split(OP, src_l.dims(), dim).w()?;
+        let (left, src_dim, right) = split(OP, src_l.dims(), dim)?;
         let dst_el = checked_product(
             OP,
             "output element count (left * n_ids * right)",
             &[left, n_ids, right],
-        )
-        .w()?;
-        let out = dev.alloc::<T>(dst_el).w()?;
+        )?;
+        let out = dev.alloc::<T>(dst_el)?;
         if dst_el == 0 {
             return Ok(out);
         }
-        let needed = ids_span(OP, n_ids, ids_stride).w()?;
+        let needed = ids_span(OP, n_ids, ids_stride)?;
         let ids = Ids::new(OP, self.0, ids_l.start_offset(), needed)?;
         // dst_el = left * n_ids * right did not overflow, so neither does rows; a segment too
         // large to count in bytes takes the per-element kernels.
@@ -233,7 +235,7 @@ impl Map1 for IndexSelect<'_> {
             .filter(|_| crate::settings::fast_kernels());
         if let Some(plan) = plan {
             let name = format!("is_rows_{}_v{}", ids.suffix, plan.bytes);
-            let f = dev.function(Module::Index, &name).w()?;
+            let f = dev.function(Module::Index, &name)?;
             let (psrc, pout) = (DevicePtrArg::of(&src), out.as_arg());
             let mut l = dev.stream().launch_builder(&f);
             l.arg(&rows)
@@ -253,11 +255,11 @@ impl Map1 for IndexSelect<'_> {
             // B-byte aligned with right * size_of::<T>() = packs * B (RowsPlan::new), so every
             // pack is in bounds and aligned; tpr is a power of two dividing the block; the
             // kernel reads nothing for an out-of-range index.
-            unsafe { l.launch(plan.cfg()).w()? };
+            unsafe { l.launch(plan.cfg())? };
             return Ok(out);
         }
         let name = format!("is_{}_{}", ids.suffix, bits_suffix::<T>());
-        let f = dev.function(Module::Index, &name).w()?;
+        let f = dev.function(Module::Index, &name)?;
         let (psrc, pout) = (DevicePtrArg::of(&src), out.as_arg());
         let mut l = dev.stream().launch_builder(&f);
         l.arg(&dst_el)
@@ -274,7 +276,7 @@ impl Map1 for IndexSelect<'_> {
         // kernels/hip/index.hip; `ids` holds (n_ids - 1) * ids_stride + 1 elements; `src` is
         // the contiguous left * src_dim * right source; `out` holds numel elements; the kernel
         // reads nothing for an out-of-range index.
-        unsafe { l.launch(RocmDevice::cfg(dst_el).w()?).w()? };
+        unsafe { l.launch(RocmDevice::cfg(dst_el)?)? };
         Ok(out)
     }
 }
@@ -288,24 +290,24 @@ impl Map1 for Gather<'_> {
         src: &DeviceBuffer<T>,
         dev: &RocmDevice,
         src_l: &Layout,
-    ) -> candle_core::Result<DeviceBuffer<T>> {
+    ) -> Result<DeviceBuffer<T>, BackendError> {
         const OP: &str = "gather";
         let (ids_l, dim) = (self.1, self.2);
-        let (ids_o1, _) = ids_l
-            .contiguous_offsets()
-            .ok_or_else(|| candle_core::Error::RequiresContiguous { op: OP }.bt())?;
+        let (ids_o1, _) = ids_l.contiguous_offsets().ok_or_else(|| {
+            BackendError::from(candle_core::Error::RequiresContiguous { op: OP }.bt())
+        })?;
         let src = contiguous_view(OP, src, src_l)?;
-        let (left, src_dim, right) = split(OP, src_l.dims(), dim).w()?;
-        same_except(OP, src_l.dims(), ids_l.dims(), dim).w()?;
+        let (left, src_dim, right) = split(OP, src_l.dims(), dim)?;
+        same_except(OP, src_l.dims(), ids_l.dims(), dim)?;
         let ids_dim = ids_l.dims()[dim];
         let el = ids_l.shape().elem_count();
-        let out = dev.alloc::<T>(el).w()?;
+        let out = dev.alloc::<T>(el)?;
         if el == 0 {
             return Ok(out);
         }
         let ids = Ids::new(OP, self.0, ids_o1, el)?;
         let name = format!("gather_{}_{}", ids.suffix, bits_suffix::<T>());
-        let f = dev.function(Module::Index, &name).w()?;
+        let f = dev.function(Module::Index, &name)?;
         let (psrc, pout) = (DevicePtrArg::of(&src), out.as_arg());
         let mut l = dev.stream().launch_builder(&f);
         l.arg(&el)
@@ -320,7 +322,7 @@ impl Map1 for Gather<'_> {
         // size_t left, size_t src_dim, size_t ids_dim, size_t right); `ids` and `out` hold
         // numel = left * ids_dim * right elements (the shapes agree except on `dim`); `src`
         // is the contiguous left * src_dim * right source; out-of-range indices read nothing.
-        unsafe { l.launch(RocmDevice::cfg(el).w()?).w()? };
+        unsafe { l.launch(RocmDevice::cfg(el)?)? };
         Ok(out)
     }
 }
@@ -347,52 +349,50 @@ impl Map2InPlace for IndexedUpdate<'_> {
         (dst, dst_l): (&mut DeviceBuffer<T>, &Layout),
         (src, src_l): (&DeviceBuffer<T>, &Layout),
         dev: &RocmDevice,
-    ) -> candle_core::Result<()> {
+    ) -> Result<(), BackendError> {
         let (ids_l, dim, update) = (self.1, self.2, self.3);
         let op = match update {
             Update::Scatter => "scatter",
             Update::ScatterAdd => "scatter-add",
             Update::IndexAdd => "index-add",
         };
-        let (ids_o1, _) = ids_l
-            .contiguous_offsets()
-            .ok_or_else(|| candle_core::Error::RequiresContiguous { op }.bt())?;
+        let (ids_o1, _) = ids_l.contiguous_offsets().ok_or_else(|| {
+            BackendError::from(candle_core::Error::RequiresContiguous { op }.bt())
+        })?;
         let src = contiguous_view(op, src, src_l)?;
-        let (left, src_dim, right) = split(op, src_l.dims(), dim).w()?;
-        let (_, dst_dim, _) = split(op, dst_l.dims(), dim).w()?;
-        same_except(op, src_l.dims(), dst_l.dims(), dim).w()?;
+        let (left, src_dim, right) = split(op, src_l.dims(), dim)?;
+        let (_, dst_dim, _) = split(op, dst_l.dims(), dim)?;
+        same_except(op, src_l.dims(), dst_l.dims(), dim)?;
         let ids_needed = match update {
             Update::Scatter | Update::ScatterAdd => {
                 if ids_l.dims() != src_l.dims() {
-                    return Err(invalid(
+                    return Err(shape_error(
                         op,
                         format_args!(
                             "indices {:?} and source {:?} must have the same shape",
                             ids_l.dims(),
                             src_l.dims()
                         ),
-                    ))
-                    .w();
+                    ));
                 }
                 src_l.shape().elem_count()
             }
             Update::IndexAdd => {
                 if ids_l.dims() != [src_dim] {
-                    return Err(invalid(
+                    return Err(shape_error(
                         op,
                         format_args!(
                             "indices {:?} must be 1-D with {src_dim} entries (source dim {dim})",
                             ids_l.dims()
                         ),
-                    ))
-                    .w();
+                    ));
                 }
                 src_dim
             }
         };
-        let (dst_o1, dst_o2) = dst_l
-            .contiguous_offsets()
-            .ok_or_else(|| candle_core::Error::RequiresContiguous { op }.bt())?;
+        let (dst_o1, dst_o2) = dst_l.contiguous_offsets().ok_or_else(|| {
+            BackendError::from(candle_core::Error::RequiresContiguous { op }.bt())
+        })?;
         if dst_o2 > dst.len() {
             return Err(invalid(
                 op,
@@ -400,10 +400,9 @@ impl Map2InPlace for IndexedUpdate<'_> {
                     "layout reaches element {dst_o2} of a buffer of {}",
                     dst.len()
                 ),
-            ))
-            .w();
+            ));
         }
-        let threads = checked_product(op, "thread count (left * right)", &[left, right]).w()?;
+        let threads = checked_product(op, "thread count (left * right)", &[left, right])?;
         if threads == 0 || src_dim == 0 {
             return Ok(());
         }
@@ -419,8 +418,8 @@ impl Map2InPlace for IndexedUpdate<'_> {
             Update::ScatterAdd | Update::IndexAdd => T::DTYPE.as_str(),
         };
         let name = format!("{root}_{}_{value}", ids.suffix);
-        let f = dev.function(Module::Index, &name).w()?;
-        let out = dst.slice_mut(dst_o1..dst_o2).w()?;
+        let f = dev.function(Module::Index, &name)?;
+        let out = dst.slice_mut(dst_o1..dst_o2)?;
         let (psrc, pdst) = (DevicePtrArg::of(&src), DevicePtrArg::of(&out));
         let mut l = dev.stream().launch_builder(&f);
         l.arg(&ids.ptr);
@@ -439,7 +438,7 @@ impl Map2InPlace for IndexedUpdate<'_> {
         // `ids` holds what the op indexes (checked above), `src` is the contiguous
         // left * src_dim * right source, `out` the contiguous left * dst_dim * right
         // destination, borrowed exclusively; out-of-range indices write nothing.
-        unsafe { l.launch(RocmDevice::cfg(threads).w()?).w()? };
+        unsafe { l.launch(RocmDevice::cfg(threads)?)? };
         Ok(())
     }
 }

@@ -13,10 +13,9 @@ use rocm_safe::{DeviceBuffer, DevicePtrArg, LaunchConfig};
 use crate::device::RocmDevice;
 use crate::dispatch::Map1Any;
 use crate::dtype::{RocmDType, RocmStorageSlice as S};
-use crate::error::{BackendError, WrapErr};
+use crate::error::BackendError;
 use crate::launch::{kernel_name, module_for};
-use crate::layout::checked_product;
-use crate::layout::{checked_view, invalid};
+use crate::layout::{checked_product, checked_view, kernel_limit, shape_error};
 
 /// Reductions over up to this many elements per output use one thread per output
 /// (`fast_sum_small`) instead of one block per output.
@@ -32,7 +31,7 @@ impl Map1Any for FastReduce<'_> {
         dev: &RocmDevice,
         layout: &Layout,
         wrap: W,
-    ) -> candle_core::Result<S> {
+    ) -> Result<S, BackendError> {
         let (root, needs_elements, returns_index) = match self.1 {
             ReduceOp::Sum => ("fast_sum", false, false),
             ReduceOp::Min => ("fast_min", true, false),
@@ -44,20 +43,17 @@ impl Map1Any for FastReduce<'_> {
         let src_stride = layout.stride();
         for (i, &d) in self.0.iter().enumerate() {
             if d >= src_dims.len() || self.0[..i].contains(&d) {
-                return Err(invalid(
+                return Err(shape_error(
                     root,
                     format_args!("reduced dims {:?} do not fit shape {src_dims:?}", self.0),
-                ))
-                .w();
+                ));
             }
         }
         let src_el = layout.shape().elem_count();
         if needs_elements && src_el == 0 {
-            return Err(candle_core::Error::EmptyTensor { op: "reduce" }.bt());
+            return Err(candle_core::Error::EmptyTensor { op: "reduce" }.bt().into());
         }
-        if let Some(out) =
-            crate::launch::rows::reduce(dev, src, layout, self.0, self.1, &wrap).w()?
-        {
+        if let Some(out) = crate::launch::rows::reduce(dev, src, layout, self.0, self.1, &wrap)? {
             return Ok(out);
         }
         let mut dims = Vec::with_capacity(src_dims.len());
@@ -73,8 +69,8 @@ impl Map1Any for FastReduce<'_> {
             dims.push(src_dims[i]);
             stride.push(src_stride[i]);
         }
-        let dst_el = checked_product(root, "output element count", &dims[..kept]).w()?;
-        let per_block = checked_product(root, "reduced element count", &dims[kept..]).w()?;
+        let dst_el = checked_product(root, "output element count", &dims[..kept])?;
+        let per_block = checked_product(root, "reduced element count", &dims[kept..])?;
         let run = || -> Result<S, BackendError> {
             if dst_el == 0 {
                 return Ok(if returns_index {
@@ -92,7 +88,8 @@ impl Map1Any for FastReduce<'_> {
             let small = root == "fast_sum" && per_block <= SMALL_REDUCE && module == Module::Reduce;
             let (name, cfg, numel) = if small {
                 let cfg = LaunchConfig::for_num_elems(
-                    u32::try_from(dst_el).map_err(|_| invalid(root, "too many outputs"))?,
+                    u32::try_from(dst_el)
+                        .map_err(|_| kernel_limit(root, format_args!("{dst_el} outputs")))?,
                     256,
                 );
                 (kernel_name::<T>("fast_sum_small"), cfg, dst_el)
@@ -101,7 +98,7 @@ impl Map1Any for FastReduce<'_> {
                     .ok()
                     .filter(|&b| b <= i32::MAX as u32)
                     .ok_or_else(|| {
-                        invalid(root, format_args!("{dst_el} outputs exceed the grid limit"))
+                        kernel_limit(root, format_args!("{dst_el} outputs (the grid limit)"))
                     })?;
                 let threads = per_block.clamp(1, 1024).next_power_of_two() as u32;
                 let cfg = LaunchConfig {
@@ -141,6 +138,6 @@ impl Map1Any for FastReduce<'_> {
                 wrap(launch!(dev.alloc::<T>(dst_el)?))
             })
         };
-        run().w()
+        run()
     }
 }

@@ -10,7 +10,7 @@ use rocm_safe::{DeviceBuffer, DeviceRepr, LaunchConfig};
 
 use crate::dtype::RocmStorageSlice;
 use crate::error::BackendError;
-use crate::layout::invalid;
+use crate::layout::{invalid, kernel_limit};
 use crate::storage::RocmStorage;
 
 use candle_core::ext::{ExtQStorage, ExtStorage};
@@ -51,9 +51,9 @@ impl RocmQStorage {
             return Ok(Some(out));
         }
         let grid = u32::try_from(blocks).map_err(|_| {
-            invalid(
+            kernel_limit(
                 "dequantize",
-                format_args!("{elem_count} values need more than 2^32 blocks"),
+                format_args!("{elem_count} values (more than 2^32 blocks)"),
             )
         })?;
         let f = self.device.function(
@@ -75,9 +75,9 @@ impl RocmQStorage {
             _ => elem_count / 32,
         };
         let k = i32::try_from(k).map_err(|_| {
-            invalid(
+            kernel_limit(
                 "dequantize",
-                format_args!("{elem_count} values exceed the kernels' 32-bit count"),
+                format_args!("{elem_count} values (past a 32-bit count)"),
             )
         })?;
         if !is_k {

@@ -23,8 +23,8 @@ use crate::dtype::{RocmDType, RocmStorageSlice as S};
 use crate::error::{BackendError, WrapErr};
 use crate::launch::kernel_name;
 use crate::launch::rows::{self, FusedRow};
-use crate::layout::checked_product;
 use crate::layout::invalid;
+use crate::layout::{checked_product, shape_error};
 use crate::ops::elementwise::NamedUnary;
 use crate::storage::RocmStorage;
 
@@ -160,7 +160,7 @@ fn rows_cols(op: &str, l: &Layout) -> Result<(usize, usize), BackendError> {
     match l.dims().last() {
         Some(&cols) if cols > 0 => Ok((l.shape().elem_count() / cols, cols)),
         Some(_) => Ok((0, 0)),
-        None => Err(invalid(op, "needs at least one dimension")),
+        None => Err(shape_error(op, "needs at least one dimension")),
     }
 }
 

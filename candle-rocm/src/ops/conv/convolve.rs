@@ -10,7 +10,7 @@ use super::{agree, conv_out, conv_tr_out, dims_n, miopen, ConvParams};
 use crate::device::RocmDevice;
 use crate::dispatch::{same_dtype, Map1};
 use crate::dtype::RocmStorageSlice as S;
-use crate::error::WrapErr;
+use crate::error::BackendError;
 use crate::layout::checked_product;
 use crate::ops::copy::contiguous;
 use crate::ops::matmul::matmul;
@@ -25,8 +25,8 @@ fn patches_times_kernel(
     (b, m, n, k): (usize, usize, usize, usize),
     (kernel, kernel_l): (&S, &Layout),
     res_l: &Layout,
-) -> candle_core::Result<S> {
-    let bm = checked_product(op, "patch count (b * m)", &[b, m]).w()?;
+) -> Result<S, BackendError> {
+    let bm = checked_product(op, "patch count (b * m)", &[b, m])?;
     let col_l = Layout::contiguous((bm, k));
     let kernel_c;
     let (kernel, k_off) = if kernel_l.is_contiguous() {
@@ -48,21 +48,21 @@ pub fn conv1d(
     (x, l): (&S, &Layout),
     (kernel, kernel_l): (&S, &Layout),
     p: &ConvParams,
-) -> candle_core::Result<S> {
+) -> Result<S, BackendError> {
     const OP: &str = "conv1d";
-    let get = |n: &str| p.get(OP, n).w();
-    let d = dims_n(OP, "the input", l, 3).w()?;
-    let kd = dims_n(OP, "the kernel", kernel_l, 3).w()?;
+    let get = |n: &str| p.get(OP, n);
+    let d = dims_n(OP, "the input", l, 3)?;
+    let kd = dims_n(OP, "the kernel", kernel_l, 3)?;
     let (b, c_in, l_in) = (d[0], d[1], d[2]);
     let (c_out, k_c_in, k_size) = (kd[0], kd[1], kd[2]);
-    agree(OP, "b_size", get("b_size")?, b).w()?;
-    agree(OP, "c_in", get("c_in")?, c_in).w()?;
-    agree(OP, "c_in (kernel)", k_c_in, c_in).w()?;
-    agree(OP, "c_out", get("c_out")?, c_out).w()?;
-    agree(OP, "k_size", get("k_size")?, k_size).w()?;
-    agree(OP, "l_in", get("l_in")?, l_in).w()?;
+    agree(OP, "b_size", get("b_size")?, b)?;
+    agree(OP, "c_in", get("c_in")?, c_in)?;
+    agree(OP, "c_in (kernel)", k_c_in, c_in)?;
+    agree(OP, "c_out", get("c_out")?, c_out)?;
+    agree(OP, "k_size", get("k_size")?, k_size)?;
+    agree(OP, "l_in", get("l_in")?, l_in)?;
     let (padding, stride, dilation) = (get("padding")?, get("stride")?, get("dilation")?);
-    let l_out = conv_out(OP, l_in, k_size, padding, stride, dilation).w()?;
+    let l_out = conv_out(OP, l_in, k_size, padding, stride, dilation)?;
     let cfg =
         rocm_safe::Conv2dConfig::conv1d(b, c_in, l_in, c_out, k_size, 1, padding, stride, dilation);
     let problem = miopen::ConvProblem::Forward(cfg);
@@ -78,7 +78,7 @@ pub fn conv1d(
     }
     .map(x, dev, l)?;
     let res_l = Layout::contiguous((b, l_out, c_out)).transpose(1, 2)?;
-    let patch = checked_product(OP, "patch length (k_size * c_in)", &[k_size, c_in]).w()?;
+    let patch = checked_product(OP, "patch length (k_size * c_in)", &[k_size, c_in])?;
     patches_times_kernel(
         OP,
         dev,
@@ -96,24 +96,24 @@ pub fn conv2d(
     (x, l): (&S, &Layout),
     (kernel, kernel_l): (&S, &Layout),
     p: &ConvParams,
-) -> candle_core::Result<S> {
+) -> Result<S, BackendError> {
     const OP: &str = "conv2d";
-    let get = |n: &str| p.get(OP, n).w();
-    let d = dims_n(OP, "the input", l, 4).w()?;
-    let kd = dims_n(OP, "the kernel", kernel_l, 4).w()?;
+    let get = |n: &str| p.get(OP, n);
+    let d = dims_n(OP, "the input", l, 4)?;
+    let kd = dims_n(OP, "the kernel", kernel_l, 4)?;
     let (b, c_in, i_h, i_w) = (d[0], d[1], d[2], d[3]);
     let (c_out, k_c_in, k_h, k_w) = (kd[0], kd[1], kd[2], kd[3]);
-    agree(OP, "b_size", get("b_size")?, b).w()?;
-    agree(OP, "c_in", get("c_in")?, c_in).w()?;
-    agree(OP, "c_in (kernel)", k_c_in, c_in).w()?;
-    agree(OP, "c_out", get("c_out")?, c_out).w()?;
-    agree(OP, "k_h", get("k_h")?, k_h).w()?;
-    agree(OP, "k_w", get("k_w")?, k_w).w()?;
-    agree(OP, "i_h", get("i_h")?, i_h).w()?;
-    agree(OP, "i_w", get("i_w")?, i_w).w()?;
+    agree(OP, "b_size", get("b_size")?, b)?;
+    agree(OP, "c_in", get("c_in")?, c_in)?;
+    agree(OP, "c_in (kernel)", k_c_in, c_in)?;
+    agree(OP, "c_out", get("c_out")?, c_out)?;
+    agree(OP, "k_h", get("k_h")?, k_h)?;
+    agree(OP, "k_w", get("k_w")?, k_w)?;
+    agree(OP, "i_h", get("i_h")?, i_h)?;
+    agree(OP, "i_w", get("i_w")?, i_w)?;
     let (padding, stride, dilation) = (get("padding")?, get("stride")?, get("dilation")?);
-    let h_out = conv_out(OP, i_h, k_h, padding, stride, dilation).w()?;
-    let w_out = conv_out(OP, i_w, k_w, padding, stride, dilation).w()?;
+    let h_out = conv_out(OP, i_h, k_h, padding, stride, dilation)?;
+    let w_out = conv_out(OP, i_w, k_w, padding, stride, dilation)?;
     let cfg = miopen::conv2d_config(
         (b, c_in, i_h, i_w),
         (c_out, k_h, k_w),
@@ -138,8 +138,8 @@ pub fn conv2d(
     let res_l = Layout::contiguous((b, h_out, w_out, c_out))
         .transpose(1, 2)?
         .transpose(1, 3)?;
-    let m = checked_product(OP, "output pixel count (h_out * w_out)", &[h_out, w_out]).w()?;
-    let patch = checked_product(OP, "patch length (k_h * k_w * c_in)", &[k_h, k_w, c_in]).w()?;
+    let m = checked_product(OP, "output pixel count (h_out * w_out)", &[h_out, w_out])?;
+    let patch = checked_product(OP, "patch length (k_h * k_w * c_in)", &[k_h, k_w, c_in])?;
     patches_times_kernel(
         OP,
         dev,
@@ -157,22 +157,22 @@ pub fn conv_transpose1d(
     (x, l): (&S, &Layout),
     (kernel, kernel_l): (&S, &Layout),
     p: &ConvParams,
-) -> candle_core::Result<S> {
+) -> Result<S, BackendError> {
     const OP: &str = "conv_transpose1d";
-    let get = |n: &str| p.get(OP, n).w();
-    let d = dims_n(OP, "the input", l, 3).w()?;
-    let kd = dims_n(OP, "the kernel", kernel_l, 3).w()?;
+    let get = |n: &str| p.get(OP, n);
+    let d = dims_n(OP, "the input", l, 3)?;
+    let kd = dims_n(OP, "the kernel", kernel_l, 3)?;
     let (b, c_in, l_in) = (d[0], d[1], d[2]);
     let (k_c_in, c_out, k_size) = (kd[0], kd[1], kd[2]);
-    agree(OP, "b_size", get("b_size")?, b).w()?;
-    agree(OP, "c_in", get("c_in")?, c_in).w()?;
-    agree(OP, "c_in (kernel)", k_c_in, c_in).w()?;
-    agree(OP, "c_out", get("c_out")?, c_out).w()?;
-    agree(OP, "k_size", get("k_size")?, k_size).w()?;
-    agree(OP, "l_in", get("l_in")?, l_in).w()?;
+    agree(OP, "b_size", get("b_size")?, b)?;
+    agree(OP, "c_in", get("c_in")?, c_in)?;
+    agree(OP, "c_in (kernel)", k_c_in, c_in)?;
+    agree(OP, "c_out", get("c_out")?, c_out)?;
+    agree(OP, "k_size", get("k_size")?, k_size)?;
+    agree(OP, "l_in", get("l_in")?, l_in)?;
     let (padding, out_padding) = (get("padding")?, get("output_padding")?);
     let (stride, dilation) = (get("stride")?, get("dilation")?);
-    let l_out = conv_tr_out(OP, l_in, k_size, padding, out_padding, stride, dilation).w()?;
+    let l_out = conv_tr_out(OP, l_in, k_size, padding, out_padding, stride, dilation)?;
     let problem =
         miopen::ConvProblem::Transpose(rocm_safe::ConvTranspose2dConfig::conv_transpose1d(
             b,
@@ -195,8 +195,7 @@ pub fn conv_transpose1d(
         && !matches!(x.dtype(), candle_core::DType::U8 | candle_core::DType::U32)
     {
         // (b, l_in, c_in) x (c_in, c_out * k) -> (b, l_in, c_out, k) columns, then col2im.
-        let row =
-            checked_product(OP, "kernel row length (k_size * c_out)", &[k_size, c_out]).w()?;
+        let row = checked_product(OP, "kernel row length (k_size * c_out)", &[k_size, c_out])?;
         let kernel_mm = Layout::new(
             Shape::from((b, c_in, row)),
             vec![0, row, 1],
@@ -221,11 +220,10 @@ pub fn conv_transpose1d(
             OP,
             "output element count (b * c_out * l_out)",
             &[b, c_out, l_out],
-        )
-        .w()?,
+        )?,
     };
     Ok(same_dtype!(OP, (x, kernel), (x, k) => {
-        S::from_buffer(conv.run((x, l), (k, kernel_l), dev).w()?)
+        S::from_buffer(conv.run((x, l), (k, kernel_l), dev)?)
     }))
 }
 
@@ -236,25 +234,25 @@ pub fn conv_transpose2d(
     (x, l): (&S, &Layout),
     (kernel, kernel_l): (&S, &Layout),
     p: &ConvParams,
-) -> candle_core::Result<S> {
+) -> Result<S, BackendError> {
     const OP: &str = "conv_transpose2d";
-    let get = |n: &str| p.get(OP, n).w();
-    let d = dims_n(OP, "the input", l, 4).w()?;
-    let kd = dims_n(OP, "the kernel", kernel_l, 4).w()?;
+    let get = |n: &str| p.get(OP, n);
+    let d = dims_n(OP, "the input", l, 4)?;
+    let kd = dims_n(OP, "the kernel", kernel_l, 4)?;
     let (b, c_in, i_h, i_w) = (d[0], d[1], d[2], d[3]);
     let (k_c_in, c_out, k_h, k_w) = (kd[0], kd[1], kd[2], kd[3]);
-    agree(OP, "b_size", get("b_size")?, b).w()?;
-    agree(OP, "c_in", get("c_in")?, c_in).w()?;
-    agree(OP, "c_in (kernel)", k_c_in, c_in).w()?;
-    agree(OP, "c_out", get("c_out")?, c_out).w()?;
-    agree(OP, "k_h", get("k_h")?, k_h).w()?;
-    agree(OP, "k_w", get("k_w")?, k_w).w()?;
-    agree(OP, "i_h", get("i_h")?, i_h).w()?;
-    agree(OP, "i_w", get("i_w")?, i_w).w()?;
+    agree(OP, "b_size", get("b_size")?, b)?;
+    agree(OP, "c_in", get("c_in")?, c_in)?;
+    agree(OP, "c_in (kernel)", k_c_in, c_in)?;
+    agree(OP, "c_out", get("c_out")?, c_out)?;
+    agree(OP, "k_h", get("k_h")?, k_h)?;
+    agree(OP, "k_w", get("k_w")?, k_w)?;
+    agree(OP, "i_h", get("i_h")?, i_h)?;
+    agree(OP, "i_w", get("i_w")?, i_w)?;
     let (padding, out_padding) = (get("padding")?, get("output_padding")?);
     let (stride, dilation) = (get("stride")?, get("dilation")?);
-    let h_out = conv_tr_out(OP, i_h, k_h, padding, out_padding, stride, dilation).w()?;
-    let w_out = conv_tr_out(OP, i_w, k_w, padding, out_padding, stride, dilation).w()?;
+    let h_out = conv_tr_out(OP, i_h, k_h, padding, out_padding, stride, dilation)?;
+    let w_out = conv_tr_out(OP, i_w, k_w, padding, out_padding, stride, dilation)?;
     let problem = miopen::ConvProblem::Transpose(rocm_safe::ConvTranspose2dConfig {
         batch: b,
         in_channels: c_in,
@@ -283,10 +281,9 @@ pub fn conv_transpose2d(
             OP,
             "output element count (b * c_out * h_out * w_out)",
             &[b, c_out, h_out, w_out],
-        )
-        .w()?,
+        )?,
     };
     Ok(same_dtype!(OP, (x, kernel), (x, k) => {
-        S::from_buffer(conv.run((x, l), (k, kernel_l), dev).w()?)
+        S::from_buffer(conv.run((x, l), (k, kernel_l), dev)?)
     }))
 }

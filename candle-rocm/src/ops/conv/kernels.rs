@@ -11,9 +11,9 @@ use super::{conv_out, dims_n, out_el_2d};
 use crate::device::RocmDevice;
 use crate::dispatch::Map1;
 use crate::dtype::RocmDType;
-use crate::error::{BackendError, WrapErr};
+use crate::error::BackendError;
 use crate::launch::kernel_name;
-use crate::layout::{checked_product, checked_view, invalid, size_overflow};
+use crate::layout::{checked_product, checked_view, invalid, shape_error, size_overflow};
 
 /// Uploads `[dims, strides, ...]` of the layouts, the `info` argument of the conv kernels.
 fn info_of(dev: &RocmDevice, layouts: &[&Layout]) -> Result<DeviceBuffer<usize>, BackendError> {
@@ -68,7 +68,7 @@ impl Map1 for Im2Col1D {
         src: &DeviceBuffer<T>,
         dev: &RocmDevice,
         layout: &Layout,
-    ) -> candle_core::Result<DeviceBuffer<T>> {
+    ) -> Result<DeviceBuffer<T>, BackendError> {
         let name = kernel_name::<T>("im2col1d");
         let run = || -> Result<DeviceBuffer<T>, BackendError> {
             let dims = dims_n(&name, "the input", layout, 3)?;
@@ -100,7 +100,7 @@ impl Map1 for Im2Col1D {
             unsafe { launch_conv(dev, &name, &s, &info, &ptrs, threads) }?;
             Ok(dst)
         };
-        run().w()
+        run()
     }
 }
 
@@ -121,7 +121,7 @@ impl Map1 for Im2Col {
         src: &DeviceBuffer<T>,
         dev: &RocmDevice,
         layout: &Layout,
-    ) -> candle_core::Result<DeviceBuffer<T>> {
+    ) -> Result<DeviceBuffer<T>, BackendError> {
         let name = kernel_name::<T>("im2col");
         let run = || -> Result<DeviceBuffer<T>, BackendError> {
             let dims = dims_n(&name, "the input", layout, 4)?;
@@ -154,7 +154,7 @@ impl Map1 for Im2Col {
             unsafe { launch_conv(dev, &name, &s, &info, &ptrs, dst_el) }?;
             Ok(dst)
         };
-        run().w()
+        run()
     }
 }
 
@@ -170,7 +170,7 @@ impl Map1 for Col2Im1D {
         col: &DeviceBuffer<T>,
         dev: &RocmDevice,
         layout: &Layout,
-    ) -> candle_core::Result<DeviceBuffer<T>> {
+    ) -> Result<DeviceBuffer<T>, BackendError> {
         let name = kernel_name::<T>("col2im1d");
         let run = || -> Result<DeviceBuffer<T>, BackendError> {
             let d = dims_n(&name, "the columns", layout, 4)?;
@@ -218,7 +218,7 @@ impl Map1 for Col2Im1D {
             unsafe { l.launch(RocmDevice::cfg(dst_el)?)? };
             Ok(dst)
         };
-        run().w()
+        run()
     }
 }
 
@@ -302,7 +302,7 @@ impl Map1 for Pool2D {
         src: &DeviceBuffer<T>,
         dev: &RocmDevice,
         layout: &Layout,
-    ) -> candle_core::Result<DeviceBuffer<T>> {
+    ) -> Result<DeviceBuffer<T>, BackendError> {
         let root = match self.op {
             PoolOp::Max => "max_pool2d",
             PoolOp::Avg => "avg_pool2d",
@@ -337,7 +337,7 @@ impl Map1 for Pool2D {
             unsafe { launch_conv(dev, &name, &s, &info, &ptrs, dst_el) }?;
             Ok(dst)
         };
-        run().w()
+        run()
     }
 }
 
@@ -356,7 +356,7 @@ impl Map1 for UpsampleNearest {
         src: &DeviceBuffer<T>,
         dev: &RocmDevice,
         layout: &Layout,
-    ) -> candle_core::Result<DeviceBuffer<T>> {
+    ) -> Result<DeviceBuffer<T>, BackendError> {
         let name = kernel_name::<T>("upsample_nearest2d");
         let run = || -> Result<DeviceBuffer<T>, BackendError> {
             let d = dims_n("upsample_nearest2d", "the input", layout, 4)?;
@@ -366,7 +366,7 @@ impl Map1 for UpsampleNearest {
                 return Ok(dst);
             }
             if d[2] == 0 || d[3] == 0 {
-                return Err(invalid(
+                return Err(shape_error(
                     &name,
                     "cannot upsample an empty input to a non-empty output",
                 ));
@@ -391,7 +391,7 @@ impl Map1 for UpsampleNearest {
             unsafe { l.launch(RocmDevice::cfg(dst_el)?)? };
             Ok(dst)
         };
-        run().w()
+        run()
     }
 }
 
@@ -415,7 +415,7 @@ impl Map1 for UpsampleBilinear {
         src: &DeviceBuffer<T>,
         dev: &RocmDevice,
         layout: &Layout,
-    ) -> candle_core::Result<DeviceBuffer<T>> {
+    ) -> Result<DeviceBuffer<T>, BackendError> {
         let name = kernel_name::<T>("upsample_bilinear2d");
         let run = || -> Result<DeviceBuffer<T>, BackendError> {
             let d = dims_n("upsample_bilinear2d", "the input", layout, 4)?;
@@ -425,7 +425,7 @@ impl Map1 for UpsampleBilinear {
                 return Ok(dst);
             }
             if d[2] == 0 || d[3] == 0 {
-                return Err(invalid(
+                return Err(shape_error(
                     &name,
                     "cannot upsample an empty input to a non-empty output",
                 ));
@@ -459,6 +459,6 @@ impl Map1 for UpsampleBilinear {
             unsafe { l.launch(RocmDevice::cfg(dst_el)?)? };
             Ok(dst)
         };
-        run().w()
+        run()
     }
 }

@@ -21,6 +21,7 @@ use rocm_safe::{Conv2dConfig, ConvTranspose2dConfig, DeviceBuffer, MiopenType, P
 
 use crate::device::RocmDevice;
 use crate::dtype::{RocmDType, RocmStorageSlice as S};
+use crate::error::BackendError;
 use crate::layout::contiguous_view;
 use crate::settings::{conv_path, ConvPath};
 
@@ -91,7 +92,7 @@ pub(crate) fn conv(
     (x, l): (&S, &Layout),
     (w, wl): (&S, &Layout),
     cfg: &ConvProblem,
-) -> candle_core::Result<Option<S>> {
+) -> Result<Option<S>, BackendError> {
     if conv_path() != ConvPath::Miopen {
         return Ok(None);
     }
@@ -126,7 +127,7 @@ fn run<T: MiopenType + RocmDType>(
     (x, l): (&DeviceBuffer<T>, &Layout),
     (w, wl): (&DeviceBuffer<T>, &Layout),
     cfg: &ConvProblem,
-) -> candle_core::Result<Option<DeviceBuffer<T>>> {
+) -> Result<Option<DeviceBuffer<T>>, BackendError> {
     let xv = contiguous_view(op, x, l)?;
     let wv = contiguous_view(op, w, wl)?;
     run_into(op, dev, cfg, cfg.output_dims(), |m, y| match cfg {
@@ -144,7 +145,7 @@ fn run_into<T: MiopenType + RocmDType>(
     cfg: &impl std::fmt::Debug,
     dims: rocm_safe::Result<[usize; 4]>,
     f: impl FnOnce(&mut rocm_safe::MiopenHandle, &mut DeviceBuffer<T>) -> rocm_safe::Result<()>,
-) -> candle_core::Result<Option<DeviceBuffer<T>>> {
+) -> Result<Option<DeviceBuffer<T>>, BackendError> {
     let dims = match dims {
         Ok(d) => d,
         Err(e) => {
@@ -190,7 +191,7 @@ pub(crate) fn pool(
     dev: &RocmDevice,
     (x, l): (&S, &Layout),
     cfg: &Pool2dConfig,
-) -> candle_core::Result<Option<S>> {
+) -> Result<Option<S>, BackendError> {
     if conv_path() != ConvPath::Miopen {
         return Ok(None);
     }
@@ -213,7 +214,7 @@ fn run_pool<T: MiopenType + RocmDType>(
     dev: &RocmDevice,
     (x, l): (&DeviceBuffer<T>, &Layout),
     cfg: &Pool2dConfig,
-) -> candle_core::Result<Option<DeviceBuffer<T>>> {
+) -> Result<Option<DeviceBuffer<T>>, BackendError> {
     let xv = contiguous_view(op, x, l)?;
     let y = run_into(op, dev, cfg, cfg.output_dims(), |m, y| {
         m.pool2d::<T>(cfg, &xv, y)
@@ -233,7 +234,7 @@ pub(crate) fn pool_2d(
     k: (usize, usize),
     stride: (usize, usize),
     mode: rocm_safe::PoolMode,
-) -> candle_core::Result<Option<S>> {
+) -> Result<Option<S>, BackendError> {
     let &[b, c, h, w] = l.dims() else {
         return Ok(None);
     };
