@@ -1,5 +1,5 @@
 """PyTorch eager rows of `cargo xtask bench`: the same ops, shapes, dtypes and method as
-tests/bench/src/main.rs (candle-rocm-bench), printed in its line format so table.py can join
+tests/bench/src/ (candle-rocm-bench), printed in its line format so table.py can join
 them. Runs on the device machine with its own python3 and PyTorch (CUDA); transformers' BERT
 and LLaMA with random weights for the model rows.
 
@@ -178,7 +178,7 @@ def matmul(b):
 
 
 CONV_SHAPES = [
-    # (op, batch, c_in, c_out, k, (h, w), padding, stride), as tests/bench/src/main.rs.
+    # (op, batch, c_in, c_out, k, (h, w), padding, stride), as tests/bench/src/conv.rs.
     ("conv2d_r50_3x3", 1, 64, 64, 3, (56, 56), 1, 1),
     ("conv2d_r50_3x3", 32, 64, 64, 3, (56, 56), 1, 1),
     ("conv2d_r50_1x1", 1, 256, 64, 1, (56, 56), 0, 1),

@@ -1,0 +1,32 @@
+//! The command line of `candle-rocm-bench`.
+
+use clap::Parser;
+
+// The arguments (`candle-rocm-bench --help`). No doc comment here: clap would make it the
+// long help's text.
+#[derive(Parser)]
+#[command(about = "Times Tensor ops and models on one device (see cargo xtask bench)")]
+pub(crate) struct Cli {
+    /// Only rows whose group or op contains one of these words (all rows when empty).
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) only: Vec<String>,
+    /// Decode steps timed after the prompt in the decoder rows.
+    #[arg(long, default_value_t = 64)]
+    pub(crate) decode_tokens: usize,
+    /// Elements of the memory-bound rows, a multiple of 2^18 (2^26 by default; smaller for a
+    /// quick look).
+    #[arg(long, default_value_t = 1 << 26)]
+    pub(crate) elements: usize,
+    /// Run on the CPU (to try the bench itself on a machine without a GPU).
+    #[arg(long)]
+    pub(crate) cpu: bool,
+    /// A GGUF decoder file (llama or Gemma 3 architecture) for the `gguf_*_file` rows: prefill
+    /// and decode tokens/s of the real model (skipped when not given; repeat for several).
+    #[arg(long)]
+    pub(crate) gguf: Vec<std::path::PathBuf>,
+    /// One untimed pass of each selected decoder row (prompt, then the decode steps; f16 only
+    /// for the safetensors llama), for a profiler such as Nsight Compute to record
+    /// (`tests/hip-on-cuda/profile.sh`); prints no rows.
+    #[arg(long)]
+    pub(crate) profile: bool,
+}

@@ -1,0 +1,166 @@
+//! The convolution rows (group `conv`): the shapes of the models Candle users run, in TFLOP/s,
+//! and on our MIOpen path the host time around each MIOpen call.
+
+use anyhow::Result;
+use candle_core::{DType, Tensor};
+
+use crate::runner::{name, Bench};
+
+/// One convolution row: the op's name, batch, channels in and out, kernel size, spatial size
+/// ((h, w) for conv2d, (1, len) for conv1d), padding and stride.
+struct ConvShape {
+    op: &'static str,
+    n: usize,
+    c_in: usize,
+    c_out: usize,
+    k: usize,
+    hw: (usize, usize),
+    pad: usize,
+    stride: usize,
+}
+
+/// `ConvShape` in one line.
+const fn cs(
+    op: &'static str,
+    n: usize,
+    (c_in, c_out): (usize, usize),
+    k: usize,
+    hw: (usize, usize),
+    pad: usize,
+) -> ConvShape {
+    ConvShape {
+        op,
+        n,
+        c_in,
+        c_out,
+        k,
+        hw,
+        pad,
+        stride: 1,
+    }
+}
+
+/// Convolution shapes of the models Candle users run.
+const CONV_SHAPES: [ConvShape; 6] = [
+    // ResNet-50, stage 1: a 3x3 and a 1x1 layer at 56x56, batch 1 and 32.
+    cs("conv2d_r50_3x3", 1, (64, 64), 3, (56, 56), 1),
+    cs("conv2d_r50_3x3", 32, (64, 64), 3, (56, 56), 1),
+    cs("conv2d_r50_1x1", 1, (256, 64), 1, (56, 56), 0),
+    cs("conv2d_r50_1x1", 32, (256, 64), 1, (56, 56), 0),
+    // Stable Diffusion's VAE decoder: 512 channels, 3x3, at 64x64.
+    cs("conv2d_vae_512", 1, (512, 512), 3, (64, 64), 1),
+    // Whisper's front end (tiny): 80 mel bins to 384 channels, k = 3, over 3000 frames.
+    cs("conv1d_whisper", 1, (80, 384), 3, (1, 3000), 1),
+];
+
+/// On the MIOpen path (`CANDLE_ROCM_CONV=miopen`), our host time per convolution outside the
+/// MIOpen call that queues it (`<op>_host_outside_miopen`: candle-core's dispatch, our checks,
+/// output and workspace allocation, stream joins) and inside it (`<op>_host_in_miopen`), over
+/// calls queued back to back without synchronizing (few enough that the queue never fills).
+/// Nothing is printed when the convolutions did not all run on MIOpen.
+#[cfg(all(feature = "rocm", not(feature = "cuda")))]
+fn miopen_overhead(
+    b: &Bench,
+    op: &str,
+    shape: &str,
+    dtype: DType,
+    mut f: impl FnMut() -> Result<Tensor>,
+) -> Result<()> {
+    use std::time::Instant;
+
+    use candle_rocm::ops::conv::miopen::{miopen_library_time, miopen_runs};
+
+    use crate::runner::{median, SAMPLES};
+    const CALLS: usize = 32;
+    let (mut outside, mut inside) = (Vec::new(), Vec::new());
+    for _ in 0..SAMPLES {
+        b.dev.synchronize()?;
+        let (runs, lib) = (miopen_runs(), miopen_library_time());
+        let t = Instant::now();
+        for _ in 0..CALLS {
+            drop(f()?);
+        }
+        let host = t.elapsed();
+        b.dev.synchronize()?;
+        if miopen_runs() - runs != CALLS as u64 {
+            return Ok(());
+        }
+        let lib = miopen_library_time().saturating_sub(lib);
+        outside.push(host.saturating_sub(lib).as_secs_f64() / CALLS as f64);
+        inside.push(lib.as_secs_f64() / CALLS as f64);
+    }
+    let outside_op = format!("{op}_host_outside_miopen");
+    let inside_op = format!("{op}_host_in_miopen");
+    b.print(
+        ["conv", &outside_op, shape, name(dtype)],
+        median(outside),
+        1.0,
+        "calls",
+    );
+    b.print(
+        ["conv", &inside_op, shape, name(dtype)],
+        median(inside),
+        1.0,
+        "calls",
+    );
+    Ok(())
+}
+
+/// Convolutions (f32, f16) in TFLOP/s: the path ours takes is `CANDLE_ROCM_CONV`'s (bench.sh
+/// runs these rows a second time with `miopen`).
+pub(crate) fn conv(b: &Bench) -> Result<()> {
+    let dev = &b.dev;
+    for dtype in [DType::F32, DType::F16] {
+        for ConvShape {
+            op,
+            n,
+            c_in,
+            c_out,
+            k,
+            hw: (h, w),
+            pad,
+            stride,
+        } in CONV_SHAPES
+        {
+            if !b.wanted("conv", op) {
+                continue;
+            }
+            let is_1d = op.starts_with("conv1d");
+            let (x, kernel) = if is_1d {
+                (
+                    Tensor::randn(0f32, 1.0, (n, c_in, w), dev)?.to_dtype(dtype)?,
+                    Tensor::randn(0f32, 0.05, (c_out, c_in, k), dev)?.to_dtype(dtype)?,
+                )
+            } else {
+                (
+                    Tensor::randn(0f32, 1.0, (n, c_in, h, w), dev)?.to_dtype(dtype)?,
+                    Tensor::randn(0f32, 0.05, (c_out, c_in, k, k), dev)?.to_dtype(dtype)?,
+                )
+            };
+            let s = if is_1d {
+                b.time(|| Ok(x.conv1d(&kernel, pad, stride, 1, 1)?))?
+            } else {
+                b.time(|| Ok(x.conv2d(&kernel, pad, stride, 1, 1)?))?
+            };
+            let out = |len: usize, kk: usize| (len + 2 * pad - kk) / stride + 1;
+            let (oh, ow) = if is_1d {
+                (1, out(w, k))
+            } else {
+                (out(h, k), out(w, k))
+            };
+            let taps = if is_1d { k } else { k * k };
+            let flops = 2.0 * (n * c_out * oh * ow * c_in * taps) as f64;
+            let shape = format!("{n}x{c_in}x{h}x{w}>{c_out}k{k}");
+            b.print(["conv", op, &shape, name(dtype)], s, flops, "flops");
+            #[cfg(all(feature = "rocm", not(feature = "cuda")))]
+            miopen_overhead(b, op, &shape, dtype, || {
+                Ok(if is_1d {
+                    x.conv1d(&kernel, pad, stride, 1, 1)?
+                } else {
+                    x.conv2d(&kernel, pad, stride, 1, 1)?
+                })
+            })?;
+        }
+    }
+    Ok(())
+}
