@@ -1,6 +1,6 @@
 //! `cargo xtask kernels [--verify] [--arch …] [--module …] [--out DIR]`: every selected
-//! (module, target) compiled in parallel, then compared with the committed objects, written
-//! to DIR, or committed.
+//! (module, target) compiled in parallel, then compared with the committed objects (and the
+//! occupancy computed from each with the compiler's), written to DIR, or committed.
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -11,7 +11,7 @@ use candle_rocm_kernels::Module;
 
 use super::all_targets;
 use super::compile::{build_one, Built};
-use super::manifest::write_committed;
+use super::manifest::{compiler_agrees, write_committed};
 use super::sources::candle_sources;
 use super::toolchain::toolchain;
 use crate::flags::Kernels;
@@ -142,12 +142,14 @@ pub(super) fn build(root: &Path, opts: &Kernels) -> Result<()> {
     write_committed(root, &tc, &candle, &include, &results)
 }
 
-/// Compares freshly built objects with the committed ones.
+/// Compares freshly built objects with the committed ones, and the occupancy `--report`
+/// computes from each with what the compiler reported.
 fn verify(root: &Path, results: &[(Module, String, Result<Built>)]) -> Result<()> {
     let mut differ = Vec::new();
     for (m, t, r) in results {
         let Ok((obj, ..)) = r else { continue };
         let fresh = std::fs::read(obj)?;
+        compiler_agrees(obj, t, &fresh)?;
         let file = root.join(format!("kernels/objects/{}.{t}.co.z", m.name()));
         let committed = std::fs::read(&file)
             .map_err(|e| anyhow!("{}: {e}", file.display()))

@@ -1,5 +1,6 @@
-//! One compile: the flags of a (module, target), the compiler call with its occupancy remarks,
-//! and the cache of compiled objects keyed by source hash.
+//! One compile: the flags of a (module, target), the compiler call with its occupancy remarks
+//! (kept next to the cached object, to check `--report`'s own computation of them), and the
+//! cache of compiled objects keyed by source hash.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -143,7 +144,8 @@ fn parse_occupancy(remarks: &str) -> BTreeMap<String, u64> {
 /// (cached object, source hash, whether it came from the cache, compile seconds).
 pub(super) type Built = (PathBuf, String, bool, f64);
 
-/// The occupancy file kept next to a cached object.
+/// The occupancy file kept next to a cached object: the compiler's waves per SIMD per kernel,
+/// which [`super::manifest::compiler_agrees`] compares with [`super::occupancy`]'s.
 pub(super) fn occupancy_path(obj: &Path) -> PathBuf {
     obj.with_extension("occupancy.json")
 }

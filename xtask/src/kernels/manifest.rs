@@ -6,10 +6,12 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::{anyhow, bail, Context, Result};
+use candle_rocm_kernels::code_object::CodeObject;
 use candle_rocm_kernels::Module;
 use serde_json::{json, Value};
 
 use super::compile::{flags, occupancy_path, Built};
+use super::occupancy::check_against_compiler;
 use super::sources::{candle_sources, kernel_names, source_hash};
 use super::toolchain::Toolchain;
 use super::{all_targets, CANDLE_KERNELS_VERSION};
@@ -49,43 +51,72 @@ pub(super) fn write_committed(
     for (m, t, r) in results {
         let Ok((obj, hash, ..)) = r else { continue };
         let raw = std::fs::read(obj)?;
-        let names = kernel_names(&raw).with_context(|| format!("reading {}", obj.display()))?;
-        let occupancy: Value =
-            serde_json::from_str(&std::fs::read_to_string(occupancy_path(obj))?)?;
+        compiler_agrees(obj, t, &raw)?;
         let packed = miniz_oxide::deflate::compress_to_vec(&raw, 10);
-        let file = format!("{}.{t}.co.z", m.name());
-        std::fs::write(objects_dir.join(&file), &packed)?;
-        entries.insert(
-            (m.name().to_string(), t.clone()),
-            json!({
-                "module": m.name(),
-                "target": t,
-                "file": file,
-                "source_hash": hash,
-                "flags": flags(*m, t).join(" "),
-                "compiler": tc.version,
-                "raw_bytes": raw.len(),
-                "compressed_bytes": packed.len(),
-                "kernel_count": names.len(),
-                "occupancy": occupancy,
-            }),
-        );
+        let e = entry(*m, t, &raw, packed.len(), hash, &tc.version)
+            .with_context(|| format!("reading {}", obj.display()))?;
+        std::fs::write(objects_dir.join(file_name(*m, t)), &packed)?;
+        entries.insert((m.name().to_string(), t.clone()), e);
     }
     let _ = (candle, include);
     let manifest = json!({
         "candle_kernels": CANDLE_KERNELS_VERSION,
         "objects": entries.values().cloned().collect::<Vec<_>>(),
     });
-    std::fs::write(
-        &manifest_path,
-        serde_json::to_string_pretty(&manifest)? + "\n",
-    )?;
+    std::fs::write(&manifest_path, manifest_text(&manifest)?)?;
     write_table(root, &manifest)?;
     eprintln!(
         "updated {} and kernels/src/objects.rs",
         manifest_path.display()
     );
     Ok(())
+}
+
+/// The file name of a (module, target) object under `kernels/objects/`.
+fn file_name(module: Module, target: &str) -> String {
+    format!("{}.{target}.co.z", module.name())
+}
+
+/// The manifest entry of one object: what proves it current (source hash, flags, compiler)
+/// and what it holds (sizes, kernel count). The per-kernel resource use is not recorded:
+/// `--report` reads it from the object itself.
+fn entry(
+    module: Module,
+    target: &str,
+    raw: &[u8],
+    compressed_bytes: usize,
+    source_hash: &str,
+    compiler: &str,
+) -> Result<Value> {
+    let names = kernel_names(raw)?;
+    Ok(json!({
+        "module": module.name(),
+        "target": target,
+        "file": file_name(module, target),
+        "source_hash": source_hash,
+        "flags": flags(module, target).join(" "),
+        "compiler": compiler,
+        "raw_bytes": raw.len(),
+        "compressed_bytes": compressed_bytes,
+        "kernel_count": names.len(),
+    }))
+}
+
+/// The manifest as written to `kernels/manifest.json`.
+fn manifest_text(manifest: &Value) -> Result<String> {
+    Ok(serde_json::to_string_pretty(manifest)? + "\n")
+}
+
+/// Fails unless the occupancy `--report` computes from a freshly compiled object (cached at
+/// `obj`, for `target`) is what the compiler reported when it built it.
+pub(super) fn compiler_agrees(obj: &Path, target: &str, raw: &[u8]) -> Result<()> {
+    let path = occupancy_path(obj);
+    let reported: BTreeMap<String, u64> = serde_json::from_str(
+        &std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?,
+    )
+    .with_context(|| format!("parsing {}", path.display()))?;
+    let co = CodeObject::parse(raw).map_err(|e| anyhow!("{}: {e}", obj.display()))?;
+    check_against_compiler(target, &co.kernels, &reported)
 }
 
 /// One object of the manifest.
@@ -213,6 +244,36 @@ pub(super) fn check(root: &Path) -> Result<()> {
 mod tests {
     use super::*;
     use crate::project_root;
+
+    /// The committed manifest is exactly what [`write_committed`] writes for the committed
+    /// objects (their source hashes and compiler taken from it): same fields, sizes, kernel
+    /// counts and formatting.
+    #[test]
+    fn manifest_is_what_the_writer_writes() {
+        let root = project_root();
+        let path = root.join("kernels/manifest.json");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let committed: Value = serde_json::from_str(&text).unwrap();
+        let objects = entries(&committed)
+            .unwrap()
+            .into_iter()
+            .map(|e| {
+                let packed = std::fs::read(root.join("kernels/objects").join(e.file)).unwrap();
+                let raw = miniz_oxide::inflate::decompress_to_vec(&packed).unwrap();
+                let hash = e.json["source_hash"].as_str().unwrap();
+                let compiler = e.json["compiler"].as_str().unwrap();
+                entry(e.module, e.target, &raw, packed.len(), hash, compiler).unwrap()
+            })
+            .collect::<Vec<_>>();
+        let rewritten = json!({
+            "candle_kernels": CANDLE_KERNELS_VERSION,
+            "objects": objects,
+        });
+        assert!(
+            manifest_text(&rewritten).unwrap() == text,
+            "kernels/manifest.json is not what `cargo xtask kernels` writes for kernels/objects"
+        );
+    }
 
     /// CI runs this: the committed code objects were built from the current sources and flags.
     #[test]

@@ -9,26 +9,30 @@
 //! generated into an overlay directory.
 //!
 //! Outputs, all under `kernels/`: `objects/<module>.<target>.co.z` (deflate-compressed HSA code
-//! objects), `manifest.json` (per object: source hash, flags, compiler, sizes, kernel names)
+//! objects), `manifest.json` (per object: source hash, flags, compiler, sizes, kernel count)
 //! and `src/objects.rs` (the embedding table). A compile is cached per (module, target, source
 //! hash) in `target/xtask/kernel-cache`.
 //!
 //! Flags: `--check` fails when a source or flag changed since the manifest (no compiler
 //! needed); `--verify` recompiles everything and fails unless each object is byte-identical to
-//! the committed one (CI runs it: the committed binaries are exactly what the sources give); `--report` prints per module and target the largest VGPR/AGPR/SGPR/LDS/scratch use
-//! and the lowest occupancy (waves per SIMD, as the compiler computed it), `--report --kernels`
-//! the same per kernel;
+//! the committed one (CI runs it: the committed binaries are exactly what the sources give), and
+//! checks that the occupancy computed from each object is the compiler's; `--report` prints
+//! per module and target the largest VGPR/AGPR/SGPR/LDS/scratch use and the lowest occupancy
+//! (waves per SIMD, computed from the objects' metadata as the compiler computes it),
+//! `--report --kernels` the same per kernel;
 //! `--arch A,B` and `--module M,N` restrict a build; `--out DIR` writes uncompressed objects
 //! named `<module>.<arch>.co` to DIR instead (for `CANDLE_ROCM_KERNELS_DIR`).
 //!
 //! Modules: `sources` (where the sources are, and the hash of what an object depends on),
 //! `toolchain` (the compiler and device libraries), `compile` (the flags and one compile),
 //! `build` (every (module, target) in parallel, `--verify`), `manifest` (the committed
-//! manifest and embedding table, `--check`) and `report` (`--report`).
+//! manifest and embedding table, `--check`), `occupancy` (waves per SIMD from a kernel's
+//! metadata) and `report` (`--report`).
 
 mod build;
 mod compile;
 mod manifest;
+mod occupancy;
 mod report;
 mod sources;
 mod toolchain;

@@ -1,12 +1,15 @@
 //! `cargo xtask kernels --report [--kernels]`: the resource use of the committed objects
-//! (registers, LDS, scratch, occupancy), per module and target or per kernel.
+//! (registers, LDS, scratch, occupancy), per module and target or per kernel, all read from
+//! the objects' own metadata (the manifest only lists them); occupancy is computed from it
+//! by [`super::occupancy`].
 
 use std::path::Path;
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, Context, Result};
 use candle_rocm_kernels::code_object::{CodeObject, KernelInfo};
 
 use super::manifest::{entries, read_manifest};
+use super::occupancy::waves_per_simd;
 
 /// Prints the resource table of the committed objects, per module and target or, with
 /// `per_kernel`, per kernel.
@@ -52,14 +55,19 @@ pub(super) fn report(root: &Path, per_kernel: bool) -> Result<()> {
         let raw = miniz_oxide::inflate::decompress_to_vec(&packed)
             .map_err(|err| anyhow!("{f} is corrupt: {err:?}"))?;
         let co = CodeObject::parse(&raw).map_err(|err| anyhow!("{f}: {err}"))?;
-        let waves = |name: &str| e.json["occupancy"][name].as_u64();
+        let waves = co
+            .kernels
+            .iter()
+            .map(|k| waves_per_simd(e.target, k))
+            .collect::<Result<Vec<u64>>>()
+            .with_context(|| format!("occupancy of {f}"))?;
         // Kernels that touch scratch memory: stack use or VGPR spills. (SGPR spills go to
         // VGPR lanes and cost no memory traffic.)
         let uses_scratch = |k: &KernelInfo| k.scratch_bytes > 0 || k.vgpr_spills > 0;
         total_packed += packed.len() as u64;
         total_raw += raw.len() as u64;
         if per_kernel {
-            for k in &co.kernels {
+            for (k, w) in co.kernels.iter().zip(&waves) {
                 println!(
                     "{:<10} {:<16} {:<36} {:>5} {:>5} {:>5} {:>7} {:>7} {:>5}",
                     e.module.name(),
@@ -70,7 +78,7 @@ pub(super) fn report(root: &Path, per_kernel: bool) -> Result<()> {
                     k.sgprs,
                     k.lds_bytes,
                     k.scratch_bytes,
-                    waves(&k.name).map_or("?".to_string(), |w| w.to_string())
+                    w
                 );
             }
             continue;
@@ -78,7 +86,7 @@ pub(super) fn report(root: &Path, per_kernel: bool) -> Result<()> {
         let max = |g: fn(&KernelInfo) -> u64| co.kernels.iter().map(g).max().unwrap_or(0);
         let scratch = co.kernels.iter().filter(|k| uses_scratch(k)).count();
         spilling += scratch;
-        let min_waves = co.kernels.iter().filter_map(|k| waves(&k.name)).min();
+        let min_waves = waves.iter().min();
         println!(
             "{:<10} {:<16} {:>7} {:>5} {:>5} {:>5} {:>7} {:>7} {:>5} {:>8} {:>8}",
             e.module.name(),
