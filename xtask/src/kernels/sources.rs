@@ -87,7 +87,8 @@ pub(super) fn module_source(module: Module, candle: &Path) -> PathBuf {
     }
 }
 
-/// Hash of everything one module's object depends on, except the compiler binary: its source,
+/// Hash of everything one module's object depends on, except the compiler binary: its source
+/// (with the parts in `kernels/hip/<module>/`, for a module of ours split in a folder),
 /// candle's shared headers, our compatibility headers and the flags.
 pub(super) fn source_hash(
     module: Module,
@@ -103,7 +104,19 @@ pub(super) fn source_hash(
         h.update([0]);
         Ok(())
     };
-    feed("module", &module_source(module, candle))?;
+    let source = module_source(module, candle);
+    feed("module", &source)?;
+    // Our modules may keep their parts in a folder beside them (`kernels/hip/<module>/`).
+    let parts_dir = source.with_extension("");
+    if parts_dir.is_dir() {
+        let mut parts = Vec::new();
+        files_in(&parts_dir, &mut parts)?;
+        parts.sort();
+        for p in &parts {
+            let rel = p.strip_prefix(&parts_dir).unwrap_or(p).to_string_lossy().into_owned();
+            feed(&format!("part {rel}"), p)?;
+        }
+    }
     let mut shared: Vec<PathBuf> = std::fs::read_dir(candle)?
         .flatten()
         .map(|e| e.path())
