@@ -43,9 +43,9 @@ pub const QMATVEC_ROWS_VAR: &str = "CANDLE_ROCM_QMATVEC_ROWS";
 /// Default of [`QMATVEC_ROWS_VAR`] for the k-quants and in q8 mode (see there).
 pub const QMATVEC_ROWS_DEFAULT: usize = 8;
 
-/// The most rows of activations the tiled quantized kernels take (`qmr_*` up to 16 rows,
-/// `qmm_*` beyond, `qmm8_*` with [`QMATVEC_VAR`]`=q8`) once a product has more rows than the
-/// mat-vec takes; past it the weights dequantize to f16 for one GEMM: 0 to 4096, default
+/// The most rows of activations the tiled quantized kernels take (in f32 the register-tiled
+/// `qmr_*`, at most 16 rows; `qmm8_*` with [`QMATVEC_VAR`]`=q8`) once a product has more rows
+/// than the mat-vec takes; past it the weights dequantize to f16 for one GEMM: 0 to 4096, default
 /// [`QMATMUL_ROWS_DEFAULT`] (measured: past 8 rows the tiled kernels do not beat the GEMM).
 pub const QMATMUL_ROWS_VAR: &str = "CANDLE_ROCM_QMATMUL_ROWS";
 

@@ -24,10 +24,9 @@ pub(super) struct QmatvecNames {
     pub(super) f32: &'static [[&'static str; 2]],
     /// 8-bit activations, as many as `f32`.
     pub(super) x8: &'static [&'static str],
-    /// The tiled matrix-matrix kernels `qmm_<type>_m<16|32|64>` (f32 activations), by x-row
-    /// tile.
-    pub(super) qmm: [&'static str; 3],
-    /// The same on 8-bit activations, `qmm8_<type>_m<16|32|64>`.
+    /// The tiled matrix-matrix kernels on 8-bit activations, `qmm8_<type>_m<16|32|64>`, by
+    /// x-row tile (their f32 twins `qmm_*` are not in the shipped objects: measured slower than
+    /// the f16 GEMM at every size).
     pub(super) qmm8: [&'static str; 3],
     /// The register-tiled kernels `qmr_<type>_m<8|16>` (f32 activations), by x-row tile.
     pub(super) qmr: [&'static str; 2],
@@ -42,7 +41,7 @@ impl QmatvecNames {
 }
 
 /// The names of `qmatvec_<t>`, `qmatvec_<t>_m<r>` (and their `_v`), `qmatvec8_<t>[_m<r>]`,
-/// the tiled `qmm_<t>_m<tile>` / `qmm8_<t>_m<tile>` and the register-tiled `qmr_<t>_m<tile>`
+/// the tiled `qmm8_<t>_m<tile>` and the register-tiled `qmr_<t>_m<tile>`
 /// for the row-count suffixes given ("" for one row).
 macro_rules! qmatvec_names {
     ($t:literal: $($suffix:literal),+) => {
@@ -52,11 +51,6 @@ macro_rules! qmatvec_names {
                 concat!("qmatvec_", $t, $suffix, "_v"),
             ]),+],
             x8: &[$(concat!("qmatvec8_", $t, $suffix)),+],
-            qmm: [
-                concat!("qmm_", $t, "_m16"),
-                concat!("qmm_", $t, "_m32"),
-                concat!("qmm_", $t, "_m64"),
-            ],
             qmm8: [
                 concat!("qmm8_", $t, "_m16"),
                 concat!("qmm8_", $t, "_m32"),
@@ -98,8 +92,8 @@ pub enum QmatmulPath {
     /// The mat-vec kernels: ours (`qmatvec_*`, `qmatvec8_*` with `CANDLE_ROCM_QMATVEC=q8`),
     /// or candle-kernels' for one row of the other types.
     MatVec,
-    /// The tiled kernels: the register-tiled `qmr_*` up to 16 rows in f32, the `qmm_*` /
-    /// `qmm8_*` tiles beyond.
+    /// The tiled kernels: the register-tiled `qmr_*` in f32 (up to 16 rows), the `qmm8_*`
+    /// tiles on 8-bit activations.
     Tiled,
     /// The weights dequantized to f16 for one GEMM (or, for what that does not take, the
     /// slot's dequantize and f32 matmul).
@@ -113,8 +107,8 @@ pub(super) const QMATVEC_ROWS_BLOCK32_F32: usize = 6;
 
 /// The path a product of `m` f32 rows of activations on `dtype` weights takes: the mat-vec up
 /// to `CANDLE_ROCM_QMATVEC_ROWS` rows (unset: 6 for the 32-value block types in f32, else 8),
-/// then the tiled kernels up to `CANDLE_ROCM_QMATMUL_ROWS` (unset: 8) for the types that have
-/// them, then the GEMM. A path whose kernels do not apply to the shape (e.g. `k` not a
+/// then the tiled kernels up to `CANDLE_ROCM_QMATMUL_ROWS` (unset: 8; in f32 at most 16, the
+/// register-tiled kernels' rows) for the types that have them, then the GEMM. A path whose kernels do not apply to the shape (e.g. `k` not a
 /// multiple of the block, or `x` not contiguous) falls through to the GEMM.
 pub fn qmatmul_path(dtype: GgmlDType, m: usize) -> QmatmulPath {
     let names = qmatvec_kernel(dtype);
@@ -126,10 +120,21 @@ pub fn qmatmul_path(dtype: GgmlDType, m: usize) -> QmatmulPath {
     });
     if m <= mat_vec_rows {
         QmatmulPath::MatVec
-    } else if names.is_some() && m <= crate::settings::qmatmul_max_rows() {
+    } else if names.is_some() && m <= tiled_max_rows() {
         QmatmulPath::Tiled
     } else {
         QmatmulPath::Gemm
+    }
+}
+
+/// The most rows the tiled path takes: `CANDLE_ROCM_QMATMUL_ROWS`, at most [`QMR_MAX_ROWS`] in
+/// f32 (past them only the f16 GEMM is left: the f32 `qmm_*` tiles are not shipped).
+fn tiled_max_rows() -> usize {
+    let rows = crate::settings::qmatmul_max_rows();
+    if crate::settings::qmatvec_q8() {
+        rows
+    } else {
+        rows.min(QMR_MAX_ROWS)
     }
 }
 
@@ -137,9 +142,9 @@ pub fn qmatmul_path(dtype: GgmlDType, m: usize) -> QmatmulPath {
 pub(super) const QMR_THREADS: u32 = 256;
 /// Weight rows per block of the `qmr` kernels (`QMR_ROWS`).
 pub(super) const QMR_TILE_N: usize = 16;
-/// Most activation rows the tiled path gives the `qmr` kernels; past it, the `qmm` tiles
-/// (measured: `qmr` beats `qmm` at 16 rows, but each further 16 rows cost it as much again;
-/// figures in bench/results and the README).
+/// Most activation rows the tiled path gives the `qmr` kernels in f32; past it, the f16 GEMM
+/// (measured: each further 16 rows cost `qmr` as much again; figures in bench/results and the
+/// README).
 pub(super) const QMR_MAX_ROWS: usize = 16;
 
 /// Threads per block of the `qmm` kernels (`QMM_BLOCK`).
@@ -158,7 +163,7 @@ pub(super) const QMM_MIN_CHUNKS: usize = 4;
 /// Most k slices (the grid's z, and the partial buffers: slices * m * n floats).
 pub(super) const QMM_MAX_SLICES: usize = 64;
 
-/// The x-row tile of the `qmm` kernels for `m` rows (index into [`QmatvecNames::qmm`] and the
+/// The x-row tile of the `qmm` kernels for `m` rows (index into [`QmatvecNames::qmm8`] and the
 /// tile's rows): 16, 32, or 64 (several tiles past 64).
 pub(super) fn qmm_tile(m: usize) -> (usize, usize) {
     match m {
@@ -405,14 +410,17 @@ mod tests {
         assert_eq!(q6k.max_rows(), 4);
         assert_eq!(q6k.f32[3], ["qmatvec_q6_K_m4", "qmatvec_q6_K_m4_v"]);
         assert_eq!(q6k.x8[3], "qmatvec8_q6_K_m4");
-        assert_eq!(q6k.qmm, ["qmm_q6_K_m16", "qmm_q6_K_m32", "qmm_q6_K_m64"]);
+        assert_eq!(
+            q6k.qmm8,
+            ["qmm8_q6_K_m16", "qmm8_q6_K_m32", "qmm8_q6_K_m64"]
+        );
         assert_eq!(q40.qmm8[1], "qmm8_q4_0_m32");
         // q5_0 / q5_1: as many rows as the other 32-value blocks.
         let q51 = qmatvec_kernel(GgmlDType::Q5_1).unwrap();
         assert_eq!(q51.max_rows(), 8);
         assert_eq!(q51.f32[4], ["qmatvec_q5_1_m5", "qmatvec_q5_1_m5_v"]);
         assert_eq!(q51.x8[7], "qmatvec8_q5_1_m8");
-        assert_eq!(q51.qmm[0], "qmm_q5_1_m16");
+        assert_eq!(q51.qmm8[0], "qmm8_q5_1_m16");
         assert_eq!(q51.qmm8[2], "qmm8_q5_1_m64");
         assert_eq!(q51.qmr, ["qmr_q5_1_m8", "qmr_q5_1_m16"]);
         assert_eq!(q40.qmr[1], "qmr_q4_0_m16");
@@ -463,13 +471,23 @@ mod tests {
             );
             let all = names.f32.iter().flatten().chain(names.x8.iter());
             let all = all
-                .chain(names.qmm.iter())
                 .chain(names.qmr.iter())
                 .chain(names.qmm8.iter())
                 .copied();
             for name in all.chain([dequantize.as_str(), "qmm_reduce"]) {
                 for (target, co) in &objects {
                     assert!(co.has_kernel(name), "{name} missing from qmatvec.{target}");
+                }
+            }
+            // The f32 `qmm_*` tiles are not shipped (no default or documented switch reaches
+            // them: the f16 GEMM is faster).
+            let ty = names.qmr[0]
+                .trim_start_matches("qmr_")
+                .trim_end_matches("_m8");
+            for tile in [16, 32, 64] {
+                let name = format!("qmm_{ty}_m{tile}");
+                for (target, co) in &objects {
+                    assert!(!co.has_kernel(&name), "{name} shipped in qmatvec.{target}");
                 }
             }
         }

@@ -1,5 +1,5 @@
-//! The quantized products of more rows: the register-tiled `qmr_*` and shared-memory `qmm_*`
-//! (`qmm8_*` in q8 mode) kernels, and the prefill path (weights dequantized to f16, one GEMM).
+//! The quantized products of more rows: the register-tiled `qmr_*` kernels (f32), the
+//! shared-memory `qmm8_*` tiles (q8 mode), and the prefill path (weights dequantized to f16, one GEMM).
 
 use candle_core::backend::BackendStorage;
 use candle_core::{DType, Layout};
@@ -18,17 +18,17 @@ use super::plan::{
 use super::qstorage::{Blocks, RocmQStorage};
 
 impl RocmQStorage {
-    /// `x (m, k) @ w^T` with our tiled `qmm_<type>_m<tile>` kernels (`kernels/hip/qmatvec.hip`):
-    /// each block dequantizes a 64-row tile of the weights to f32 in shared memory, 32 values
-    /// of k at a time, and multiplies it with up to 64 rows of x, all in f32 (with
-    /// [`crate::settings::qmatvec_q8`], `qmm8_<type>_m<tile>`: x rounded to 8 bits as for the
-    /// q8 mat-vec, the weights unpacked to bytes, integer dot products); k is split into
-    /// slices when the tiles alone would not fill the GPU, and `qmm_reduce` adds the slices'
-    /// partial products in order. For
-    /// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K weights; `None`
-    /// when the kernels do not apply (another type, `k` not a multiple of the block or of 32,
-    /// sizes past `u32`, `x` not `m` contiguous rows or not 16-byte aligned). Allocations: the
-    /// output, and the partial products when k is split.
+    /// `x (m, k) @ w^T` on our tiled kernels (`kernels/hip/qmatvec/`): in f32 the
+    /// register-tiled `qmr_<type>_m<8|16>` up to [`QMR_MAX_ROWS`] rows (`None` past them: the
+    /// f16 GEMM takes those); with [`crate::settings::qmatvec_q8`] the `qmm8_<type>_m<tile>`
+    /// tiles: x rounded to 8 bits as for the q8 mat-vec, each block unpacks a 64-row tile of
+    /// the weights to bytes in shared memory and multiplies it with up to 64 rows of x with
+    /// integer dot products; k is split into slices when the tiles alone would not fill the
+    /// GPU, and `qmm_reduce` adds the slices' partial products in order. For Q4_0, Q4_1, Q5_0,
+    /// Q5_1, Q8_0, Q4_K, Q5_K and Q6_K weights; `None` when the kernels do not apply (another
+    /// type, `k` not a multiple of the block or of 32, sizes past `u32`, `x` not `m` contiguous
+    /// rows or not 16-byte aligned). Allocations: the output, the rounded rows, and the partial
+    /// products when k is split.
     pub(super) fn qmatmul_tiled(
         &self,
         (n, k, m): (usize, usize, usize),
@@ -44,10 +44,14 @@ impl RocmQStorage {
         let Some((n32, _, x_start)) = self.qmatvec_shape((n, k, m), data, x, x_l)? else {
             return Ok(None);
         };
-        // In f32 (or for a type without 8-bit kernels), up to QMR_MAX_ROWS rows: the
-        // register-tiled kernels, one launch.
-        if m <= QMR_MAX_ROWS && !crate::settings::qmatvec_q8() {
-            return self.qmatmul_qmr(&names, (n, k, m), data, x, x_start);
+        // In f32, up to QMR_MAX_ROWS rows: the register-tiled kernels, one launch; more rows
+        // go to the f16 GEMM (the f32 `qmm_*` tiles, slower than it at every size measured,
+        // are not shipped).
+        if !crate::settings::qmatvec_q8() {
+            if m <= QMR_MAX_ROWS {
+                return self.qmatmul_qmr(&names, (n, k, m), data, x, x_start);
+            }
+            return Ok(None);
         }
         let (tile, tile_rows) = qmm_tile(m);
         let (k32, m32, tiles_m) = match (
@@ -79,11 +83,8 @@ impl RocmQStorage {
             None
         };
         // 8-bit activations (CANDLE_ROCM_QMATVEC=q8): x rounded as for the q8 mat-vec first.
-        let (name, x8) = if crate::settings::qmatvec_q8() {
-            (names.qmm8[tile], Some(self.quantize_x8(&xs, (k32, m32))?))
-        } else {
-            (names.qmm[tile], None)
-        };
+        let name = names.qmm8[tile];
+        let x8 = self.quantize_x8(&xs, (k32, m32))?;
         let f = self.device.function(Module::Qmatvec, name)?;
         let cfg = LaunchConfig {
             // n / 64 rounded up fits u32 as n does; tiles_m is at most 65535 (checked above),
@@ -94,10 +95,7 @@ impl RocmQStorage {
         };
         let cps32 = cps as u32;
         let pw = data.as_arg();
-        let px = match &x8 {
-            Some(x8) => x8.as_arg(),
-            None => rocm_safe::DevicePtrArg::of(&xs),
-        };
+        let px = x8.as_arg();
         let py = match &part {
             Some(p) => p.as_arg(),
             None => out.as_arg(),
@@ -110,12 +108,10 @@ impl RocmQStorage {
             .arg(&k32)
             .arg(&m32)
             .arg(&cps32);
-        // SAFETY: `qmm_<type>_m<tile>` take (const uint8_t *w, const float *x, float *y,
-        // unsigned n, unsigned k, unsigned m, unsigned cps), `qmm8_<type>_m<tile>` the same with
-        // `const uint8_t *x8`. They read the n rows of k / block values' blocks (`check_count`
-        // made sure they lie within the blocks held; the piece reads stay inside each block, so
-        // no alignment beyond 2 bytes is assumed), the m rows of k f32 values of `xs` (a checked
-        // view, 16-byte aligned, checked above, as the kernels' float4 loads need) or the m x8
+        // SAFETY: `qmm8_<type>_m<tile>` take (const uint8_t *w, const uint8_t *x8, float *y,
+        // unsigned n, unsigned k, unsigned m, unsigned cps). They read the n rows of k / block
+        // values' blocks (`check_count` made sure they lie within the blocks held; the piece
+        // reads stay inside each block, so no alignment beyond 2 bytes is assumed), the m x8
         // rows `quantize_x8` wrote into a fresh buffer (whole, so 8-byte aligned rows: 40 k /
         // 32 bytes each), and write slice z's m x n values at y + z m n: `out`
         // holds m n values for one slice, `part` slices m n for several; k is a multiple of 32

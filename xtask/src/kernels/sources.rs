@@ -113,7 +113,11 @@ pub(super) fn source_hash(
         files_in(&parts_dir, &mut parts)?;
         parts.sort();
         for p in &parts {
-            let rel = p.strip_prefix(&parts_dir).unwrap_or(p).to_string_lossy().into_owned();
+            let rel = p
+                .strip_prefix(&parts_dir)
+                .unwrap_or(p)
+                .to_string_lossy()
+                .into_owned();
             feed(&format!("part {rel}"), p)?;
         }
     }
