@@ -28,7 +28,7 @@
 // inp/lhs/rhs/cond/t/f point at the layout's first element; out is contiguous with n elements.
 // Scalars of f16/bf16 kernels are f32 values the host already rounded to T.
 //
-// Work split (host: candle-rocm/src/elementwise.rs computes the grid from n and the vector
+// Work split (host: candle-rocm/src/launch/elementwise.rs computes the grid from n and the vector
 // width): blocks of at most EW_BLOCK threads; a block handles tiles of blockDim * EW_UNROLL
 // packs of VEC = 16 / sizeof(smallest element type) elements, grid-stride (where: see SelVec). The contiguous path
 // loads and stores whole 16-byte-aligned packs when every pointer is 16-byte aligned, with a

@@ -30,7 +30,7 @@
 //       packs * B bytes, and both pointers are B-byte aligned. rows = left * ids_dim. Each
 //       group of tpr threads (a power of two dividing blockDim.x) copies one (l, j) row at a
 //       time, reading its id once, and the groups grid-stride over rows; an invalid id writes
-//       zeros. Nothing depends on the wave size. The host (candle-rocm/src/indexing.rs) runs
+//       zeros. Nothing depends on the wave size. The host (candle-rocm/src/ops/indexing.rs) runs
 //       these for contiguous sources whose segments and pointers allow 4-byte packs or wider,
 //       and is_<I>_<T> otherwise.
 // Adds wrap for integers (done in the unsigned type of the same width) and are computed in f32

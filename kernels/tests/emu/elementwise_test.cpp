@@ -3,7 +3,7 @@
 // (floats and integers), all float casts and where_cond (every condition and value dtype, bits
 // compared exactly), contiguous (aligned and misaligned) and strided
 // (transposed, narrowed, row and column broadcasts, offsets), at sizes around the pack width.
-// Launches use candle-rocm/src/elementwise.rs's geometry and its by-value structs, built here
+// Launches use candle-rocm/src/launch/elementwise.rs's geometry and its by-value structs, built here
 // by a line-for-line port of its `plan`, `magic_divisor` and `launch_config`.
 // Prints bad=<mismatches> and exits non-zero on any mismatch (kernels/tests/kernels_on_cpu.rs).
 #include "emu.h"
@@ -18,7 +18,7 @@
 
 using namespace chk;
 
-// ---- port of candle-rocm/src/elementwise.rs ----------------------------------------------------
+// ---- port of candle-rocm/src/launch/elementwise.rs ----------------------------------------------
 static const size_t BLOCK = 256, UNROLL = 1, MAX_RANK = 6, PACK_BYTES = 16, MAX_GRID = 1 << 20;
 static_assert(BLOCK == EW_BLOCK && UNROLL == EW_UNROLL && MAX_RANK == EW_MAX_RANK, "constants");
 // The Rust structs, as the u32 words they are (Dims: rank, vec, dims, magic, shift; then

@@ -2,7 +2,7 @@
 // byte for byte against a host reference of candle-rocm's semantics (an id that is negative, or
 // >= the indexed dim, including the all-ones sentinels, selects a row of zeros): the row-copy
 // kernels is_rows_<I>_v{16,8,4} with the launch plan of a line-for-line port of
-// candle-rocm/src/indexing.rs (RowsPlan::new), and the per-element is_<I>_<T> fallback with
+// candle-rocm/src/ops/indexing.rs (RowsPlan::new), and the per-element is_<I>_<T> fallback with
 // RocmDevice::cfg's geometry (blocks of 1024, one thread per element). Cases: u8/u32/i64 ids
 // with valid, out-of-range, sentinel and negative values, strided ids, left > 1, element sizes
 // 1/2/4/8 with row segments at and around every pack width, sources at misaligned offsets,
@@ -20,7 +20,7 @@
 
 using namespace chk;
 
-// ---- port of candle-rocm/src/indexing.rs (RowsPlan) ---------------------------------------------
+// ---- port of candle-rocm/src/ops/indexing.rs (RowsPlan) -----------------------------------------
 static const size_t ROWS_BLOCK = 256, ROWS_MAX_BLOCKS = 1 << 16, CFG_BLOCK = 1024;
 struct Plan {
     size_t bytes, packs;

@@ -6,7 +6,7 @@
 // scales (the largest f16, subnormals, zero, negative) and offsets; shapes cover n = 1, n not
 // a multiple of the rows per block, one block per row (most lanes idle) and rows of many
 // blocks per lane, blocks at both 4-byte phases, x 16-byte aligned (the _v kernels) and not,
-// and a small grid (the grid-stride loop). Launch geometry: a port of candle-rocm/src/quantized.rs (`QmatvecLaunch::new`). Built
+// and a small grid (the grid-stride loop). Launch geometry: a port of candle-rocm/src/quantized/plan.rs (`QmatvecLaunch::new`). Built
 // three ways by kernels/tests/kernels_on_cpu.rs: the CUDA path (wave 32, __shfl_xor_sync) and
 // the AMD path (ds_bpermute) with wave 32 and wave 64.
 // Prints bad=<mismatches> and exits non-zero on any mismatch.
@@ -29,7 +29,7 @@ static inline float4 make_float4(float x, float y, float z, float w) { return fl
 
 using namespace chk;
 
-// ---- port of candle-rocm/src/quantized.rs ---------------------------------------------------
+// ---- port of candle-rocm/src/quantized/plan.rs ---------------------------------------------
 // QMV_PORT_ROWS: the rows per block candle-rocm launches with (QMATVEC_ROWS); a build of the
 // kernels with other tuning knobs (QMV_R, QMV_KSPLIT) passes its own to check them here.
 #ifndef QMV_PORT_ROWS

@@ -3,7 +3,7 @@
 // reductions, fused softmax / RMS norm / layer norm (register path for every K and the two-pass
 // path), the rotary-embedding vector kernels (rope and rope_i, with and without a table per
 // batch entry), and the tiled transpose with batches and offsets. Launch shapes come from a
-// line-for-line port of candle-rocm/src/rows.rs (RowShape::new, fused_k, the vector-path and
+// line-for-line port of candle-rocm/src/launch/rows.rs (RowShape::new, fused_k, the vector-path and
 // grid rules). Built three ways by kernels/tests/kernels_on_cpu.rs: the CUDA path (wave 32,
 // __shfl_xor_sync) and the AMD path (ds_bpermute) with wave 32 and wave 64.
 // Prints bad=<mismatches> and exits non-zero on any mismatch.
@@ -19,7 +19,7 @@
 
 using namespace chk;
 
-// ---- port of candle-rocm/src/rows.rs -----------------------------------------------------------
+// ---- port of candle-rocm/src/launch/rows.rs -----------------------------------------------------
 static const size_t BLOCK = 256, MAX_GROUP = 32, BLOCK_STEP = 64, MAX_BLOCKS = 1 << 20, MAX_REG_VALUES = 32;
 static const size_t KS[4] = {1, 2, 4, 8};
 static const size_t TILE = 32, TILE_ROWS = 8, COL_X = 64, COL_Y = 4;
