@@ -22,6 +22,14 @@ use crate::ops::indexing::{Gather, IndexSelect, IndexedUpdate, Update};
 use crate::ops::matmul::matmul;
 use crate::ops::reduce::FastReduce;
 
+/// The signature the four convolutions of [`convolve`] share.
+type ConvFn = fn(
+    &RocmDevice,
+    (&RocmStorageSlice, &Layout),
+    (&RocmStorageSlice, &Layout),
+    &ConvParams,
+) -> Result<RocmStorageSlice, BackendError>;
+
 /// Device memory of a tensor plus the device it lives on.
 pub struct RocmStorage {
     /// The typed buffer.
@@ -141,18 +149,10 @@ impl RocmStorage {
         kernel_l: &Layout,
         p: &ConvParams,
     ) -> candle_core::Result<RocmStorage> {
-        self.same_device_as(kernel, "conv1d")?;
-        let x = (&self.slice, l);
-        Ok(self.wrap(convolve::conv1d(
-            &self.device,
-            x,
-            (&kernel.slice, kernel_l),
-            p,
-        )?))
+        self.convolve("conv1d", l, (kernel, kernel_l), p, convolve::conv1d)
     }
 
-    /// `conv2d` with parameters by name (see [`ConvParams`]; `BackendStorage::conv2d` reads
-    /// them from candle's `ParamsConv2D`).
+    /// `conv2d` with parameters by name (see [`ConvParams`]).
     pub fn conv2d_with(
         &self,
         l: &Layout,
@@ -160,18 +160,10 @@ impl RocmStorage {
         kernel_l: &Layout,
         p: &ConvParams,
     ) -> candle_core::Result<RocmStorage> {
-        self.same_device_as(kernel, "conv2d")?;
-        let x = (&self.slice, l);
-        Ok(self.wrap(convolve::conv2d(
-            &self.device,
-            x,
-            (&kernel.slice, kernel_l),
-            p,
-        )?))
+        self.convolve("conv2d", l, (kernel, kernel_l), p, convolve::conv2d)
     }
 
-    /// `conv_transpose1d` with parameters by name (see [`ConvParams`]; `BackendStorage::conv_transpose1d` reads
-    /// them from candle's `ParamsConvTranspose1D`).
+    /// `conv_transpose1d` with parameters by name (see [`ConvParams`]).
     pub fn conv_transpose1d_with(
         &self,
         l: &Layout,
@@ -179,18 +171,11 @@ impl RocmStorage {
         kernel_l: &Layout,
         p: &ConvParams,
     ) -> candle_core::Result<RocmStorage> {
-        self.same_device_as(kernel, "conv_transpose1d")?;
-        let x = (&self.slice, l);
-        Ok(self.wrap(convolve::conv_transpose1d(
-            &self.device,
-            x,
-            (&kernel.slice, kernel_l),
-            p,
-        )?))
+        let f = convolve::conv_transpose1d;
+        self.convolve("conv_transpose1d", l, (kernel, kernel_l), p, f)
     }
 
-    /// `conv_transpose2d` with parameters by name (see [`ConvParams`]; `BackendStorage::conv_transpose2d` reads
-    /// them from candle's `ParamsConvTranspose2D`).
+    /// `conv_transpose2d` with parameters by name (see [`ConvParams`]).
     pub fn conv_transpose2d_with(
         &self,
         l: &Layout,
@@ -198,14 +183,23 @@ impl RocmStorage {
         kernel_l: &Layout,
         p: &ConvParams,
     ) -> candle_core::Result<RocmStorage> {
-        self.same_device_as(kernel, "conv_transpose2d")?;
-        let x = (&self.slice, l);
-        Ok(self.wrap(convolve::conv_transpose2d(
-            &self.device,
-            x,
-            (&kernel.slice, kernel_l),
-            p,
-        )?))
+        let f = convolve::conv_transpose2d;
+        self.convolve("conv_transpose2d", l, (kernel, kernel_l), p, f)
+    }
+
+    /// One of the four convolutions of [`convolve`] on `self` (laid out as `l`) and `kernel`,
+    /// after checking they share the device.
+    fn convolve(
+        &self,
+        op: &'static str,
+        l: &Layout,
+        (kernel, kernel_l): (&RocmStorage, &Layout),
+        p: &ConvParams,
+        f: ConvFn,
+    ) -> candle_core::Result<RocmStorage> {
+        self.same_device_as(kernel, op)?;
+        let slice = f(&self.device, (&self.slice, l), (&kernel.slice, kernel_l), p)?;
+        Ok(self.wrap(slice))
     }
 
     /// `cat`'s copies `srcs` into `self`, batched ([`copy::copy2d_many`]); every source must be
@@ -365,7 +359,6 @@ impl BackendStorage for RocmStorage {
         kernel_l: &Layout,
         params: &candle_core::conv::ParamsConv1D,
     ) -> candle_core::Result<Self> {
-        self.same_device_as(kernel, "conv1d")?;
         let p = ConvParams::from_debug(&format!("{params:?}"));
         self.conv1d_with(l, kernel, kernel_l, &p)
     }
@@ -377,7 +370,6 @@ impl BackendStorage for RocmStorage {
         kernel_l: &Layout,
         params: &candle_core::conv::ParamsConvTranspose1D,
     ) -> candle_core::Result<Self> {
-        self.same_device_as(kernel, "conv_transpose1d")?;
         let p = ConvParams::from_debug(&format!("{params:?}"));
         self.conv_transpose1d_with(l, kernel, kernel_l, &p)
     }
@@ -389,7 +381,6 @@ impl BackendStorage for RocmStorage {
         kernel_l: &Layout,
         params: &candle_core::conv::ParamsConv2D,
     ) -> candle_core::Result<Self> {
-        self.same_device_as(kernel, "conv2d")?;
         let p = ConvParams::from_debug(&format!("{params:?}"));
         self.conv2d_with(l, kernel, kernel_l, &p)
     }
@@ -401,7 +392,6 @@ impl BackendStorage for RocmStorage {
         kernel_l: &Layout,
         params: &candle_core::conv::ParamsConvTranspose2D,
     ) -> candle_core::Result<Self> {
-        self.same_device_as(kernel, "conv_transpose2d")?;
         let p = ConvParams::from_debug(&format!("{params:?}"));
         self.conv_transpose2d_with(l, kernel, kernel_l, &p)
     }

@@ -11,7 +11,7 @@
 //! so a bad operand is an error, never an out-of-bounds access. A dtype with no kernel gives
 //! `Ok(None)`: the caller then falls back to the CPU (or refuses, in strict mode).
 
-use candle_core::backend::{BackendDevice, BackendStorage};
+use candle_core::backend::BackendStorage;
 use candle_core::ext::FusedOp;
 use candle_core::{DType, Layout, Shape};
 use candle_rocm_kernels::Module;
@@ -133,11 +133,8 @@ fn contiguous<'a>(s: &'a RocmStorage, l: &Layout) -> candle_core::Result<(Contig
         return Ok((Contiguous::Borrowed(s), l.clone()));
     }
     let dev = s.device();
-    // SAFETY: every element of the new buffer is written by copy_strided_src just below,
-    // before anything reads it.
-    let mut dst = unsafe { dev.alloc_uninit(l.shape(), s.dtype())? };
-    s.copy_strided_src(&mut dst, 0, l)?;
-    Ok((Contiguous::Owned(dst), Layout::contiguous(l.shape())))
+    let copy = RocmStorage::new(crate::ops::copy::contiguous(dev, &s.slice, l)?, dev.clone());
+    Ok((Contiguous::Owned(copy), Layout::contiguous(l.shape())))
 }
 
 /// The elements of a contiguous layout, checked against the buffer.
