@@ -6,6 +6,7 @@
 //! Inside this level, `conv` uses `copy` and `matmul` (im2col times the kernel on the GEMM);
 //! nothing else here imports a sibling.
 
+pub mod attention;
 pub mod conv;
 pub mod copy;
 pub mod elementwise;

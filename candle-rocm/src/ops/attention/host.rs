@@ -1,0 +1,1 @@
+//! The CPU reference of [`super::spec`]'s semantics (being written).
