@@ -2,9 +2,9 @@
 //! model in plain C++ (blocks one after another, the threads of a block as cooperative fibers
 //! that meet at `__syncthreads` and wave shuffles, `__shared__` as static storage), and the
 //! drivers in `tests/emu/` launch `hip/elementwise.hip`, `hip/rows.hip`, `hip/index.hip`,
-//! `hip/qmatvec.hip`, `hip/copy.hip` and `hip/gemv.hip` with candle-rocm's launch geometry and
-//! argument structs and check every result against host references. `rows.hip`, `qmatvec.hip`
-//! and `gemv.hip` run three ways: their CUDA path
+//! `hip/qmatvec.hip`, `hip/copy.hip`, `hip/gemv.hip` and `hip/attention.hip` with candle-rocm's launch geometry and
+//! argument structs and check every result against host references. `rows.hip`, `qmatvec.hip`,
+//! `gemv.hip` and `attention.hip` run three ways: their CUDA path
 //! (32-lane `__shfl_xor_sync`) and their AMD path (`ds_bpermute`) with wave 32 and wave 64.
 //!
 //! Needs the toolchain `cargo xtask kernels` uses (`bash kernels/install-toolchain.sh`, or a
@@ -108,4 +108,94 @@ fn qmatvec_kernels_match_references_on_cpu_amd_wave32() {
 #[test]
 fn qmatvec_kernels_match_references_on_cpu_amd_wave64() {
     build_and_run("qmatvec_test.cpp", "qmatvec-amd64", &["-DEMU_AMD_WAVE=64"]);
+}
+
+#[test]
+fn attention_kernels_match_references_on_cpu_cuda_path() {
+    build_and_run("attention_test.cpp", "attention-cuda", &[]);
+}
+
+#[test]
+fn attention_kernels_match_references_on_cpu_amd_wave32() {
+    build_and_run(
+        "attention_test.cpp",
+        "attention-amd32",
+        &["-DEMU_AMD_WAVE=32"],
+    );
+}
+
+#[test]
+fn attention_kernels_match_references_on_cpu_amd_wave64() {
+    build_and_run(
+        "attention_test.cpp",
+        "attention-amd64",
+        &["-DEMU_AMD_WAVE=64"],
+    );
+}
+
+/// The attention driver catches broken kernels: each mutant of `hip/attention.hip` (a copy
+/// with one change) must report mismatches.
+#[test]
+fn attention_driver_catches_mutants() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mutants = [
+        (
+            "attention/tile.h",
+            "corr[r] = exp2f(m[r] - mu);",
+            "corr[r] = 1.0f;",
+            "no rescale of the running output",
+        ),
+        (
+            "attention/tile.h",
+            "            __syncthreads();            // P is written",
+            "            // P is written",
+            "no barrier before a V chunk",
+        ),
+        (
+            "attention/tile.h",
+            "(wr < 0 || j <= qpos[r] + wr)",
+            "(wr < 0 || j < qpos[r] + wr)",
+            "causal mask off by one",
+        ),
+        (
+            "attention/tile.h",
+            "if (!in && p.mm_prefix) in = fa_mm_allowed(p, b, qpos[r], j);",
+            "",
+            "prefix ranges ignored",
+        ),
+        (
+            "attention/combine.h",
+            "const float ws = exp2f(ls - mx);",
+            "const float ws = 1.0f;",
+            "splits merged unweighted",
+        ),
+    ];
+    for (n, (file, from, to, what)) in mutants.iter().enumerate() {
+        let tmp =
+            std::env::temp_dir().join(format!("candle-rocm-fa-mutant-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(tmp.join("attention")).unwrap();
+        std::fs::copy(dir.join("hip/attention.hip"), tmp.join("attention.hip")).unwrap();
+        for part in std::fs::read_dir(dir.join("hip/attention")).unwrap() {
+            let part = part.unwrap().path();
+            std::fs::copy(&part, tmp.join("attention").join(part.file_name().unwrap())).unwrap();
+        }
+        let target = tmp.join(file);
+        let text = std::fs::read_to_string(&target).unwrap();
+        assert!(
+            text.contains(from),
+            "mutant {what}: {from:?} is no longer in {file}"
+        );
+        std::fs::write(&target, text.replacen(from, to, 1)).unwrap();
+        let define = format!("-DFA_SOURCE=\"{}\"", tmp.join("attention.hip").display());
+        let (clean, out) = host_program::build_and_report(
+            &format!("fa-mutant-{n}"),
+            &["-x", "c++", "-std=c++17", "-O0", &define],
+            &dir.join("tests/emu/attention_test.cpp"),
+        );
+        let _ = std::fs::remove_dir_all(&tmp);
+        assert!(
+            !clean,
+            "the mutant '{what}' passed the attention driver:\n{out}"
+        );
+    }
 }

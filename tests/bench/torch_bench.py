@@ -269,6 +269,52 @@ def decode(b, steps):
         torch.cuda.empty_cache()
 
 
+def attention(b):
+    """The `attn` rows of tests/bench/src/attention.rs: scaled_dot_product_attention with its
+    flash backend (prefill) or the backend PyTorch picks for GQA decode, under the `*-flash`
+    names; the eager matmul path under `*-matmul`."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    def manual(q, k, v, causal):
+        att = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)
+        if causal:
+            sq, sk = q.shape[-2], k.shape[-2]
+            mask = torch.ones(sq, sk, device="cuda", dtype=torch.bool).tril(sk - sq)
+            att = att.masked_fill(~mask, float("-inf"))
+        return torch.softmax(att, dim=-1) @ v
+
+    for dtype in (torch.float16, torch.bfloat16):
+        for d in (64, 128):
+            h = 2048 // d
+            for s in (512, 1024, 2048, 4096, 8192, 16384):
+                batch = 16384 // s
+                for causal in (False, True):
+                    shape = f"b{batch}h{h}s{s}d{d}{'c' if causal else ''}"
+                    flops = 4.0 * batch * h * s * s * d / (2.0 if causal else 1.0)
+                    q, k, v = (randn(batch, h, s, d, dtype=dtype) for _ in range(3))
+                    if b.wanted("attn", "prefill-flash"):
+                        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                            t = time_op(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+                        b.print("attn", "prefill-flash", shape, NAMES[dtype], t, flops, "flops")
+                    if b.wanted("attn", "prefill-matmul") and batch * h * s * s < 2**31:
+                        t = time_op(lambda: manual(q, k, v, causal))
+                        b.print("attn", "prefill-matmul", shape, NAMES[dtype], t, flops, "flops")
+    h, hk, d = 32, 8, 128
+    for kv in (512, 1024, 2048, 4096, 8192, 16384, 32768):
+        dtype = torch.float16
+        shape = f"h{h}kv{hk}d{d}n{kv}"
+        nbytes = 2 * kv * hk * d * 2
+        q = randn(1, h, 1, d, dtype=dtype)
+        k, v = randn(1, hk, kv, d, dtype=dtype), randn(1, hk, kv, d, dtype=dtype)
+        if b.wanted("attn", "decode-flash"):
+            t = time_op(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
+            b.print("attn", "decode-flash", shape, NAMES[dtype], t, nbytes, "bytes")
+        if b.wanted("attn", "decode-matmul"):
+            kr, vr = k.repeat_interleave(h // hk, 1), v.repeat_interleave(h // hk, 1)
+            t = time_op(lambda: manual(q, kr, vr, False))
+            b.print("attn", "decode-matmul", shape, NAMES[dtype], t, nbytes, "bytes")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", default="")
@@ -284,6 +330,7 @@ def main():
     matmul(b)
     conv(b)
     bert(b)
+    attention(b)
     decode(b, a.decode_tokens)
 
 

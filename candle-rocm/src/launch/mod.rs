@@ -6,6 +6,7 @@
 use candle_core::{DType, WithDType};
 use candle_rocm_kernels::Module;
 
+pub mod attention;
 pub mod candle;
 pub mod copy;
 pub mod elementwise;

@@ -17,6 +17,13 @@ pub fn clang() -> PathBuf {
 /// it, and panics with its output unless it exits 0 and prints `bad=0`. `tag` names the
 /// temporary executable.
 pub fn build_and_check(tag: &str, args: &[&str], src: &Path) {
+    let (clean, text) = build_and_report(tag, args, src);
+    assert!(clean, "{text}");
+}
+
+/// Compiles `src` with `args` and runs it: whether it exited 0 and printed `bad=0`, and its
+/// output. Panics only when it cannot be compiled or started.
+pub fn build_and_report(tag: &str, args: &[&str], src: &Path) -> (bool, String) {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let exe = std::env::temp_dir().join(format!("candle-rocm-{tag}-{}", std::process::id()));
     let out = Command::new(clang())
@@ -44,9 +51,9 @@ pub fn build_and_check(tag: &str, args: &[&str], src: &Path) {
         .unwrap_or_else(|e| panic!("running {} failed: {e}", exe.display()));
     let _ = std::fs::remove_file(&exe);
     let text = String::from_utf8_lossy(&run.stdout);
-    assert!(
-        run.status.success() && text.contains("bad=0"),
-        "{text}{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    let clean = run.status.success() && text.contains("bad=0");
+    (
+        clean,
+        format!("{text}{}", String::from_utf8_lossy(&run.stderr)),
+    )
 }

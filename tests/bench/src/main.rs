@@ -20,6 +20,7 @@
 //! `bench <group> <op> <shape> <dtype> <seconds> <work> <unit>`, `unit` one of `bytes`,
 //! `flops`, `calls`, `tokens`, `sequences`; and a first line `device <description>`.
 
+mod attention;
 mod cli;
 mod conv;
 mod gguf;
@@ -97,6 +98,7 @@ fn main() -> Result<()> {
     quantized::quantized(&b)?;
     conv::conv(&b)?;
     models::bert(&b)?;
+    attention::attention(&b)?;
     models::decode(&b, cli.decode_tokens)?;
     gguf::gguf_decoder(&b, cli.decode_tokens)?;
     gguf::gguf_file_rows(&b, &cli.gguf, cli.decode_tokens)?;

@@ -7,10 +7,16 @@
 pub mod host;
 pub mod spec;
 
+use rocm_safe::DeviceBuffer;
+
 use crate::device::RocmDevice;
-use crate::dtype::RocmStorageSlice as S;
+use crate::dtype::{RocmDType, RocmStorageSlice as S};
 use crate::error::BackendError;
-use spec::AttentionSpec;
+use crate::launch::attention::{
+    self as launch, prefill_rows, tier, FaParams, TileGrid, DECODE_ROWS, KEY_TILE,
+};
+use crate::layout::{kernel_limit, out_of_bounds, parameter_error};
+use spec::{AttentionSpec, Batching, Strides};
 
 /// A device operand of a call besides q, k and v: a storage slice and the element its
 /// contiguous view starts at.
@@ -29,8 +35,14 @@ pub struct Extras<'a> {
     pub alibi: Option<Extra<'a>>,
 }
 
+/// Blocks a call should have (per compute unit) before its keys are not split further.
+const BLOCKS_PER_CU: usize = 2;
+/// The most splits of one call (the combine reads every split of a row).
+const MAX_SPLITS: usize = 64;
+
 /// Runs the checked call `spec` on `dev`: the output, contiguous, with q's shape
 /// (`(batch, seqlen_q, heads, head_dim)` dense, `(total_q, heads, head_dim)` variable-length).
+/// Every reach of q, k, v and the extras is checked against its buffer first.
 pub fn forward(
     dev: &RocmDevice,
     spec: &AttentionSpec,
@@ -39,9 +51,242 @@ pub fn forward(
     v: &S,
     extras: &Extras<'_>,
 ) -> Result<S, BackendError> {
-    let _ = (dev, spec, q, k, v, extras);
-    Err(crate::layout::kernel_limit(
-        "flash-attn",
-        "the attention kernels are being written",
-    ))
+    match (q, k, v) {
+        (S::F32(q), S::F32(k), S::F32(v)) => run(dev, spec, q, k, v, extras).map(S::F32),
+        (S::F16(q), S::F16(k), S::F16(v)) => run(dev, spec, q, k, v, extras).map(S::F16),
+        (S::BF16(q), S::BF16(k), S::BF16(v)) => run(dev, spec, q, k, v, extras).map(S::BF16),
+        _ if q.dtype() != k.dtype() || q.dtype() != v.dtype() => Err(BackendError::DtypeMismatch {
+            op: "flash-attn",
+            lhs: q.dtype(),
+            rhs: if q.dtype() != k.dtype() {
+                k.dtype()
+            } else {
+                v.dtype()
+            },
+        }),
+        _ => Err(BackendError::UnsupportedDtype {
+            op: "flash-attn",
+            dtype: q.dtype(),
+        }),
+    }
+}
+
+/// One past the last element a `(sequences, rows, heads, d)` operand reaches from its start.
+fn reach(st: &Strides, seqs: usize, rows: usize, heads: usize, d: usize) -> usize {
+    if seqs == 0 || rows == 0 {
+        return 0;
+    }
+    st.offset + (seqs - 1) * st.batch + (rows - 1) * st.row + (heads - 1) * st.head + d
+}
+
+/// Checks that `what` reaches no further than `len`.
+fn within(what: &'static str, reach: usize, len: usize) -> Result<(), BackendError> {
+    if reach > len {
+        return Err(out_of_bounds("flash-attn", what, reach, len));
+    }
+    Ok(())
+}
+
+/// The device address and length of an extra operand of dtype `T`, checked to hold `n`
+/// elements from its offset.
+fn extra<T: RocmDType>(
+    what: &'static str,
+    e: Option<Extra<'_>>,
+    n: usize,
+) -> Result<u64, BackendError> {
+    let Some((slice, offset)) = e else {
+        return Err(parameter_error(
+            "flash-attn",
+            format_args!("{what} is missing on the device"),
+        ));
+    };
+    let Some(buf) = T::as_buffer(slice) else {
+        return Err(parameter_error(
+            "flash-attn",
+            format_args!("{what} must be {:?}, got {:?}", T::DTYPE, slice.dtype()),
+        ));
+    };
+    within(what, offset + n, buf.len())?;
+    Ok(buf.device_ptr() as u64 + (offset * std::mem::size_of::<T>()) as u64)
+}
+
+fn run<T: RocmDType>(
+    dev: &RocmDevice,
+    spec: &AttentionSpec,
+    q: &DeviceBuffer<T>,
+    k: &DeviceBuffer<T>,
+    v: &DeviceBuffer<T>,
+    extras: &Extras<'_>,
+) -> Result<DeviceBuffer<T>, BackendError> {
+    const OP: &str = "flash-attn";
+    let (h, hk, d) = (spec.heads, spec.kv_heads, spec.head_dim);
+    spec::check_heads(OP, h, hk, d)?;
+    let group = h / hk;
+    let batch = spec.batch();
+    let total_q = spec.total_q();
+    let (max_q, max_k) = spec.max_seqlens();
+    let out = dev.alloc::<T>(total_q * h * d)?;
+    if total_q == 0 {
+        return Ok(out);
+    }
+    let tier = tier(d).ok_or_else(|| kernel_limit(OP, format_args!("head dimension {d}")))?;
+    let size = std::mem::size_of::<T>();
+
+    // Reaches of q, k, v, and the extras' addresses.
+    let mut p = FaParams::default();
+    match &spec.batching {
+        Batching::Dense {
+            seqlen_q, seqlen_k, ..
+        } => {
+            within("q", reach(&spec.q, batch, *seqlen_q, h, d), q.len())?;
+            within("k", reach(&spec.k, batch, *seqlen_k, hk, d), k.len())?;
+            within("v", reach(&spec.v, batch, *seqlen_k, hk, d), v.len())?;
+        }
+        Batching::Varlen {
+            cu_q, cu_k, paged, ..
+        } => {
+            let total_k = cu_k.last().copied().unwrap_or(0) as usize;
+            within("q", reach(&spec.q, 1, total_q, h, d), q.len())?;
+            p.cu_q = extra::<u32>("seqlens_q", extras.cu_q, cu_q.len())?;
+            p.cu_k = extra::<u32>("seqlens_k", extras.cu_k, cu_k.len())?;
+            match paged {
+                None => {
+                    within("k", reach(&spec.k, 1, total_k, hk, d), k.len())?;
+                    within("v", reach(&spec.v, 1, total_k, hk, d), v.len())?;
+                }
+                Some(pg) => {
+                    within(
+                        "k",
+                        reach(&spec.k, pg.num_blocks, pg.page_size, hk, d),
+                        k.len(),
+                    )?;
+                    within(
+                        "v",
+                        reach(&spec.v, pg.num_blocks, pg.page_size, hk, d),
+                        v.len(),
+                    )?;
+                    // The spec checked every entry a sequence uses against num_blocks.
+                    let n = batch * pg.max_blocks;
+                    p.block_table = match extras.block_table {
+                        Some((s @ S::I32(_), o)) => extra::<i32>("block_table", Some((s, o)), n)?,
+                        other => extra::<u32>("block_table", other, n)?,
+                    };
+                    p.page = small(pg.page_size)?;
+                    p.bt_stride = small(pg.max_blocks)?;
+                }
+            }
+        }
+    }
+    if spec.alibi {
+        p.alibi = extra::<f32>("alibi_slopes", extras.alibi, h)?;
+    }
+    // The prefix ranges are read to the host by the spec; they go back as one small upload.
+    let _mm = match &spec.mm_prefix {
+        Some(mm) if mm.max_ranges > 0 => {
+            within(
+                "mm_prefix_ranges",
+                batch * mm.max_ranges * 2,
+                mm.ranges.len(),
+            )?;
+            let buf = dev.stream().upload(mm.ranges.clone())?;
+            p.mm_prefix = buf.device_ptr() as u64;
+            p.mm_ranges = small(mm.max_ranges)?;
+            p.mm_stride = small(mm.max_ranges * 2)?;
+            Some(buf)
+        }
+        _ => None,
+    };
+
+    // Geometry: the decode tile for few packed rows; splits over the keys until the call has
+    // a few blocks per compute unit.
+    let decode = max_q * group <= DECODE_ROWS;
+    let rows_per_tile = if decode {
+        DECODE_ROWS
+    } else {
+        prefill_rows(tier)
+    };
+    let tiles = (max_q * group).div_ceil(rows_per_tile);
+    let key_tiles = max_k.div_ceil(KEY_TILE).max(1);
+    let cus = dev.device().info().compute_units as usize;
+    let blocks = tiles * hk * batch;
+    let want = (BLOCKS_PER_CU * cus.max(1)).div_ceil(blocks.max(1));
+    let mut splits = want.clamp(1, MAX_SPLITS).min(key_tiles);
+    let tiles_per_split = key_tiles.div_ceil(splits);
+    splits = key_tiles.div_ceil(tiles_per_split);
+    let (_o_part, _lse) = if splits > 1 {
+        let rows = splits * total_q * h;
+        let o_part = dev.alloc::<f32>(rows * d)?;
+        let lse = dev.alloc::<f32>(rows)?;
+        p.o_part = o_part.device_ptr() as u64;
+        p.lse_part = lse.device_ptr() as u64;
+        (Some(o_part), Some(lse))
+    } else {
+        (None, None)
+    };
+    let grid = TileGrid {
+        tier,
+        decode,
+        tiles: u32::try_from(tiles)
+            .map_err(|_| kernel_limit(OP, format_args!("{tiles} row tiles")))?,
+        heads_splits: grid_dim(hk * splits)?,
+        batch: grid_dim(batch)?,
+    };
+
+    let addr = |b: &DeviceBuffer<T>, off: usize| b.device_ptr() as u64 + (off * size) as u64;
+    p.q = addr(q, spec.q.offset);
+    p.k = addr(k, spec.k.offset);
+    p.v = addr(v, spec.v.offset);
+    p.o = out.device_ptr() as u64;
+    let n = 16 / size;
+    let aligned = |st: &Strides, a: u64| {
+        a % 16 == 0 && st.batch % n == 0 && st.row % n == 0 && st.head % n == 0
+    };
+    p.vec_ok = u32::from(aligned(&spec.q, p.q) && aligned(&spec.k, p.k) && aligned(&spec.v, p.v));
+    let dense = matches!(spec.batching, Batching::Dense { .. });
+    (p.q_batch, p.q_row, p.q_head) = (spec.q.batch as u64, spec.q.row as u64, spec.q.head as u64);
+    (p.k_batch, p.k_row, p.k_head) = (spec.k.batch as u64, spec.k.row as u64, spec.k.head as u64);
+    (p.v_batch, p.v_row, p.v_head) = (spec.v.batch as u64, spec.v.row as u64, spec.v.head as u64);
+    p.o_batch = if dense { (max_q * h * d) as u64 } else { 0 };
+    (p.o_row, p.o_head) = ((h * d) as u64, d as u64);
+    (p.heads, p.kv_heads, p.group, p.d) = (small(h)?, small(hk)?, small(group)?, small(d)?);
+    (p.seqlen_q, p.seqlen_k) = (small(max_q)?, small(max_k)?);
+    (p.batch, p.splits) = (small(batch)?, small(splits)?);
+    (p.tiles_per_split, p.total_q) = (small(tiles_per_split)?, small(total_q)?);
+    (p.window_left, p.window_right) = spec.window();
+    p.scale = spec.options.softmax_scale;
+    p.softcap = spec.softcap();
+    // SAFETY: (1) the reaches of q, k and v for every sequence, row and head the kernel can
+    // address were checked against their buffers above (dense: batch x seqlen; variable-length:
+    // the last cumulative length, which the spec checked against the tensors; paged: every
+    // block of the cache), as were the extras (cu_q/cu_k batch + 1 entries, the block table
+    // batch x max_blocks entries each below num_blocks by the spec's check, alibi heads, the
+    // uploaded prefix ranges); o holds total_q x heads x d; o_part/lse_part were sized for
+    // splits x total_q x heads rows; every buffer lives until the function returns, after the
+    // launches are queued on the device's one stream (the caching allocator reuses memory in
+    // stream order). (2) o, o_part and lse_part are fresh allocations. (3) the grid was built
+    // from the same numbers as p (tiles of rows_per_tile over max_q x group rows, kv_heads x
+    // splits, batch) and d <= tier.
+    unsafe {
+        launch::tile(dev, T::DTYPE, &grid, &p)?;
+        if splits > 1 {
+            launch::combine(dev, T::DTYPE, &p)?;
+        }
+    }
+    Ok(out)
+}
+
+/// `v` as a `u32` kernel argument.
+fn small(v: usize) -> Result<u32, BackendError> {
+    u32::try_from(v).map_err(|_| kernel_limit("flash-attn", format_args!("size {v}")))
+}
+
+/// `v` as a grid y/z dimension (at most 65535).
+fn grid_dim(v: usize) -> Result<u32, BackendError> {
+    match u32::try_from(v) {
+        Ok(g) if (1..=65535).contains(&g) => Ok(g),
+        _ => Err(kernel_limit(
+            "flash-attn",
+            format_args!("{v} sequences or kv heads x splits (grid limit 65535)"),
+        )),
+    }
 }

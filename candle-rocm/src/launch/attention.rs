@@ -1,0 +1,363 @@
+//! Launchers of our attention kernels (`kernels/hip/attention.hip`): the tile kernels
+//! (`fa_fwd_<T>_<DMAX>`, `fa_dec_<T>_<DMAX>`), the combine of a split call (`fa_combine_<T>`)
+//! and the paged-cache write (`fa_cache_write_<T>`). The kernels take one argument, the
+//! [`FaParams`] struct, which addresses every operand by raw device address and stride; the
+//! launchers cannot check those reaches themselves, so the tile and combine launchers are
+//! `unsafe` and [`crate::ops::attention`] proves them first.
+
+use candle_core::DType;
+use candle_rocm_kernels::Module;
+use rocm_safe::{DevicePtrArg, DeviceRepr, DeviceSlice, DeviceSliceMut, LaunchConfig};
+
+use crate::device::RocmDevice;
+use crate::dtype::RocmDType;
+use crate::error::BackendError;
+use crate::layout::{invalid, kernel_limit, out_of_bounds};
+
+/// Threads per block of every attention kernel (`FA_THREADS`).
+pub const THREADS: u32 = 128;
+/// Keys per tile (`FA_BN`): the unit a split call divides the keys in.
+pub const KEY_TILE: usize = 64;
+/// Packed (query, head-in-group) rows per tile of the decode kernels.
+pub const DECODE_ROWS: usize = 8;
+/// The head-dim tiers the kernels are built for (`DMAX`).
+pub const TIERS: [usize; 4] = [64, 128, 256, 512];
+
+/// `struct fa_params` of `attention.hip`, field for field (264 bytes, 8-byte aligned): device
+/// addresses as `u64` (0 for an absent operand), strides in elements.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[allow(missing_docs)]
+pub struct FaParams {
+    pub q: u64,
+    pub k: u64,
+    pub v: u64,
+    pub o: u64,
+    pub o_part: u64,
+    pub lse_part: u64,
+    pub cu_q: u64,
+    pub cu_k: u64,
+    pub block_table: u64,
+    pub alibi: u64,
+    pub mm_prefix: u64,
+    pub q_batch: u64,
+    pub q_row: u64,
+    pub q_head: u64,
+    pub k_batch: u64,
+    pub k_row: u64,
+    pub k_head: u64,
+    pub v_batch: u64,
+    pub v_row: u64,
+    pub v_head: u64,
+    pub o_batch: u64,
+    pub o_row: u64,
+    pub o_head: u64,
+    pub heads: u32,
+    pub kv_heads: u32,
+    pub group: u32,
+    pub d: u32,
+    pub seqlen_q: u32,
+    pub seqlen_k: u32,
+    pub batch: u32,
+    pub splits: u32,
+    pub page: u32,
+    pub bt_stride: u32,
+    pub tiles_per_split: u32,
+    pub total_q: u32,
+    pub mm_ranges: u32,
+    pub mm_stride: u32,
+    pub vec_ok: u32,
+    pub pad_: u32,
+    pub window_left: i32,
+    pub window_right: i32,
+    pub scale: f32,
+    pub softcap: f32,
+}
+
+// SAFETY: FaParams is plain old data (u64/u32/i32/f32 fields, `repr(C)`, no padding: 23 u64
+// then 20 four-byte fields), valid for any bit pattern and copied to the kernel by value.
+unsafe impl DeviceRepr for FaParams {}
+
+/// The index of `dtype` in the name tables, for the dtypes the kernels cover.
+fn dtype_index(dtype: DType) -> Result<usize, BackendError> {
+    match dtype {
+        DType::F32 => Ok(0),
+        DType::F16 => Ok(1),
+        DType::BF16 => Ok(2),
+        dtype => Err(BackendError::UnsupportedDtype {
+            op: "flash-attn",
+            dtype,
+        }),
+    }
+}
+
+/// `fa_<kind>_<T>_<DMAX>` for the three dtypes and four tiers (static: no name is built per
+/// call on the decode path).
+macro_rules! tile_names {
+    ($kind:literal) => {
+        [
+            tile_names!(@t $kind, "f32"),
+            tile_names!(@t $kind, "f16"),
+            tile_names!(@t $kind, "bf16"),
+        ]
+    };
+    (@t $kind:literal, $t:literal) => {
+        [
+            concat!("fa_", $kind, "_", $t, "_64"),
+            concat!("fa_", $kind, "_", $t, "_128"),
+            concat!("fa_", $kind, "_", $t, "_256"),
+            concat!("fa_", $kind, "_", $t, "_512"),
+        ]
+    };
+}
+const FWD_NAMES: [[&str; 4]; 3] = tile_names!("fwd");
+const DEC_NAMES: [[&str; 4]; 3] = tile_names!("dec");
+const COMBINE_NAMES: [&str; 3] = ["fa_combine_f32", "fa_combine_f16", "fa_combine_bf16"];
+const CACHE_NAMES: [&str; 3] = [
+    "fa_cache_write_f32",
+    "fa_cache_write_f16",
+    "fa_cache_write_bf16",
+];
+
+/// The tier (`DMAX`) for head dimension `d`, when one holds it.
+pub fn tier(d: usize) -> Option<usize> {
+    TIERS.into_iter().find(|t| d <= *t)
+}
+
+/// Packed rows per tile of the prefill kernel of tier `dmax` (its `BM`).
+pub fn prefill_rows(dmax: usize) -> usize {
+    match dmax {
+        64 | 128 => 64,
+        256 => 32,
+        _ => 16,
+    }
+}
+
+/// Where one tile launch goes: tiles of packed rows, kv heads times splits, sequences.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TileGrid {
+    /// Head-dim tier (`DMAX`).
+    pub tier: usize,
+    /// The decode kernel (tiles of [`DECODE_ROWS`]) instead of the prefill one.
+    pub decode: bool,
+    /// Tiles of packed rows (grid x).
+    pub tiles: u32,
+    /// kv heads times splits (grid y).
+    pub heads_splits: u32,
+    /// Sequences (grid z).
+    pub batch: u32,
+}
+
+/// Queues the tile kernel of `dtype` over `grid` with `p`.
+///
+/// # Safety
+/// 1. Every address in `p` is a live device allocation of the device's stream order that holds
+///    every element the kernel reaches through it: q, k, v and o over `batch` sequences of the
+///    lengths `cu_q`/`cu_k` give (or `seqlen_q`/`seqlen_k`), `heads`/`kv_heads` heads of `d`
+///    elements, with the strides in `p`; for a paged call every block-table entry a sequence
+///    uses is below the cache's block count; `cu_q`/`cu_k` hold `batch + 1` entries, alibi
+///    `heads`, mm_prefix `batch` rows of `mm_stride`; with `splits > 1`, o_part and lse_part
+///    hold `splits * total_q * heads` rows (of `d`, of 1).
+/// 2. o (and o_part, lse_part) alias none of the inputs.
+/// 3. `grid` matches `p`: tiles cover `seqlen_q * group` rows at the kernel's rows per tile,
+///    `heads_splits == kv_heads * splits`, `batch == p.batch`, `d <= grid.tier`.
+pub unsafe fn tile(
+    dev: &RocmDevice,
+    dtype: DType,
+    grid: &TileGrid,
+    p: &FaParams,
+) -> Result<(), BackendError> {
+    let names = if grid.decode { &DEC_NAMES } else { &FWD_NAMES };
+    let Some(t) = TIERS.iter().position(|t| *t == grid.tier) else {
+        return Err(invalid(
+            "flash-attn",
+            format_args!("no kernel tier {}", grid.tier),
+        ));
+    };
+    let f = dev.function_static(Module::Attention, names[dtype_index(dtype)?][t])?;
+    let cfg = LaunchConfig {
+        grid_dim: (grid.tiles, grid.heads_splits, grid.batch),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut l = dev.stream().launch_builder(&f);
+    l.arg(p);
+    // SAFETY: fa_fwd/fa_dec_<T>_<DMAX>(fa_params p) with T = dtype and DMAX = grid.tier; the
+    // caller's contract (1-3) covers every address the kernel reaches and the grid; blocks of
+    // FA_THREADS threads, static shared memory only.
+    unsafe { l.launch(cfg)? };
+    Ok(())
+}
+
+/// Queues the combine of a split call (`p.splits > 1`): the output of every (token, head) row.
+///
+/// # Safety
+/// The contract of [`tile`] for `p`, and the tile kernel of the same call queued before it.
+pub unsafe fn combine(dev: &RocmDevice, dtype: DType, p: &FaParams) -> Result<(), BackendError> {
+    let name = COMBINE_NAMES[dtype_index(dtype)?];
+    if p.heads > 65535 {
+        return Err(kernel_limit(
+            "flash-attn",
+            format_args!("{} heads", p.heads),
+        ));
+    }
+    let f = dev.function_static(Module::Attention, name)?;
+    let cfg = LaunchConfig {
+        grid_dim: (p.total_q, p.heads, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut l = dev.stream().launch_builder(&f);
+    l.arg(p);
+    // SAFETY: fa_combine_<T>(fa_params p): reads splits x total_q x heads rows of o_part and
+    // lse_part (written by the tile kernel queued before, same stream) and writes one row of
+    // o per block, all inside the allocations the caller's contract describes.
+    unsafe { l.launch(cfg)? };
+    Ok(())
+}
+
+/// Strides of the paged-cache write, in elements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheWrite {
+    /// New tokens.
+    pub tokens: usize,
+    /// kv heads.
+    pub kv_heads: usize,
+    /// Head dimension.
+    pub d: usize,
+    /// Row and head strides of the new keys.
+    pub key: (usize, usize),
+    /// Row and head strides of the new values.
+    pub value: (usize, usize),
+    /// Block, row and head strides of both caches.
+    pub cache: (usize, usize, usize),
+    /// Rows per cache block.
+    pub page: usize,
+    /// Slots in the cache (blocks times page).
+    pub slots: usize,
+}
+
+/// Writes token `t`'s key and value rows into slot `slots[t]` of the caches (a slot < 0 or
+/// past the cache is skipped), after checking that every row read and every slot written lies
+/// inside its buffer.
+#[allow(clippy::too_many_arguments)]
+pub fn cache_write<T: RocmDType>(
+    dev: &RocmDevice,
+    w: &CacheWrite,
+    key: &impl DeviceSlice<T>,
+    value: &impl DeviceSlice<T>,
+    key_cache: &mut impl DeviceSliceMut<T>,
+    value_cache: &mut impl DeviceSliceMut<T>,
+    slots: &impl DeviceSlice<i64>,
+) -> Result<(), BackendError> {
+    const OP: &str = "reshape_and_cache";
+    if w.tokens == 0 {
+        return Ok(());
+    }
+    let reach =
+        |rows: usize, (rs, hs): (usize, usize)| (rows - 1) * rs + (w.kv_heads - 1) * hs + w.d;
+    let checks = [
+        ("key", reach(w.tokens, w.key), key.len()),
+        ("value", reach(w.tokens, w.value), value.len()),
+        ("slot mapping", w.tokens, slots.len()),
+    ];
+    for (what, r, len) in checks {
+        if r > len {
+            return Err(out_of_bounds(OP, what_static(what), r, len));
+        }
+    }
+    let (cb, cr, ch) = w.cache;
+    let blocks = w.slots / w.page.max(1);
+    let cache_reach = (blocks.max(1) - 1) * cb + (w.page - 1) * cr + (w.kv_heads - 1) * ch + w.d;
+    for (what, len) in [
+        ("key cache", key_cache.len()),
+        ("value cache", value_cache.len()),
+    ] {
+        if w.slots > 0 && cache_reach > len {
+            return Err(out_of_bounds(OP, what_static(what), cache_reach, len));
+        }
+    }
+    let small = |v: usize| u32::try_from(v).map_err(|_| kernel_limit(OP, format_args!("{v}")));
+    let (kv_heads, d, page) = (small(w.kv_heads)?, small(w.d)?, small(w.page)?);
+    let grid = small(w.tokens)?;
+    let f = dev.function_static(Module::Attention, CACHE_NAMES[dtype_index(T::DTYPE)?])?;
+    let cfg = LaunchConfig {
+        grid_dim: (grid, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let ptrs = [
+        DevicePtrArg::of(key),
+        DevicePtrArg::of(value),
+        DevicePtrArg::of(key_cache),
+        DevicePtrArg::of(value_cache),
+        DevicePtrArg::of(slots),
+    ];
+    let strides = [
+        w.key.0 as u64,
+        w.key.1 as u64,
+        w.value.0 as u64,
+        w.value.1 as u64,
+        cb as u64,
+        cr as u64,
+        ch as u64,
+    ];
+    let num_slots = w.slots as u64;
+    let mut l = dev.stream().launch_builder(&f);
+    for p in &ptrs {
+        l.arg(p);
+    }
+    l.arg(&kv_heads).arg(&d);
+    for s in &strides {
+        l.arg(s);
+    }
+    l.arg(&page).arg(&num_slots);
+    // SAFETY: fa_cache_write_<T>(const T* key, const T* value, T* key_cache, T* value_cache,
+    // const int64_t* slots, u32 kv_heads, u32 d, u64 key_row, u64 key_head, u64 value_row,
+    // u64 value_head, u64 cache_block, u64 cache_row, u64 cache_head, u32 page, u64 num_slots),
+    // one block per token: the reaches of every key/value row and of every slot below
+    // num_slots were checked against the buffers above, slots outside are skipped by the
+    // kernel; the caches are borrowed exclusively (no aliasing with the inputs).
+    unsafe { l.launch(cfg)? };
+    Ok(())
+}
+
+/// The operand names of [`cache_write`]'s bound errors as `&'static str`.
+fn what_static(what: &str) -> &'static str {
+    match what {
+        "key" => "key",
+        "value" => "value",
+        "slot mapping" => "slot mapping",
+        "key cache" => "key cache",
+        _ => "value cache",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The struct has the C layout of `fa_params`: 23 eight-byte fields then 20 four-byte ones.
+    #[test]
+    fn params_layout_matches_the_kernels() {
+        assert_eq!(std::mem::size_of::<FaParams>(), 264);
+        assert_eq!(std::mem::align_of::<FaParams>(), 8);
+        assert_eq!(std::mem::offset_of!(FaParams, heads), 23 * 8);
+        assert_eq!(std::mem::offset_of!(FaParams, window_left), 23 * 8 + 16 * 4);
+        assert_eq!(std::mem::offset_of!(FaParams, softcap), 260);
+    }
+
+    #[test]
+    fn tiers_and_tiles() {
+        assert_eq!(tier(8), Some(64));
+        assert_eq!(tier(72), Some(128));
+        assert_eq!(tier(256), Some(256));
+        assert_eq!(tier(264), Some(512));
+        assert_eq!(tier(520), None);
+        assert_eq!(prefill_rows(128), 64);
+        assert_eq!(prefill_rows(512), 16);
+        assert!(dtype_index(DType::F64).is_err());
+        assert_eq!(DEC_NAMES[2][1], "fa_dec_bf16_128");
+        assert_eq!(FWD_NAMES[0][3], "fa_fwd_f32_512");
+    }
+}

@@ -1,0 +1,116 @@
+// attention.hip - attention without the score matrix: flash attention (tiled online softmax)
+// for dense, variable-length and paged calls, split over the keys when a call has too few
+// query tiles to fill the GPU (flash decoding), the combine of those splits, and the write of
+// new keys and values into a paged cache.
+//
+// Written for candle-rocm (not from candle-kernels). Plain CUDA syntax plus a few AMD builtins
+// behind __HIP_DEVICE_COMPILE__, so the same file builds for AMD (clang, kernels/include
+// headers) and for the HIP-on-CUDA harness (nvcc with CUDA's own headers). This is the FMA
+// path: every target runs it; the matrix-unit paths (MFMA, WMMA) come on top of it.
+//
+// Semantics (candle-flash-attn 0.11's, flash-attention v2's): query i of a sequence with sq
+// queries and sk keys sits at key position i + sk - sq; a window (left, right), -1 for
+// unbounded, keeps the keys j with i + sk - sq - left <= j <= i + sk - sq + right (causal is
+// (-1, 0)); the logit of (i, j) is s * q.k, or c * tanh(s * q.k / c) with a softcap c > 0,
+// plus -slope[h] * |i + sk - sq - j| with ALiBi; a query and a key inside one multimodal prefix
+// range [start, end) of their sequence see each other whatever the window; a row with no key
+// left gets a zero output.
+//
+// Layouts (elements; the last dim, of length d, is contiguous in every tensor):
+//   q, o: (b, i, h)   at b * q_batch + (tok0_q + i) * q_row + h * q_head
+//   k, v: (b, j, hk)  at b * k_batch + (tok0_k + j) * k_row + hk * k_head, or paged:
+//         block_table[b * bt_stride + j / page] * k_batch + (j % page) * k_row + hk * k_head
+//   tok0 = cu[b] for variable-length calls (batch strides 0), 0 for dense ones.
+// Query head h reads kv head h / group (GQA/MQA).
+//
+// Work split. A block of FA_THREADS (128) threads takes one kv head hk of one sequence b and a
+// tile of BM rows of the packed (query, head-in-group) space: row r is query r / group of head
+// hk * group + r % group, so the heads that share a kv head share every read of K and V. It
+// walks the tiles of FA_BN (64) keys the mask leaves to its rows (the ones of its split, with
+// several splits): S = Q K^T for the tile from shared memory in chunks of FA_DC (32) of the
+// head dim, then the online softmax in registers (row max and sum over the CG lanes that hold
+// a row, by xor shuffles inside the wave), P to shared memory, and O += P V from chunks of V
+// in shared memory. Thread t holds rows (t / CG) * RS .. + RS - 1, keys t % CG + CG n and
+// output columns t % CG + CG m, so the lanes of a row are neighbours in one wave (CG <= 32
+// divides any wave size) and the row's softmax state lives in the threads that own its
+// outputs. Exponentials are base 2 on logits scaled by log2(e).
+//
+// Kernels (T in f32, f16, bf16; DMAX the head-dim tier 64, 128, 256, 512 with d <= DMAX):
+//   fa_fwd_<T>_<DMAX>(fa_params p)  BM rows per tile (64, 64, 32, 16 by tier), for prefill
+//   fa_dec_<T>_<DMAX>(fa_params p)  BM = 8, for calls of at most 8 packed rows (decoding)
+//     grid (ceil(max rows / BM), kv_heads * splits, batch); block (FA_THREADS)
+//     splits == 1: o gets the output in T. splits > 1: split s of the tiles_per_split tiles
+//     [s * tps, (s + 1) * tps) writes its normalised partial output to
+//     o_part[((s * total_q + tok) * heads + h) * d + col] and its log2-sum-exp to
+//     lse_part[(s * total_q + tok) * heads + h] (-inf when it saw no key), tok = tok0_q + i
+//     (b * seqlen_q + i for dense calls).
+//   fa_combine_<T>(fa_params p)     grid (total_q, heads); block (FA_THREADS): merges the splits
+//   fa_cache_write_<T>(...)         see attention/cache.h
+#include "cuda_fp16.h"
+#include "cuda_bf16.h"
+#include <stdint.h>
+
+#if defined(__HIP_DEVICE_COMPILE__)
+#define FA_WAVE __AMDGCN_WAVEFRONT_SIZE__
+typedef unsigned int fa_vec __attribute__((ext_vector_type(4)));
+#else
+#define FA_WAVE 32
+typedef uint4 fa_vec;
+#endif
+
+#define FA_THREADS 128
+#define FA_BN 64
+#define FA_DC 32
+#define FA_LOG2E 1.4426950408889634f
+
+// The kernels' one argument (264 bytes; candle-rocm's launch/attention.rs mirrors it field by
+// field). Pointers are null when absent: cu_q/cu_k (dense call), block_table (not paged),
+// alibi, mm_prefix, o_part/lse_part (one split).
+struct fa_params {
+    const void *q, *k, *v;
+    void *o;
+    float *o_part, *lse_part;
+    const uint32_t *cu_q, *cu_k;
+    const uint32_t *block_table;
+    const float *alibi;
+    const int32_t *mm_prefix; // (batch, mm_ranges, 2), batch stride mm_stride
+    uint64_t q_batch, q_row, q_head;
+    uint64_t k_batch, k_row, k_head;
+    uint64_t v_batch, v_row, v_head;
+    uint64_t o_batch, o_row, o_head;
+    uint32_t heads, kv_heads, group, d;
+    uint32_t seqlen_q, seqlen_k; // dense: every sequence's; variable-length: the longest
+    uint32_t batch, splits;
+    uint32_t page, bt_stride, tiles_per_split, total_q;
+    uint32_t mm_ranges, mm_stride;
+    uint32_t vec_ok; // every row of q, k, v starts 16-byte aligned: 16-byte loads
+    uint32_t pad_;
+    int32_t window_left, window_right;
+    float scale, softcap;
+};
+
+#include "attention/common.h"
+#include "attention/tile.h"
+#include "attention/combine.h"
+#include "attention/cache.h"
+
+#define FA_TIER(T, TN, DMAX, BM, RS)                                                               \
+    extern "C" __global__ void __launch_bounds__(FA_THREADS) fa_fwd_##TN##_##DMAX(fa_params p) { \
+        fa_tile<T, DMAX, BM, RS>(p);                                                               \
+    }                                                                                              \
+    extern "C" __global__ void __launch_bounds__(FA_THREADS) fa_dec_##TN##_##DMAX(fa_params p) { \
+        fa_tile<T, DMAX, 8, 1>(p);                                                                 \
+    }
+#define FA_TYPE(T, TN)                                                                             \
+    FA_TIER(T, TN, 64, 64, 4)                                                                      \
+    FA_TIER(T, TN, 128, 64, 4)                                                                     \
+    FA_TIER(T, TN, 256, 32, 2)                                                                     \
+    FA_TIER(T, TN, 512, 16, 1)                                                                     \
+    extern "C" __global__ void __launch_bounds__(FA_THREADS) fa_combine_##TN(fa_params p) {      \
+        fa_combine<T>(p);                                                                          \
+    }                                                                                              \
+    FA_CACHE_WRITE(T, TN)
+
+FA_TYPE(float, f32)
+FA_TYPE(__half, f16)
+FA_TYPE(__nv_bfloat16, bf16)

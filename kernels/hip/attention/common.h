@@ -1,0 +1,101 @@
+// attention/common.h - part of attention.hip: element conversions, 16-byte loads, the xor
+// shuffle inside a wave, and where a sequence's rows lie.
+#pragma once
+
+template <typename X> __device__ __forceinline__ X fa_min(X a, X b) { return b < a ? b : a; }
+template <typename X> __device__ __forceinline__ X fa_max(X a, X b) { return a < b ? b : a; }
+
+__device__ __forceinline__ float fa_to(float v) { return v; }
+__device__ __forceinline__ float fa_to(__half v) { return __half2float(v); }
+__device__ __forceinline__ float fa_to(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T> __device__ __forceinline__ T fa_from(float v);
+template <> __device__ __forceinline__ float fa_from<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half fa_from<__half>(float v) { return __float2half(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 fa_from<__nv_bfloat16>(float v) {
+    return __float2bfloat16(v);
+}
+
+// 16 bytes of T: FaChunk<T>::N elements.
+template <typename T> struct FaChunk {
+    static constexpr int N = 16 / sizeof(T);
+    T e[N];
+};
+
+// The N elements at p as floats: one 16-byte load when `vec` (p 16-byte aligned), else N
+// element loads.
+template <typename T>
+__device__ __forceinline__ void fa_load(const T *p, bool vec, float (&out)[FaChunk<T>::N]) {
+    constexpr int N = FaChunk<T>::N;
+    if (vec) {
+        fa_vec v = *reinterpret_cast<const fa_vec *>(p);
+        FaChunk<T> c;
+        __builtin_memcpy(&c, &v, sizeof(c));
+#pragma unroll
+        for (int e = 0; e < N; e++) out[e] = fa_to(c.e[e]);
+    } else {
+#pragma unroll
+        for (int e = 0; e < N; e++) out[e] = fa_to(p[e]);
+    }
+}
+
+// xor shuffle inside the wave (masks below 32 keep it inside an aligned group of 32 lanes).
+__device__ __forceinline__ float fa_shfl_xor(float v, int mask) {
+#if defined(__HIP_DEVICE_COMPILE__)
+    int lane = __builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u));
+    return __int_as_float(__builtin_amdgcn_ds_bpermute((lane ^ mask) << 2, __float_as_int(v)));
+#else
+    return __shfl_xor_sync(0xffffffffu, v, mask);
+#endif
+}
+
+// One sequence of a call: its lengths and where its tokens start.
+struct FaSeq {
+    uint32_t sq, sk;        // queries, keys
+    uint32_t tok0_q;        // first query token (variable-length), else 0
+    uint32_t tok0_k;        // first key token (variable-length, not paged), else 0
+    uint32_t ws_tok0;       // first row of the sequence in the split workspace
+};
+
+__device__ __forceinline__ FaSeq fa_seq(const fa_params &p, uint32_t b) {
+    FaSeq s;
+    if (p.cu_q) {
+        s.tok0_q = p.cu_q[b];
+        s.sq = fa_min(p.cu_q[b + 1] - s.tok0_q, p.seqlen_q);
+        s.ws_tok0 = s.tok0_q;
+    } else {
+        s.tok0_q = 0;
+        s.sq = p.seqlen_q;
+        s.ws_tok0 = b * p.seqlen_q;
+    }
+    if (p.cu_k) {
+        const uint32_t k0 = p.cu_k[b];
+        s.sk = fa_min(p.cu_k[b + 1] - k0, p.seqlen_k);
+        s.tok0_k = p.block_table ? 0 : k0;
+    } else {
+        s.tok0_k = 0;
+        s.sk = p.seqlen_k;
+    }
+    return s;
+}
+
+// Element offset of key/value row j of sequence b, kv head hk (strides of k or v).
+__device__ __forceinline__ uint64_t fa_kv_offset(const fa_params &p, uint32_t b, uint32_t tok0,
+                                                 uint32_t j, uint32_t hk, uint64_t batch,
+                                                 uint64_t row, uint64_t head) {
+    if (p.block_table) {
+        const uint64_t blk = p.block_table[(uint64_t)b * p.bt_stride + j / p.page];
+        return blk * batch + (uint64_t)(j % p.page) * row + (uint64_t)hk * head;
+    }
+    return (uint64_t)b * batch + (uint64_t)(tok0 + j) * row + (uint64_t)hk * head;
+}
+
+// Whether the multimodal prefix ranges of sequence b let key position `qpos` see key j.
+__device__ __forceinline__ bool fa_mm_allowed(const fa_params &p, uint32_t b, int64_t qpos, int64_t j) {
+    const int32_t *r = p.mm_prefix + (uint64_t)b * p.mm_stride;
+    for (uint32_t n = 0; n < p.mm_ranges; n++) {
+        const int64_t lo = r[2 * n], hi = r[2 * n + 1];
+        if (lo < hi && qpos >= lo && qpos < hi && j >= lo && j < hi) return true;
+    }
+    return false;
+}
