@@ -37,9 +37,10 @@
 //
 // Kernels (T in f32, f16, bf16; DMAX the head-dim tier 64, 128, 256, 512 with d <= DMAX):
 //   fa_fwd_<T>_<DMAX>(fa_params p)  BM rows per tile (64, 64, 32, 16 by tier), for prefill
-//   fa_dec_<T>_<DMAX>(fa_params p)  BM = 8, for calls of at most 8 packed rows (decoding)
 //     grid (ceil(max rows / BM), kv_heads * splits, batch); block (FA_THREADS)
-//     splits == 1: o gets the output in T. splits > 1: split s of the tiles_per_split tiles
+//   fa_dec<R>_<T>_<DMAX>(fa_params p)  R = 4, 8: calls of at most R packed rows (decoding), see
+//     attention/decode.h; grid (1, kv_heads * splits, batch), tiles of FA_THREADS keys
+//   Both: splits == 1: o gets the output in T. splits > 1: split s of the tiles_per_split tiles
 //     [s * tps, (s + 1) * tps) writes its normalised partial output to
 //     o_part[((s * total_q + tok) * heads + h) * d + col] and its log2-sum-exp to
 //     lse_part[(s * total_q + tok) * heads + h] (-inf when it saw no key), tok = tok0_q + i
@@ -91,6 +92,7 @@ struct fa_params {
 
 #include "attention/common.h"
 #include "attention/tile.h"
+#include "attention/decode.h"
 #include "attention/combine.h"
 #include "attention/cache.h"
 
@@ -98,8 +100,11 @@ struct fa_params {
     extern "C" __global__ void __launch_bounds__(FA_THREADS) fa_fwd_##TN##_##DMAX(fa_params p) { \
         fa_tile<T, DMAX, BM, RS>(p);                                                               \
     }                                                                                              \
-    extern "C" __global__ void __launch_bounds__(FA_THREADS) fa_dec_##TN##_##DMAX(fa_params p) { \
-        fa_tile<T, DMAX, 8, 1>(p);                                                                 \
+    extern "C" __global__ void __launch_bounds__(FA_THREADS) fa_dec4_##TN##_##DMAX(fa_params p) { \
+        fa_decode<T, DMAX, 4>(p);                                                                  \
+    }                                                                                              \
+    extern "C" __global__ void __launch_bounds__(FA_THREADS) fa_dec8_##TN##_##DMAX(fa_params p) { \
+        fa_decode<T, DMAX, 8>(p);                                                                  \
     }
 #define FA_TYPE(T, TN)                                                                             \
     FA_TIER(T, TN, 64, 64, 4)                                                                      \

@@ -3,7 +3,7 @@
 //!
 //! `cargo xtask kernels` compiles candle-kernels' `.cu` sources (read from the cargo registry)
 //! and our own `kernels/hip/*.hip` (`rand`, `index`, `convert`, `where`, `small_int`, `rows`,
-//! `elementwise`, `qmatvec`, `copy`, `gemv`) through the compatibility headers in `kernels/include/` into one
+//! `elementwise`, `qmatvec`, `copy`, `gemv`, `attention`) through the compatibility headers in `kernels/include/` into one
 //! HSA code object per (module, target), deflate-compressed under `kernels/objects/` and listed in
 //! `kernels/manifest.json`; `src/objects.rs` embeds them. [`code_object`] returns one,
 //! decompressed; [`code_object::CodeObject`] reads a code object's kernel list and resource
@@ -75,6 +75,10 @@ pub enum Module {
     /// Ours, `gemv.hip`: `x w^T` for up to 8 rows of x (decode-shaped matrix products) in
     /// f32, f16 and bf16, accumulated in f32, wave-size aware.
     Gemv,
+    /// Ours, `attention.hip`: flash attention (tiled online softmax, dense, variable-length
+    /// and paged calls, split over the keys for decoding), the combine of the splits, and the
+    /// paged-cache write, in f32, f16 and bf16.
+    Attention,
 }
 
 /// Where a module's source comes from.
@@ -88,7 +92,7 @@ pub enum Source {
 
 impl Module {
     /// Every module, in a fixed order (usable as an index).
-    pub const ALL: [Module; 21] = [
+    pub const ALL: [Module; 22] = [
         Module::Affine,
         Module::Binary,
         Module::Cast,
@@ -110,6 +114,7 @@ impl Module {
         Module::Qmatvec,
         Module::Copy,
         Module::Gemv,
+        Module::Attention,
     ];
 
     /// The source file's stem, e.g. `binary`.
@@ -136,6 +141,7 @@ impl Module {
             Module::Qmatvec => "qmatvec",
             Module::Copy => "copy",
             Module::Gemv => "gemv",
+            Module::Attention => "attention",
         }
     }
 
@@ -151,7 +157,8 @@ impl Module {
             | Module::Elementwise
             | Module::Qmatvec
             | Module::Copy
-            | Module::Gemv => Source::Ours,
+            | Module::Gemv
+            | Module::Attention => Source::Ours,
             _ => Source::Candle,
         }
     }

@@ -164,6 +164,18 @@ fn attention_driver_catches_mutants() {
             "prefix ranges ignored",
         ),
         (
+            "attention/decode.h",
+            "        __syncthreads(); // B: P and the waves' sums",
+            "",
+            "decode: no barrier between P and its use",
+        ),
+        (
+            "attention/decode.h",
+            "*dst = gg == 0 ? o[r][u] : *dst + o[r][u];",
+            "*dst = o[r][u];",
+            "decode: key groups' parts overwritten, not added",
+        ),
+        (
             "attention/combine.h",
             "const float ws = exp2f(ls - mx);",
             "const float ws = 1.0f;",

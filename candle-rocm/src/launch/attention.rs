@@ -1,5 +1,5 @@
-//! Launchers of our attention kernels (`kernels/hip/attention.hip`): the tile kernels
-//! (`fa_fwd_<T>_<DMAX>`, `fa_dec_<T>_<DMAX>`), the combine of a split call (`fa_combine_<T>`)
+//! Launchers of our attention kernels (`kernels/hip/attention.hip`): the prefill tiles
+//! (`fa_fwd_<T>_<DMAX>`), the decode kernels (`fa_dec4_<T>_<DMAX>`, `fa_dec8_<T>_<DMAX>`), the combine of a split call (`fa_combine_<T>`)
 //! and the paged-cache write (`fa_cache_write_<T>`). The kernels take one argument, the
 //! [`FaParams`] struct, which addresses every operand by raw device address and stride; the
 //! launchers cannot check those reaches themselves, so the tile and combine launchers are
@@ -16,9 +16,11 @@ use crate::layout::{invalid, kernel_limit, out_of_bounds};
 
 /// Threads per block of every attention kernel (`FA_THREADS`).
 pub const THREADS: u32 = 128;
-/// Keys per tile (`FA_BN`): the unit a split call divides the keys in.
+/// Keys per tile of the prefill kernels (`FA_BN`): the unit their splits divide the keys in.
 pub const KEY_TILE: usize = 64;
-/// Packed (query, head-in-group) rows per tile of the decode kernels.
+/// Keys per tile of the decode kernels (one per thread).
+pub const DECODE_KEY_TILE: usize = THREADS as usize;
+/// The most packed (query, head-in-group) rows a decode kernel takes.
 pub const DECODE_ROWS: usize = 8;
 /// The head-dim tiers the kernels are built for (`DMAX`).
 pub const TIERS: [usize; 4] = [64, 128, 256, 512];
@@ -111,7 +113,8 @@ macro_rules! tile_names {
     };
 }
 const FWD_NAMES: [[&str; 4]; 3] = tile_names!("fwd");
-const DEC_NAMES: [[&str; 4]; 3] = tile_names!("dec");
+const DEC4_NAMES: [[&str; 4]; 3] = tile_names!("dec4");
+const DEC8_NAMES: [[&str; 4]; 3] = tile_names!("dec8");
 const COMBINE_NAMES: [&str; 3] = ["fa_combine_f32", "fa_combine_f16", "fa_combine_bf16"];
 const CACHE_NAMES: [&str; 3] = [
     "fa_cache_write_f32",
@@ -133,14 +136,45 @@ pub fn prefill_rows(dmax: usize) -> usize {
     }
 }
 
+/// Which kernel of a tier runs a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TileKernel {
+    /// `fa_fwd`: tiles of [`prefill_rows`] packed rows.
+    Prefill,
+    /// `fa_dec4`: all of at most 4 packed rows in one block.
+    Decode4,
+    /// `fa_dec8`: all of at most 8 packed rows in one block.
+    Decode8,
+}
+
+impl TileKernel {
+    /// The kernel for a call of `rows` packed rows (the longest sequence's queries times the
+    /// query heads per kv head).
+    pub fn for_rows(rows: usize) -> TileKernel {
+        match rows {
+            0..=4 => TileKernel::Decode4,
+            5..=DECODE_ROWS => TileKernel::Decode8,
+            _ => TileKernel::Prefill,
+        }
+    }
+
+    /// Keys per tile (the unit of splits).
+    pub fn key_tile(self) -> usize {
+        match self {
+            TileKernel::Prefill => KEY_TILE,
+            _ => DECODE_KEY_TILE,
+        }
+    }
+}
+
 /// Where one tile launch goes: tiles of packed rows, kv heads times splits, sequences.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TileGrid {
     /// Head-dim tier (`DMAX`).
     pub tier: usize,
-    /// The decode kernel (tiles of [`DECODE_ROWS`]) instead of the prefill one.
-    pub decode: bool,
-    /// Tiles of packed rows (grid x).
+    /// The kernel.
+    pub kernel: TileKernel,
+    /// Tiles of packed rows (grid x; 1 for the decode kernels).
     pub tiles: u32,
     /// kv heads times splits (grid y).
     pub heads_splits: u32,
@@ -159,7 +193,9 @@ pub struct TileGrid {
 ///    `heads`, mm_prefix `batch` rows of `mm_stride`; with `splits > 1`, o_part and lse_part
 ///    hold `splits * total_q * heads` rows (of `d`, of 1).
 /// 2. o (and o_part, lse_part) alias none of the inputs.
-/// 3. `grid` matches `p`: tiles cover `seqlen_q * group` rows at the kernel's rows per tile,
+/// 3. `grid` matches `p`: tiles cover `seqlen_q * group` rows at the kernel's rows per tile
+///    (one tile of at most 4 or 8 rows for the decode kernels), splits of `tiles_per_split`
+///    tiles of the kernel's [`TileKernel::key_tile`] keys,
 ///    `heads_splits == kv_heads * splits`, `batch == p.batch`, `d <= grid.tier`.
 pub unsafe fn tile(
     dev: &RocmDevice,
@@ -167,7 +203,11 @@ pub unsafe fn tile(
     grid: &TileGrid,
     p: &FaParams,
 ) -> Result<(), BackendError> {
-    let names = if grid.decode { &DEC_NAMES } else { &FWD_NAMES };
+    let names = match grid.kernel {
+        TileKernel::Prefill => &FWD_NAMES,
+        TileKernel::Decode4 => &DEC4_NAMES,
+        TileKernel::Decode8 => &DEC8_NAMES,
+    };
     let Some(t) = TIERS.iter().position(|t| *t == grid.tier) else {
         return Err(invalid(
             "flash-attn",
@@ -182,7 +222,7 @@ pub unsafe fn tile(
     };
     let mut l = dev.stream().launch_builder(&f);
     l.arg(p);
-    // SAFETY: fa_fwd/fa_dec_<T>_<DMAX>(fa_params p) with T = dtype and DMAX = grid.tier; the
+    // SAFETY: fa_fwd/fa_dec4/fa_dec8_<T>_<DMAX>(fa_params p) with T = dtype and DMAX = grid.tier; the
     // caller's contract (1-3) covers every address the kernel reaches and the grid; blocks of
     // FA_THREADS threads, static shared memory only.
     unsafe { l.launch(cfg)? };
@@ -357,7 +397,11 @@ mod tests {
         assert_eq!(prefill_rows(128), 64);
         assert_eq!(prefill_rows(512), 16);
         assert!(dtype_index(DType::F64).is_err());
-        assert_eq!(DEC_NAMES[2][1], "fa_dec_bf16_128");
+        assert_eq!(DEC4_NAMES[2][1], "fa_dec4_bf16_128");
+        assert_eq!(DEC8_NAMES[0][0], "fa_dec8_f32_64");
+        assert_eq!(TileKernel::for_rows(1), TileKernel::Decode4);
+        assert_eq!(TileKernel::for_rows(8), TileKernel::Decode8);
+        assert_eq!(TileKernel::for_rows(9), TileKernel::Prefill);
         assert_eq!(FWD_NAMES[0][3], "fa_fwd_f32_512");
     }
 }

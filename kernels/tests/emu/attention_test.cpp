@@ -43,12 +43,13 @@ struct Case {
 
 template <typename T> struct Run {
     DT dt;
-    Kernel fwd, dec, combine;
+    Kernel fwd, dec4, dec8, combine;
     int dmax;
 };
 
 template <typename T>
 static void run(const Run<T> &k, const Case &cs, bool decode) {
+    const uint32_t packed = cs.sq * (cs.heads / cs.kv_heads);
     C.ctx = std::string(cs.what) + " " + dt_name(k.dt) + " d=" + std::to_string(cs.d) + " dmax=" +
             std::to_string(k.dmax) + (decode ? " dec" : " fwd");
     std::mt19937_64 rng(cs.sq * 7919 + cs.sk * 104729 + cs.d * 31 + cs.heads + (decode ? 5 : 0));
@@ -161,7 +162,8 @@ static void run(const Run<T> &k, const Case &cs, bool decode) {
     p.splits = cs.splits;
     p.page = cs.page;
     p.bt_stride = bt_stride;
-    const uint32_t ktiles = (p.seqlen_k + FA_BN - 1) / FA_BN;
+    const uint32_t key_tile = decode ? FA_THREADS : FA_BN;
+    const uint32_t ktiles = (p.seqlen_k + key_tile - 1) / key_tile;
     p.tiles_per_split = (ktiles + cs.splits - 1) / cs.splits;
     p.total_q = total_q;
     p.mm_ranges = cs.mm ? 1 : 0;
@@ -179,10 +181,11 @@ static void run(const Run<T> &k, const Case &cs, bool decode) {
         p.o_part = opart.data();
         p.lse_part = lse.data();
     }
-    const uint32_t bm = decode ? 8 : (k.dmax <= 128 ? 64 : k.dmax == 256 ? 32 : 16);
-    const uint32_t tiles = (p.seqlen_q * G + bm - 1) / bm;
+    const uint32_t bm = k.dmax <= 128 ? 64 : k.dmax == 256 ? 32 : 16;
+    const uint32_t tiles = decode ? 1 : (p.seqlen_q * G + bm - 1) / bm;
+    Kernel kern = !decode ? k.fwd : packed <= 4 ? k.dec4 : k.dec8;
     launches++;
-    if (!emu::launch(C.ctx.c_str(), decode ? k.dec : k.fwd, dim3(tiles, HK * cs.splits, B), dim3(FA_THREADS), p)) {
+    if (!emu::launch(C.ctx.c_str(), kern, dim3(tiles, HK * cs.splits, B), dim3(FA_THREADS), p)) {
         C.fail("launch failed");
         return;
     }
@@ -275,10 +278,13 @@ static const Case CASES[] = {
     {"hd512 full",              1, 18,  30, 1, 1, 512, -1, -1, false, 0.f, false, 0, false, false, 1, false},
     {"decode hd200 split",      1, 1,  100, 4, 2, 200, -1, 0, false, 0.f, false, 0, false, false, 2, false},
     {"decode hd512 split",      1, 1,   70, 2, 2, 512, -1, 0, false, 0.f, false, 0, false, false, 2, false},
+    {"decode gqa6 hd256 paged", 3, 1,  150, 6, 1, 256, -1, 0, false, 0.f, true, 32, false, false, 2, false},
+    {"decode 2x4 hd512 window", 1, 2,   90, 4, 1, 512, 30, 0, true, 0.f, false, 0, false, false, 1, false},
     {"decode unaligned split",  1, 2,  129, 4, 4, 8, -1, -1, false, 2.f, false, 0, false, true, 3, false},
 };
 
-template <typename T> static void run_type(DT dt, const Kernel (&fwd)[4], const Kernel (&dec)[4], Kernel combine) {
+template <typename T>
+static void run_type(DT dt, const Kernel (&fwd)[4], const Kernel (&dec4)[4], const Kernel (&dec8)[4], Kernel combine) {
     static const int DMAX[4] = {64, 128, 256, 512};
     for (const Case &cs : CASES)
         for (int t = 0; t < 4; t++) {
@@ -286,8 +292,9 @@ template <typename T> static void run_type(DT dt, const Kernel (&fwd)[4], const 
             // The smallest tier that holds d, plus one larger tier for a few cases (zero padding).
             const bool smallest = t == 0 || cs.d > (uint32_t)DMAX[t - 1];
             if (!smallest && !(t == 3 && cs.d == 40) && !(t == 1 && cs.d == 64)) continue;
-            Run<T> k{dt, fwd[t], dec[t], combine, DMAX[t]};
-            if ((uint64_t)cs.sq * (cs.heads / cs.kv_heads) <= 8) {
+            Run<T> k{dt, fwd[t], dec4[t], dec8[t], combine, DMAX[t]};
+            const uint64_t packed = (uint64_t)cs.sq * (cs.heads / cs.kv_heads);
+            if (packed <= 8) {
                 run<T>(k, cs, true);
                 if (dt == F32) run<T>(k, cs, false); // the prefill tile takes decode shapes too
             } else {
@@ -340,17 +347,18 @@ template <typename T> static void cache_write(DT dt, void (*kern)(const T *, con
 #define TIERS(P, TN) {(Kernel)&P##_##TN##_64, (Kernel)&P##_##TN##_128, (Kernel)&P##_##TN##_256, (Kernel)&P##_##TN##_512}
 
 int main() {
-    static const Kernel f32f[4] = TIERS(fa_fwd, f32), f32d[4] = TIERS(fa_dec, f32);
-    static const Kernel f16f[4] = TIERS(fa_fwd, f16), f16d[4] = TIERS(fa_dec, f16);
-    static const Kernel bf16f[4] = TIERS(fa_fwd, bf16), bf16d[4] = TIERS(fa_dec, bf16);
-    run_type<float>(F32, f32f, f32d, &fa_combine_f32);
-    run_type<__half>(F16, f16f, f16d, &fa_combine_f16);
-    run_type<__nv_bfloat16>(BF16, bf16f, bf16d, &fa_combine_bf16);
+    static const Kernel f32f[4] = TIERS(fa_fwd, f32), f32d4[4] = TIERS(fa_dec4, f32), f32d8[4] = TIERS(fa_dec8, f32);
+    static const Kernel f16f[4] = TIERS(fa_fwd, f16), f16d4[4] = TIERS(fa_dec4, f16), f16d8[4] = TIERS(fa_dec8, f16);
+    static const Kernel bf16f[4] = TIERS(fa_fwd, bf16), bf16d4[4] = TIERS(fa_dec4, bf16),
+                        bf16d8[4] = TIERS(fa_dec8, bf16);
+    run_type<float>(F32, f32f, f32d4, f32d8, &fa_combine_f32);
+    run_type<__half>(F16, f16f, f16d4, f16d8, &fa_combine_f16);
+    run_type<__nv_bfloat16>(BF16, bf16f, bf16d4, bf16d8, &fa_combine_bf16);
     cache_write<float>(F32, &fa_cache_write_f32);
     cache_write<__half>(F16, &fa_cache_write_f16);
     cache_write<__nv_bfloat16>(BF16, &fa_cache_write_bf16);
     long missing = 0;
-    for (const Kernel *t : {f32f, f32d, f16f, f16d, bf16f, bf16d})
+    for (const Kernel *t : {f32f, f32d4, f32d8, f16f, f16d4, f16d8, bf16f, bf16d4, bf16d8})
         for (int i = 0; i < 4; i++) missing += !emu::S.launched.count((const void *)t[i]);
     if (missing) {
         C.ctx = "coverage";

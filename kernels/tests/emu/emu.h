@@ -78,6 +78,9 @@ struct __attribute__((aligned(8))) float2 {
     float x, y;
 };
 inline float2 make_float2(float x, float y) { return float2{x, y}; }
+struct __attribute__((aligned(16))) float4 {
+    float x, y, z, w;
+};
 struct __attribute__((aligned(16))) uint4 {
     unsigned int x, y, z, w;
 };

@@ -13,7 +13,7 @@ use crate::device::RocmDevice;
 use crate::dtype::{RocmDType, RocmStorageSlice as S};
 use crate::error::BackendError;
 use crate::launch::attention::{
-    self as launch, prefill_rows, tier, FaParams, TileGrid, DECODE_ROWS, KEY_TILE,
+    self as launch, prefill_rows, tier, FaParams, TileGrid, TileKernel,
 };
 use crate::layout::{kernel_limit, out_of_bounds, parameter_error};
 use spec::{AttentionSpec, Batching, Strides};
@@ -197,16 +197,14 @@ fn run<T: RocmDType>(
         _ => None,
     };
 
-    // Geometry: the decode tile for few packed rows; splits over the keys until the call has
+    // Geometry: a decode kernel for few packed rows; splits over the keys until the call has
     // a few blocks per compute unit.
-    let decode = max_q * group <= DECODE_ROWS;
-    let rows_per_tile = if decode {
-        DECODE_ROWS
-    } else {
-        prefill_rows(tier)
+    let kernel = TileKernel::for_rows(max_q * group);
+    let tiles = match kernel {
+        TileKernel::Prefill => (max_q * group).div_ceil(prefill_rows(tier)),
+        _ => 1,
     };
-    let tiles = (max_q * group).div_ceil(rows_per_tile);
-    let key_tiles = max_k.div_ceil(KEY_TILE).max(1);
+    let key_tiles = max_k.div_ceil(kernel.key_tile()).max(1);
     let cus = dev.device().info().compute_units as usize;
     let blocks = tiles * hk * batch;
     let want = (BLOCKS_PER_CU * cus.max(1)).div_ceil(blocks.max(1));
@@ -225,7 +223,7 @@ fn run<T: RocmDType>(
     };
     let grid = TileGrid {
         tier,
-        decode,
+        kernel,
         tiles: u32::try_from(tiles)
             .map_err(|_| kernel_limit(OP, format_args!("{tiles} row tiles")))?,
         heads_splits: grid_dim(hk * splits)?,
@@ -264,8 +262,8 @@ fn run<T: RocmDType>(
     // splits x total_q x heads rows; every buffer lives until the function returns, after the
     // launches are queued on the device's one stream (the caching allocator reuses memory in
     // stream order). (2) o, o_part and lse_part are fresh allocations. (3) the grid was built
-    // from the same numbers as p (tiles of rows_per_tile over max_q x group rows, kv_heads x
-    // splits, batch) and d <= tier.
+    // from the same numbers as p (the kernel's tiles over max_q x group rows, kv_heads x
+    // splits of its key tiles, batch) and d <= tier.
     unsafe {
         launch::tile(dev, T::DTYPE, &grid, &p)?;
         if splits > 1 {
