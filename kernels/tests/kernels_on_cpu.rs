@@ -2,10 +2,12 @@
 //! model in plain C++ (blocks one after another, the threads of a block as cooperative fibers
 //! that meet at `__syncthreads` and wave shuffles, `__shared__` as static storage), and the
 //! drivers in `tests/emu/` launch `hip/elementwise.hip`, `hip/rows.hip`, `hip/index.hip`,
-//! `hip/qmatvec.hip`, `hip/copy.hip`, `hip/gemv.hip` and `hip/attention.hip` with candle-rocm's launch geometry and
-//! argument structs and check every result against host references. `rows.hip`, `qmatvec.hip`,
+//! `hip/qmatvec.hip`, `hip/copy.hip`, `hip/gemv.hip` and `hip/attention.hip` with candle-rocm's
+//! launch geometry and argument structs and check every result against host references. `rows.hip`, `qmatvec.hip`,
 //! `gemv.hip` and `attention.hip` run three ways: their CUDA path
 //! (32-lane `__shfl_xor_sync`) and their AMD path (`ds_bpermute`) with wave 32 and wave 64.
+//! `hip/mma/tile.h` (the matrix-unit tiles) runs once per family on `tests/emu/matrix.h`'s
+//! emulated MFMA / WMMA instructions, which follow AMD's documented lane layouts.
 //!
 //! Needs the toolchain `cargo xtask kernels` uses (`bash kernels/install-toolchain.sh`, or a
 //! ROCm install's clang via `ROCM_PATH`); `.ci/run` installs it.
@@ -210,4 +212,35 @@ fn attention_driver_catches_mutants() {
             "the mutant '{what}' passed the attention driver:\n{out}"
         );
     }
+}
+
+/// gfx90a/gfx942 MFMA (wave64): `mma/tile.h`'s 16x16x16 f16/bf16/f32 and 32x32x8 f16/bf16
+/// tiles against host references, layout mutants caught, the emulator's wave rules enforced.
+#[test]
+fn mma_tiles_match_references_on_cpu_gfx9_mfma() {
+    build_and_run(
+        "matrix_test.cpp",
+        "matrix-gfx942",
+        &["-DEMU_AMD_WAVE=64", "-D__gfx942__"],
+    );
+}
+
+/// gfx11 WMMA (wave32; A and B replicated in both half-waves).
+#[test]
+fn mma_tiles_match_references_on_cpu_gfx11_wmma() {
+    build_and_run(
+        "matrix_test.cpp",
+        "matrix-gfx1100",
+        &["-DEMU_AMD_WAVE=32", "-D__gfx1100__"],
+    );
+}
+
+/// gfx12 WMMA (wave32; RDNA4's operand layout).
+#[test]
+fn mma_tiles_match_references_on_cpu_gfx12_wmma() {
+    build_and_run(
+        "matrix_test.cpp",
+        "matrix-gfx1200",
+        &["-DEMU_AMD_WAVE=32", "-D__gfx1200__"],
+    );
 }

@@ -16,7 +16,8 @@
 //
 // Wave size: EMU_WAVE (32 by default). Built with EMU_AMD_WAVE=32 or 64 it compiles the sources'
 // AMD paths instead (defines __HIP_DEVICE_COMPILE__ and __AMDGCN_WAVEFRONT_SIZE__) and emulates
-// the builtins they use (mbcnt, ds_bpermute); otherwise the CUDA paths with __shfl_xor_sync.
+// the builtins they use (mbcnt, ds_bpermute, and matrix.h's MFMA/WMMA for the processor named
+// by a -D__gfx942__-style define); otherwise the CUDA paths with __shfl_xor_sync.
 //
 // What it cannot show: real memory-model and timing behaviour (no two threads ever run at the
 // same instant), the device compiler's code generation (ocml math, fp contraction, register
@@ -127,6 +128,11 @@ struct Fiber {
     uint64_t val; // shuffle: this lane's value, source lane, result
     int src;
     uint64_t res;
+    // wave_gather (op != nullptr): this lane's bytes, where every lane's go, their size.
+    const char *op;
+    const void *gsrc;
+    void *gdst;
+    unsigned gbytes;
 };
 
 struct Sched {
@@ -177,9 +183,45 @@ inline uint64_t wave_exchange(uint64_t v, int src_lane) {
     Fiber &f = S.fibers[S.cur];
     f.val = v;
     f.src = src_lane;
+    f.op = nullptr;
     f.st = SHFL;
     switch_to_main();
     return S.fibers[S.cur].res;
+}
+
+// Wave-wide all-gather (the wave operations of matrix.h): every lane passes `bytes` bytes at
+// `mine` and gets lane l's at all + l * bytes, for all WAVE lanes (`all` holds WAVE * bytes).
+// `op` names the operation: every lane of a full wave must reach the same one (and the same
+// size); lanes at different operations, or at a shuffle, are an error.
+inline void wave_gather(const char *op, const void *mine, void *all, unsigned bytes) {
+    Fiber &f = S.fibers[S.cur];
+    f.op = op;
+    f.gsrc = mine;
+    f.gdst = all;
+    f.gbytes = bytes;
+    f.st = SHFL;
+    switch_to_main();
+}
+
+// Completes wave [lo, hi)'s gather: every lane is suspended, so their buffers are all valid.
+inline void finish_gather(unsigned w, unsigned lo, unsigned hi) {
+    const Fiber &f0 = S.fibers[lo];
+    if (hi - lo != (unsigned)WAVE) {
+        fail(std::string(f0.op) + " in wave " + std::to_string(w) + " of " + std::to_string(hi - lo) +
+             " lanes (a wave operation needs a full wave of " + std::to_string(WAVE) + ")");
+        return;
+    }
+    for (unsigned i = lo; i < hi; ++i) {
+        const Fiber &f = S.fibers[i];
+        if (strcmp(f.op, f0.op) != 0 || f.gbytes != f0.gbytes) {
+            fail(std::string("wave ") + std::to_string(w) + ": lane 0 is at " + f0.op + ", lane " +
+                 std::to_string(i - lo) + " at " + (f.op ? f.op : "a shuffle"));
+            return;
+        }
+    }
+    for (unsigned i = lo; i < hi; ++i)
+        for (unsigned s = lo; s < hi; ++s)
+            memcpy((char *)S.fibers[i].gdst + (size_t)(s - lo) * f0.gbytes, S.fibers[s].gsrc, f0.gbytes);
 }
 
 // Releases wave w's shuffle if all its lanes have arrived.
@@ -188,7 +230,17 @@ inline void try_release_wave(unsigned w) {
     const unsigned lo = w * WAVE, hi = std::min<unsigned>(lo + WAVE, n);
     for (unsigned i = lo; i < hi; ++i)
         if (S.fibers[i].st != SHFL) return;
-    for (unsigned i = lo; i < hi; ++i) {
+    bool gather = false;
+    for (unsigned i = lo; i < hi; ++i) gather |= S.fibers[i].op != nullptr;
+    for (unsigned i = lo; i < hi && gather; ++i) {
+        if (S.fibers[i].op == nullptr) {
+            fail("wave " + std::to_string(w) + ": lane " + std::to_string(i - lo) +
+                 " is at a shuffle while others are at a wave operation");
+            return;
+        }
+    }
+    if (gather) finish_gather(w, lo, hi);
+    for (unsigned i = lo; i < hi && !gather; ++i) {
         Fiber &f = S.fibers[i];
         if (f.src < 0 || f.src >= WAVE || lo + (unsigned)f.src >= hi) {
             fail("shuffle in wave " + std::to_string(w) + ": lane " + std::to_string(i - lo) + " reads lane " +
@@ -264,7 +316,7 @@ inline void run_block(dim3 block) {
                     unsigned w = f.tid / WAVE, lo = w * WAVE, hi = std::min<unsigned>(lo + WAVE, n);
                     std::string st;
                     for (unsigned i = lo; i < hi; ++i) st += "RSBD"[S.fibers[i].st];
-                    fail("shuffle not reached by every lane of wave " + std::to_string(w) +
+                    fail("shuffle or wave operation not reached by every lane of wave " + std::to_string(w) +
                          " (lane states R=ready S=shuffle B=barrier D=exited: " + st + ")");
                     return;
                 }
@@ -347,6 +399,7 @@ template <typename T> T __shfl_xor_sync(unsigned mask, T var, int laneMask, int 
 #define __builtin_amdgcn_mbcnt_lo(m, a) emu::mbcnt_lo((m), (a))
 #define __builtin_amdgcn_mbcnt_hi(m, a) emu::mbcnt_hi((m), (a))
 #define __builtin_amdgcn_ds_bpermute(addr, v) emu::ds_bpermute((addr), (v))
+#include "matrix.h"
 #endif
 
 #include "cuda_fp16.h"
