@@ -83,6 +83,7 @@ __device__ __forceinline__ void fa_tile(const fa_params &p) {
         for (int r = 0; r < RS; r++)
 #pragma unroll
             for (int n = 0; n < CS; n++) acc[r][n] = 0.0f;
+#pragma unroll 1
         for (uint32_t dc = 0; dc < d; dc += FA_DC) {
             __syncthreads(); // the previous chunk (or V chunk) is no longer read
             for (uint32_t x = tid; x < BM * (FA_DC / N); x += FA_THREADS) {
@@ -112,7 +113,7 @@ __device__ __forceinline__ void fa_tile(const fa_params &p) {
                 for (int u = 0; u < N; u++) ks[row * QS + col + u] = e[u];
             }
             __syncthreads();
-#pragma unroll 8
+#pragma unroll 4
             for (int dd = 0; dd < FA_DC; dd++) {
                 float qv[RS], kv[CS];
 #pragma unroll
@@ -177,6 +178,7 @@ __device__ __forceinline__ void fa_tile(const fa_params &p) {
         }
 
         // O += P V, VK rows of V at a time (zeros past the keys and past d).
+#pragma unroll 1
         for (int kc = 0; kc < FA_BN; kc += VK) {
             if (j0 + kc >= s.sk) break; // the same for the whole block
             __syncthreads();            // P is written; S's chunks (or the last V chunk) are read
