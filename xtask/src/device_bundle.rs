@@ -311,7 +311,10 @@ fn check_tests_workspace(root: &Path) -> Result<()> {
     for (dir, what) in [
         ("tests/candle-suite", "candle-core's test suite"),
         (".candle/candle-core", "the patched candle-core"),
-        (".candle/candle-transformers", "the patched candle-transformers"),
+        (
+            ".candle/candle-transformers",
+            "the patched candle-transformers",
+        ),
     ] {
         if !root.join(dir).join("Cargo.toml").is_file() {
             bail!(
