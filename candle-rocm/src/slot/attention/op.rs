@@ -377,7 +377,7 @@ impl FlashAttnVarLen {
             }
         }
         for (b, w) in cu_k.windows(2).enumerate() {
-            let len = (w[1] - w[0]) as usize;
+            let len = w[1].saturating_sub(w[0]) as usize;
             if len > max_blocks.saturating_mul(page) {
                 return Err(parameter_error(
                     VARLEN,
@@ -508,15 +508,15 @@ fn run_rocm(
         .collect();
     let mut extras = Extras::default();
     for (what, (s, l)) in &guards {
-        let e = Some(extra(op, what, (&**s, l), dev)?);
-        match *what {
-            "seqlens_q" => extras.cu_q = e,
-            "seqlens_k" => extras.cu_k = e,
-            "block_table" => extras.block_table = e,
-            "alibi_slopes" => extras.alibi = e,
-            // Read to the host into the spec.
-            _ => {}
-        }
+        let slot = match *what {
+            "seqlens_q" => &mut extras.cu_q,
+            "seqlens_k" => &mut extras.cu_k,
+            "block_table" => &mut extras.block_table,
+            "alibi_slopes" => &mut extras.alibi,
+            // The prefix ranges are read to the host, into the spec.
+            _ => continue,
+        };
+        *slot = Some(extra(op, what, (&**s, l), dev)?);
     }
     let out = forward(dev, spec, &q.slice, &k.slice, &v.slice, &extras)?;
     Ok(RocmStorage::new(out, dev.clone()))
