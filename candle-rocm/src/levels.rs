@@ -51,6 +51,7 @@ const LEVELS: &[(&str, u32)] = &[
     ("quantized::matvec", 102),
     ("quantized::tiled", 103),
     ("quantized", 104),
+    ("slot::attention::op", 109),
     ("slot::attention", 110),
     ("slot::fused", 110),
     ("slot", 111),

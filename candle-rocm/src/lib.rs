@@ -22,7 +22,7 @@
 //! | 8 | `storage` | [`RocmStorage`] and its `BackendStorage` impl |
 //! | 9 | `backend_device` | `impl BackendDevice for RocmDevice` |
 //! | 10 | `quantized` | GGUF storage and its mat-vec paths (`candle` feature) |
-//! | 11 | `slot` | candle-core's out-of-tree backend slot (`candle` feature) |
+//! | 11 | `slot` | candle-core's out-of-tree backend slot, and candle-flash-attn's API on it as `flash_attn` (`candle` feature) |
 //!
 //! Until candle-core can take an out-of-tree backend in its `Device`/`Storage` enums, the
 //! backend is used through the traits:
@@ -63,6 +63,8 @@ pub use device::{RocmDevice, BACKEND_NAME};
 pub use dtype::{RocmDType, RocmStorageSlice, STORED_DTYPES};
 pub use error::{BackendError, WrapErr};
 pub use settings::{strict, STRICT_VAR};
+#[cfg(feature = "candle")]
+pub use slot::attention as flash_attn;
 #[cfg(feature = "candle")]
 pub use slot::{device, device_or_cpu};
 pub use storage::RocmStorage;

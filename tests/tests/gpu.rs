@@ -1,5 +1,5 @@
-//! Tensor-level GPU tests: candle-nn's fused ops, `cat`'s batched copies, decode-shaped
-//! matrix products, autograd, quantized (GGML) tensors, many
+//! Tensor-level GPU tests: candle-nn's fused ops, candle-flash-attn's API, `cat`'s batched
+//! copies, decode-shaped matrix products, autograd, quantized (GGML) tensors, many
 //! threads on one device and the device handle itself, each result compared with the same
 //! candle API on the CPU.
 //!
@@ -14,8 +14,13 @@ mod autograd;
 mod copy;
 #[path = "gpu/device.rs"]
 mod device;
+#[path = "gpu/flash_attn.rs"]
+mod flash_attn;
 #[path = "gpu/fused.rs"]
 mod fused;
+// The tiny llama of the flash-attn tests, shared with tests/flash_attn.rs.
+#[path = "flash_attn/llama.rs"]
+mod llama;
 #[path = "gpu/matmul.rs"]
 mod matmul;
 #[path = "gpu/quantized.rs"]

@@ -204,6 +204,8 @@ const TESTS_MANIFEST: &str = "tests/Cargo.toml";
 const HOST_ONLY_TESTS: &[(&str, &str)] = &[
     ("candle-rocm-tests", "no_gpu"),
     ("candle-rocm-tests", "ext_cpu"),
+    // The flash-attn API on the CPU and ext-cpu (its GPU tests are in `gpu`).
+    ("candle-rocm-tests", "flash_attn"),
     ("candle-rocm-demo", "gguf_dequantized"),
     // Runs the bench binary on the CPU through cargo's CARGO_BIN_EXE path.
     ("candle-rocm-bench", "cpu_smoke"),
@@ -303,11 +305,16 @@ fn build_tests_workspace(root: &Path) -> Result<Vec<(String, String, PathBuf)>> 
 }
 
 /// Fails, saying what to run, when the Tensor-level test workspace cannot load: it lists the
-/// generated suite as a member and patches candle-core/candle-nn with the generated sources.
+/// generated suite as a member and patches candle-core, candle-nn and candle-transformers with
+/// the generated sources.
 fn check_tests_workspace(root: &Path) -> Result<()> {
     for (dir, what) in [
         ("tests/candle-suite", "candle-core's test suite"),
         (".candle/candle-core", "the patched candle-core"),
+        (
+            ".candle/candle-transformers",
+            "the patched candle-transformers",
+        ),
     ] {
         if !root.join(dir).join("Cargo.toml").is_file() {
             bail!(

@@ -30,8 +30,8 @@ pub enum Command {
     /// Compile the kernel modules for the AMD targets into kernels/ (compressed code objects,
     /// manifest.json and src/objects.rs).
     Kernels(Kernels),
-    /// Materialise the patched candle-core/candle-nn into .candle/ and candle-core's test suite
-    /// into tests/candle-suite/.
+    /// Materialise the patched candle-core/candle-nn/candle-transformers into .candle/ and
+    /// candle-core's test suite into tests/candle-suite/.
     Candle(Check),
     /// Regenerate the patched Candle if stale, then run the README demo (release build): BERT
     /// sentence embeddings, then text generation, on the GPU or the CPU.

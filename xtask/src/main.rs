@@ -7,9 +7,9 @@
 //!   file differs from what would be generated.
 //! - `kernels [--check | --verify | --report [--kernels]] [--arch A,B] [--module M,N]
 //!   [--out DIR]`: build the AMD code objects (see `kernels/`).
-//! - `candle [--check]`: materialise the patched candle-core and candle-nn into `.candle/`
-//!   (registry sources plus `patches/<crate>/*.patch`) and candle-core's own test suite into
-//!   `tests/candle-suite/` (see `candle/`); `--check` fails if either is stale.
+//! - `candle [--check]`: materialise the patched candle-core, candle-nn and candle-transformers
+//!   into `.candle/` (registry sources plus `patches/<crate>/*.patch`) and candle-core's own
+//!   test suite into `tests/candle-suite/` (see `candle/`); `--check` fails if either is stale.
 //! - `device-bundle`: build the stripped release test binaries the HIP-on-CUDA device harness
 //!   runs into `.device-bundle/`, and print the device call.
 //! - `demo [ARGS]`: the README demo (BERT sentence embeddings on the GPU or the CPU; see

@@ -4,8 +4,9 @@
 //!
 //! Every `BackendStorage` method reaches the device through candle-core's blanket adapter; the
 //! fused ops of candle-nn and candle-core come here through [`ExtBackendStorage::ext_fused`]
-//! (`fused`). An op the backend does not handle runs on the CPU after a `tracing`
-//! warning naming it, or fails when `CANDLE_ROCM_STRICT` is on.
+//! (`fused`); [`attention`] holds candle-flash-attn's API (`candle_rocm::flash_attn`). An op
+//! the backend does not handle runs on the CPU after a `tracing` warning naming it, or fails
+//! when `CANDLE_ROCM_STRICT` is on.
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -20,6 +21,7 @@ use crate::launch::copy::Copy2dArgs;
 use crate::settings::strict;
 use crate::storage::RocmStorage;
 
+pub mod attention;
 mod fused;
 
 impl ExtBackendDevice for RocmDevice {

@@ -1,15 +1,18 @@
 //! `cargo xtask candle [--check]`: materialises the patched candle crates and Candle's own
 //! test suite for our device.
 //!
-//! Inputs: the candle-core version locked in `Cargo.lock` (candle-nn is released in lockstep),
-//! the pristine `candle-core-<ver>` and `candle-nn-<ver>` sources in the cargo registry (fetched
-//! through a throw-away project in `target/xtask/` when missing), and our patches
+//! Inputs: the candle-core version locked in `Cargo.lock` (candle-nn and candle-transformers are
+//! released in lockstep), the pristine `candle-core-<ver>`, `candle-nn-<ver>` and
+//! `candle-transformers-<ver>` sources in the cargo registry (fetched through a throw-away
+//! project in `target/xtask/` when missing), and our patches
 //! `patches/<crate>/*.patch` (unified diffs with `a/` and `b/` prefixes, paths relative to the
 //! crate root, as `git diff --no-index` or `diff -ruN` write them), applied in file-name order.
 //! A patch whose context does not match exactly is an error.
 //!
 //! Outputs, both git-ignored and regenerated as a whole:
-//! - `.candle/<crate>/`: each crate copied from the registry, patched, with an own `[workspace]`
+//! - `.candle/<crate>/`: each crate copied from the registry, patched (candle-core and candle-nn:
+//!   the backend slot; candle-transformers: its `flash-attn` feature without Candle's `cuda`,
+//!   for the `flash-attn/` stand-in of candle-flash-attn), with an own `[workspace]`
 //!   appended to its `Cargo.toml` (so cargo does not look for an enclosing workspace), plus
 //!   `.candle/STAMP` (versions and patch hashes, for humans).
 //! - `tests/candle-suite/`: candle-core's `tests/*.rs` and their data files, each test file with
@@ -48,7 +51,11 @@ use suite::write_suite;
 use tree::{copy_dir, replace_dir, tree_files, write_file, Staging};
 
 /// The crates materialised into `.candle/`, in this order; the first one's version is locked.
-pub const CRATES: [&str; 2] = ["candle-core", "candle-nn"];
+pub const CRATES: [&str; 3] = ["candle-core", "candle-nn", "candle-transformers"];
+
+/// Our stand-in for candle-flash-attn (relative to the project root), printed with the
+/// `[patch.crates-io]` lines: the patched candle-transformers' `flash-attn` feature needs it.
+const FLASH_ATTN: (&str, &str) = ("candle-flash-attn", "flash-attn");
 
 /// The patched crates, relative to the project root.
 const CANDLE_DIR: &str = ".candle";
@@ -79,7 +86,7 @@ pub fn run(check: bool) -> Result<()> {
 /// What a generation produced, for the messages.
 #[derive(Debug)]
 pub struct Summary {
-    /// The candle-core (and candle-nn) version.
+    /// The candle-core (and candle-nn, candle-transformers) version.
     pub version: String,
     /// How many patch files were applied.
     pub patches: usize,
@@ -92,8 +99,9 @@ pub struct Summary {
 /// Prints what [`generate`] wrote and how to use the patched crates elsewhere.
 fn print_summary(root: &Path, s: &Summary) {
     println!(
-        "candle: wrote {CANDLE_DIR}/ (candle-core and candle-nn {}, {} patches) and {SUITE_DIR}/ \
+        "candle: wrote {CANDLE_DIR}/ ({} {}, {} patches) and {SUITE_DIR}/ \
          ({} test files)",
+        CRATES.join(", "),
         s.version,
         s.patches,
         s.tests.len()
@@ -103,8 +111,12 @@ fn print_summary(root: &Path, s: &Summary) {
     }
     println!("\nTo use the patched crates in another project, add to its Cargo.toml:\n");
     println!("[patch.crates-io]");
-    for name in CRATES {
-        let path = root.join(CANDLE_DIR).join(name);
+    let (fa_name, fa_dir) = FLASH_ATTN;
+    let paths = CRATES
+        .iter()
+        .map(|name| (*name, root.join(CANDLE_DIR).join(name)))
+        .chain([(fa_name, root.join(fa_dir))]);
+    for (name, path) in paths {
         println!(
             "{name} = {{ path = \"{}\" }}",
             toml_escape(&path.to_string_lossy())
@@ -248,7 +260,7 @@ mod tests {
     use crate::candle::sources::registry_crate;
 
     /// Generates into a scratch project root (this workspace's `Cargo.lock` and a small patch),
-    /// checks it, tampers with it, and regenerates. Needs candle-core and candle-nn in the cargo
+    /// checks it, tampers with it, and regenerates. Needs the crates of [`CRATES`] in the cargo
     /// registry (fetched when missing).
     #[test]
     fn generate_then_check_in_a_scratch_root() {
@@ -276,6 +288,9 @@ mod tests {
         let summary = generate(&root).unwrap();
         assert!(root.join(".candle/candle-core/src/lib.rs").is_file());
         assert!(root.join(".candle/candle-nn/src/lib.rs").is_file());
+        assert!(root
+            .join(".candle/candle-transformers/src/lib.rs")
+            .is_file());
         let toml = std::fs::read_to_string(root.join(".candle/candle-core/Cargo.toml")).unwrap();
         assert!(toml.ends_with("\n[workspace]\n"));
         assert!(root

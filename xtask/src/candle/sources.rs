@@ -94,8 +94,9 @@ pub(super) fn crate_sources(root: &Path, version: &str) -> Result<Vec<PathBuf>> 
         .with_context(|| format!("running `{cargo} fetch` for the candle crates"))?;
     if !status.success() {
         bail!(
-            "`cargo fetch` of candle-core and candle-nn {version} failed; check the network or \
-             fetch them yourself (any project depending on candle-nn = \"={version}\")"
+            "`cargo fetch` of {} {version} failed; check the network or fetch them yourself \
+             (any project depending on them at \"={version}\")",
+            CRATES.join(", ")
         );
     }
     let found = lookup()?;
