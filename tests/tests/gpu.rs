@@ -16,6 +16,8 @@ mod copy;
 mod device;
 #[path = "gpu/flash_attn.rs"]
 mod flash_attn;
+#[path = "gpu/flash_attn_long.rs"]
+mod flash_attn_long;
 #[path = "gpu/fused.rs"]
 mod fused;
 // The tiny llama of the flash-attn tests, shared with tests/flash_attn.rs.

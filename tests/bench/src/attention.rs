@@ -11,7 +11,7 @@
 //! elements.
 
 use anyhow::Result;
-use candle_core::{DType, Device, Tensor, D};
+use candle_core::{DType, Device, Tensor};
 
 use crate::runner::{name, Bench};
 
@@ -50,7 +50,7 @@ fn matmul_attention(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool) -> Result<
 /// Flash attention through the candle-flash-attn API (our build only).
 #[cfg(all(feature = "rocm", not(feature = "cuda")))]
 fn flash(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool) -> Result<Option<Tensor>> {
-    let d = q.dim(D::Minus1)?;
+    let d = q.dim(candle_core::D::Minus1)?;
     let scale = 1.0 / (d as f32).sqrt();
     Ok(Some(candle_rocm::flash_attn::flash_attn(q, k, v, scale, causal)?))
 }

@@ -175,8 +175,10 @@ impl AttentionSpec {
         }
     }
 
-    /// The window as the kernels take it: `-1` for unbounded (a bound past the longest key
-    /// sequence is unbounded too, as in flash-attention).
+    /// The window as the kernels take it, as flash-attention's host code makes it: a bound
+    /// past the longest key sequence (or none) is `-1`, unbounded; then a window bounded on
+    /// one side only gets the longest key sequence as its other bound (which cuts keys only
+    /// where queries outnumber keys).
     pub fn window(&self) -> (i32, i32) {
         let (_, max_k) = self.max_seqlens();
         let w = |v: Option<usize>| {
@@ -184,7 +186,15 @@ impl AttentionSpec {
                 .and_then(|v| i32::try_from(v).ok())
                 .unwrap_or(-1)
         };
-        (w(self.options.window_left), w(self.options.window_right))
+        let (mut left, mut right) = (w(self.options.window_left), w(self.options.window_right));
+        let k = i32::try_from(max_k).unwrap_or(i32::MAX);
+        if left < 0 && right >= 0 {
+            left = k;
+        }
+        if left >= 0 && right < 0 {
+            right = k;
+        }
+        (left, right)
     }
 
     /// The softcap as the kernels take it (0: none).
