@@ -82,6 +82,7 @@ inline float2 make_float2(float x, float y) { return float2{x, y}; }
 struct __attribute__((aligned(16))) float4 {
     float x, y, z, w;
 };
+inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
 struct __attribute__((aligned(16))) uint4 {
     unsigned int x, y, z, w;
 };

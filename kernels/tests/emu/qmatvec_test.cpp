@@ -14,14 +14,10 @@
 
 #include "check.h"
 
-// emu.h declares no float4 or uint2 (the device headers do).
-struct __attribute__((aligned(16))) float4 {
-    float x, y, z, w;
-};
+// emu.h declares no uint2 (the device headers do).
 struct __attribute__((aligned(8))) uint2 {
     unsigned int x, y;
 };
-static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
 
 // The f32 qmm tiles are left out of the shipped objects; the emulator keeps checking them.
 #define QMV_QMM_F32
