@@ -48,8 +48,9 @@
 //     (b * seqlen_q + i for dense calls).
 //   fa_mma_<T>_<DMAX>(fa_params p)  T in f16, bf16; DMAX 64, 128, 256: fa_fwd_*'s contract
 //     (splits included) on matrix units, BM = 64 rows a tile, grid as fa_fwd_*'s; only for
-//     targets with matrix units (gfx90a, gfx94x, gfx950, gfx11, gfx12; CUDA sm_80+): elsewhere
-//     the symbols do not exist and the host takes fa_fwd_*. See attention/mma.h.
+//     targets with matrix units (gfx90a, gfx94x, gfx950, gfx11, gfx12; CUDA sm_80+), and there
+//     only up to the tier FA_MMA_MAX_DMAX that builds without scratch (attention/mma.h):
+//     elsewhere the symbols do not exist and the host takes fa_fwd_*.
 //   fa_combine_<T>(fa_params p)     grid (total_q, heads); block (FA_THREADS): merges the splits
 //   fa_cache_write_<T>(...)         see attention/cache.h
 #include "cuda_fp16.h"
@@ -133,10 +134,16 @@ FA_TYPE(__nv_bfloat16, bf16)
     extern "C" __global__ void __launch_bounds__(FA_THREADS) fa_mma_##TN##_##DMAX(fa_params p) { \
         fa_mma_tile<T, DMAX>(p);                                                                   \
     }
+#if FA_MMA_MAX_DMAX >= 64
 FA_MMA_TIER(__half, f16, 64)
-FA_MMA_TIER(__half, f16, 128)
-FA_MMA_TIER(__half, f16, 256)
 FA_MMA_TIER(__nv_bfloat16, bf16, 64)
+#endif
+#if FA_MMA_MAX_DMAX >= 128
+FA_MMA_TIER(__half, f16, 128)
 FA_MMA_TIER(__nv_bfloat16, bf16, 128)
+#endif
+#if FA_MMA_MAX_DMAX >= 256
+FA_MMA_TIER(__half, f16, 256)
 FA_MMA_TIER(__nv_bfloat16, bf16, 256)
+#endif
 #endif

@@ -15,14 +15,31 @@
 //
 // Shared memory (T, rows padded by 8 elements: 16-byte aligned, off the bank stride):
 //   qs: the block's Q rows, BM x DMAX, loaded once (zeros past d and past the rows)
-//   kv: one chunk of the key tile, FA_BN x KC (KC = DMAX up to 128, else 64): K's head-dim
-//       chunks for S, then V's column chunks for O (zeros past the keys and past d).
-//   LDS: 18 KiB (64), 34 KiB (128), 43 KiB (256): under the 48 KiB static limit of CUDA.
+//   kv: one chunk of the key tile: K's head-dim chunks for S, FA_BN x KC (KC = DMAX up to 128,
+//       else 64), then V's column chunks for O staged transposed, KC x FA_BN, so that every
+//       fragment load reads consecutive elements (zeros past the keys and past d).
+//   LDS: 18 KiB (64), 35 KiB (128), 42 KiB (256): under the 48 KiB static limit of CUDA.
 // Registers a lane: O DMAX / 16 x FM_QT accumulators (DMAX / 2 floats on every family), S 4 x
 // FM_QT accumulators (32 floats), P 4 x FM_QT fragments.
 #pragma once
 
 #if defined(FA_MMA_KERNELS)
+
+// The largest DMAX built: the tiers that compile without scratch on the family (clang-19 -O3:
+// gfx942 128 uses 448-456 unified VGPRs and no scratch, 256 spills 28-32 bytes; gfx12 64 uses
+// 204 VGPRs, 128 spills; gfx11 64 already spills 32 bytes). The CPU emulator's drivers set 256
+// to check every tier's logic on every family.
+#ifndef FA_MMA_MAX_DMAX
+#if defined(FA_MMA_SYNC)
+#define FA_MMA_MAX_DMAX 256
+#elif defined(FA_MFMA)
+#define FA_MMA_MAX_DMAX 128
+#elif defined(FA_WMMA12)
+#define FA_MMA_MAX_DMAX 64
+#else
+#define FA_MMA_MAX_DMAX 0
+#endif
+#endif
 
 // 16 bytes (N = 8 elements) of row `src` into shared `dst`: the first `n` (<= 8) elements,
 // zeros after them; one 16-byte load when `vec` and all 8 are wanted.
@@ -45,13 +62,14 @@ template <typename T, int DMAX> __device__ __forceinline__ void fa_mma_tile(cons
     constexpr int WR = 16 * FM_QT;           // rows a wave
     constexpr int BM = NW * WR;              // rows a block
     constexpr int KC = DMAX <= 128 ? DMAX : 64;
-    constexpr int QP = DMAX + 8, KP = KC + 8; // row pitches (elements)
+    constexpr int QP = DMAX + 8, KP = KC + 8, VP = FA_BN + 8; // row pitches (elements)
+    constexpr int KVN = FA_BN * KP > KC * VP ? FA_BN * KP : KC * VP;
     constexpr int NT = FA_BN / 16;            // 16-key tiles of S
     constexpr int DT = DMAX / 16;             // 16-column tiles of O
     constexpr int N = FaChunk<T>::N;
     static_assert(BM == 64 && N == 8 && DMAX % KC == 0 && KC % 16 == 0, "mma tile shape");
     __shared__ fa_vec qs4[BM * QP * sizeof(T) / 16];
-    __shared__ fa_vec kv4[FA_BN * KP * sizeof(T) / 16];
+    __shared__ fa_vec kv4[KVN * sizeof(T) / 16];
     T *const qs = reinterpret_cast<T *>(qs4);
     T *const kv = reinterpret_cast<T *>(kv4);
 
@@ -60,8 +78,8 @@ template <typename T, int DMAX> __device__ __forceinline__ void fa_mma_tile(cons
     const uint32_t b = blockIdx.z, hk = blockIdx.y % p.kv_heads, split = blockIdx.y / p.kv_heads;
     const FaSeq s = fa_seq(p, b);
     const uint32_t G = p.group, d = p.d;
-    const uint64_t rows = (uint64_t)s.sq * G;
-    const uint64_t r0 = (uint64_t)blockIdx.x * BM;
+    const uint32_t rows = s.sq * G; // 32-bit row and head arithmetic (64-bit division is long)
+    const uint32_t r0 = blockIdx.x * BM;
     if (r0 >= rows) return; // the whole block
     const bool vec = p.vec_ok != 0;
     const T *const q = (const T *)p.q;
@@ -78,9 +96,9 @@ template <typename T, int DMAX> __device__ __forceinline__ void fa_mma_tile(cons
     for (int qt = 0; qt < FM_QT; qt++)
 #pragma unroll
         for (int r = 0; r < FM_RQ; r++) {
-            const uint64_t R0 = r0 + wave * WR + qt * 16 + fm_row(l, r);
+            const uint32_t R0 = r0 + wave * WR + qt * 16 + fm_row(l, r);
             live[qt][r] = R0 < rows;
-            const uint64_t R = live[qt][r] ? R0 : rows - 1;
+            const uint32_t R = live[qt][r] ? R0 : rows - 1;
             qpos[qt][r] = (int64_t)(R / G) + off;
             slope[qt][r] = p.alibi ? p.alibi[hk * G + (uint32_t)(R % G)] * FA_LOG2E : 0.0f;
         }
@@ -88,7 +106,7 @@ template <typename T, int DMAX> __device__ __forceinline__ void fa_mma_tile(cons
     // The key tiles the mask leaves to the block's rows, cut to its split (as fa_tile).
     int64_t t0, t1;
     {
-        const int64_t ilo = (int64_t)(r0 / G), ihi = (int64_t)((fa_min<uint64_t>(r0 + BM, rows) - 1) / G);
+        const int64_t ilo = (int64_t)(r0 / G), ihi = (int64_t)((fa_min<uint32_t>(r0 + BM, rows) - 1) / G);
         int64_t lo = 0, hi = s.sk;
         if (!p.mm_prefix) {
             if (wl >= 0) lo = fa_max<int64_t>(lo, ilo + off - wl);
@@ -106,11 +124,11 @@ template <typename T, int DMAX> __device__ __forceinline__ void fa_mma_tile(cons
     // Q, once.
     for (uint32_t x = tid; x < BM * (DMAX / N); x += FA_THREADS) {
         const uint32_t row = x / (DMAX / N), col = (x % (DMAX / N)) * N;
-        const uint64_t R = r0 + row;
+        const uint32_t R = r0 + row;
         const T *src = q;
         int n = 0;
         if (R < rows && col < d) {
-            const uint64_t i = R / G, h = (uint64_t)hk * G + R % G;
+            const uint64_t i = R / G, h = hk * G + R % G;
             src = q + (uint64_t)b * p.q_batch + (s.tok0_q + i) * p.q_row + h * p.q_head + col;
             n = (int)fa_min<uint32_t>(N, d - col);
         }
@@ -163,31 +181,44 @@ template <typename T, int DMAX> __device__ __forceinline__ void fa_mma_tile(cons
 #pragma unroll
                     for (int qt = 0; qt < FM_QT; qt++) sa[qt][kt] = fm_mma_s<T>(qf[qt], kf, sa[qt][kt]);
                 }
+                FM_FENCE();
             }
         }
 
-        // Logits (log2 units), the mask, the online softmax; P into registers.
-        float tmax[FM_QT][FM_RQ];
+        // Logits (log2 units), the mask, the online softmax; P into registers. Per row, the
+        // tile's keys jj = j - j0 it keeps are [lo, hi] (the window and the keys' end; empty
+        // for a dead row), plus, with prefix ranges, those of [0, hk] fa_mm_allowed lets in.
+        float tmax[FM_QT][FM_RQ], qrel[FM_QT][FM_RQ];
+        int lo[FM_QT][FM_RQ], hi[FM_QT][FM_RQ], hk_[FM_QT][FM_RQ];
+#pragma unroll
+        for (int qt = 0; qt < FM_QT; qt++)
+#pragma unroll
+            for (int r = 0; r < FM_RQ; r++) {
+                tmax[qt][r] = -INFINITY;
+                const int64_t qp = qpos[qt][r], kend = (int64_t)s.sk - 1 - j0;
+                const int64_t a = wl >= 0 ? qp - wl - j0 : 0, z = wr >= 0 ? fa_min<int64_t>(qp + wr - j0, kend) : kend;
+                lo[qt][r] = live[qt][r] ? (int)fa_min<int64_t>(fa_max<int64_t>(a, 0), FA_BN) : FA_BN;
+                hi[qt][r] = live[qt][r] ? (int)fa_max<int64_t>(fa_min<int64_t>(z, FA_BN - 1), -1) : -1;
+                hk_[qt][r] = live[qt][r] ? (int)fa_min<int64_t>(kend, FA_BN - 1) : -1;
+                qrel[qt][r] = (float)(qp - j0);
+            }
+        const float sl2 = p.scale * FA_LOG2E, cs = p.softcap > 0.0f ? p.scale / p.softcap : 0.0f;
+        const float cl2 = p.softcap * FA_LOG2E;
 #pragma unroll
         for (int qt = 0; qt < FM_QT; qt++) {
-#pragma unroll
-            for (int r = 0; r < FM_RQ; r++) tmax[qt][r] = -INFINITY;
 #pragma unroll
             for (int kt = 0; kt < NT; kt++)
 #pragma unroll
                 for (int e = 0; e < FM_ACC_N; e++) {
                     const int r = fm_slot(e);
-                    const int64_t j = j0 + kt * 16 + fm_c_pos(l, e).c;
+                    const int jj = kt * 16 + fm_c_pos(l, e).c;
                     float x = sa[qt][kt][e];
-                    x = p.softcap > 0.0f ? p.softcap * tanhf(x * p.scale / p.softcap) : x * p.scale;
-                    x *= FA_LOG2E;
-                    bool keep = live[qt][r] && j < s.sk;
-                    if (keep && (wl >= 0 || wr >= 0)) {
-                        bool in = (wl < 0 || j >= qpos[qt][r] - wl) && (wr < 0 || j <= qpos[qt][r] + wr);
-                        if (!in && p.mm_prefix) in = fa_mm_allowed(p, b, qpos[qt][r], j);
-                        keep = in;
-                    }
-                    if (p.alibi) x -= slope[qt][r] * fabsf((float)(qpos[qt][r] - j));
+                    // c tanh(s x / c) as c (1 - 2 / (e^(2 s x / c) + 1)), in log2 units.
+                    x = p.softcap > 0.0f ? cl2 * (1.0f - 2.0f / (exp2f(2.0f * FA_LOG2E * cs * x) + 1.0f)) : x * sl2;
+                    bool keep = jj >= lo[qt][r] && jj <= hi[qt][r];
+                    if (!keep && p.mm_prefix && jj <= hk_[qt][r])
+                        keep = fa_mm_allowed(p, b, qpos[qt][r], j0 + jj);
+                    if (p.alibi) x -= slope[qt][r] * fabsf(qrel[qt][r] - (float)jj);
                     sa[qt][kt][e] = keep ? x : -INFINITY;
                     tmax[qt][r] = fmaxf(tmax[qt][r], sa[qt][kt][e]);
                 }
@@ -230,13 +261,23 @@ template <typename T, int DMAX> __device__ __forceinline__ void fa_mma_tile(cons
             for (uint32_t x = tid; x < FA_BN * (KC / N); x += FA_THREADS) {
                 const uint32_t row = x / (KC / N), col = dc + (x % (KC / N)) * N;
                 const int64_t j = j0 + row;
-                const T *src = v;
-                int n = 0;
+                FaChunk<T> c;
                 if (j < s.sk && col < d) {
-                    src = v + fa_kv_offset(p, b, s.tok0_k, (uint32_t)j, hk, p.v_batch, p.v_row, p.v_head) + col;
-                    n = (int)fa_min<uint32_t>(N, d - col);
+                    const T *src = v + fa_kv_offset(p, b, s.tok0_k, (uint32_t)j, hk, p.v_batch, p.v_row, p.v_head) + col;
+                    const uint32_t n = fa_min<uint32_t>(N, d - col);
+                    if (vec && n == N) {
+                        const fa_vec w = *reinterpret_cast<const fa_vec *>(src);
+                        __builtin_memcpy(&c, &w, sizeof(c));
+                    } else {
+#pragma unroll
+                        for (int u = 0; u < N; u++) c.e[u] = (uint32_t)u < n ? src[u] : fa_from<T>(0.0f);
+                    }
+                } else {
+#pragma unroll
+                    for (int u = 0; u < N; u++) c.e[u] = fa_from<T>(0.0f);
                 }
-                fm_stage(kv + row * KP + (col - dc), src, n, vec);
+#pragma unroll
+                for (int u = 0; u < N; u++) kv[(col - dc + u) * VP + row] = c.e[u];
             }
             __syncthreads();
 #pragma unroll
@@ -244,27 +285,34 @@ template <typename T, int DMAX> __device__ __forceinline__ void fa_mma_tile(cons
                 if ((uint32_t)(dc + 16 * ct) >= d) break;
 #pragma unroll
                 for (int kt = 0; kt < NT; kt++) {
-                    const fm_frag<T> vf = fm_load_v<T>(kv + kt * 16 * KP + 16 * ct, KP, l);
+                    const fm_frag<T> vf = fm_load_v<T>(kv + 16 * ct * VP + kt * 16, VP, l);
 #pragma unroll
                     for (int qt = 0; qt < FM_QT; qt++)
                         o[qt][dc / 16 + ct] = fm_mma_o<T>(pf[qt][kt], vf, o[qt][dc / 16 + ct]);
                 }
+                FM_FENCE();
             }
         }
     }
 
-    // The rows' outputs: in T (one split), or normalised partials and log2-sum-exps.
+    // The rows' outputs: in T (one split), or normalised partials and log2-sum-exps. Element
+    // e of a lane is on its row fm_slot(e) (fm_c_pos(l, e).q == fm_row(l, fm_slot(e))).
 #pragma unroll
     for (int qt = 0; qt < FM_QT; qt++) {
         float inv[FM_RQ];
+        uint64_t at[FM_RQ]; // the row's first element in o, or in o_part
 #pragma unroll
         for (int r = 0; r < FM_RQ; r++) {
             inv[r] = lsum[qt][r] > 0.0f ? 1.0f / lsum[qt][r] : 0.0f;
-            if (p.splits > 1 && live[qt][r] && fm_row_leader(l)) {
-                const uint64_t R = r0 + wave * WR + qt * 16 + fm_row(l, r);
-                const uint64_t i = R / G, h = (uint64_t)hk * G + R % G;
+            const uint32_t R = fa_min(r0 + wave * WR + qt * 16 + fm_row(l, r), rows - 1);
+            const uint64_t i = R / G, h = hk * G + R % G;
+            if (p.splits > 1) {
                 const uint64_t prow = ((uint64_t)split * p.total_q + s.ws_tok0 + i) * p.heads + h;
-                p.lse_part[prow] = lsum[qt][r] > 0.0f ? m[qt][r] + log2f(lsum[qt][r]) : -INFINITY;
+                at[r] = prow * d;
+                if (live[qt][r] && fm_row_leader(l))
+                    p.lse_part[prow] = lsum[qt][r] > 0.0f ? m[qt][r] + log2f(lsum[qt][r]) : -INFINITY;
+            } else {
+                at[r] = (uint64_t)b * p.o_batch + (s.tok0_q + i) * p.o_row + h * p.o_head;
             }
         }
 #pragma unroll
@@ -272,19 +320,13 @@ template <typename T, int DMAX> __device__ __forceinline__ void fa_mma_tile(cons
 #pragma unroll
             for (int e = 0; e < FM_ACC_N; e++) {
                 const int r = fm_slot(e);
-                const fm_pos cp = fm_c_pos(l, e);
-                const uint32_t col = 16 * x + cp.c;
+                const uint32_t col = 16 * x + fm_c_pos(l, e).c;
                 if (!live[qt][r] || col >= d) continue;
-                const uint64_t R = r0 + wave * WR + qt * 16 + cp.q;
-                const uint64_t i = R / G, h = (uint64_t)hk * G + R % G;
                 const float val = o[qt][x][e] * inv[r];
-                if (p.splits > 1) {
-                    const uint64_t prow = ((uint64_t)split * p.total_q + s.ws_tok0 + i) * p.heads + h;
-                    p.o_part[prow * d + col] = val;
-                } else {
-                    T *const op = (T *)p.o + (uint64_t)b * p.o_batch + (s.tok0_q + i) * p.o_row + h * p.o_head;
-                    op[col] = fa_from<T>(val);
-                }
+                if (p.splits > 1)
+                    p.o_part[at[r] + col] = val;
+                else
+                    ((T *)p.o)[at[r] + col] = fa_from<T>(val);
             }
     }
 }

@@ -82,6 +82,7 @@ template <typename T> __device__ __forceinline__ uint32_t fm_ld32(const T *p) {
     return r;
 }
 template <typename T> __device__ __forceinline__ uint32_t fm_pack(T lo, T hi) {
+    // (two elements of P, rounded to T, into one register)
     uint16_t a, b;
     __builtin_memcpy(&a, &lo, 2);
     __builtin_memcpy(&b, &hi, 2);
@@ -128,15 +129,10 @@ template <typename T> __device__ __forceinline__ fm_frag<T> fm_load_k(const T *p
     for (int r = 0; r < 4; r++) f.x[r] = fm_ld32(p + (8 * (r / 2) + l / 4) * ld + 2 * (l % 4) + 8 * (r % 2));
     return f;
 }
-// V[key][col] = p[key * ld + col] as the B operand: registers 0-1 columns 0-7, 2-3 columns 8-15.
+// V[key][col] = p[col * ld + key] (V staged transposed) as the B operand: registers 0-1
+// columns 0-7, 2-3 columns 8-15 (K's loader: V^T's rows are what K's are to K^T).
 template <typename T> __device__ __forceinline__ fm_frag<T> fm_load_v(const T *p, int ld, int l) {
-    fm_frag<T> f;
-#pragma unroll
-    for (int r = 0; r < 4; r++) {
-        const T *q = p + (2 * (l % 4) + 8 * (r % 2)) * ld + 8 * (r / 2) + l / 4;
-        f.x[r] = fm_pack(q[0], q[ld]);
-    }
-    return f;
+    return fm_load_k<T>(p, ld, l);
 }
 // P (S's accumulator, rounded to T) as the A operand of P V.
 template <typename T> __device__ __forceinline__ fm_frag<T> fm_p(const fm_acc &s, int) {
@@ -202,20 +198,41 @@ __host__ __device__ __forceinline__ int fm_pk(int l, int e) {
 #endif
 }
 
+// Four raw elements (8 bytes) of T.
+template <typename T> struct fm_raw4;
+template <> struct fm_raw4<__half> {
+    typedef _Float16 v __attribute__((ext_vector_type(4)));
+};
+template <> struct fm_raw4<__nv_bfloat16> {
+    typedef short v __attribute__((ext_vector_type(4)));
+};
+// Row l % 16 of a 16 x 16 tile at p (row pitch ld) as an A fragment (or B's, whose column is
+// A's row): in every AMD layout elements 4m .. 4m + 3 are 4 consecutive k, so 8-byte loads
+// (p and ld keep them 8-byte aligned). `pk`: the K order of P V (fm_pk) instead of AMD's.
+template <typename T, bool PK> __device__ __forceinline__ fm_frag<T> fm_load_row(const T *p, int ld, int l) {
+    fm_frag<T> f;
+    const T *row = p + (l % 16) * ld;
+#pragma unroll
+    for (int m = 0; m < mma_traits<T>::N / 4; m++) {
+        const int k0 = PK ? fm_pk(l, 4 * m) : frag_a_pos<T>(l, 4 * m).c;
+        const typename fm_raw4<T>::v x = *reinterpret_cast<const typename fm_raw4<T>::v *>(row + k0);
+#pragma unroll
+        for (int u = 0; u < 4; u++) f[4 * m + u] = x[u];
+    }
+    return f;
+}
 // Q[query][dim] = p[query * ld + dim] as the B operand Q^T (B[dim][query]).
-template <typename T> __device__ __forceinline__ fm_frag<T> fm_load_q(const T *p, int ld, int) {
-    return mma_load_b<T>(p, 1, ld);
+template <typename T> __device__ __forceinline__ fm_frag<T> fm_load_q(const T *p, int ld, int l) {
+    return fm_load_row<T, false>(p, ld, l);
 }
 // K[key][dim] = p[key * ld + dim] as the A operand (A[key][dim]).
-template <typename T> __device__ __forceinline__ fm_frag<T> fm_load_k(const T *p, int ld, int) {
-    return mma_load_a<T>(p, ld, 1);
+template <typename T> __device__ __forceinline__ fm_frag<T> fm_load_k(const T *p, int ld, int l) {
+    return fm_load_row<T, false>(p, ld, l);
 }
-// V[key][col] = p[key * ld + col] as the A operand V^T (A[col][key]), keys in fm_pk's order.
+// V[key][col] = p[col * ld + key] (V staged transposed) as the A operand V^T (A[col][key]),
+// keys in fm_pk's order.
 template <typename T> __device__ __forceinline__ fm_frag<T> fm_load_v(const T *p, int ld, int l) {
-    fm_frag<T> f;
-#pragma unroll
-    for (int e = 0; e < mma_traits<T>::N; e++) f[e] = mma_traits<T>::elem(p[fm_pk(l, e) * ld + l % 16]);
-    return f;
+    return fm_load_row<T, true>(p, ld, l);
 }
 // P^T (S^T's accumulator, rounded to T) as the B operand of O^T = V^T P^T.
 template <typename T> __device__ __forceinline__ fm_frag<T> fm_p(const fm_acc &s, int l) {
@@ -243,6 +260,14 @@ template <typename T> __device__ __forceinline__ fm_acc fm_mma_o(const fm_frag<T
     return mma_tile_16x16x16<T>(v, pf, c);
 }
 #endif // family
+
+// A scheduling fence on AMD: without it the scheduler hoists every fragment load of the
+// unrolled loops ahead of the matrix instructions and spills (gfx11: 256 VGPRs and scratch).
+#if defined(__HIP_DEVICE_COMPILE__)
+#define FM_FENCE() __builtin_amdgcn_sched_barrier(0)
+#else
+#define FM_FENCE()
+#endif
 
 __device__ __forceinline__ fm_acc fm_zero() {
     fm_acc c;

@@ -16,6 +16,7 @@
 // tiles, head dims that end inside a 16-column step or a staged chunk). Those kernels round P
 // to T before P V, so their tolerance adds T's unit roundoff u times sum_j p_j |v_j| / sum_j p_j
 // (the most the rounding of every p_j by a relative u can move the normalised output).
+// -DFA_EXIT_ON_BAD stops at the first failing case (the mutant tests).
 #include "emu.h"
 
 #include "check.h"
@@ -344,6 +345,12 @@ template <typename T> static void run_type_mma(DT dt, const Kernel (&mma)[3], Ke
             if (!smallest && !(t == 2 && cs.d == 40) && !(t == 1 && cs.d == 64)) continue;
             Run<T> k{dt, mma[t], nullptr, nullptr, combine, DMAX[t], true};
             run<T>(k, cs, false);
+#if defined(FA_EXIT_ON_BAD) // mutants: the first mismatch is enough
+            if (C.bad) {
+                printf("attention mma: bad=%ld (stopped at the first failing case)\n", C.bad);
+                exit(1);
+            }
+#endif
         }
     };
     for (const Case &cs : CASES) one(cs);

@@ -400,6 +400,7 @@ template <typename T> T __shfl_xor_sync(unsigned mask, T var, int laneMask, int 
 #define __builtin_amdgcn_mbcnt_lo(m, a) emu::mbcnt_lo((m), (a))
 #define __builtin_amdgcn_mbcnt_hi(m, a) emu::mbcnt_hi((m), (a))
 #define __builtin_amdgcn_ds_bpermute(addr, v) emu::ds_bpermute((addr), (v))
+#define __builtin_amdgcn_sched_barrier(mask) ((void)(mask)) // a compiler hint: nothing to run
 #elif !defined(EMU_NO_MMA_SYNC)
 // The CUDA path emulates an sm_80+ GPU: mma.sync m16n8k16 through matrix.h.
 #define EMU_MMA_SYNC 1
