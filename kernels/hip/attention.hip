@@ -6,7 +6,8 @@
 // Written for candle-rocm (not from candle-kernels). Plain CUDA syntax plus a few AMD builtins
 // behind __HIP_DEVICE_COMPILE__, so the same file builds for AMD (clang, kernels/include
 // headers) and for the HIP-on-CUDA harness (nvcc with CUDA's own headers). This is the FMA
-// path: every target runs it; the matrix-unit paths (MFMA, WMMA) come on top of it.
+// path: every target runs it; the matrix-unit prefill tile (fa_mma_*, attention/mma.h: MFMA,
+// WMMA, and mma.sync on the CUDA harness) comes on top of it where the target has matrix units.
 //
 // Semantics (candle-flash-attn 0.11's, flash-attention v2's): query i of a sequence with sq
 // queries and sk keys sits at key position i + sk - sq; a window (left, right), -1 for
@@ -45,6 +46,11 @@
 //     o_part[((s * total_q + tok) * heads + h) * d + col] and its log2-sum-exp to
 //     lse_part[(s * total_q + tok) * heads + h] (-inf when it saw no key), tok = tok0_q + i
 //     (b * seqlen_q + i for dense calls).
+//   fa_mma_<T>_<DMAX>(fa_params p)  T in f16, bf16; DMAX 64, 128, 256: fa_fwd_*'s contract
+//     (splits included) on matrix units, BM = 64 rows a tile, grid as fa_fwd_*'s; only for
+//     targets with matrix units (gfx90a, gfx94x, gfx950, gfx11, gfx12; CUDA sm_80+), and there
+//     only up to the tier FA_MMA_MAX_DMAX that builds without scratch (attention/mma.h):
+//     elsewhere the symbols do not exist and the host takes fa_fwd_*.
 //   fa_combine_<T>(fa_params p)     grid (total_q, heads); block (FA_THREADS): merges the splits
 //   fa_cache_write_<T>(...)         see attention/cache.h
 #include "cuda_fp16.h"
@@ -95,6 +101,9 @@ struct fa_params {
 #include "attention/decode.h"
 #include "attention/combine.h"
 #include "attention/cache.h"
+#include "mma/tile.h"
+#include "attention/mma_frag.h"
+#include "attention/mma.h"
 
 #define FA_TIER(T, TN, DMAX, BM, RS)                                                               \
     extern "C" __global__ void __launch_bounds__(FA_THREADS) fa_fwd_##TN##_##DMAX(fa_params p) { \
@@ -119,3 +128,22 @@ struct fa_params {
 FA_TYPE(float, f32)
 FA_TYPE(__half, f16)
 FA_TYPE(__nv_bfloat16, bf16)
+
+#if defined(FA_MMA_KERNELS)
+#define FA_MMA_TIER(T, TN, DMAX)                                                                   \
+    extern "C" __global__ void __launch_bounds__(FA_THREADS) fa_mma_##TN##_##DMAX(fa_params p) { \
+        fa_mma_tile<T, DMAX>(p);                                                                   \
+    }
+#if FA_MMA_MAX_DMAX >= 64
+FA_MMA_TIER(__half, f16, 64)
+FA_MMA_TIER(__nv_bfloat16, bf16, 64)
+#endif
+#if FA_MMA_MAX_DMAX >= 128
+FA_MMA_TIER(__half, f16, 128)
+FA_MMA_TIER(__nv_bfloat16, bf16, 128)
+#endif
+#if FA_MMA_MAX_DMAX >= 256
+FA_MMA_TIER(__half, f16, 256)
+FA_MMA_TIER(__nv_bfloat16, bf16, 256)
+#endif
+#endif

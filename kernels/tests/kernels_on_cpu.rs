@@ -7,7 +7,9 @@
 //! `gemv.hip` and `attention.hip` run three ways: their CUDA path
 //! (32-lane `__shfl_xor_sync`) and their AMD path (`ds_bpermute`) with wave 32 and wave 64.
 //! `hip/mma/tile.h` (the matrix-unit tiles) runs once per family on `tests/emu/matrix.h`'s
-//! emulated MFMA / WMMA instructions, which follow AMD's documented lane layouts.
+//! emulated MFMA / WMMA instructions, which follow AMD's documented lane layouts, and so do
+//! attention's matrix-unit prefill tiles (`fa_mma_*`), plus once on the CUDA path with
+//! matrix.h's emulated `mma.sync` m16n8k16 (NVIDIA's documented layouts).
 //!
 //! Needs the toolchain `cargo xtask kernels` uses (`bash kernels/install-toolchain.sh`, or a
 //! ROCm install's clang via `ROCM_PATH`); `.ci/run` installs it.
@@ -135,6 +137,31 @@ fn attention_kernels_match_references_on_cpu_amd_wave64() {
     );
 }
 
+/// A copy of `hip/attention.hip` with its parts (`hip/attention/`, `hip/mma/`) in a fresh
+/// temporary directory, with `from` replaced by `to` (once) in the part `file`; returns the
+/// directory. Panics when `from` is no longer in `file` (the mutant went stale).
+fn attention_mutant(n: &str, file: &str, from: &str, to: &str, what: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let tmp =
+        std::env::temp_dir().join(format!("candle-rocm-fa-mutant-{}-{n}", std::process::id()));
+    for sub in ["attention", "mma"] {
+        std::fs::create_dir_all(tmp.join(sub)).unwrap();
+        for part in std::fs::read_dir(dir.join("hip").join(sub)).unwrap() {
+            let part = part.unwrap().path();
+            std::fs::copy(&part, tmp.join(sub).join(part.file_name().unwrap())).unwrap();
+        }
+    }
+    std::fs::copy(dir.join("hip/attention.hip"), tmp.join("attention.hip")).unwrap();
+    let target = tmp.join(file);
+    let text = std::fs::read_to_string(&target).unwrap();
+    assert!(
+        text.contains(from),
+        "mutant {what}: {from:?} is no longer in {file}"
+    );
+    std::fs::write(&target, text.replacen(from, to, 1)).unwrap();
+    tmp
+}
+
 /// The attention driver catches broken kernels: each mutant of `hip/attention.hip` (a copy
 /// with one change) must report mismatches.
 #[test]
@@ -185,21 +212,7 @@ fn attention_driver_catches_mutants() {
         ),
     ];
     for (n, (file, from, to, what)) in mutants.iter().enumerate() {
-        let tmp =
-            std::env::temp_dir().join(format!("candle-rocm-fa-mutant-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(tmp.join("attention")).unwrap();
-        std::fs::copy(dir.join("hip/attention.hip"), tmp.join("attention.hip")).unwrap();
-        for part in std::fs::read_dir(dir.join("hip/attention")).unwrap() {
-            let part = part.unwrap().path();
-            std::fs::copy(&part, tmp.join("attention").join(part.file_name().unwrap())).unwrap();
-        }
-        let target = tmp.join(file);
-        let text = std::fs::read_to_string(&target).unwrap();
-        assert!(
-            text.contains(from),
-            "mutant {what}: {from:?} is no longer in {file}"
-        );
-        std::fs::write(&target, text.replacen(from, to, 1)).unwrap();
+        let tmp = attention_mutant(&n.to_string(), file, from, to, what);
         let define = format!("-DFA_SOURCE=\"{}\"", tmp.join("attention.hip").display());
         let (clean, out) = host_program::build_and_report(
             &format!("fa-mutant-{n}"),
@@ -243,4 +256,133 @@ fn mma_tiles_match_references_on_cpu_gfx12_wmma() {
         "matrix-gfx1200",
         &["-DEMU_AMD_WAVE=32", "-D__gfx1200__"],
     );
+}
+
+/// Builds the attention driver in its matrix-unit mode (`-DFA_TEST_MMA`: every `fa_mma_*`
+/// kernel against the double reference) for one family. -O1: the emulated matrix
+/// instructions make the -O0 build about 15 times slower to run.
+fn attention_mma(tag: &str, family: &[&str]) {
+    let mut defines = vec!["-O1", "-DFA_TEST_MMA", "-DFA_MMA_MAX_DMAX=256"];
+    defines.extend_from_slice(family);
+    build_and_run("attention_test.cpp", tag, &defines);
+}
+
+/// `fa_mma_*` on the CUDA path: mma.sync m16n8k16 (emulated, PTX layouts), 4 warps of 16 rows.
+#[test]
+fn attention_mma_kernels_match_references_on_cpu_cuda_mma_sync() {
+    attention_mma("attention-mma-cuda", &[]);
+}
+
+/// `fa_mma_*` on gfx942 MFMA (wave64: 2 waves of 2 16-row tiles, S^T and O^T transposed).
+#[test]
+fn attention_mma_kernels_match_references_on_cpu_gfx9_mfma() {
+    attention_mma(
+        "attention-mma-gfx942",
+        &["-DEMU_AMD_WAVE=64", "-D__gfx942__"],
+    );
+}
+
+/// `fa_mma_*` on gfx11 WMMA (wave32; P's half-waves exchanged for the replicated B operand).
+#[test]
+fn attention_mma_kernels_match_references_on_cpu_gfx11_wmma() {
+    attention_mma(
+        "attention-mma-gfx1100",
+        &["-DEMU_AMD_WAVE=32", "-D__gfx1100__"],
+    );
+}
+
+/// `fa_mma_*` on gfx12 WMMA (wave32; P V's K order follows S's accumulator).
+#[test]
+fn attention_mma_kernels_match_references_on_cpu_gfx12_wmma() {
+    attention_mma(
+        "attention-mma-gfx1200",
+        &["-DEMU_AMD_WAVE=32", "-D__gfx1200__"],
+    );
+}
+
+/// The matrix-unit driver catches broken `fa_mma_*` kernels: each mutant, built for the family
+/// it breaks, must report a mismatch (or fail its launch).
+#[test]
+fn attention_mma_driver_catches_mutants() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let cuda: &[&str] = &[];
+    let gfx942: &[&str] = &["-DEMU_AMD_WAVE=64", "-D__gfx942__"];
+    let gfx1100: &[&str] = &["-DEMU_AMD_WAVE=32", "-D__gfx1100__"];
+    let gfx1200: &[&str] = &["-DEMU_AMD_WAVE=32", "-D__gfx1200__"];
+    let mutants = [
+        (
+            cuda,
+            "attention/mma_frag.h",
+            "return fm_pos{l / 4 + 8 * (v / 2), 8 * (e / 4) + 2 * (l % 4) + v % 2};",
+            "return fm_pos{l / 4 + 8 * (v % 2), 8 * (e / 4) + 2 * (l % 4) + v / 2};",
+            "CUDA: the accumulator's row map (rows and columns of the m16n8 C swapped)",
+        ),
+        (
+            cuda,
+            "attention/mma.h",
+            "o[qt][x][e] *= corr[fm_slot(e)];",
+            "o[qt][x][e] *= corr[0];",
+            "CUDA: the rescale uses the first row's correction for both rows of a lane",
+        ),
+        (
+            cuda,
+            "attention/mma.h",
+            "            __syncthreads();              // S's K chunk (or the previous V chunk) is read",
+            "",
+            "no barrier between the K chunk's last read and the V chunk's staging",
+        ),
+        (
+            cuda,
+            "attention/mma_frag.h",
+            "f.x[r] = fm_ld32(p + (8 * (r / 2) + l / 4) * ld + 2 * (l % 4) + 8 * (r % 2));",
+            "f.x[r] = fm_ld32(p + (8 * (r % 2) + l / 4) * ld + 2 * (l % 4) + 8 * (r / 2));",
+            "CUDA: K's B operand with its n8 halves and k halves swapped",
+        ),
+        (
+            gfx942,
+            "attention/mma_frag.h",
+            "    x += fa_shfl_xor(x, 32);",
+            "",
+            "MFMA: the row sum misses the upper half-wave",
+        ),
+        (
+            gfx1100,
+            "attention/mma_frag.h",
+            "f[2 * e] = mma_traits<T>::elem(fa_from<T>(hi ? other : mine));",
+            "f[2 * e] = mma_traits<T>::elem(fa_from<T>(mine));",
+            "gfx11: P's B operand not exchanged between the half-waves",
+        ),
+        (
+            gfx1200,
+            "attention/mma_frag.h",
+            "    return 8 * (l / 16) + e;",
+            "    return 8 * (e / 4) + 4 * (l / 16) + e % 4;",
+            "gfx12: V's A operand in AMD's K order, unlike P's (the accumulator's)",
+        ),
+    ];
+    for (n, (family, file, from, to, what)) in mutants.iter().enumerate() {
+        let tmp = attention_mutant(&format!("mma-{n}"), file, from, to, what);
+        let define = format!("-DFA_SOURCE=\"{}\"", tmp.join("attention.hip").display());
+        let mut args = vec![
+            "-x",
+            "c++",
+            "-std=c++17",
+            "-O0",
+            "-DFA_TEST_MMA",
+            "-DFA_EXIT_ON_BAD",
+            "-DFA_MMA_MAX_DMAX=256",
+            &define,
+        ];
+        args.extend_from_slice(family);
+        let (clean, out) = host_program::build_and_report(
+            &format!("fa-mma-mutant-{n}"),
+            &args,
+            &dir.join("tests/emu/attention_test.cpp"),
+        );
+        let _ = std::fs::remove_dir_all(&tmp);
+        assert!(
+            !clean,
+            "the mutant '{what}' passed the attention mma driver:\n{out}"
+        );
+    }
 }

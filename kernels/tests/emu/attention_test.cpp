@@ -8,6 +8,15 @@
 // fa_cache_write_*. Inputs are multiples of 1/8 (exact in every T); the tolerance is f32
 // arithmetic plus the output's rounding to T. Output elements outside the result keep their
 // poison. Prints bad=<mismatches> and exits non-zero on any.
+//
+// Built with -DFA_TEST_MMA it checks the matrix-unit prefill tiles instead (fa_mma_<T>_<DMAX>,
+// f16 and bf16, DMAX 64/128/256) on the family the build emulates: the CUDA path (mma.sync,
+// emu.h's default), -DEMU_AMD_WAVE=64 -D__gfx942__ (MFMA), -DEMU_AMD_WAVE=32 -D__gfx1100__ or
+// -D__gfx1200__ (WMMA), on the same cases plus MMA_CASES (lengths around the 64-row and 64-key
+// tiles, head dims that end inside a 16-column step or a staged chunk). Those kernels round P
+// to T before P V, so their tolerance adds T's unit roundoff u times sum_j p_j |v_j| / sum_j p_j
+// (the most the rounding of every p_j by a relative u can move the normalised output).
+// -DFA_EXIT_ON_BAD stops at the first failing case (the mutant tests).
 #include "emu.h"
 
 #include "check.h"
@@ -45,6 +54,7 @@ template <typename T> struct Run {
     DT dt;
     Kernel fwd, dec4, dec8, combine;
     int dmax;
+    bool mma = false; // fwd is fa_mma_*: rows of 64, P rounded to T
 };
 
 template <typename T>
@@ -181,7 +191,7 @@ static void run(const Run<T> &k, const Case &cs, bool decode) {
         p.o_part = opart.data();
         p.lse_part = lse.data();
     }
-    const uint32_t bm = k.dmax <= 128 ? 64 : k.dmax == 256 ? 32 : 16;
+    const uint32_t bm = k.mma || k.dmax <= 128 ? 64 : k.dmax == 256 ? 32 : 16;
     const uint32_t tiles = decode ? 1 : (p.seqlen_q * G + bm - 1) / bm;
     Kernel kern = !decode ? k.fwd : packed <= 4 ? k.dec4 : k.dec8;
     launches++;
@@ -203,7 +213,7 @@ static void run(const Run<T> &k, const Case &cs, bool decode) {
         return base + (uint64_t)b * kb + (t0 + j) * kr + hk * kh;
     };
     const double scale = p.scale;
-    std::vector<double> logit(max_k), acc(D);
+    std::vector<double> logit(max_k), acc(D), acc_abs(D);
     for (uint32_t b = 0; b < B; b++) {
         const uint32_t sq = lq[b], sk = lk[b];
         for (uint32_t i = 0; i < sq; i++)
@@ -228,6 +238,7 @@ static void run(const Run<T> &k, const Case &cs, bool decode) {
                     mx = std::max(mx, x);
                 }
                 std::fill(acc.begin(), acc.end(), 0.0);
+                std::fill(acc_abs.begin(), acc_abs.end(), 0.0);
                 double sum = 0;
                 if (mx > -INFINITY)
                     for (uint32_t j = 0; j < sk; j++) {
@@ -235,14 +246,18 @@ static void run(const Run<T> &k, const Case &cs, bool decode) {
                         const double w = exp(logit[j] - mx);
                         sum += w;
                         const T *vr = kv_at(vp, b, j, hk);
-                        for (uint32_t e = 0; e < D; e++) acc[e] += w * value(vr[e]);
+                        for (uint32_t e = 0; e < D; e++) {
+                            acc[e] += w * value(vr[e]);
+                            acc_abs[e] += w * fabs(value(vr[e]));
+                        }
                     }
                 const uint64_t tok = (cs.varlen ? cu_q[b] : (uint64_t)b * cs.sq) + i;
                 const T *orow = out.data() + off + tok * H * D + (uint64_t)h * D;
                 for (uint32_t e = 0; e < D; e++) {
                     const double want = sum > 0 ? acc[e] / sum : 0.0;
                     const double got = value(orow[e]);
-                    const double tol = 4e-5 + 2 * unit(k.dt) * fabs(want);
+                    double tol = 4e-5 + 2 * unit(k.dt) * fabs(want);
+                    if (k.mma && sum > 0) tol += unit(k.dt) * acc_abs[e] / sum; // P rounded to T
                     C.checks++;
                     if (!(fabs(got - want) <= tol)) {
                         C.fail("b=%u i=%u h=%u e=%u: got %.8g want %.8g (tol %.3g)", b, i, h, e, got, want, tol);
@@ -303,6 +318,46 @@ static void run_type(DT dt, const Kernel (&fwd)[4], const Kernel (&dec4)[4], con
         }
 }
 
+#if defined(FA_TEST_MMA)
+// The matrix-unit tiles' own cases: lengths around the 64-row and 64-key tiles, head dims that
+// end inside a 16-column step (24, 80) or inside a staged 64-column chunk (136, 200).
+static const Case MMA_CASES[] = {
+    // what                     B  sq   sk  H  HK  d   wl  wr  alibi softcap varlen page packed unal splits mm
+    {"one query",               1, 1,   65, 2, 2, 64, -1, -1, false, 0.f, false, 0, false, false, 1, false},
+    {"63 causal",               1, 63,  63, 2, 2, 64, -1,  0, false, 0.f, false, 0, false, false, 1, false},
+    {"64 full gqa2",            1, 64,  64, 4, 2, 64, -1, -1, false, 0.f, false, 0, false, false, 1, false},
+    {"65 causal gqa4 packed",   1, 65,  65, 4, 1, 128, -1, 0, false, 0.f, false, 0, true, false, 1, false},
+    {"127x129 window split",    2, 127, 129, 2, 2, 64, 40, 0, false, 0.f, false, 0, false, false, 2, false},
+    {"d80 varlen causal gqa2",  2, 50,  70, 4, 2, 80, -1,  0, false, 0.f, true, 0, false, false, 1, false},
+    {"d200 softcap split",      1, 33, 140, 2, 2, 200, -1, -1, false, 5.f, false, 0, false, false, 3, false},
+    {"d136 paged causal",       2, 20,  90, 4, 2, 136, -1, 0, true, 0.f, true, 16, false, false, 1, false},
+    {"d24 unaligned alibi",     1, 40,  40, 2, 2, 24, -1,  0, true, 0.f, false, 0, false, true, 1, false},
+};
+
+// Every case with d <= 256 on fa_mma_<T>_<DMAX>: the smallest tier that holds d, plus a larger
+// tier for d = 40 and d = 64 (the tier's padding).
+template <typename T> static void run_type_mma(DT dt, const Kernel (&mma)[3], Kernel combine) {
+    static const int DMAX[3] = {64, 128, 256};
+    auto one = [&](const Case &cs) {
+        for (int t = 0; t < 3; t++) {
+            if (cs.d > (uint32_t)DMAX[t]) continue;
+            const bool smallest = t == 0 || cs.d > (uint32_t)DMAX[t - 1];
+            if (!smallest && !(t == 2 && cs.d == 40) && !(t == 1 && cs.d == 64)) continue;
+            Run<T> k{dt, mma[t], nullptr, nullptr, combine, DMAX[t], true};
+            run<T>(k, cs, false);
+#if defined(FA_EXIT_ON_BAD) // mutants: the first mismatch is enough
+            if (C.bad) {
+                printf("attention mma: bad=%ld (stopped at the first failing case)\n", C.bad);
+                exit(1);
+            }
+#endif
+        }
+    };
+    for (const Case &cs : CASES) one(cs);
+    for (const Case &cs : MMA_CASES) one(cs);
+}
+#endif
+
 // fa_cache_write: tokens into a shuffled set of slots, one padding slot (-1), one past the end.
 template <typename T> static void cache_write(DT dt, void (*kern)(const T *, const T *, T *, T *, const int64_t *, uint32_t,
                                                                  uint32_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t,
@@ -347,6 +402,24 @@ template <typename T> static void cache_write(DT dt, void (*kern)(const T *, con
 #define TIERS(P, TN) {(Kernel)&P##_##TN##_64, (Kernel)&P##_##TN##_128, (Kernel)&P##_##TN##_256, (Kernel)&P##_##TN##_512}
 
 int main() {
+#if defined(FA_TEST_MMA)
+#if !defined(FA_MMA_KERNELS)
+#error "FA_TEST_MMA: this build has no matrix-unit kernels (name a gfx9/gfx11/gfx12 target, or the CUDA path)"
+#endif
+    static const Kernel f16m[3] = {(Kernel)&fa_mma_f16_64, (Kernel)&fa_mma_f16_128, (Kernel)&fa_mma_f16_256};
+    static const Kernel bf16m[3] = {(Kernel)&fa_mma_bf16_64, (Kernel)&fa_mma_bf16_128, (Kernel)&fa_mma_bf16_256};
+    run_type_mma<__half>(F16, f16m, &fa_combine_f16);
+    run_type_mma<__nv_bfloat16>(BF16, bf16m, &fa_combine_bf16);
+    long missing = 0;
+    for (const Kernel *t : {f16m, bf16m})
+        for (int i = 0; i < 3; i++) missing += !emu::S.launched.count((const void *)t[i]);
+    if (missing) {
+        C.ctx = "coverage";
+        C.fail("%ld kernels never ran", missing);
+    }
+    printf("attention mma: %ld launches, %ld checks, bad=%ld\n", launches, C.checks, C.bad);
+    return C.bad != 0;
+#else
     static const Kernel f32f[4] = TIERS(fa_fwd, f32), f32d4[4] = TIERS(fa_dec4, f32), f32d8[4] = TIERS(fa_dec8, f32);
     static const Kernel f16f[4] = TIERS(fa_fwd, f16), f16d4[4] = TIERS(fa_dec4, f16), f16d8[4] = TIERS(fa_dec8, f16);
     static const Kernel bf16f[4] = TIERS(fa_fwd, bf16), bf16d4[4] = TIERS(fa_dec4, bf16),
@@ -366,4 +439,5 @@ int main() {
     }
     printf("attention: %ld launches, %ld checks, bad=%ld\n", launches, C.checks, C.bad);
     return C.bad != 0;
+#endif
 }

@@ -17,7 +17,8 @@
 // Wave size: EMU_WAVE (32 by default). Built with EMU_AMD_WAVE=32 or 64 it compiles the sources'
 // AMD paths instead (defines __HIP_DEVICE_COMPILE__ and __AMDGCN_WAVEFRONT_SIZE__) and emulates
 // the builtins they use (mbcnt, ds_bpermute, and matrix.h's MFMA/WMMA for the processor named
-// by a -D__gfx942__-style define); otherwise the CUDA paths with __shfl_xor_sync.
+// by a -D__gfx942__-style define); otherwise the CUDA paths with __shfl_xor_sync and matrix.h's
+// mma.sync m16n8k16 (EMU_MMA_SYNC: an sm_80+ GPU; -DEMU_NO_MMA_SYNC for an older one).
 //
 // What it cannot show: real memory-model and timing behaviour (no two threads ever run at the
 // same instant), the device compiler's code generation (ocml math, fp contraction, register
@@ -400,8 +401,12 @@ template <typename T> T __shfl_xor_sync(unsigned mask, T var, int laneMask, int 
 #define __builtin_amdgcn_mbcnt_lo(m, a) emu::mbcnt_lo((m), (a))
 #define __builtin_amdgcn_mbcnt_hi(m, a) emu::mbcnt_hi((m), (a))
 #define __builtin_amdgcn_ds_bpermute(addr, v) emu::ds_bpermute((addr), (v))
-#include "matrix.h"
+#define __builtin_amdgcn_sched_barrier(mask) ((void)(mask)) // a compiler hint: nothing to run
+#elif !defined(EMU_NO_MMA_SYNC)
+// The CUDA path emulates an sm_80+ GPU: mma.sync m16n8k16 through matrix.h.
+#define EMU_MMA_SYNC 1
 #endif
+#include "matrix.h"
 
 #include "cuda_fp16.h"
 #include "cuda_bf16.h"

@@ -1,8 +1,11 @@
 // matrix.h - emu.h's AMD matrix-unit builtins: MFMA (gfx90a/gfx94x/gfx950, wave64) and WMMA
 // (gfx11 and gfx12, wave32), executed as wave operations with the operand and result lane
-// layouts AMD documents, so kernels/hip/mma/tile.h and the kernels built on it run on the CPU.
+// layouts AMD documents, so kernels/hip/mma/tile.h and the kernels built on it run on the CPU;
+// and, for the CUDA path (EMU_MMA_SYNC, which emu.h defines when EMU_AMD_WAVE is not set),
+// NVIDIA's mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.f32 as the function
+// emu::mma::mma_sync_m16n8k16 that kernels call instead of the inline PTX (attention/mma_frag.h).
 //
-// Included by emu.h when EMU_AMD_WAVE is set. The target is the processor a driver names with
+// Included by emu.h. The target is the processor a driver names with
 // a define, as clang's device compile would: -D__gfx942__ (or __gfx90a__, __gfx940__,
 // __gfx941__, __gfx950__; with EMU_AMD_WAVE=64), -D__gfx1100__ (..., __gfx1153__; wave 32) or
 // -D__gfx1200__ / -D__gfx1201__ (wave 32). This file then defines __GFX9__ / __GFX11__ /
@@ -32,6 +35,17 @@
 //                           replicated one; what the hardware does otherwise is not documented).
 //   WMMA gfx12 (w32):       A[i][k] at (16 ((k/4) % 2) + i, 4 (k/8) + k%4); B[k][j] likewise
 //                           with j; C/D[i][j] at (16 (i/8) + j, i%8). No replication.
+//   mma.sync m16n8k16 (warp of 32; g = lane / 4, t = lane % 4; A 8 elements in 4 registers,
+//                           B 4 in 2, C/D 4 floats; 16-bit elements two per register, low first):
+//                           A[i][k] at (4 (i%8) + (k%8)/2, k%2 + 2 (i/8) + 4 (k/8));
+//                           B[k][j] at (4 j + (k%8)/2, k%2 + 2 (k/8)) (j < 8);
+//                           C/D[i][j] at (4 (i%8) + j/2, j%2 + 2 (i/8)).
+//                           PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point
+//                           type"; the same as CUTLASS cute/atom/mma_traits_sm80.hpp's
+//                           SM80_16x8x16_F32F16F16F32_TN (ALayout ((4,8),(2,2,2)):((32,1),
+//                           (16,8,128)), BLayout ((4,8),(2,2)):((16,1),(8,64)), CLayout
+//                           SM80_16x8_Row ((4,8),(2,2)):((32,1),(16,8)), column-major (M,K),
+//                           (N,K), (M,N) indices).
 // Sources: AMD Matrix Instruction Calculator (github.com/ROCm/amd_matrix_instruction_calculator,
 // matrix_calculator.py 1.3.2, commit 2ef9189), `-a CDNA3 -i v_mfma_f32_16x16x16_f16 -d` and
 // likewise for v_mfma_f32_16x16x16_bf16, v_mfma_f32_16x16x4_f32, v_mfma_f32_32x32x8_f16 (CDNA3;
@@ -101,15 +115,17 @@ struct Slot {
     int lane, e;
 };
 
-// One instruction: its shape, operand elements per lane (A and B alike; C and D alike), how
-// many copies of A and B the wave holds (2: gfx11's half-waves) and the element -> slot maps
-// (`rep` picks the copy).
+// One instruction: its shape, operand elements per lane (A's nab; B's nb, 0: as A; C and D
+// alike), how many copies of A and B the wave holds (2: gfx11's half-waves) and the element ->
+// slot maps (`rep` picks the copy).
 struct Layout {
     const char *name;
     int M, N, K, nab, ncd, reps;
     Slot (*a)(int i, int k, int rep);
     Slot (*b)(int k, int j, int rep);
     Slot (*d)(int i, int j);
+    int nb = 0;
+    int nbs() const { return nb ? nb : nab; }
 };
 
 inline const Layout MFMA_16x16x16{"v_mfma_f32_16x16x16 (f16/bf16)", 16, 16, 16, 4, 4, 1,
@@ -132,6 +148,11 @@ inline const Layout WMMA12{"v_wmma_f32_16x16x16 gfx12 (f16/bf16)", 16, 16, 16, 8
                            [](int i, int k, int) { return Slot{16 * ((k / 4) % 2) + i, 4 * (k / 8) + k % 4}; },
                            [](int k, int j, int) { return Slot{16 * ((k / 4) % 2) + j, 4 * (k / 8) + k % 4}; },
                            [](int i, int j) { return Slot{16 * (i / 8) + j, i % 8}; }};
+inline const Layout MMA_SYNC_16x8x16{"mma.sync.m16n8k16 (f16/bf16)", 16, 8, 16, 8, 4, 1,
+                                     [](int i, int k, int) { return Slot{4 * (i % 8) + (k % 8) / 2, k % 2 + 2 * (i / 8) + 4 * (k / 8)}; },
+                                     [](int k, int j, int) { return Slot{4 * j + (k % 8) / 2, k % 2 + 2 * (k / 8)}; },
+                                     [](int i, int j) { return Slot{4 * (i % 8) + j / 2, j % 2 + 2 * (i / 8)}; },
+                                     4};
 
 enum Ty { F16, BF16, F32 };
 
@@ -151,17 +172,18 @@ inline uint32_t bits_of(float v) { return __builtin_bit_cast(uint32_t, v); }
 inline bool layout_ok(const Layout &L) {
     static std::set<const Layout *> good;
     if (good.count(&L)) return true;
-    std::vector<int> a(WAVE * L.nab, 0), b(WAVE * L.nab, 0), d(WAVE * L.ncd, 0);
+    std::vector<int> a(WAVE * L.nab, 0), b(WAVE * L.nbs(), 0), d(WAVE * L.ncd, 0);
     auto hit = [&](std::vector<int> &v, Slot s, int n) {
         if (s.lane < 0 || s.lane >= WAVE || s.e < 0 || s.e >= n) return false;
         v[s.lane * n + s.e]++;
         return true;
     };
-    bool ok = L.M * L.K * L.reps == WAVE * L.nab && L.M * L.N == WAVE * L.ncd;
+    bool ok = L.M * L.K * L.reps == WAVE * L.nab && L.K * L.N * L.reps == WAVE * L.nbs() &&
+              L.M * L.N == WAVE * L.ncd;
     for (int r = 0; r < L.reps; r++)
         for (int k = 0; k < L.K; k++) {
             for (int i = 0; i < L.M; i++) ok = ok && hit(a, L.a(i, k, r), L.nab);
-            for (int j = 0; j < L.N; j++) ok = ok && hit(b, L.b(k, j, r), L.nab);
+            for (int j = 0; j < L.N; j++) ok = ok && hit(b, L.b(k, j, r), L.nbs());
         }
     for (int i = 0; i < L.M; i++)
         for (int j = 0; j < L.N; j++) ok = ok && hit(d, L.d(i, j), L.ncd);
@@ -178,19 +200,19 @@ inline bool layout_ok(const Layout &L) {
 
 // The wave operation: gathers every lane's A and B, rebuilds the matrices through L and
 // returns this lane's D elements (c holds its C elements, same layout).
-template <int NAB, int NCD>
-inline void run(const Layout &L, Ty ty, const uint32_t (&a)[NAB], const uint32_t (&b)[NAB], const float (&c)[NCD],
+template <int NAB, int NCD, int NB = NAB>
+inline void run(const Layout &L, Ty ty, const uint32_t (&a)[NAB], const uint32_t (&b)[NB], const float (&c)[NCD],
                 float (&d)[NCD]) {
-    static_assert(NAB > 0 && NCD > 0, "operand sizes");
+    static_assert(NAB > 0 && NB > 0 && NCD > 0, "operand sizes");
     struct Regs {
-        uint32_t a[NAB], b[NAB];
+        uint32_t a[NAB], b[NB];
     };
     Regs mine, all[WAVE];
     memcpy(mine.a, a, sizeof(a));
     memcpy(mine.b, b, sizeof(b));
     wave_gather(L.name, &mine, all, sizeof(Regs));
     for (int e = 0; e < NCD; e++) d[e] = NAN;
-    if (L.nab != NAB || L.ncd != NCD) {
+    if (L.nab != NAB || L.nbs() != NB || L.ncd != NCD) {
         fail(std::string("matrix.h: operand sizes of ") + L.name + " do not match its layout");
         return;
     }
@@ -252,6 +274,21 @@ inline VC exec(const Layout &L, Ty ty, VAB a, VAB b, VC c, int cbsz = 0, int abi
     for (int e = 0; e < NCD; e++) out[e] = rd[e];
     return out;
 }
+
+#if defined(EMU_MMA_SYNC)
+// mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32 d, a, b, c with d = c: the
+// registers as the PTX operands (a: 4 x .b32 of 16-bit pairs, b: 2, c: 4 floats).
+inline void mma_sync_m16n8k16(bool bf16, const uint32_t (&a)[4], uint32_t b0, uint32_t b1, float *c) {
+    uint32_t ra[8], rb[4];
+    for (int e = 0; e < 8; e++) ra[e] = (a[e / 2] >> (16 * (e % 2))) & 0xffffu;
+    const uint32_t b[2] = {b0, b1};
+    for (int e = 0; e < 4; e++) rb[e] = (b[e / 2] >> (16 * (e % 2))) & 0xffffu;
+    float rc[4], rd[4];
+    for (int e = 0; e < 4; e++) rc[e] = c[e];
+    run<8, 4, 4>(MMA_SYNC_16x8x16, bf16 ? BF16 : F16, ra, rb, rc, rd);
+    for (int e = 0; e < 4; e++) c[e] = rd[e];
+}
+#endif
 
 #if defined(EMU_MMA_GFX9)
 inline v4f mfma_f32_16x16x16f16(v4h a, v4h b, v4f c, int cbsz, int abid, int blgp) {
