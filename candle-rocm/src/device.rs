@@ -112,6 +112,16 @@ impl RocmDevice {
         Ok(self.inner.kernels.function_static(module, name)?)
     }
 
+    /// Looks up a kernel that only some targets define; `None` when this device's code object
+    /// lacks it (see [`crate::registry::KernelRegistry::optional_static`]).
+    pub(crate) fn function_optional(
+        &self,
+        module: Module,
+        name: &'static str,
+    ) -> Result<Option<Function>, BackendError> {
+        Ok(self.inner.kernels.optional_static(module, name)?)
+    }
+
     /// Uninitialised device memory from the caching allocator.
     pub(crate) fn alloc<T: DeviceRepr>(&self, len: usize) -> Result<DeviceBuffer<T>, BackendError> {
         Ok(self.stream().alloc::<T>(len)?)

@@ -159,6 +159,9 @@ pub struct KernelRegistry {
     /// Kernels looked up so far: every op launch asks by name, and a hit skips the runtime's
     /// symbol lookup. Names known at compile time are kept borrowed (no allocation per launch).
     functions: parking_lot::Mutex<HashMap<(Module, Cow<'static, str>), Function>>,
+    /// Optional kernels a module was found not to have ([`KernelRegistry::optional_static`]),
+    /// so a fallback costs one failed lookup per device, not one per launch.
+    absent: parking_lot::Mutex<std::collections::HashSet<(Module, &'static str)>>,
 }
 
 impl KernelRegistry {
@@ -172,6 +175,7 @@ impl KernelRegistry {
             runtime_version,
             modules: std::array::from_fn(|_| OnceLock::new()),
             functions: parking_lot::Mutex::new(HashMap::new()),
+            absent: parking_lot::Mutex::new(std::collections::HashSet::new()),
         })
     }
 
@@ -194,6 +198,28 @@ impl KernelRegistry {
         name: &'static str,
     ) -> Result<Function, KernelError> {
         self.lookup(module, Cow::Borrowed(name))
+    }
+
+    /// A kernel that only some targets' code objects define (e.g. a matrix-unit variant):
+    /// `Ok(None)` when the module loaded but lacks it, remembered for the device; errors
+    /// loading the module itself are returned.
+    pub fn optional_static(
+        &self,
+        module: Module,
+        name: &'static str,
+    ) -> Result<Option<Function>, KernelError> {
+        if self.absent.lock().contains(&(module, name)) {
+            return Ok(None);
+        }
+        match self.lookup(module, Cow::Borrowed(name)) {
+            Ok(f) => Ok(Some(f)),
+            Err(KernelError::MissingKernel { .. }) => {
+                tracing::debug!(module = module.name(), name, "optional kernel absent");
+                self.absent.lock().insert((module, name));
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     fn lookup(&self, module: Module, name: Cow<'static, str>) -> Result<Function, KernelError> {

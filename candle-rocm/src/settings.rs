@@ -24,6 +24,11 @@ pub const FAST_KERNELS_VAR: &str = "CANDLE_ROCM_FAST_KERNELS";
 /// as in candle's CUDA backend ([`FAST_KERNELS_VAR`]`=0` turns them off too).
 pub const BATCHED_COPY_VAR: &str = "CANDLE_ROCM_BATCHED_COPY";
 
+/// `0` keeps flash attention's prefill on the FMA tile (`fa_fwd_*`) where the device's code
+/// object also has the matrix-unit tile (`fa_mma_*`: MFMA on gfx90a/gfx942, WMMA on gfx12,
+/// tensor cores on the HIP-on-CUDA harness), for comparison.
+pub const FLASH_MMA_VAR: &str = "CANDLE_ROCM_FLASH_MMA";
+
 /// The activations of the quantized mat-vec (decode, few rows): `f32` (default) keeps them in
 /// f32, which follows the f32 model closely; `q8` rounds them to 8 bits per 32-value block
 /// exactly as Candle's CUDA backend does (its `quantize_q8_1`) and multiplies with integer dot
@@ -68,7 +73,7 @@ pub struct Setting {
 }
 
 /// Every setting of the library.
-pub const SETTINGS: [Setting; 8] = [
+pub const SETTINGS: [Setting; 9] = [
     Setting {
         var: STRICT_VAR,
         values: SWITCH_VALUES,
@@ -81,6 +86,11 @@ pub const SETTINGS: [Setting; 8] = [
     },
     Setting {
         var: BATCHED_COPY_VAR,
+        values: SWITCH_VALUES,
+        default: "1",
+    },
+    Setting {
+        var: FLASH_MMA_VAR,
         values: SWITCH_VALUES,
         default: "1",
     },
@@ -196,6 +206,18 @@ pub fn batched_copy() -> bool {
             tracing::info!("{BATCHED_COPY_VAR}: cat copies one input per launch");
         }
         fast_kernels() && on
+    })
+}
+
+/// Whether flash attention's prefill may use the matrix-unit tile ([`FLASH_MMA_VAR`]).
+pub fn flash_mma() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        let on = switch(FLASH_MMA_VAR, true);
+        if !on {
+            tracing::info!("{FLASH_MMA_VAR}: flash attention's prefill stays on the FMA tile");
+        }
+        on
     })
 }
 

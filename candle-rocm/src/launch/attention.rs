@@ -113,6 +113,12 @@ macro_rules! tile_names {
     };
 }
 const FWD_NAMES: [[&str; 4]; 3] = tile_names!("fwd");
+/// `fa_mma_<T>_<DMAX>` for f16 and bf16 (index 1, 2 as in the tables above) and the tiers 64,
+/// 128, 256; only some targets' code objects define them (`attention/mma.h`).
+const MMA_NAMES: [[&str; 3]; 2] = [
+    ["fa_mma_f16_64", "fa_mma_f16_128", "fa_mma_f16_256"],
+    ["fa_mma_bf16_64", "fa_mma_bf16_128", "fa_mma_bf16_256"],
+];
 const DEC4_NAMES: [[&str; 4]; 3] = tile_names!("dec4");
 const DEC8_NAMES: [[&str; 4]; 3] = tile_names!("dec8");
 const COMBINE_NAMES: [&str; 3] = ["fa_combine_f32", "fa_combine_f16", "fa_combine_bf16"];
@@ -141,6 +147,9 @@ pub fn prefill_rows(dmax: usize) -> usize {
 pub enum TileKernel {
     /// `fa_fwd`: tiles of [`prefill_rows`] packed rows.
     Prefill,
+    /// `fa_mma`: the matrix-unit tile (64 packed rows, f16/bf16, tiers up to 256) where the
+    /// device's code object has it.
+    Mma,
     /// `fa_dec4`: all of at most 4 packed rows in one block.
     Decode4,
     /// `fa_dec8`: all of at most 8 packed rows in one block.
@@ -161,7 +170,7 @@ impl TileKernel {
     /// Keys per tile (the unit of splits).
     pub fn key_tile(self) -> usize {
         match self {
-            TileKernel::Prefill => KEY_TILE,
+            TileKernel::Prefill | TileKernel::Mma => KEY_TILE,
             _ => DECODE_KEY_TILE,
         }
     }
@@ -182,7 +191,9 @@ pub struct TileGrid {
     pub batch: u32,
 }
 
-/// Queues the tile kernel of `dtype` over `grid` with `p`.
+/// Queues the tile kernel of `dtype` over `grid` with `p`. `Ok(false)` (nothing queued) when
+/// the kernel is [`TileKernel::Mma`] and this device's code object lacks it for `dtype` and
+/// the tier.
 ///
 /// # Safety
 /// 1. Every address in `p` is a live device allocation of the device's stream order that holds
@@ -202,19 +213,32 @@ pub unsafe fn tile(
     dtype: DType,
     grid: &TileGrid,
     p: &FaParams,
-) -> Result<(), BackendError> {
-    let names = match grid.kernel {
-        TileKernel::Prefill => &FWD_NAMES,
-        TileKernel::Decode4 => &DEC4_NAMES,
-        TileKernel::Decode8 => &DEC8_NAMES,
-    };
+) -> Result<bool, BackendError> {
     let Some(t) = TIERS.iter().position(|t| *t == grid.tier) else {
         return Err(invalid(
             "flash-attn",
             format_args!("no kernel tier {}", grid.tier),
         ));
     };
-    let f = dev.function_static(Module::Attention, names[dtype_index(dtype)?][t])?;
+    let i = dtype_index(dtype)?;
+    let f = match grid.kernel {
+        TileKernel::Mma => {
+            let name = i
+                .checked_sub(1)
+                .and_then(|i| MMA_NAMES.get(i))
+                .and_then(|n| n.get(t));
+            match name {
+                Some(name) => match dev.function_optional(Module::Attention, name)? {
+                    Some(f) => f,
+                    None => return Ok(false),
+                },
+                None => return Ok(false),
+            }
+        }
+        TileKernel::Prefill => dev.function_static(Module::Attention, FWD_NAMES[i][t])?,
+        TileKernel::Decode4 => dev.function_static(Module::Attention, DEC4_NAMES[i][t])?,
+        TileKernel::Decode8 => dev.function_static(Module::Attention, DEC8_NAMES[i][t])?,
+    };
     let cfg = LaunchConfig {
         grid_dim: (grid.tiles, grid.heads_splits, grid.batch),
         block_dim: (THREADS, 1, 1),
@@ -222,11 +246,12 @@ pub unsafe fn tile(
     };
     let mut l = dev.stream().launch_builder(&f);
     l.arg(p);
-    // SAFETY: fa_fwd/fa_dec4/fa_dec8_<T>_<DMAX>(fa_params p) with T = dtype and DMAX = grid.tier; the
-    // caller's contract (1-3) covers every address the kernel reaches and the grid; blocks of
-    // FA_THREADS threads, static shared memory only.
+    // SAFETY: fa_fwd/fa_mma/fa_dec4/fa_dec8_<T>_<DMAX>(fa_params p) with T = dtype and DMAX =
+    // grid.tier; the caller's contract (1-3) covers every address the kernel reaches and the
+    // grid (fa_mma takes fa_fwd's grid: 64 rows a tile); blocks of FA_THREADS threads, static
+    // shared memory only.
     unsafe { l.launch(cfg)? };
-    Ok(())
+    Ok(true)
 }
 
 /// Queues the combine of a split call (`p.splits > 1`): the output of every (token, head) row.
@@ -402,6 +427,8 @@ mod tests {
         assert_eq!(TileKernel::for_rows(1), TileKernel::Decode4);
         assert_eq!(TileKernel::for_rows(8), TileKernel::Decode8);
         assert_eq!(TileKernel::for_rows(9), TileKernel::Prefill);
+        assert_eq!(MMA_NAMES[1][2], "fa_mma_bf16_256");
+        assert_eq!(TileKernel::Mma.key_tile(), KEY_TILE);
         assert_eq!(FWD_NAMES[0][3], "fa_fwd_f32_512");
     }
 }

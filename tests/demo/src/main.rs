@@ -6,7 +6,7 @@
 //! ```text
 //! candle-rocm-demo [--cpu] [--model DIR] [--dtype f32|f16|bf16] [--no-decoder]
 //!                  [--decoder-model DIR | --gguf [FILE]] [--prompt TEXT] [--max-tokens N]
-//!                  [SENTENCES...]
+//!                  [--attention flash|matmul] [SENTENCES...]
 //! ```
 //!
 //! The first line printed says which device it runs on and, on the CPU, why. Logs go through
@@ -59,8 +59,19 @@ struct Args {
     /// How many tokens the decoder generates at most (it stops early at end-of-sequence).
     #[arg(long, default_value_t = 32)]
     max_tokens: usize,
+    /// The llama decoder's attention: `flash` (candle-flash-attn's API, candle-rocm's kernels)
+    /// or `matmul` (matmul, mask, softmax). Default: flash on the GPU, matmul on the CPU.
+    #[arg(long, value_enum)]
+    attention: Option<Attention>,
     /// The sentences to compare (default: a built-in set).
     sentences: Vec<String>,
+}
+
+/// `--attention`'s values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Attention {
+    Flash,
+    Matmul,
 }
 
 /// `--dtype`'s values.
@@ -192,13 +203,20 @@ fn run(args: Args) -> Result<()> {
         println!();
         match args.gguf {
             Some(file) => generate_gguf(&device, file, &args.prompt, args.max_tokens)?,
-            None => generate(
-                &device,
-                dtype,
-                args.decoder_model,
-                &args.prompt,
-                args.max_tokens,
-            )?,
+            None => {
+                let flash = match args.attention {
+                    Some(a) => a == Attention::Flash,
+                    None => !device.is_cpu(),
+                };
+                generate(
+                    &device,
+                    dtype,
+                    flash,
+                    args.decoder_model,
+                    &args.prompt,
+                    args.max_tokens,
+                )?
+            }
         }
     }
     Ok(())
@@ -208,6 +226,7 @@ fn run(args: Args) -> Result<()> {
 fn generate(
     device: &Device,
     dtype: DType,
+    flash_attn: bool,
     dir: Option<PathBuf>,
     prompt: &str,
     max_tokens: usize,
@@ -217,10 +236,16 @@ fn generate(
         None => smollm2_safetensors_dir().context("preparing SmolLM2-135M")?,
     };
     let t = Instant::now();
-    let decoder = LlamaDecoder::load(&dir, device, dtype)?;
+    let decoder = LlamaDecoder::load_with(&dir, device, dtype, flash_attn)?;
     let load = t.elapsed();
     let g = decoder.generate(prompt, max_tokens)?;
-    print_generation(&format!("{} ({dtype:?})", dir.display()), load, prompt, &g);
+    let attention = if flash_attn { "flash attention" } else { "matmul attention" };
+    print_generation(
+        &format!("{} ({dtype:?}, {attention})", dir.display()),
+        load,
+        prompt,
+        &g,
+    );
     Ok(())
 }
 

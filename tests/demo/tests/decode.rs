@@ -196,6 +196,37 @@ fn gpu_matches_cpu() {
     }
 }
 
+/// Flash attention (the GPU's default) against the matmul path on the GPU, both f16: the same
+/// logits along the CPU's greedy tokens within the f16 tolerance, and greedy tokens that follow
+/// them up to a near-tie.
+#[test]
+#[ignore = "needs a HIP device"]
+fn gpu_flash_attention_matches_the_matmul_path() {
+    let dir = llama_dir();
+    let gpu = candle_rocm::device(0).unwrap();
+    let cpu = LlamaDecoder::load(&dir, &Device::Cpu, DType::F32).unwrap();
+    assert!(!cpu.flash_attn(), "the CPU default is the matmul path");
+    let dtype = DType::F16;
+    let flash = LlamaDecoder::load_with(&dir, &gpu, dtype, true).unwrap();
+    let matmul = LlamaDecoder::load_with(&dir, &gpu, dtype, false).unwrap();
+    assert!(flash.flash_attn() && !matmul.flash_attn());
+    for prompt in PROMPTS {
+        let forced = cpu.generate(prompt, 16).unwrap().ids;
+        let reference = matmul.forced_logits(prompt, &forced).unwrap();
+        let got = flash.forced_logits(prompt, &forced).unwrap();
+        let worst = worst_relative_error(&reference, &got);
+        eprintln!("{prompt:?}: flash logits within {worst:.4} of the matmul path's");
+        assert!(
+            worst <= half_logits_tolerance(dtype),
+            "{prompt:?}: flash and matmul logits differ by {worst} (relative)"
+        );
+        let g = flash.generate(prompt, 16).unwrap();
+        let what = format!("flash {prompt:?}");
+        let tol = half_logits_tolerance(dtype);
+        assert_follows(&what, &forced, &g.ids, &reference, 16, tol);
+    }
+}
+
 /// Bound on [`worst_relative_error`] of the GGUF through the slot's default quantized matmul
 /// against the f32 model converted from it, on the CPU. Both hold the same weights (the
 /// conversion dequantizes them exactly) and that matmul takes f32 activations as they are, so

@@ -16,6 +16,7 @@ use crate::launch::attention::{
     self as launch, prefill_rows, tier, FaParams, TileGrid, TileKernel,
 };
 use crate::layout::{kernel_limit, out_of_bounds, parameter_error};
+use crate::settings::flash_mma;
 use spec::{AttentionSpec, Batching, Strides};
 
 /// A device operand of a call besides q, k and v: a storage slice and the element its
@@ -265,7 +266,17 @@ fn run<T: RocmDType>(
     // from the same numbers as p (the kernel's tiles over max_q x group rows, kv_heads x
     // splits of its key tiles, batch) and d <= tier.
     unsafe {
-        launch::tile(dev, T::DTYPE, &grid, &p)?;
+        // The matrix-unit tile where the code object has it (64 rows a tile, as fa_fwd's
+        // tiers 64 and 128; for tier 256 the grid is rebuilt for its 64 rows a tile).
+        let mma = grid.kernel == TileKernel::Prefill && grid.tier <= 256 && flash_mma();
+        let mma_grid = TileGrid {
+            kernel: TileKernel::Mma,
+            tiles: small((max_q * group).div_ceil(64))?,
+            ..grid
+        };
+        if !(mma && launch::tile(dev, T::DTYPE, &mma_grid, &p)?) {
+            launch::tile(dev, T::DTYPE, &grid, &p)?;
+        }
         if splits > 1 {
             launch::combine(dev, T::DTYPE, &p)?;
         }

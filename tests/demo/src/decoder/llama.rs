@@ -36,8 +36,21 @@ impl std::fmt::Debug for LlamaDecoder {
 }
 
 impl LlamaDecoder {
-    /// Loads the llama directory `dir` onto `device`, its weights converted to `dtype`.
+    /// Loads the llama directory `dir` onto `device`, its weights converted to `dtype`, with
+    /// flash attention on a GPU and the matmul path on the CPU (see [`Self::load_with`]).
     pub fn load(dir: &Path, device: &Device, dtype: DType) -> Result<Self, DecoderError> {
+        Self::load_with(dir, device, dtype, !device.is_cpu())
+    }
+
+    /// [`Self::load`] with the attention path chosen: `flash_attn` runs candle-transformers'
+    /// `use_flash_attn` path, which calls `candle_flash_attn` (candle-rocm's flash attention
+    /// through the stand-in crate); otherwise its matmul, mask and softmax path.
+    pub fn load_with(
+        dir: &Path,
+        device: &Device,
+        dtype: DType,
+        flash_attn: bool,
+    ) -> Result<Self, DecoderError> {
         let (config_path, tokenizer_path, weights_path) =
             crate::model_files(dir).map_err(DecoderError::Missing)?;
         let llama_config: LlamaConfig = std::fs::read_to_string(&config_path)
@@ -52,7 +65,7 @@ impl LlamaDecoder {
             Some(LlamaEosToks::Multiple(ids)) => ids.clone(),
             None => Vec::new(),
         };
-        let config = llama_config.into_config(false);
+        let config = llama_config.into_config(flash_attn);
         let tokenizer =
             Tokenizer::from_file(&tokenizer_path).map_err(|e| DecoderError::Tokenizer {
                 path: tokenizer_path.clone(),
@@ -89,7 +102,13 @@ impl LlamaDecoder {
             }
         }
         let model = Llama::load(vb, &config).map_err(|e| weights_err(e.to_string()))?;
-        tracing::info!(dir = %dir.display(), ?dtype, device = ?device.location(), "decoder: loaded");
+        tracing::info!(
+            dir = %dir.display(),
+            ?dtype,
+            device = ?device.location(),
+            flash_attn,
+            "decoder: loaded"
+        );
         Ok(LlamaDecoder {
             model,
             config,
@@ -98,6 +117,11 @@ impl LlamaDecoder {
             device: device.clone(),
             dtype,
         })
+    }
+
+    /// Whether attention runs through flash attention (else the matmul path).
+    pub fn flash_attn(&self) -> bool {
+        self.config.use_flash_attn
     }
 
     /// The device the model runs on.
