@@ -36,14 +36,10 @@ pub struct Extras<'a> {
     pub alibi: Option<Extra<'a>>,
 }
 
-/// Blocks a prefill call should have (per compute unit) before its keys are not split further.
+/// Blocks a call should have (per compute unit) before its keys are not split further.
 const BLOCKS_PER_CU: usize = 2;
-/// The same for the decode kernels: each block streams its keys one 16-byte row chunk per
-/// thread at a time, so a compute unit needs several blocks in flight to keep enough loads
-/// outstanding (bench/results has the decode rows at 2 and at 8).
-const DECODE_BLOCKS_PER_CU: usize = 8;
 /// The most splits of one call (the combine reads every split of a row).
-const MAX_SPLITS: usize = 128;
+const MAX_SPLITS: usize = 64;
 
 /// Runs the checked call `spec` on `dev`: the output, contiguous, with q's shape
 /// (`(batch, seqlen_q, heads, head_dim)` dense, `(total_q, heads, head_dim)` variable-length).
@@ -212,11 +208,7 @@ fn run<T: RocmDType>(
     let key_tiles = max_k.div_ceil(kernel.key_tile()).max(1);
     let cus = dev.device().info().compute_units as usize;
     let blocks = tiles * hk * batch;
-    let per_cu = match kernel {
-        TileKernel::Decode4 | TileKernel::Decode8 => DECODE_BLOCKS_PER_CU,
-        _ => BLOCKS_PER_CU,
-    };
-    let want = (per_cu * cus.max(1)).div_ceil(blocks.max(1));
+    let want = (BLOCKS_PER_CU * cus.max(1)).div_ceil(blocks.max(1));
     let mut splits = want.clamp(1, MAX_SPLITS).min(key_tiles);
     let tiles_per_split = key_tiles.div_ceil(splits);
     splits = key_tiles.div_ceil(tiles_per_split);
