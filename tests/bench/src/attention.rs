@@ -36,7 +36,15 @@ fn matmul_attention(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool) -> Result<
     let att = (q.matmul(&k.t()?)? * (1.0 / (d as f64).sqrt()))?;
     let att = if causal {
         let mask: Vec<f32> = (0..sq)
-            .flat_map(|i| (0..sk).map(move |j| if j > i + sk - sq { f32::NEG_INFINITY } else { 0.0 }))
+            .flat_map(|i| {
+                (0..sk).map(move |j| {
+                    if j > i + sk - sq {
+                        f32::NEG_INFINITY
+                    } else {
+                        0.0
+                    }
+                })
+            })
             .collect();
         let mask = Tensor::from_vec(mask, (sq, sk), q.device())?.to_dtype(att.dtype())?;
         att.broadcast_add(&mask)?
@@ -52,7 +60,9 @@ fn matmul_attention(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool) -> Result<
 fn flash(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool) -> Result<Option<Tensor>> {
     let d = q.dim(candle_core::D::Minus1)?;
     let scale = 1.0 / (d as f32).sqrt();
-    Ok(Some(candle_rocm::flash_attn::flash_attn(q, k, v, scale, causal)?))
+    Ok(Some(candle_rocm::flash_attn::flash_attn(
+        q, k, v, scale, causal,
+    )?))
 }
 
 /// Candle's CUDA build has no flash attention here (candle-flash-attn needs its own build).
@@ -75,7 +85,8 @@ pub(crate) fn attention(b: &Bench) -> Result<()> {
                 let batch = 16384 / s;
                 for causal in [false, true] {
                     let shape = format!("b{batch}h{h}s{s}d{d}{}", if causal { "c" } else { "" });
-                    let flops = 4.0 * (batch * h * s * s * d) as f64 / if causal { 2.0 } else { 1.0 };
+                    let flops =
+                        4.0 * (batch * h * s * s * d) as f64 / if causal { 2.0 } else { 1.0 };
                     let want_flash = b.wanted("attn", "prefill-flash");
                     let want_mm = b.wanted("attn", "prefill-matmul") && batch * h * s * s < 1 << 31;
                     if !want_flash && !want_mm {
@@ -86,11 +97,21 @@ pub(crate) fn attention(b: &Bench) -> Result<()> {
                     let v = randn((batch, s, h, d), dtype, dev)?;
                     if want_flash && flash(&q, &k, &v, causal)?.is_some() {
                         let t = b.time(|| flash(&q, &k, &v, causal))?;
-                        b.print(["attn", "prefill-flash", &shape, name(dtype)], t, flops, "flops");
+                        b.print(
+                            ["attn", "prefill-flash", &shape, name(dtype)],
+                            t,
+                            flops,
+                            "flops",
+                        );
                     }
                     if want_mm {
                         let t = b.time(|| matmul_attention(&q, &k, &v, causal))?;
-                        b.print(["attn", "prefill-matmul", &shape, name(dtype)], t, flops, "flops");
+                        b.print(
+                            ["attn", "prefill-matmul", &shape, name(dtype)],
+                            t,
+                            flops,
+                            "flops",
+                        );
                     }
                 }
             }
@@ -106,11 +127,21 @@ pub(crate) fn attention(b: &Bench) -> Result<()> {
         let v = randn((1, kv, hk, d), dtype, dev)?;
         if b.wanted("attn", "decode-flash") && flash(&q, &k, &v, false)?.is_some() {
             let t = b.time(|| flash(&q, &k, &v, false))?;
-            b.print(["attn", "decode-flash", &shape, name(dtype)], t, bytes as f64, "bytes");
+            b.print(
+                ["attn", "decode-flash", &shape, name(dtype)],
+                t,
+                bytes as f64,
+                "bytes",
+            );
         }
         if b.wanted("attn", "decode-matmul") {
             let t = b.time(|| matmul_attention(&q, &k, &v, false))?;
-            b.print(["attn", "decode-matmul", &shape, name(dtype)], t, bytes as f64, "bytes");
+            b.print(
+                ["attn", "decode-matmul", &shape, name(dtype)],
+                t,
+                bytes as f64,
+                "bytes",
+            );
         }
     }
     Ok(())

@@ -239,7 +239,11 @@ fn generate(
     let decoder = LlamaDecoder::load_with(&dir, device, dtype, flash_attn)?;
     let load = t.elapsed();
     let g = decoder.generate(prompt, max_tokens)?;
-    let attention = if flash_attn { "flash attention" } else { "matmul attention" };
+    let attention = if flash_attn {
+        "flash attention"
+    } else {
+        "matmul attention"
+    };
     print_generation(
         &format!("{} ({dtype:?}, {attention})", dir.display()),
         load,
