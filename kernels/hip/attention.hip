@@ -136,14 +136,20 @@ FA_TYPE(__nv_bfloat16, bf16)
     }
 #if FA_MMA_MAX_DMAX >= 64
 FA_MMA_TIER(__half, f16, 64)
-FA_MMA_TIER(__nv_bfloat16, bf16, 64)
 #endif
 #if FA_MMA_MAX_DMAX >= 128
 FA_MMA_TIER(__half, f16, 128)
-FA_MMA_TIER(__nv_bfloat16, bf16, 128)
 #endif
 #if FA_MMA_MAX_DMAX >= 256
 FA_MMA_TIER(__half, f16, 256)
+#endif
+#if FA_MMA_MAX_DMAX_BF16 >= 64
+FA_MMA_TIER(__nv_bfloat16, bf16, 64)
+#endif
+#if FA_MMA_MAX_DMAX_BF16 >= 128
+FA_MMA_TIER(__nv_bfloat16, bf16, 128)
+#endif
+#if FA_MMA_MAX_DMAX_BF16 >= 256
 FA_MMA_TIER(__nv_bfloat16, bf16, 256)
 #endif
 #endif

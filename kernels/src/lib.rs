@@ -164,6 +164,16 @@ impl Module {
     }
 }
 
+/// Kernels that only some targets' code objects define, by name prefix: the matrix-unit tiles of
+/// flash attention (`fa_mma_*`), built where the target has matrix units and the tier compiles
+/// without spills. candle-rocm looks them up as optional and falls back to the FMA kernels.
+pub const OPTIONAL_KERNEL_PREFIXES: &[&str] = &["fa_mma_"];
+
+/// Whether kernel `name` is one that only some targets define ([`OPTIONAL_KERNEL_PREFIXES`]).
+pub fn is_optional_kernel(name: &str) -> bool {
+    OPTIONAL_KERNEL_PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
 /// Exact GPU targets code objects are built for (the design's target list).
 pub const TARGETS: &[&str] = &[
     "gfx90a", "gfx942", "gfx1030", "gfx1100", "gfx1101", "gfx1102", "gfx1151", "gfx1200", "gfx1201",

@@ -40,6 +40,15 @@
 #define FA_MMA_MAX_DMAX 0
 #endif
 #endif
+// bf16 may stop a tier earlier: on MFMA its 128 tier keeps 8 VGPRs in AGPRs (spills the
+// static checks refuse), so bf16 stops at 64 there.
+#ifndef FA_MMA_MAX_DMAX_BF16
+#if defined(FA_MFMA) && FA_MMA_MAX_DMAX == 128
+#define FA_MMA_MAX_DMAX_BF16 64
+#else
+#define FA_MMA_MAX_DMAX_BF16 FA_MMA_MAX_DMAX
+#endif
+#endif
 
 // 16 bytes (N = 8 elements) of row `src` into shared `dst`: the first `n` (<= 8) elements,
 // zeros after them; one 16-byte load when `vec` and all 8 are wanted.
