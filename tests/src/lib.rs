@@ -169,6 +169,40 @@ pub fn rocm_device(dev: &Device) -> Option<&candle_rocm::RocmDevice> {
     dev.as_ext_device()?.as_any().downcast_ref()
 }
 
+/// Set in the child process that [`isolated`] starts.
+const ISOLATED_VAR: &str = "CANDLE_ROCM_TESTS_ISOLATED";
+
+/// Whether the calling test should run its body here: true in the child process, where it runs
+/// alone. Otherwise runs `name` (this binary's test path) in a child process of its own and
+/// fails unless it passed: the allocator's counters are per process, and other tests of a
+/// binary allocate on the same device in parallel.
+pub fn isolated(name: &str) -> Result<bool> {
+    if std::env::var_os(ISOLATED_VAR).is_some() {
+        return Ok(true);
+    }
+    let exe = std::env::current_exe()?;
+    let out = std::process::Command::new(exe)
+        .args([
+            "--exact",
+            name,
+            "--include-ignored",
+            "--test-threads=1",
+            "--nocapture",
+        ])
+        .env(ISOLATED_VAR, "1")
+        .output()?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{text}");
+    if !out.status.success() || !text.contains("1 passed") {
+        candle_core::bail!("{name} failed in its own process ({})", out.status)
+    }
+    Ok(false)
+}
+
 /// Environment variable naming a file that tests append measurements to (`key<TAB>value`
 /// lines); the HIP-on-CUDA harness sets it and prints the lines in its summary.
 pub const REPORT_VAR: &str = "CANDLE_ROCM_TESTS_REPORT";

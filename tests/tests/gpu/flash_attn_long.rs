@@ -10,41 +10,9 @@
 //! checked against the host reference (the same call on the CPU with only those queries, which
 //! bottom-right alignment makes the same rows), at the flash tests' f16 tolerance.
 
-use std::process::Command;
-
 use candle_core::{DType, Device, Result, Tensor};
 use candle_rocm::flash_attn as fa;
-use candle_rocm_tests::{assert_gpu_close, gpu, normal, report, rng, rocm_device};
-
-/// Set in the child process that runs one test alone.
-const ISOLATED_VAR: &str = "CANDLE_ROCM_FLASH_LONG_ISOLATED";
-
-/// Runs test `name` alone in a new process (true: this is that process, go on).
-fn isolated(name: &str) -> Result<bool> {
-    if std::env::var_os(ISOLATED_VAR).is_some() {
-        return Ok(true);
-    }
-    let out = Command::new(std::env::current_exe()?)
-        .args([
-            "--exact",
-            name,
-            "--include-ignored",
-            "--test-threads=1",
-            "--nocapture",
-        ])
-        .env(ISOLATED_VAR, "1")
-        .output()?;
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    eprintln!("{text}");
-    if !out.status.success() || !text.contains("1 passed") {
-        candle_core::bail!("{name} failed in its own process ({})", out.status)
-    }
-    Ok(false)
-}
+use candle_rocm_tests::{assert_gpu_close, gpu, isolated, normal, report, rng, rocm_device};
 
 /// `(1, n, heads, d)` normal values as f16 on the CPU and on `dev`.
 fn pair(dev: &Device, seed: u64, n: usize, heads: usize, d: usize) -> Result<(Tensor, Tensor)> {

@@ -1,11 +1,10 @@
 //! Many threads on one device, an allocation larger than the card, and device memory after
 //! everything is dropped.
 
-use std::process::Command;
-
 use candle_core::{DType, Device, Result, Tensor, D};
 use candle_rocm_tests::{
-    assert_close, assert_gpu_close, gpu, report, rng, rocm_device, root_cause, tolerance, uniform,
+    assert_close, assert_gpu_close, gpu, isolated, report, rng, rocm_device, root_cause, tolerance,
+    uniform,
 };
 use rand::Rng;
 
@@ -116,40 +115,6 @@ fn threads_share_one_device() -> Result<()> {
         candle_core::bail!("{}", failures.join("\n"))
     }
     Ok(())
-}
-
-/// Set in the child process that [`isolated`] starts.
-const ISOLATED_VAR: &str = "CANDLE_ROCM_TESTS_ISOLATED";
-
-/// Whether the calling test should run its body here: true in the child process, where it runs
-/// alone. Otherwise runs `name` (this binary's test path) in a child process of its own and
-/// fails unless it passed: the allocator's counters are per process, and other tests of this
-/// binary allocate on the same device in parallel.
-fn isolated(name: &str) -> Result<bool> {
-    if std::env::var_os(ISOLATED_VAR).is_some() {
-        return Ok(true);
-    }
-    let exe = std::env::current_exe()?;
-    let out = Command::new(exe)
-        .args([
-            "--exact",
-            name,
-            "--include-ignored",
-            "--test-threads=1",
-            "--nocapture",
-        ])
-        .env(ISOLATED_VAR, "1")
-        .output()?;
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    eprintln!("{text}");
-    if !out.status.success() || !text.contains("1 passed") {
-        candle_core::bail!("{name} failed in its own process ({})", out.status)
-    }
-    Ok(false)
 }
 
 /// A workload of assorted sizes; returns its result on the host.

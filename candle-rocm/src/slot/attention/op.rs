@@ -522,84 +522,52 @@ fn run_rocm(
     Ok(RocmStorage::new(out, dev.clone()))
 }
 
-impl CustomOp3 for FlashAttn {
-    fn name(&self) -> &'static str {
-        DENSE
-    }
+/// `CustomOp3` for an attention op with `spec`, `extras` and `alibi_slopes` (the dense and the
+/// variable-length one differ only there and in their name).
+macro_rules! attention_op {
+    ($op:ty, $name:expr) => {
+        impl CustomOp3 for $op {
+            fn name(&self) -> &'static str {
+                $name
+            }
 
-    /// The host reference (candle-flash-attn has no CPU path).
-    fn cpu_fwd(
-        &self,
-        q: &CpuStorage,
-        ql: &Layout,
-        k: &CpuStorage,
-        kl: &Layout,
-        v: &CpuStorage,
-        vl: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let spec = self.spec((q.dtype(), ql), (k.dtype(), kl), (v.dtype(), vl))?;
-        let alibi = host_alibi(self.alibi_slopes.as_ref())?;
-        let out = host::attention_cpu(&spec, rows(ql), q, k, v, alibi.as_deref()).w()?;
-        Ok((out, ql.shape().clone()))
-    }
+            /// The host reference (candle-flash-attn has no CPU path).
+            fn cpu_fwd(
+                &self,
+                q: &CpuStorage,
+                ql: &Layout,
+                k: &CpuStorage,
+                kl: &Layout,
+                v: &CpuStorage,
+                vl: &Layout,
+            ) -> candle_core::Result<(CpuStorage, Shape)> {
+                let spec = self.spec((q.dtype(), ql), (k.dtype(), kl), (v.dtype(), vl))?;
+                let alibi = host_alibi(self.alibi_slopes.as_ref())?;
+                let out = host::attention_cpu(&spec, rows(ql), q, k, v, alibi.as_deref()).w()?;
+                Ok((out, ql.shape().clone()))
+            }
 
-    /// The ROCm kernels when q, k and v are ROCm storages, else not handled (`None`: the
-    /// operands go to the host and [`CustomOp3::cpu_fwd`] runs).
-    fn ext_fwd(
-        &self,
-        q: &dyn ExtStorage,
-        ql: &Layout,
-        k: &dyn ExtStorage,
-        kl: &Layout,
-        v: &dyn ExtStorage,
-        vl: &Layout,
-    ) -> FusedResult {
-        let Some(qkv) = rocm([q, k, v]) else {
-            return Ok(None);
-        };
-        let spec = self.spec((q.dtype(), ql), (k.dtype(), kl), (v.dtype(), vl))?;
-        let out = run_rocm(DENSE, &spec, qkv, &self.extras())?;
-        Ok(Some((Box::new(out), ql.shape().clone())))
-    }
+            /// The ROCm kernels when q, k and v are ROCm storages, else not handled (`None`:
+            /// the operands go to the host and [`CustomOp3::cpu_fwd`] runs).
+            fn ext_fwd(
+                &self,
+                q: &dyn ExtStorage,
+                ql: &Layout,
+                k: &dyn ExtStorage,
+                kl: &Layout,
+                v: &dyn ExtStorage,
+                vl: &Layout,
+            ) -> FusedResult {
+                let Some(qkv) = rocm([q, k, v]) else {
+                    return Ok(None);
+                };
+                let spec = self.spec((q.dtype(), ql), (k.dtype(), kl), (v.dtype(), vl))?;
+                let out = run_rocm($name, &spec, qkv, &self.extras())?;
+                Ok(Some((Box::new(out), ql.shape().clone())))
+            }
+        }
+    };
 }
 
-impl CustomOp3 for FlashAttnVarLen {
-    fn name(&self) -> &'static str {
-        VARLEN
-    }
-
-    /// The host reference (candle-flash-attn has no CPU path).
-    fn cpu_fwd(
-        &self,
-        q: &CpuStorage,
-        ql: &Layout,
-        k: &CpuStorage,
-        kl: &Layout,
-        v: &CpuStorage,
-        vl: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let spec = self.spec((q.dtype(), ql), (k.dtype(), kl), (v.dtype(), vl))?;
-        let alibi = host_alibi(self.alibi_slopes.as_ref())?;
-        let out = host::attention_cpu(&spec, rows(ql), q, k, v, alibi.as_deref()).w()?;
-        Ok((out, ql.shape().clone()))
-    }
-
-    /// The ROCm kernels when q, k and v are ROCm storages, else not handled (`None`: the
-    /// operands go to the host and [`CustomOp3::cpu_fwd`] runs).
-    fn ext_fwd(
-        &self,
-        q: &dyn ExtStorage,
-        ql: &Layout,
-        k: &dyn ExtStorage,
-        kl: &Layout,
-        v: &dyn ExtStorage,
-        vl: &Layout,
-    ) -> FusedResult {
-        let Some(qkv) = rocm([q, k, v]) else {
-            return Ok(None);
-        };
-        let spec = self.spec((q.dtype(), ql), (k.dtype(), kl), (v.dtype(), vl))?;
-        let out = run_rocm(VARLEN, &spec, qkv, &self.extras())?;
-        Ok(Some((Box::new(out), ql.shape().clone())))
-    }
-}
+attention_op!(FlashAttn, DENSE);
+attention_op!(FlashAttnVarLen, VARLEN);
