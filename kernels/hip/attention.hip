@@ -40,14 +40,16 @@
 //   fa_fwd_<T>_<DMAX>(fa_params p)  BM rows per tile (64, 64, 32, 16 by tier), for prefill
 //     grid (ceil(max rows / BM), kv_heads * splits, batch); block (FA_THREADS)
 //   fa_dec<R>_<T>_<DMAX>(fa_params p)  R = 4, 8: calls of at most R packed rows (decoding), see
-//     attention/decode.h; grid (1, kv_heads * splits, batch), tiles of FA_THREADS keys
+//     attention/decode.h; grid (1, kv_heads * splits, batch), splits in tiles of FA_DEC_TILE
+//     (128) keys
 //   Both: splits == 1: o gets the output in T. splits > 1: split s of the tiles_per_split tiles
 //     [s * tps, (s + 1) * tps) writes its normalised partial output to
 //     o_part[((s * total_q + tok) * heads + h) * d + col] and its log2-sum-exp to
 //     lse_part[(s * total_q + tok) * heads + h] (-inf when it saw no key), tok = tok0_q + i
 //     (b * seqlen_q + i for dense calls).
 //   fa_mma_<T>_<DMAX>(fa_params p)  T in f16, bf16; DMAX 64, 128, 256: fa_fwd_*'s contract
-//     (splits included) on matrix units, BM = 64 rows a tile, grid as fa_fwd_*'s; only for
+//     (splits included) on matrix units, BM = 64 rows a tile, grid as fa_fwd_*'s (tiers 64
+//     and 128 pipelined, attention/mma_pipe.h; 256 chunked, attention/mma.h); only for
 //     targets with matrix units (gfx90a, gfx94x, gfx950, gfx11, gfx12; CUDA sm_80+), and there
 //     only up to the tier FA_MMA_MAX_DMAX that builds without scratch (attention/mma.h):
 //     elsewhere the symbols do not exist and the host takes fa_fwd_*.
@@ -66,6 +68,24 @@ typedef uint4 fa_vec;
 #endif
 
 #define FA_THREADS 128
+// Launch bounds. On the CUDA path (HIP-on-CUDA harness) the decode kernels ask for
+// FA_DEC_MIN_BLOCKS resident blocks an SM and the matrix-unit tile for 3 (4 at tier 64), so
+// that nvcc keeps their registers down (without it they took 136 and 201 registers, 3 and 2
+// blocks an SM, and stalled on memory latency with too few warps). AMD builds keep the plain bound (their second argument means
+// waves per execution unit, and the static checks watch their registers).
+#if defined(__HIP_DEVICE_COMPILE__)
+#define FA_BOUNDS_DEC __launch_bounds__(FA_THREADS)
+#define FA_BOUNDS_MMA(DMAX) __launch_bounds__(FA_THREADS)
+#else
+#ifndef FA_DEC_MIN_BLOCKS
+#define FA_DEC_MIN_BLOCKS 4
+#endif
+#ifndef FA_MMA64_MIN_BLOCKS
+#define FA_MMA64_MIN_BLOCKS 4
+#endif
+#define FA_BOUNDS_DEC __launch_bounds__(FA_THREADS, FA_DEC_MIN_BLOCKS)
+#define FA_BOUNDS_MMA(DMAX) __launch_bounds__(FA_THREADS, (DMAX) <= 64 ? FA_MMA64_MIN_BLOCKS : 3)
+#endif
 #define FA_BN 64
 #define FA_DC 32
 #define FA_LOG2E 1.4426950408889634f
@@ -104,15 +124,16 @@ struct fa_params {
 #include "mma/tile.h"
 #include "attention/mma_frag.h"
 #include "attention/mma.h"
+#include "attention/mma_pipe.h"
 
 #define FA_TIER(T, TN, DMAX, BM, RS)                                                               \
     extern "C" __global__ void __launch_bounds__(FA_THREADS) fa_fwd_##TN##_##DMAX(fa_params p) { \
         fa_tile<T, DMAX, BM, RS>(p);                                                               \
     }                                                                                              \
-    extern "C" __global__ void __launch_bounds__(FA_THREADS) fa_dec4_##TN##_##DMAX(fa_params p) { \
+    extern "C" __global__ void FA_BOUNDS_DEC fa_dec4_##TN##_##DMAX(fa_params p) {                 \
         fa_decode<T, DMAX, 4>(p);                                                                  \
     }                                                                                              \
-    extern "C" __global__ void __launch_bounds__(FA_THREADS) fa_dec8_##TN##_##DMAX(fa_params p) { \
+    extern "C" __global__ void FA_BOUNDS_DEC fa_dec8_##TN##_##DMAX(fa_params p) {                 \
         fa_decode<T, DMAX, 8>(p);                                                                  \
     }
 #define FA_TYPE(T, TN)                                                                             \
@@ -131,8 +152,11 @@ FA_TYPE(__nv_bfloat16, bf16)
 
 #if defined(FA_MMA_KERNELS)
 #define FA_MMA_TIER(T, TN, DMAX)                                                                   \
-    extern "C" __global__ void __launch_bounds__(FA_THREADS) fa_mma_##TN##_##DMAX(fa_params p) { \
-        fa_mma_tile<T, DMAX>(p);                                                                   \
+    extern "C" __global__ void FA_BOUNDS_MMA(DMAX) fa_mma_##TN##_##DMAX(fa_params p) {            \
+        if constexpr (DMAX <= 128)                                                                 \
+            fa_mma_pipe<T, DMAX>(p);                                                               \
+        else                                                                                       \
+            fa_mma_chunked<T, DMAX>(p);                                                            \
     }
 #if FA_MMA_MAX_DMAX >= 64
 FA_MMA_TIER(__half, f16, 64)

@@ -194,9 +194,21 @@ fn attention_driver_catches_mutants() {
         ),
         (
             "attention/decode.h",
-            "        __syncthreads(); // B: P and the waves' sums",
+            "        __syncthreads(); // D: P and the rescale factors",
             "",
             "decode: no barrier between P and its use",
+        ),
+        (
+            "attention/decode.h",
+            "if (j0 + KT < j_hi) fetch(j0 + KT);",
+            "if (j0 + KT < j_hi) fetch(j0);",
+            "decode: the pipelined loads fetch the wrong sub-tile",
+        ),
+        (
+            "attention/decode.h",
+            "acc += sp[c][r][kk];",
+            "acc = sp[c][r][kk];",
+            "decode: the parts of a logit not added",
         ),
         (
             "attention/decode.h",
@@ -334,9 +346,23 @@ fn attention_mma_driver_catches_mutants() {
         (
             cuda,
             "attention/mma_frag.h",
-            "f.x[r] = fm_ld32(p + (8 * (r / 2) + l / 4) * ld + 2 * (l % 4) + 8 * (r % 2));",
-            "f.x[r] = fm_ld32(p + (8 * (r % 2) + l / 4) * ld + 2 * (l % 4) + 8 * (r / 2));",
-            "CUDA: K's B operand with its n8 halves and k halves swapped",
+            "return KPAT ? 8 * (i / 16) + i % 8 : 8 * ((i / 8) % 2) + i % 8;",
+            "return KPAT ? 8 * ((i / 8) % 2) + i % 8 : 8 * (i / 16) + i % 8;",
+            "CUDA: ldmatrix rows named in the wrong matrix order (K's n8 and k halves swapped)",
+        ),
+        (
+            cuda,
+            "attention/mma_frag.h",
+            "return fm_ldsm<T, true, false>(p, ld, l);",
+            "return fm_ldsm<T, false, false>(p, ld, l);",
+            "CUDA: V as it lies read without the transposing ldmatrix",
+        ),
+        (
+            gfx942,
+            "attention/mma_pipe.h",
+            "__syncthreads(); // V(t) is in vs; every wave is done with K(t)",
+            "",
+            "pipelined tile: no barrier between V's staging and its use (and K's next tile)",
         ),
         (
             gfx942,

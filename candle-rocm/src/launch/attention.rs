@@ -22,6 +22,8 @@ pub const KEY_TILE: usize = 64;
 pub const DECODE_KEY_TILE: usize = THREADS as usize;
 /// The most packed (query, head-in-group) rows a decode kernel takes.
 pub const DECODE_ROWS: usize = 8;
+/// Packed rows per tile of the matrix-unit tile (`fa_mma_*`, every tier).
+pub const MMA_ROWS: usize = 64;
 /// The head-dim tiers the kernels are built for (`DMAX`).
 pub const TIERS: [usize; 4] = [64, 128, 256, 512];
 
@@ -191,6 +193,32 @@ pub struct TileGrid {
     pub batch: u32,
 }
 
+/// The matrix-unit tile of dtype index `i` and tier index `t`, where the device's code object
+/// has it.
+fn mma_function(
+    dev: &RocmDevice,
+    i: usize,
+    t: usize,
+) -> Result<Option<rocm_safe::Function>, BackendError> {
+    let name = i
+        .checked_sub(1)
+        .and_then(|i| MMA_NAMES.get(i))
+        .and_then(|n| n.get(t));
+    match name {
+        Some(name) => dev.function_optional(Module::Attention, name),
+        None => Ok(None),
+    }
+}
+
+/// Whether this device's code object has the matrix-unit tile ([`TileKernel::Mma`]) for
+/// `dtype` at head-dim tier `tier`.
+pub fn has_mma(dev: &RocmDevice, dtype: DType, tier: usize) -> Result<bool, BackendError> {
+    let (Ok(i), Some(t)) = (dtype_index(dtype), TIERS.iter().position(|x| *x == tier)) else {
+        return Ok(false);
+    };
+    Ok(mma_function(dev, i, t)?.is_some())
+}
+
 /// Queues the tile kernel of `dtype` over `grid` with `p`. `Ok(false)` (nothing queued) when
 /// the kernel is [`TileKernel::Mma`] and this device's code object lacks it for `dtype` and
 /// the tier.
@@ -222,19 +250,10 @@ pub unsafe fn tile(
     };
     let i = dtype_index(dtype)?;
     let f = match grid.kernel {
-        TileKernel::Mma => {
-            let name = i
-                .checked_sub(1)
-                .and_then(|i| MMA_NAMES.get(i))
-                .and_then(|n| n.get(t));
-            match name {
-                Some(name) => match dev.function_optional(Module::Attention, name)? {
-                    Some(f) => f,
-                    None => return Ok(false),
-                },
-                None => return Ok(false),
-            }
-        }
+        TileKernel::Mma => match mma_function(dev, i, t)? {
+            Some(f) => f,
+            None => return Ok(false),
+        },
         TileKernel::Prefill => dev.function_static(Module::Attention, FWD_NAMES[i][t])?,
         TileKernel::Decode4 => dev.function_static(Module::Attention, DEC4_NAMES[i][t])?,
         TileKernel::Decode8 => dev.function_static(Module::Attention, DEC8_NAMES[i][t])?,

@@ -49,6 +49,15 @@ __device__ __forceinline__ float fa_shfl_xor(float v, int mask) {
 #endif
 }
 
+// A scheduling fence on AMD: keeps the loads and the arithmetic of one step of an unrolled loop
+// together (without it the scheduler hoists every load of the loop ahead and runs out of
+// VGPRs); nothing elsewhere.
+#if defined(__HIP_DEVICE_COMPILE__)
+#define FA_FENCE() __builtin_amdgcn_sched_barrier(0)
+#else
+#define FA_FENCE()
+#endif
+
 // One sequence of a call: its lengths and where its tokens start.
 struct FaSeq {
     uint32_t sq, sk;        // queries, keys

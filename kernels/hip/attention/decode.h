@@ -2,33 +2,85 @@
 // most R packed (query, head-in-group) rows: one block per (kv head and split, sequence) takes
 // all the rows, so each key and value row is read once for every query head that shares it.
 //
-// Work split. Keys come in tiles of FA_THREADS (128), one per thread: thread t computes the
-// logits of key j0 + t against the R query rows (its key row in 16-byte loads from global
-// memory, the queries from shared memory as broadcast float4 reads). The tile's row max and
-// row sum go through xor shuffles inside each wave and one shared slot per wave (two barriers a
-// tile); P goes to shared memory. For O += P V the threads are DMAX / N column chunks (N
-// elements, 16 bytes) times KG key groups: thread (g, c) adds keys g, g + KG, ... of the tile
-// into R x N accumulators from one 16-byte load of V each. At the end the key groups' partial
+// Built to keep memory busy: decoding reads the whole KV cache for a handful of rows, so the
+// kernel is a stream of K and V through shared memory with little arithmetic per byte.
+//   - Keys come in sub-tiles of KT keys, FA_DEC_BYTES (8 KiB; 4 KiB on AMD) of K and as much
+//     of V: every thread loads 4 + 4 (2 + 2) of the sub-tile's 16-byte chunks, coalesced
+//     (consecutive threads read consecutive chunks of a row), into registers. The loads of
+//     sub-tile n + 1 are issued before sub-tile n is computed, so they are in flight while it
+//     is (software pipelining through registers), and stored to shared memory at the top of
+//     the next step.
+//   - S = Q K^T: thread t takes key t % KT and a part t / KT of the row, 4 (2) chunks for every
+//     shape, against the R rows of Q in shared memory (broadcast reads); the parts go to
+//     shared memory.
+//   - Softmax: wave w owns rows w, w + NW, ...: its lanes add a key's parts, apply scale,
+//     softcap, ALiBi and the mask, and take the row max and sum by xor shuffles; the row's
+//     running max and sum live in the owning wave's registers; P and the rescale factor go to
+//     shared memory.
+//   - O += P V: thread (g, c) owns 16-byte column chunk c of every row and adds keys g, g + KG,
+//     ... of the sub-tile (4, or 2) from shared memory.
+// Three barriers a sub-tile. Shared-memory rows are padded by one chunk so the lanes reading
+// different rows at the same column hit different banks. At the end the key groups' partial
 // outputs are added in group order in shared memory (deterministic), and the rows are
 // normalised and written as the tile kernels write them (T, or the split workspace).
+//
+// Splits count in tiles of FA_DEC_TILE (128) keys (the host's DECODE_KEY_TILE); sub-tiles of
+// KT <= 128 keys divide them.
 #pragma once
+
+#define FA_DEC_TILE 128
+// Bytes of K (and of V) a sub-tile: 8 KiB on the CUDA path (228 KiB of shared memory an SM:
+// about 9 blocks), 4 KiB on AMD (64 KiB of LDS a compute unit: 5 blocks of about 12 KiB).
+#if defined(__HIP_DEVICE_COMPILE__)
+#define FA_DEC_BYTES 4096
+#else
+#define FA_DEC_BYTES 8192
+#endif
+
+// A chunk of 16 bytes of T, as raw bits: one 16-byte load when `vec`, else element loads.
+template <typename T> __device__ __forceinline__ fa_vec fa_load_raw(const T *p, bool vec) {
+    if (vec) return *reinterpret_cast<const fa_vec *>(p);
+    FaChunk<T> c;
+#pragma unroll
+    for (int e = 0; e < FaChunk<T>::N; e++) c.e[e] = p[e];
+    fa_vec v;
+    __builtin_memcpy(&v, &c, sizeof(v));
+    return v;
+}
+
+template <typename T> __device__ __forceinline__ void fa_unpack(const fa_vec &v, float (&out)[FaChunk<T>::N]) {
+    FaChunk<T> c;
+    __builtin_memcpy(&c, &v, sizeof(c));
+#pragma unroll
+    for (int e = 0; e < FaChunk<T>::N; e++) out[e] = fa_to(c.e[e]);
+}
 
 template <typename T, int DMAX, int R>
 __device__ __forceinline__ void fa_decode(const fa_params &p) {
-    constexpr int N = FaChunk<T>::N;          // elements per 16-byte load
-    constexpr int KT = FA_THREADS;            // keys per tile, one per thread
-    constexpr int CT = DMAX / N;              // 16-byte chunks per row at the tier's width
-    constexpr int KG = FA_THREADS / CT;       // key groups of O += P V
-    constexpr int NW = FA_THREADS / FA_WAVE;  // waves per block
-    static_assert(CT * KG == FA_THREADS && KG >= 1 && N % 4 == 0, "decode shape");
+    constexpr int N = FaChunk<T>::N;                             // elements per chunk
+    constexpr int CT = DMAX / N;                                 // chunks per row at the tier
+    constexpr int KT = FA_DEC_BYTES / (DMAX * (int)sizeof(T));   // keys per sub-tile
+    constexpr int NL = KT * CT / FA_THREADS;                     // chunks a thread loads, per matrix
+    constexpr int NP = FA_THREADS / KT;                          // parts of a row in S = Q K^T
+    constexpr int PC = CT / NP;                                  // chunks per part
+    constexpr int KG = FA_THREADS / CT;                          // key groups of O += P V
+    constexpr int NW = FA_THREADS / FA_WAVE;                     // waves per block
+    constexpr int RW = R / NW;                                   // rows per wave in the softmax
+    constexpr int LK = (KT + FA_WAVE - 1) / FA_WAVE;             // keys per lane in the softmax
+    static_assert(KT >= 1 && FA_DEC_TILE % KT == 0 && NL * FA_THREADS == KT * CT, "decode sub-tile");
+    static_assert(NP * KT == FA_THREADS && PC * NP == CT && KG * CT == FA_THREADS, "decode split");
+    static_assert(RW * NW == R && N % 4 == 0, "decode rows");
+    __shared__ fa_vec ks[KT][CT + 1];
+    __shared__ fa_vec vs[KT][CT + 1];
     __shared__ float4 qo4[R * DMAX / 4];      // the queries, then the output rows
-    __shared__ float ps[R * KT];              // P of the tile
-    __shared__ float red[2][R][NW];           // per-wave row max and row sum
+    __shared__ float sp[NP][R][KT];           // parts of S
+    __shared__ float ps[R][KT];               // P of the sub-tile
+    __shared__ float cs[R];                   // per row: the rescale of O for this sub-tile
     __shared__ float fin[2][R];               // per row: 1 / sum, log2-sum-exp
     float *const qo = reinterpret_cast<float *>(qo4);
 
     const uint32_t tid = threadIdx.x;
-    const uint32_t wave = tid / FA_WAVE;
+    const uint32_t wave = tid / FA_WAVE, lane = tid % FA_WAVE;
     const uint32_t b = blockIdx.z, hk = blockIdx.y % p.kv_heads, split = blockIdx.y / p.kv_heads;
     const FaSeq s = fa_seq(p, b);
     const uint32_t G = p.group, d = p.d;
@@ -54,59 +106,88 @@ __device__ __forceinline__ void fa_decode(const fa_params &p) {
 #pragma unroll
         for (int u = 0; u < N; u++) qo[r * DMAX + col + u] = e[u];
     }
-    int64_t qpos[R];
-    float slope[R];
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        const uint32_t rr = (uint32_t)r < rows ? r : rows - 1;
-        qpos[r] = (int64_t)(rr / G) + off;
-        slope[r] = p.alibi ? p.alibi[hk * G + rr % G] * FA_LOG2E : 0.0f;
-    }
 
-    // The key tiles the mask leaves to the rows, cut to the split.
-    int64_t t0, t1;
+    // The keys the mask leaves to the rows, cut to the split, in whole sub-tiles.
+    int64_t j_lo, j_hi;
     {
         int64_t lo = 0, hi = s.sk;
         if (!p.mm_prefix) {
             if (wl >= 0) lo = fa_max<int64_t>(lo, off - wl);
             if (wr >= 0) hi = fa_min<int64_t>(hi, (int64_t)((rows - 1) / G) + off + wr + 1);
         }
-        t0 = lo / KT;
-        t1 = hi > lo ? (hi + KT - 1) / KT : t0;
         if (p.splits > 1) {
-            const int64_t s0 = (int64_t)split * p.tiles_per_split;
-            t0 = fa_max<int64_t>(t0, s0);
-            t1 = fa_min<int64_t>(t1, s0 + (int64_t)p.tiles_per_split);
+            const int64_t s0 = (int64_t)split * p.tiles_per_split * FA_DEC_TILE;
+            lo = fa_max<int64_t>(lo, s0);
+            hi = fa_min<int64_t>(hi, s0 + (int64_t)p.tiles_per_split * FA_DEC_TILE);
         }
+        j_lo = lo / KT * KT;
+        j_hi = hi;
     }
 
-    const uint32_t g = tid / CT, cc = tid % CT; // O += P V: key group, column chunk
-    float m[R], l[R], o[R][N];
+    // Sub-tile loads: chunk x = tid + FA_THREADS n is column chunk x % CT of key x / CT; zero
+    // past d and past the keys of the block.
+    fa_vec kr[NL], vr[NL];
+    auto fetch = [&](int64_t j0) {
 #pragma unroll
-    for (int r = 0; r < R; r++) {
-        m[r] = -INFINITY;
-        l[r] = 0.0f;
+        for (int n = 0; n < NL; n++) {
+            const uint32_t x = tid + FA_THREADS * n, kk = x / CT, col = (x % CT) * N;
+            const int64_t j = j0 + kk;
+            fa_vec a = {0u, 0u, 0u, 0u}, c = {0u, 0u, 0u, 0u};
+            if (j < j_hi && col < d) {
+                a = fa_load_raw(k + fa_kv_offset(p, b, s.tok0_k, (uint32_t)j, hk, p.k_batch, p.k_row, p.k_head) + col, vec);
+                c = fa_load_raw(v + fa_kv_offset(p, b, s.tok0_k, (uint32_t)j, hk, p.v_batch, p.v_row, p.v_head) + col, vec);
+            }
+            kr[n] = a;
+            vr[n] = c;
+        }
+    };
+
+    int64_t qpos[RW];
+    float slope[RW], m[RW], l[RW];
+#pragma unroll
+    for (int i = 0; i < RW; i++) {
+        const uint32_t r = wave + NW * i;
+        const uint32_t rr = r < rows ? r : rows - 1;
+        qpos[i] = (int64_t)(rr / G) + off;
+        slope[i] = p.alibi ? p.alibi[hk * G + rr % G] * FA_LOG2E : 0.0f;
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+    }
+    const uint32_t g = tid / CT, cc = tid % CT; // O += P V: key group, column chunk
+    const uint32_t sj = tid % KT, sc = tid / KT; // S = Q K^T: key, part
+    float o[R][N];
+#pragma unroll
+    for (int r = 0; r < R; r++)
 #pragma unroll
         for (int u = 0; u < N; u++) o[r][u] = 0.0f;
-    }
-    __syncthreads(); // the queries are in shared memory
 
-    for (int64_t t = t0; t < t1; t++) {
-        const int64_t j0 = t * KT;
-        // Logits of key j against every row.
-        const int64_t j = j0 + tid;
-        float x[R];
+    if (j_lo < j_hi) fetch(j_lo);
+    for (int64_t j0 = j_lo; j0 < j_hi; j0 += KT) {
+        // No barrier before these stores: every thread passed D after the last reads of ks
+        // (in S) and of ps and cs, and in O += P V each thread reads only the V chunks it
+        // stores itself (chunk tid + FA_THREADS n is key g + KG n, column chunk cc).
 #pragma unroll
-        for (int r = 0; r < R; r++) x[r] = 0.0f;
-        if (j < s.sk) {
-            const T *kr = k + fa_kv_offset(p, b, s.tok0_k, (uint32_t)j, hk, p.k_batch, p.k_row, p.k_head);
-#pragma unroll 2
-            for (uint32_t col = 0; col < d; col += N) {
+        for (int n = 0; n < NL; n++) {
+            const uint32_t x = tid + FA_THREADS * n;
+            ks[x / CT][x % CT] = kr[n];
+            vs[x / CT][x % CT] = vr[n];
+        }
+        if (j0 + KT < j_hi) fetch(j0 + KT); // in flight while this sub-tile is computed
+        __syncthreads(); // B: the sub-tile is in shared memory (and Q, the first time)
+
+        // S = Q K^T, part sc of key sj.
+        {
+            float x[R];
+#pragma unroll
+            for (int r = 0; r < R; r++) x[r] = 0.0f;
+#pragma unroll
+            for (int n = 0; n < PC; n++) {
+                const uint32_t ch = sc * PC + n;
                 float e[N];
-                fa_load(kr + col, vec, e);
+                fa_unpack<T>(ks[sj][ch], e);
 #pragma unroll
                 for (int r = 0; r < R; r++) {
-                    const float4 *qv = qo4 + (r * DMAX + col) / 4;
+                    const float4 *qv = qo4 + (r * DMAX + ch * N) / 4;
 #pragma unroll
                     for (int u = 0; u < N / 4; u++) {
                         const float4 qq = qv[u];
@@ -116,73 +197,81 @@ __device__ __forceinline__ void fa_decode(const fa_params &p) {
                         x[r] = fmaf(qq.w, e[4 * u + 3], x[r]);
                     }
                 }
+                FA_FENCE();
             }
-        }
-        float tmax[R];
 #pragma unroll
-        for (int r = 0; r < R; r++) {
-            float y = x[r];
-            y = p.softcap > 0.0f ? p.softcap * tanhf(y * p.scale / p.softcap) : y * p.scale;
-            y *= FA_LOG2E;
-            bool keep = (uint32_t)r < rows && j < s.sk;
-            if (keep && (wl >= 0 || wr >= 0)) {
-                bool in = (wl < 0 || j >= qpos[r] - wl) && (wr < 0 || j <= qpos[r] + wr);
-                if (!in && p.mm_prefix) in = fa_mm_allowed(p, b, qpos[r], j);
-                keep = in;
+            for (int r = 0; r < R; r++) sp[sc][r][sj] = x[r];
+        }
+        __syncthreads(); // C: the parts of S
+
+        // Softmax of the rows this wave owns.
+#pragma unroll
+        for (int i = 0; i < RW; i++) {
+            const uint32_t r = wave + NW * i;
+            float xs[LK];
+            float mx = -INFINITY;
+#pragma unroll
+            for (int n = 0; n < LK; n++) {
+                const uint32_t kk = lane + FA_WAVE * n;
+                const int64_t j = j0 + kk;
+                float y = -INFINITY;
+                if (kk < (uint32_t)KT && r < rows && j < j_hi) {
+                    float acc = 0.0f;
+#pragma unroll
+                    for (int c = 0; c < NP; c++) acc += sp[c][r][kk];
+                    y = p.softcap > 0.0f ? p.softcap * tanhf(acc * p.scale / p.softcap) : acc * p.scale;
+                    y *= FA_LOG2E;
+                    bool keep = true;
+                    if (wl >= 0 || wr >= 0) {
+                        keep = (wl < 0 || j >= qpos[i] - wl) && (wr < 0 || j <= qpos[i] + wr);
+                        if (!keep && p.mm_prefix) keep = fa_mm_allowed(p, b, qpos[i], j);
+                    }
+                    if (p.alibi) y -= slope[i] * fabsf((float)(qpos[i] - j));
+                    if (!keep) y = -INFINITY;
+                }
+                xs[n] = y;
+                mx = fmaxf(mx, y);
             }
-            if (p.alibi) y -= slope[r] * fabsf((float)(qpos[r] - j));
-            x[r] = keep ? y : -INFINITY;
-            tmax[r] = x[r];
 #pragma unroll
-            for (int mask = FA_WAVE / 2; mask > 0; mask >>= 1) tmax[r] = fmaxf(tmax[r], fa_shfl_xor(tmax[r], mask));
-        }
-        if (tid % FA_WAVE == 0)
-#pragma unroll
-            for (int r = 0; r < R; r++) red[0][r][wave] = tmax[r];
-        __syncthreads(); // A: the waves' maxima (and the last tile's P is read)
-        float corr[R], psum[R];
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            float mx = red[0][r][0];
-#pragma unroll
-            for (int w = 1; w < NW; w++) mx = fmaxf(mx, red[0][r][w]);
-            const float mnew = fmaxf(m[r], mx);
+            for (int mask = FA_WAVE / 2; mask > 0; mask >>= 1) mx = fmaxf(mx, fa_shfl_xor(mx, mask));
+            const float mnew = fmaxf(m[i], mx);
             const float mu = mnew == -INFINITY ? 0.0f : mnew;
-            corr[r] = exp2f(m[r] - mu);
-            m[r] = mnew;
-            const float pv = exp2f(x[r] - mu);
-            ps[r * KT + tid] = pv;
-            psum[r] = pv;
-#pragma unroll
-            for (int mask = FA_WAVE / 2; mask > 0; mask >>= 1) psum[r] += fa_shfl_xor(psum[r], mask);
-        }
-        if (tid % FA_WAVE == 0)
-#pragma unroll
-            for (int r = 0; r < R; r++) red[1][r][wave] = psum[r];
-        __syncthreads(); // B: P and the waves' sums
-#pragma unroll
-        for (int r = 0; r < R; r++) {
+            const float corr = exp2f(m[i] - mu);
+            m[i] = mnew;
             float sum = 0.0f;
 #pragma unroll
-            for (int w = 0; w < NW; w++) sum += red[1][r][w];
-            l[r] = l[r] * corr[r] + sum;
-#pragma unroll
-            for (int u = 0; u < N; u++) o[r][u] *= corr[r];
-        }
-        const uint32_t col = cc * N;
-        if (col < d) {
-            for (uint32_t kk = g; kk < KT; kk += KG) {
-                const int64_t jj = j0 + kk;
-                if (jj >= s.sk) break;
-                float e[N];
-                fa_load(v + fa_kv_offset(p, b, s.tok0_k, (uint32_t)jj, hk, p.v_batch, p.v_row, p.v_head) + col, vec, e);
-#pragma unroll
-                for (int r = 0; r < R; r++) {
-                    const float pr = ps[r * KT + kk];
-#pragma unroll
-                    for (int u = 0; u < N; u++) o[r][u] = fmaf(pr, e[u], o[r][u]);
-                }
+            for (int n = 0; n < LK; n++) {
+                const uint32_t kk = lane + FA_WAVE * n;
+                const float pv = exp2f(xs[n] - mu);
+                if (kk < (uint32_t)KT) ps[r][kk] = pv;
+                sum += pv;
             }
+#pragma unroll
+            for (int mask = FA_WAVE / 2; mask > 0; mask >>= 1) sum += fa_shfl_xor(sum, mask);
+            l[i] = l[i] * corr + sum;
+            if (lane == 0) cs[r] = corr;
+        }
+        __syncthreads(); // D: P and the rescale factors
+
+        // O += P V.
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const float c = cs[r];
+#pragma unroll
+            for (int u = 0; u < N; u++) o[r][u] *= c;
+        }
+#pragma unroll
+        for (int n = 0; n < KT / KG; n++) {
+            const uint32_t kk = g + KG * n;
+            float e[N];
+            fa_unpack<T>(vs[kk][cc], e);
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const float pr = ps[r][kk];
+#pragma unroll
+                for (int u = 0; u < N; u++) o[r][u] = fmaf(pr, e[u], o[r][u]);
+            }
+            FA_FENCE();
         }
     }
 
@@ -198,12 +287,13 @@ __device__ __forceinline__ void fa_decode(const fa_params &p) {
                     *dst = gg == 0 ? o[r][u] : *dst + o[r][u];
                 }
     }
-    // Every thread holds the same m and l; thread 0 publishes them by row.
-    if (tid == 0)
+    // The owning waves publish each row's 1 / sum and log2-sum-exp.
+    if (lane == 0)
 #pragma unroll
-        for (int r = 0; r < R; r++) {
-            fin[0][r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-            fin[1][r] = l[r] > 0.0f ? m[r] + log2f(l[r]) : -INFINITY;
+        for (int i = 0; i < RW; i++) {
+            const uint32_t r = wave + NW * i;
+            fin[0][r] = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+            fin[1][r] = l[i] > 0.0f ? m[i] + log2f(l[i]) : -INFINITY;
         }
     __syncthreads();
     for (uint32_t x = tid; x < R * (uint32_t)DMAX; x += FA_THREADS) {

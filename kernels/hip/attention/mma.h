@@ -1,7 +1,9 @@
-// attention/mma.h - part of attention.hip: the matrix-unit prefill tile (fa_mma_<T>_<DMAX>, T
+// attention/mma.h - part of attention.hip: the matrix-unit prefill tiles (fa_mma_<T>_<DMAX>, T
 // f16 or bf16, DMAX 64, 128, 256), the FMA tile's semantics and output contract (attention.hip's
 // header) with S = Q K^T and O += P V on matrix units (attention/mma_frag.h), f32 accumulation
 // and the online softmax in f32, base 2. Exists only where mma_frag.h defines FA_MMA_KERNELS.
+// This file holds what both tiles share (the rows, the key range, the softmax, the store) and
+// the chunked tile of tier 256; tiers 64 and 128 take the pipelined tile (attention/mma_pipe.h).
 //
 // Work split. A block of FA_THREADS (128) threads takes BM = 64 packed (query, head-in-group)
 // rows of one kv head, split and sequence, like fa_fwd_* (grid (ceil(max rows / 64),
@@ -13,12 +15,13 @@
 // correction (fm_slot: which of the lane's rows an element is on) and turns S into P's
 // fragments in registers (rounded to T), then O += P V.
 //
-// Shared memory (T, rows padded by 8 elements: 16-byte aligned, off the bank stride):
+// The chunked tile's shared memory (T, rows padded by 8 elements: 16-byte aligned, off the
+// bank stride):
 //   qs: the block's Q rows, BM x DMAX, loaded once (zeros past d and past the rows)
-//   kv: one chunk of the key tile: K's head-dim chunks for S, FA_BN x KC (KC = DMAX up to 128,
-//       else 64), then V's column chunks for O staged transposed, KC x FA_BN, so that every
-//       fragment load reads consecutive elements (zeros past the keys and past d).
-//   LDS: 18 KiB (64), 35 KiB (128), 42 KiB (256): under the 48 KiB static limit of CUDA.
+//   kv: one chunk of the key tile: K's head-dim chunks for S, FA_BN x KC (KC = 64), then V's
+//       column chunks for O staged transposed, KC x FA_BN, so that every fragment load reads
+//       consecutive elements (zeros past the keys and past d).
+//   LDS: 42 KiB: under the 48 KiB static limit of CUDA.
 // Registers a lane: O DMAX / 16 x FM_QT accumulators (DMAX / 2 floats on every family), S 4 x
 // FM_QT accumulators (32 floats), P 4 x FM_QT fragments.
 #pragma once
@@ -66,7 +69,197 @@ template <typename T> __device__ __forceinline__ void fm_stage(T *dst, const T *
     *reinterpret_cast<fa_vec *>(dst) = v;
 }
 
-template <typename T, int DMAX> __device__ __forceinline__ void fa_mma_tile(const fa_params &p) {
+// Value row j (of sequence b, kv head hk), columns col .. col + 7, into shared memory
+// transposed: element u at dst[u * pitch] (zeros past the keys and past d).
+template <typename T>
+__device__ __forceinline__ void fm_stage_vt(T *dst, int pitch, const fa_params &p, uint32_t b, const FaSeq &s,
+                                            int64_t j, uint32_t col, uint32_t hk, bool vec) {
+    constexpr int N = FaChunk<T>::N;
+    FaChunk<T> c;
+    if (j < s.sk && col < p.d) {
+        const T *src = (const T *)p.v + fa_kv_offset(p, b, s.tok0_k, (uint32_t)j, hk, p.v_batch, p.v_row, p.v_head) + col;
+        const uint32_t n = fa_min<uint32_t>(N, p.d - col);
+        if (vec && n == N) {
+            const fa_vec x = *reinterpret_cast<const fa_vec *>(src);
+            __builtin_memcpy(&c, &x, sizeof(c));
+        } else {
+#pragma unroll
+            for (int u = 0; u < N; u++) c.e[u] = (uint32_t)u < n ? src[u] : fa_from<T>(0.0f);
+        }
+    } else {
+#pragma unroll
+        for (int u = 0; u < N; u++) c.e[u] = fa_from<T>(0.0f);
+    }
+#pragma unroll
+    for (int u = 0; u < N; u++) dst[u * pitch] = c.e[u];
+}
+
+// A wave's row state: per lane, its rows (FM_RQ per 16-row tile) and their online softmax.
+struct FmRows {
+    int64_t qpos[FM_QT][FM_RQ]; // key position of the row's query
+    float slope[FM_QT][FM_RQ];  // ALiBi slope, log2 units
+    bool live[FM_QT][FM_RQ];    // a row past the sequence is masked, never written
+    float m[FM_QT][FM_RQ], lsum[FM_QT][FM_RQ];
+};
+
+// The rows of the wave whose first row is `base` (packed row index).
+__device__ __forceinline__ void fm_rows_init(FmRows &w, const fa_params &p, uint32_t base, uint32_t rows,
+                                             uint32_t G, uint32_t hk, int64_t off, int l) {
+#pragma unroll
+    for (int qt = 0; qt < FM_QT; qt++)
+#pragma unroll
+        for (int r = 0; r < FM_RQ; r++) {
+            const uint32_t R0 = base + qt * 16 + fm_row(l, r);
+            w.live[qt][r] = R0 < rows;
+            const uint32_t R = w.live[qt][r] ? R0 : rows - 1;
+            w.qpos[qt][r] = (int64_t)(R / G) + off;
+            w.slope[qt][r] = p.alibi ? p.alibi[hk * G + (uint32_t)(R % G)] * FA_LOG2E : 0.0f;
+            w.m[qt][r] = -INFINITY;
+            w.lsum[qt][r] = 0.0f;
+        }
+}
+
+// The tiles of FA_BN keys [t0, t1) the mask leaves to the block's rows [r0, r0 + BM), cut to
+// its split (as fa_tile).
+__device__ __forceinline__ void fm_key_tiles(const fa_params &p, const FaSeq &s, uint32_t r0, uint32_t bm,
+                                             uint32_t rows, uint32_t split, int64_t &t0, int64_t &t1) {
+    const uint32_t G = p.group;
+    const int64_t off = (int64_t)s.sk - (int64_t)s.sq;
+    const int64_t wl = p.window_left, wr = p.window_right;
+    const int64_t ilo = (int64_t)(r0 / G), ihi = (int64_t)((fa_min<uint32_t>(r0 + bm, rows) - 1) / G);
+    int64_t lo = 0, hi = s.sk;
+    if (!p.mm_prefix) {
+        if (wl >= 0) lo = fa_max<int64_t>(lo, ilo + off - wl);
+        if (wr >= 0) hi = fa_min<int64_t>(hi, ihi + off + wr + 1);
+    }
+    t0 = lo / FA_BN;
+    t1 = hi > lo ? (hi + FA_BN - 1) / FA_BN : t0;
+    if (p.splits > 1) {
+        const int64_t s0 = (int64_t)split * p.tiles_per_split;
+        t0 = fa_max<int64_t>(t0, s0);
+        t1 = fa_min<int64_t>(t1, s0 + (int64_t)p.tiles_per_split);
+    }
+}
+
+// The key tile at j0 once S is in `sa`: logits (log2 units), the mask, the online softmax; P
+// into fragments `pf` (rounded to T); O rescaled by each row's correction. Per row, the tile's
+// keys jj = j - j0 it keeps are [lo, hi] (the window and the keys' end; empty for a dead row),
+// plus, with prefix ranges, those of [0, hk] fa_mm_allowed lets in.
+template <typename T, int NT, int DT>
+__device__ __forceinline__ void fm_softmax(const fa_params &p, uint32_t b, const FaSeq &s, int64_t j0, int l,
+                                           FmRows &w, fm_acc (&sa)[FM_QT][NT], fm_frag<T> (&pf)[FM_QT][NT],
+                                           fm_acc (&o)[FM_QT][DT]) {
+    const int64_t wl = p.window_left, wr = p.window_right;
+    float tmax[FM_QT][FM_RQ], qrel[FM_QT][FM_RQ];
+    int lo[FM_QT][FM_RQ], hi[FM_QT][FM_RQ], hk_[FM_QT][FM_RQ];
+#pragma unroll
+    for (int qt = 0; qt < FM_QT; qt++)
+#pragma unroll
+        for (int r = 0; r < FM_RQ; r++) {
+            tmax[qt][r] = -INFINITY;
+            const int64_t qp = w.qpos[qt][r], kend = (int64_t)s.sk - 1 - j0;
+            const int64_t a = wl >= 0 ? qp - wl - j0 : 0, z = wr >= 0 ? fa_min<int64_t>(qp + wr - j0, kend) : kend;
+            lo[qt][r] = w.live[qt][r] ? (int)fa_min<int64_t>(fa_max<int64_t>(a, 0), FA_BN) : FA_BN;
+            hi[qt][r] = w.live[qt][r] ? (int)fa_max<int64_t>(fa_min<int64_t>(z, FA_BN - 1), -1) : -1;
+            hk_[qt][r] = w.live[qt][r] ? (int)fa_min<int64_t>(kend, FA_BN - 1) : -1;
+            qrel[qt][r] = (float)(qp - j0);
+        }
+    const float sl2 = p.scale * FA_LOG2E, cs = p.softcap > 0.0f ? p.scale / p.softcap : 0.0f;
+    const float cl2 = p.softcap * FA_LOG2E;
+#pragma unroll
+    for (int qt = 0; qt < FM_QT; qt++) {
+#pragma unroll
+        for (int kt = 0; kt < NT; kt++)
+#pragma unroll
+            for (int e = 0; e < FM_ACC_N; e++) {
+                const int r = fm_slot(e);
+                const int jj = kt * 16 + fm_c_pos(l, e).c;
+                float x = sa[qt][kt][e];
+                // c tanh(s x / c) as c (1 - 2 / (e^(2 s x / c) + 1)), in log2 units.
+                x = p.softcap > 0.0f ? cl2 * (1.0f - 2.0f / (exp2f(2.0f * FA_LOG2E * cs * x) + 1.0f)) : x * sl2;
+                bool keep = jj >= lo[qt][r] && jj <= hi[qt][r];
+                if (!keep && p.mm_prefix && jj <= hk_[qt][r]) keep = fa_mm_allowed(p, b, w.qpos[qt][r], j0 + jj);
+                if (p.alibi) x -= w.slope[qt][r] * fabsf(qrel[qt][r] - (float)jj);
+                sa[qt][kt][e] = keep ? x : -INFINITY;
+                tmax[qt][r] = fmaxf(tmax[qt][r], sa[qt][kt][e]);
+            }
+    }
+#pragma unroll
+    for (int qt = 0; qt < FM_QT; qt++) {
+        float mu[FM_RQ], corr[FM_RQ], rsum[FM_RQ];
+#pragma unroll
+        for (int r = 0; r < FM_RQ; r++) {
+            const float mnew = fmaxf(w.m[qt][r], fm_row_max(tmax[qt][r]));
+            mu[r] = mnew == -INFINITY ? 0.0f : mnew;
+            corr[r] = exp2f(w.m[qt][r] - mu[r]);
+            w.m[qt][r] = mnew;
+            rsum[r] = 0.0f;
+        }
+#pragma unroll
+        for (int kt = 0; kt < NT; kt++) {
+#pragma unroll
+            for (int e = 0; e < FM_ACC_N; e++) {
+                const float pv = exp2f(sa[qt][kt][e] - mu[fm_slot(e)]);
+                rsum[fm_slot(e)] += pv;
+                sa[qt][kt][e] = pv;
+            }
+            pf[qt][kt] = fm_p<T>(sa[qt][kt], l);
+        }
+#pragma unroll
+        for (int r = 0; r < FM_RQ; r++) w.lsum[qt][r] = w.lsum[qt][r] * corr[r] + fm_row_sum(rsum[r]);
+#pragma unroll
+        for (int x = 0; x < DT; x++)
+#pragma unroll
+            for (int e = 0; e < FM_ACC_N; e++) o[qt][x][e] *= corr[fm_slot(e)];
+    }
+}
+
+// The wave's rows (first packed row `base`): in T (one split), or normalised partials and
+// log2-sum-exps. Element e of a lane is on its row fm_slot(e) (fm_c_pos(l, e).q ==
+// fm_row(l, fm_slot(e))).
+template <typename T, int DT>
+__device__ __forceinline__ void fm_store(const fa_params &p, const FmRows &w, const fm_acc (&o)[FM_QT][DT],
+                                         uint32_t base, uint32_t rows, uint32_t hk, uint32_t b, const FaSeq &s,
+                                         uint32_t split, int l) {
+    const uint32_t G = p.group, d = p.d;
+#pragma unroll
+    for (int qt = 0; qt < FM_QT; qt++) {
+        float inv[FM_RQ];
+        uint64_t at[FM_RQ]; // the row's first element in o, or in o_part
+#pragma unroll
+        for (int r = 0; r < FM_RQ; r++) {
+            inv[r] = w.lsum[qt][r] > 0.0f ? 1.0f / w.lsum[qt][r] : 0.0f;
+            const uint32_t R = fa_min(base + qt * 16 + fm_row(l, r), rows - 1);
+            const uint64_t i = R / G, h = hk * G + R % G;
+            if (p.splits > 1) {
+                const uint64_t prow = ((uint64_t)split * p.total_q + s.ws_tok0 + i) * p.heads + h;
+                at[r] = prow * d;
+                if (w.live[qt][r] && fm_row_leader(l))
+                    p.lse_part[prow] = w.lsum[qt][r] > 0.0f ? w.m[qt][r] + log2f(w.lsum[qt][r]) : -INFINITY;
+            } else {
+                at[r] = (uint64_t)b * p.o_batch + (s.tok0_q + i) * p.o_row + h * p.o_head;
+            }
+        }
+#pragma unroll
+        for (int x = 0; x < DT; x++)
+#pragma unroll
+            for (int e = 0; e < FM_ACC_N; e++) {
+                const int r = fm_slot(e);
+                const uint32_t col = 16 * x + fm_c_pos(l, e).c;
+                if (!w.live[qt][r] || col >= d) continue;
+                const float val = o[qt][x][e] * inv[r];
+                if (p.splits > 1)
+                    p.o_part[at[r] + col] = val;
+                else
+                    ((T *)p.o)[at[r] + col] = fa_from<T>(val);
+            }
+    }
+}
+
+// The chunked tile (tier 256, where a whole key tile and its values do not fit shared memory
+// beside each other): K in chunks of KC head-dim columns for S, V in chunks of KC columns for
+// O; Q stays in shared memory. Loads and matrix work take turns.
+template <typename T, int DMAX> __device__ __forceinline__ void fa_mma_chunked(const fa_params &p) {
     constexpr int NW = FA_THREADS / FM_WAVE; // waves
     constexpr int WR = 16 * FM_QT;           // rows a wave
     constexpr int BM = NW * WR;              // rows a block
@@ -94,41 +287,11 @@ template <typename T, int DMAX> __device__ __forceinline__ void fa_mma_tile(cons
     const T *const q = (const T *)p.q;
     const T *const k = (const T *)p.k;
     const T *const v = (const T *)p.v;
-    const int64_t off = (int64_t)s.sk - (int64_t)s.sq;
-    const int64_t wl = p.window_left, wr = p.window_right;
 
-    // The lane's rows (FM_RQ per 16-row tile): a row past the sequence is masked, never written.
-    int64_t qpos[FM_QT][FM_RQ];
-    float slope[FM_QT][FM_RQ];
-    bool live[FM_QT][FM_RQ];
-#pragma unroll
-    for (int qt = 0; qt < FM_QT; qt++)
-#pragma unroll
-        for (int r = 0; r < FM_RQ; r++) {
-            const uint32_t R0 = r0 + wave * WR + qt * 16 + fm_row(l, r);
-            live[qt][r] = R0 < rows;
-            const uint32_t R = live[qt][r] ? R0 : rows - 1;
-            qpos[qt][r] = (int64_t)(R / G) + off;
-            slope[qt][r] = p.alibi ? p.alibi[hk * G + (uint32_t)(R % G)] * FA_LOG2E : 0.0f;
-        }
-
-    // The key tiles the mask leaves to the block's rows, cut to its split (as fa_tile).
+    FmRows w;
+    fm_rows_init(w, p, r0 + wave * WR, rows, G, hk, (int64_t)s.sk - (int64_t)s.sq, l);
     int64_t t0, t1;
-    {
-        const int64_t ilo = (int64_t)(r0 / G), ihi = (int64_t)((fa_min<uint32_t>(r0 + BM, rows) - 1) / G);
-        int64_t lo = 0, hi = s.sk;
-        if (!p.mm_prefix) {
-            if (wl >= 0) lo = fa_max<int64_t>(lo, ilo + off - wl);
-            if (wr >= 0) hi = fa_min<int64_t>(hi, ihi + off + wr + 1);
-        }
-        t0 = lo / FA_BN;
-        t1 = hi > lo ? (hi + FA_BN - 1) / FA_BN : t0;
-        if (p.splits > 1) {
-            const int64_t s0 = (int64_t)split * p.tiles_per_split;
-            t0 = fa_max<int64_t>(t0, s0);
-            t1 = fa_min<int64_t>(t1, s0 + (int64_t)p.tiles_per_split);
-        }
-    }
+    fm_key_tiles(p, s, r0, BM, rows, split, t0, t1);
 
     // Q, once.
     for (uint32_t x = tid; x < BM * (DMAX / N); x += FA_THREADS) {
@@ -144,18 +307,11 @@ template <typename T, int DMAX> __device__ __forceinline__ void fa_mma_tile(cons
         fm_stage(qs + row * QP + col, src, n, vec);
     }
 
-    float m[FM_QT][FM_RQ], lsum[FM_QT][FM_RQ];
     fm_acc o[FM_QT][DT];
 #pragma unroll
-    for (int qt = 0; qt < FM_QT; qt++) {
-#pragma unroll
-        for (int r = 0; r < FM_RQ; r++) {
-            m[qt][r] = -INFINITY;
-            lsum[qt][r] = 0.0f;
-        }
+    for (int qt = 0; qt < FM_QT; qt++)
 #pragma unroll
         for (int x = 0; x < DT; x++) o[qt][x] = fm_zero();
-    }
     const T *const qw = qs + wave * WR * QP;
 
     for (int64_t t = t0; t < t1; t++) {
@@ -194,73 +350,8 @@ template <typename T, int DMAX> __device__ __forceinline__ void fa_mma_tile(cons
             }
         }
 
-        // Logits (log2 units), the mask, the online softmax; P into registers. Per row, the
-        // tile's keys jj = j - j0 it keeps are [lo, hi] (the window and the keys' end; empty
-        // for a dead row), plus, with prefix ranges, those of [0, hk] fa_mm_allowed lets in.
-        float tmax[FM_QT][FM_RQ], qrel[FM_QT][FM_RQ];
-        int lo[FM_QT][FM_RQ], hi[FM_QT][FM_RQ], hk_[FM_QT][FM_RQ];
-#pragma unroll
-        for (int qt = 0; qt < FM_QT; qt++)
-#pragma unroll
-            for (int r = 0; r < FM_RQ; r++) {
-                tmax[qt][r] = -INFINITY;
-                const int64_t qp = qpos[qt][r], kend = (int64_t)s.sk - 1 - j0;
-                const int64_t a = wl >= 0 ? qp - wl - j0 : 0, z = wr >= 0 ? fa_min<int64_t>(qp + wr - j0, kend) : kend;
-                lo[qt][r] = live[qt][r] ? (int)fa_min<int64_t>(fa_max<int64_t>(a, 0), FA_BN) : FA_BN;
-                hi[qt][r] = live[qt][r] ? (int)fa_max<int64_t>(fa_min<int64_t>(z, FA_BN - 1), -1) : -1;
-                hk_[qt][r] = live[qt][r] ? (int)fa_min<int64_t>(kend, FA_BN - 1) : -1;
-                qrel[qt][r] = (float)(qp - j0);
-            }
-        const float sl2 = p.scale * FA_LOG2E, cs = p.softcap > 0.0f ? p.scale / p.softcap : 0.0f;
-        const float cl2 = p.softcap * FA_LOG2E;
-#pragma unroll
-        for (int qt = 0; qt < FM_QT; qt++) {
-#pragma unroll
-            for (int kt = 0; kt < NT; kt++)
-#pragma unroll
-                for (int e = 0; e < FM_ACC_N; e++) {
-                    const int r = fm_slot(e);
-                    const int jj = kt * 16 + fm_c_pos(l, e).c;
-                    float x = sa[qt][kt][e];
-                    // c tanh(s x / c) as c (1 - 2 / (e^(2 s x / c) + 1)), in log2 units.
-                    x = p.softcap > 0.0f ? cl2 * (1.0f - 2.0f / (exp2f(2.0f * FA_LOG2E * cs * x) + 1.0f)) : x * sl2;
-                    bool keep = jj >= lo[qt][r] && jj <= hi[qt][r];
-                    if (!keep && p.mm_prefix && jj <= hk_[qt][r])
-                        keep = fa_mm_allowed(p, b, qpos[qt][r], j0 + jj);
-                    if (p.alibi) x -= slope[qt][r] * fabsf(qrel[qt][r] - (float)jj);
-                    sa[qt][kt][e] = keep ? x : -INFINITY;
-                    tmax[qt][r] = fmaxf(tmax[qt][r], sa[qt][kt][e]);
-                }
-        }
         fm_frag<T> pf[FM_QT][NT];
-#pragma unroll
-        for (int qt = 0; qt < FM_QT; qt++) {
-            float mu[FM_RQ], corr[FM_RQ], rsum[FM_RQ];
-#pragma unroll
-            for (int r = 0; r < FM_RQ; r++) {
-                const float mnew = fmaxf(m[qt][r], fm_row_max(tmax[qt][r]));
-                mu[r] = mnew == -INFINITY ? 0.0f : mnew;
-                corr[r] = exp2f(m[qt][r] - mu[r]);
-                m[qt][r] = mnew;
-                rsum[r] = 0.0f;
-            }
-#pragma unroll
-            for (int kt = 0; kt < NT; kt++) {
-#pragma unroll
-                for (int e = 0; e < FM_ACC_N; e++) {
-                    const float pv = exp2f(sa[qt][kt][e] - mu[fm_slot(e)]);
-                    rsum[fm_slot(e)] += pv;
-                    sa[qt][kt][e] = pv;
-                }
-                pf[qt][kt] = fm_p<T>(sa[qt][kt], l);
-            }
-#pragma unroll
-            for (int r = 0; r < FM_RQ; r++) lsum[qt][r] = lsum[qt][r] * corr[r] + fm_row_sum(rsum[r]);
-#pragma unroll
-            for (int x = 0; x < DT; x++)
-#pragma unroll
-                for (int e = 0; e < FM_ACC_N; e++) o[qt][x][e] *= corr[fm_slot(e)];
-        }
+        fm_softmax<T, NT, DT>(p, b, s, j0, l, w, sa, pf, o);
 
         // O += P V, KC columns of V at a time.
 #pragma unroll
@@ -269,24 +360,7 @@ template <typename T, int DMAX> __device__ __forceinline__ void fa_mma_tile(cons
             __syncthreads();              // S's K chunk (or the previous V chunk) is read
             for (uint32_t x = tid; x < FA_BN * (KC / N); x += FA_THREADS) {
                 const uint32_t row = x / (KC / N), col = dc + (x % (KC / N)) * N;
-                const int64_t j = j0 + row;
-                FaChunk<T> c;
-                if (j < s.sk && col < d) {
-                    const T *src = v + fa_kv_offset(p, b, s.tok0_k, (uint32_t)j, hk, p.v_batch, p.v_row, p.v_head) + col;
-                    const uint32_t n = fa_min<uint32_t>(N, d - col);
-                    if (vec && n == N) {
-                        const fa_vec w = *reinterpret_cast<const fa_vec *>(src);
-                        __builtin_memcpy(&c, &w, sizeof(c));
-                    } else {
-#pragma unroll
-                        for (int u = 0; u < N; u++) c.e[u] = (uint32_t)u < n ? src[u] : fa_from<T>(0.0f);
-                    }
-                } else {
-#pragma unroll
-                    for (int u = 0; u < N; u++) c.e[u] = fa_from<T>(0.0f);
-                }
-#pragma unroll
-                for (int u = 0; u < N; u++) kv[(col - dc + u) * VP + row] = c.e[u];
+                fm_stage_vt<T>(kv + (col - dc) * VP + row, VP, p, b, s, j0 + row, col, hk, vec);
             }
             __syncthreads();
 #pragma unroll
@@ -294,7 +368,7 @@ template <typename T, int DMAX> __device__ __forceinline__ void fa_mma_tile(cons
                 if ((uint32_t)(dc + 16 * ct) >= d) break;
 #pragma unroll
                 for (int kt = 0; kt < NT; kt++) {
-                    const fm_frag<T> vf = fm_load_v<T>(kv + 16 * ct * VP + kt * 16, VP, l);
+                    const fm_frag<T> vf = fm_load_vt<T>(kv + 16 * ct * VP + kt * 16, VP, l);
 #pragma unroll
                     for (int qt = 0; qt < FM_QT; qt++)
                         o[qt][dc / 16 + ct] = fm_mma_o<T>(pf[qt][kt], vf, o[qt][dc / 16 + ct]);
@@ -303,41 +377,7 @@ template <typename T, int DMAX> __device__ __forceinline__ void fa_mma_tile(cons
             }
         }
     }
-
-    // The rows' outputs: in T (one split), or normalised partials and log2-sum-exps. Element
-    // e of a lane is on its row fm_slot(e) (fm_c_pos(l, e).q == fm_row(l, fm_slot(e))).
-#pragma unroll
-    for (int qt = 0; qt < FM_QT; qt++) {
-        float inv[FM_RQ];
-        uint64_t at[FM_RQ]; // the row's first element in o, or in o_part
-#pragma unroll
-        for (int r = 0; r < FM_RQ; r++) {
-            inv[r] = lsum[qt][r] > 0.0f ? 1.0f / lsum[qt][r] : 0.0f;
-            const uint32_t R = fa_min(r0 + wave * WR + qt * 16 + fm_row(l, r), rows - 1);
-            const uint64_t i = R / G, h = hk * G + R % G;
-            if (p.splits > 1) {
-                const uint64_t prow = ((uint64_t)split * p.total_q + s.ws_tok0 + i) * p.heads + h;
-                at[r] = prow * d;
-                if (live[qt][r] && fm_row_leader(l))
-                    p.lse_part[prow] = lsum[qt][r] > 0.0f ? m[qt][r] + log2f(lsum[qt][r]) : -INFINITY;
-            } else {
-                at[r] = (uint64_t)b * p.o_batch + (s.tok0_q + i) * p.o_row + h * p.o_head;
-            }
-        }
-#pragma unroll
-        for (int x = 0; x < DT; x++)
-#pragma unroll
-            for (int e = 0; e < FM_ACC_N; e++) {
-                const int r = fm_slot(e);
-                const uint32_t col = 16 * x + fm_c_pos(l, e).c;
-                if (!live[qt][r] || col >= d) continue;
-                const float val = o[qt][x][e] * inv[r];
-                if (p.splits > 1)
-                    p.o_part[at[r] + col] = val;
-                else
-                    ((T *)p.o)[at[r] + col] = fa_from<T>(val);
-            }
-    }
+    fm_store<T, DT>(p, w, o, r0 + wave * WR, rows, hk, b, s, split, l);
 }
 
 #endif // FA_MMA_KERNELS

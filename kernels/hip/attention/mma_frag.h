@@ -2,8 +2,11 @@
 // kernels (attention/mma.h), one interface over three families:
 //   FA_MMA_SYNC  NVIDIA sm_80+ (the HIP-on-CUDA harness, nvcc): mma.sync.aligned.m16n8k16
 //                .row.col.f32.{f16,bf16} by inline PTX, two per 16 x 16 tile (wave = warp of 32).
-//                The CPU emulator defines EMU_MMA_SYNC and runs emu::mma::mma_sync_m16n8k16
-//                (tests/emu/matrix.h) with the same documented layouts instead of the asm.
+//                Fragments come from shared memory by ldmatrix (.trans for V as it lies), tiles
+//                by cp.async. The CPU emulator defines EMU_MMA_SYNC and runs
+//                emu::mma::mma_sync_m16n8k16 (tests/emu/matrix.h) with the same documented
+//                layouts instead of the asm, ldmatrix from the rows the other lanes name, and
+//                plain copies for cp.async.
 //   FA_MFMA, FA_WMMA11, FA_WMMA12 (AMD; from mma/tile.h): tile.h's 16 x 16 x 16 tiles.
 // FA_MMA_KERNELS is defined when one of them is; otherwise this file declares nothing and the
 // fa_mma_* kernels do not exist (gfx1030, gfx9-generic, ... and CUDA below sm_80).
@@ -115,24 +118,87 @@ __device__ __forceinline__ void fm_mma_sync<__nv_bfloat16>(const uint32_t (&a)[4
 }
 #endif
 
-// Q[query][dim] = p[query * ld + dim] (16 x 16) as the A operand.
-template <typename T> __device__ __forceinline__ fm_frag<T> fm_load_q(const T *p, int ld, int l) {
+// ldmatrix .x4 (.trans with TR): four 8 x 8 matrices of 16-bit elements from shared memory,
+// matrix m into register m. Lane i names row i % 8 of matrix i / 8: the 16 bytes at
+// p + row(i) * ld + col(i), with (KPAT) row = 8 (i / 16) + i % 8, col = 8 ((i / 8) % 2), else
+// row = 8 ((i / 8) % 2) + i % 8, col = 8 (i / 16). Lane l receives, of matrix m, elements
+// 2 (l % 4) and 2 (l % 4) + 1 of row l / 4, or with TR element l / 4 of rows 2 (l % 4) and
+// 2 (l % 4) + 1 (PTX ISA, "Warp-level matrix load instruction: ldmatrix"). Every row address
+// is 16-byte aligned (pitches and column offsets are multiples of 8 elements). The CPU
+// emulator reads what each lane receives from the addresses the other lanes would name.
+template <bool KPAT> __device__ __forceinline__ int fm_ldsm_row(int i) {
+    return KPAT ? 8 * (i / 16) + i % 8 : 8 * ((i / 8) % 2) + i % 8;
+}
+template <bool KPAT> __device__ __forceinline__ int fm_ldsm_col(int i) { return KPAT ? 8 * ((i / 8) % 2) : 8 * (i / 16); }
+template <typename T, bool TR, bool KPAT> __device__ __forceinline__ fm_frag<T> fm_ldsm(const T *p, int ld, int l) {
     fm_frag<T> f;
+#if defined(EMU_MMA_SYNC)
 #pragma unroll
-    for (int r = 0; r < 4; r++) f.x[r] = fm_ld32(p + (l / 4 + 8 * (r % 2)) * ld + 2 * (l % 4) + 8 * (r / 2));
+    for (int m = 0; m < 4; m++) {
+        if (!TR) {
+            const int i = 8 * m + l / 4;
+            f.x[m] = fm_ld32(p + fm_ldsm_row<KPAT>(i) * ld + fm_ldsm_col<KPAT>(i) + 2 * (l % 4));
+        } else {
+            const int i0 = 8 * m + 2 * (l % 4), i1 = i0 + 1;
+            f.x[m] = fm_pack(p[fm_ldsm_row<KPAT>(i0) * ld + fm_ldsm_col<KPAT>(i0) + l / 4],
+                             p[fm_ldsm_row<KPAT>(i1) * ld + fm_ldsm_col<KPAT>(i1) + l / 4]);
+        }
+    }
+#else
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p + fm_ldsm_row<KPAT>(l) * ld + fm_ldsm_col<KPAT>(l));
+    if (TR)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(f.x[0]), "=r"(f.x[1]), "=r"(f.x[2]), "=r"(f.x[3])
+                     : "r"(a));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(f.x[0]), "=r"(f.x[1]), "=r"(f.x[2]), "=r"(f.x[3])
+                     : "r"(a));
+#endif
     return f;
 }
-// K[key][dim] = p[key * ld + dim] as the B operand K^T: registers 0-1 keys 0-7, 2-3 keys 8-15.
+
+// Q[query][dim] = p[query * ld + dim] (16 x 16) as the A operand: register r holds query
+// l / 4 + 8 (r % 2), dims 2 (l % 4) + 8 (r / 2) and the next.
+template <typename T> __device__ __forceinline__ fm_frag<T> fm_load_q(const T *p, int ld, int l) {
+    return fm_ldsm<T, false, false>(p, ld, l);
+}
+// K[key][dim] = p[key * ld + dim] as the B operand K^T: registers 0-1 keys 0-7, 2-3 keys 8-15
+// (register r: key 8 (r / 2) + l / 4, dims 2 (l % 4) + 8 (r % 2) and the next).
 template <typename T> __device__ __forceinline__ fm_frag<T> fm_load_k(const T *p, int ld, int l) {
-    fm_frag<T> f;
-#pragma unroll
-    for (int r = 0; r < 4; r++) f.x[r] = fm_ld32(p + (8 * (r / 2) + l / 4) * ld + 2 * (l % 4) + 8 * (r % 2));
-    return f;
+    return fm_ldsm<T, false, true>(p, ld, l);
 }
 // V[key][col] = p[col * ld + key] (V staged transposed) as the B operand: registers 0-1
 // columns 0-7, 2-3 columns 8-15 (K's loader: V^T's rows are what K's are to K^T).
-template <typename T> __device__ __forceinline__ fm_frag<T> fm_load_v(const T *p, int ld, int l) {
+template <typename T> __device__ __forceinline__ fm_frag<T> fm_load_vt(const T *p, int ld, int l) {
     return fm_load_k<T>(p, ld, l);
+}
+// V[key][col] = p[key * ld + col] (V staged as it lies) as the B operand, by the transposing
+// load: register r holds column 8 (r / 2) + l / 4, keys 2 (l % 4) + 8 (r % 2) and the next.
+template <typename T> __device__ __forceinline__ fm_frag<T> fm_load_vr(const T *p, int ld, int l) {
+    return fm_ldsm<T, true, false>(p, ld, l);
+}
+#define FM_V_ROWMAJOR 1
+
+// 16 bytes from global to shared memory, asynchronously (cp.async.cg, sm_80): complete after
+// fm_cp_wait() in the same thread, visible to the block after a barrier that follows it.
+__device__ __forceinline__ void fm_cp16(void *dst, const void *src) {
+#if defined(EMU_MMA_SYNC)
+    *reinterpret_cast<fa_vec *>(dst) = *reinterpret_cast<const fa_vec *>(src);
+#else
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(src) : "memory");
+#endif
+}
+__device__ __forceinline__ void fm_cp_commit() {
+#if !defined(EMU_MMA_SYNC)
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void fm_cp_wait() {
+#if !defined(EMU_MMA_SYNC)
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+#endif
 }
 // P (S's accumulator, rounded to T) as the A operand of P V.
 template <typename T> __device__ __forceinline__ fm_frag<T> fm_p(const fm_acc &s, int) {
@@ -231,9 +297,16 @@ template <typename T> __device__ __forceinline__ fm_frag<T> fm_load_k(const T *p
 }
 // V[key][col] = p[col * ld + key] (V staged transposed) as the A operand V^T (A[col][key]),
 // keys in fm_pk's order.
-template <typename T> __device__ __forceinline__ fm_frag<T> fm_load_v(const T *p, int ld, int l) {
+template <typename T> __device__ __forceinline__ fm_frag<T> fm_load_vt(const T *p, int ld, int l) {
     return fm_load_row<T, true>(p, ld, l);
 }
+#define FM_V_ROWMAJOR 0
+// 16 bytes from global to shared memory: a load and a store (no asynchronous copy used here).
+__device__ __forceinline__ void fm_cp16(void *dst, const void *src) {
+    *reinterpret_cast<fa_vec *>(dst) = *reinterpret_cast<const fa_vec *>(src);
+}
+__device__ __forceinline__ void fm_cp_commit() {}
+__device__ __forceinline__ void fm_cp_wait() {}
 // P^T (S^T's accumulator, rounded to T) as the B operand of O^T = V^T P^T.
 template <typename T> __device__ __forceinline__ fm_frag<T> fm_p(const fm_acc &s, int l) {
     fm_frag<T> f;
@@ -261,13 +334,9 @@ template <typename T> __device__ __forceinline__ fm_acc fm_mma_o(const fm_frag<T
 }
 #endif // family
 
-// A scheduling fence on AMD: without it the scheduler hoists every fragment load of the
+// common.h's scheduling fence: without it the scheduler hoists every fragment load of the
 // unrolled loops ahead of the matrix instructions and spills (gfx11: 256 VGPRs and scratch).
-#if defined(__HIP_DEVICE_COMPILE__)
-#define FM_FENCE() __builtin_amdgcn_sched_barrier(0)
-#else
-#define FM_FENCE()
-#endif
+#define FM_FENCE() FA_FENCE()
 
 __device__ __forceinline__ fm_acc fm_zero() {
     fm_acc c;

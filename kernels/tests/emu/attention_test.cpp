@@ -332,6 +332,8 @@ static const Case MMA_CASES[] = {
     {"d200 softcap split",      1, 33, 140, 2, 2, 200, -1, -1, false, 5.f, false, 0, false, false, 3, false},
     {"d136 paged causal",       2, 20,  90, 4, 2, 136, -1, 0, true, 0.f, true, 16, false, false, 1, false},
     {"d24 unaligned alibi",     1, 40,  40, 2, 2, 24, -1,  0, true, 0.f, false, 0, false, true, 1, false},
+    {"decode gqa4 split",       2, 1,  300, 8, 2, 128, -1, 0, false, 0.f, false, 0, false, false, 5, false},
+    {"decode paged gqa8 split", 1, 2,  200, 8, 1, 64, -1,  0, false, 0.f, true, 16, false, false, 3, false},
 };
 
 // Every case with d <= 256 on fa_mma_<T>_<DMAX>: the smallest tier that holds d, plus a larger

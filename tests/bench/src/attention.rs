@@ -89,7 +89,7 @@ pub(crate) fn attention(b: &Bench) -> Result<()> {
                         4.0 * (batch * h * s * s * d) as f64 / if causal { 2.0 } else { 1.0 };
                     let want_flash = b.wanted("attn", "prefill-flash");
                     let want_mm = b.wanted("attn", "prefill-matmul") && batch * h * s * s < 1 << 31;
-                    if !want_flash && !want_mm {
+                    if !want_flash && !want_mm || !b.shape_wanted(&shape) {
                         continue;
                     }
                     let q = randn((batch, s, h, d), dtype, dev)?;
@@ -121,6 +121,9 @@ pub(crate) fn attention(b: &Bench) -> Result<()> {
     for kv in [512usize, 1024, 2048, 4096, 8192, 16384, 32768] {
         let dtype = DType::F16;
         let shape = format!("h{h}kv{hk}d{d}n{kv}");
+        if !b.shape_wanted(&shape) {
+            continue;
+        }
         let bytes = 2 * kv * hk * d * 2;
         let q = randn((1, 1, h, d), dtype, dev)?;
         let k = randn((1, kv, hk, d), dtype, dev)?;

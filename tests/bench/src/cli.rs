@@ -10,6 +10,10 @@ pub(crate) struct Cli {
     /// Only rows whose group or op contains one of these words (all rows when empty).
     #[arg(long, value_delimiter = ',')]
     pub(crate) only: Vec<String>,
+    /// Only attention rows whose shape contains one of these words (e.g. `n32768`, `s2048d128`;
+    /// all when empty): a single shape for a profiler.
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) shape: Vec<String>,
     /// Decode steps timed after the prompt in the decoder rows.
     #[arg(long, default_value_t = 64)]
     pub(crate) decode_tokens: usize,

@@ -82,6 +82,7 @@ fn main() -> Result<()> {
     let b = Bench {
         dev,
         only: cli.only,
+        shapes: cli.shape,
         n: cli.elements,
         profile: cli.profile,
     };

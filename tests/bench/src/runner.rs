@@ -17,6 +17,8 @@ pub(crate) struct Bench {
     pub(crate) dev: Device,
     /// `--only`'s words (every row when empty).
     pub(crate) only: Vec<String>,
+    /// `--shape`'s words: the attention rows they select (every row when empty).
+    pub(crate) shapes: Vec<String>,
     /// `--profile`: one untimed pass of the decoder rows.
     pub(crate) profile: bool,
     /// Elements of the memory-bound rows.
@@ -31,6 +33,11 @@ impl Bench {
                 .only
                 .iter()
                 .any(|w| group.contains(w.as_str()) || op.contains(w.as_str()))
+    }
+
+    /// Whether the `--shape` filter selects an attention row of shape `shape`.
+    pub(crate) fn shape_wanted(&self, shape: &str) -> bool {
+        self.shapes.is_empty() || self.shapes.iter().any(|w| shape.contains(w.as_str()))
     }
 
     /// Median seconds per call of `f` (see the crate docs' Method).

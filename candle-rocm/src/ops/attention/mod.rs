@@ -13,7 +13,7 @@ use crate::device::RocmDevice;
 use crate::dtype::{RocmDType, RocmStorageSlice as S};
 use crate::error::BackendError;
 use crate::launch::attention::{
-    self as launch, prefill_rows, tier, FaParams, TileGrid, TileKernel,
+    self as launch, prefill_rows, tier, FaParams, TileGrid, TileKernel, DECODE_ROWS, MMA_ROWS,
 };
 use crate::layout::{kernel_limit, out_of_bounds, parameter_error};
 use crate::settings::flash_mma;
@@ -36,10 +36,13 @@ pub struct Extras<'a> {
     pub alibi: Option<Extra<'a>>,
 }
 
-/// Blocks a call should have (per compute unit) before its keys are not split further.
+/// Blocks a prefill call should have (per compute unit) before its keys are not split further.
 const BLOCKS_PER_CU: usize = 2;
+/// The same for the decode kernels: they stream K and V with little arithmetic, so it takes
+/// more blocks in flight per compute unit to keep memory busy.
+const DECODE_BLOCKS_PER_CU: usize = 4;
 /// The most splits of one call (the combine reads every split of a row).
-const MAX_SPLITS: usize = 64;
+const MAX_SPLITS: usize = 128;
 
 /// Runs the checked call `spec` on `dev`: the output, contiguous, with q's shape
 /// (`(batch, seqlen_q, heads, head_dim)` dense, `(total_q, heads, head_dim)` variable-length).
@@ -198,17 +201,32 @@ fn run<T: RocmDType>(
         _ => None,
     };
 
-    // Geometry: a decode kernel for few packed rows; splits over the keys until the call has
-    // a few blocks per compute unit.
-    let kernel = TileKernel::for_rows(max_q * group);
+    // Geometry. For few packed rows a decode kernel (it streams K and V faster than the
+    // matrix-unit tile does for so few rows: bench/results, 2026-11-26 attention); else the
+    // matrix-unit tile where the device has it, else the FMA tile; splits over the keys until
+    // the call has a few blocks per compute unit.
+    let rows = max_q * group;
+    let decode = rows <= DECODE_ROWS;
+    let mma = !decode && flash_mma() && tier <= 256 && launch::has_mma(dev, T::DTYPE, tier)?;
+    let kernel = if mma {
+        TileKernel::Mma
+    } else {
+        TileKernel::for_rows(rows)
+    };
     let tiles = match kernel {
-        TileKernel::Prefill => (max_q * group).div_ceil(prefill_rows(tier)),
+        TileKernel::Prefill => rows.div_ceil(prefill_rows(tier)),
+        TileKernel::Mma => rows.div_ceil(MMA_ROWS),
         _ => 1,
     };
     let key_tiles = max_k.div_ceil(kernel.key_tile()).max(1);
     let cus = dev.device().info().compute_units as usize;
     let blocks = tiles * hk * batch;
-    let want = (BLOCKS_PER_CU * cus.max(1)).div_ceil(blocks.max(1));
+    let per_cu = if decode {
+        DECODE_BLOCKS_PER_CU
+    } else {
+        BLOCKS_PER_CU
+    };
+    let want = (per_cu * cus.max(1)).div_ceil(blocks.max(1));
     let mut splits = want.clamp(1, MAX_SPLITS).min(key_tiles);
     let tiles_per_split = key_tiles.div_ceil(splits);
     splits = key_tiles.div_ceil(tiles_per_split);
@@ -266,16 +284,12 @@ fn run<T: RocmDType>(
     // from the same numbers as p (the kernel's tiles over max_q x group rows, kv_heads x
     // splits of its key tiles, batch) and d <= tier.
     unsafe {
-        // The matrix-unit tile where the code object has it (64 rows a tile, as fa_fwd's
-        // tiers 64 and 128; for tier 256 the grid is rebuilt for its 64 rows a tile).
-        let mma = grid.kernel == TileKernel::Prefill && grid.tier <= 256 && flash_mma();
-        let mma_grid = TileGrid {
-            kernel: TileKernel::Mma,
-            tiles: small((max_q * group).div_ceil(64))?,
-            ..grid
-        };
-        if !(mma && launch::tile(dev, T::DTYPE, &mma_grid, &p)?) {
-            launch::tile(dev, T::DTYPE, &grid, &p)?;
+        if !launch::tile(dev, T::DTYPE, &grid, &p)? {
+            // has_mma said the code object has the kernel: a lookup that fails now is ours.
+            return Err(kernel_limit(
+                OP,
+                format_args!("the matrix-unit tile of tier {tier}, found a moment ago, is missing"),
+            ));
         }
         if splits > 1 {
             launch::combine(dev, T::DTYPE, &p)?;
