@@ -5,6 +5,9 @@
 // The helpers below are test code too (clippy's allow-unwrap-in-tests covers `#[test]` only).
 #![allow(clippy::unwrap_used)]
 
+#[path = "embed/random_weights.rs"]
+mod random_weights;
+
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -210,7 +213,7 @@ fn gpu_matches_cpu() {
 /// The flash path (the batch's real tokens packed, `flash_attn_varlen`; on the CPU candle-rocm's
 /// f64 reference) against the matmul path, both f32 on the CPU: the same embeddings of the
 /// padded batch. The layers are the same f32 ops on the same weights and only attention's
-/// rounding differs (see `tests/bert_attention.rs` for the random-weight checks and bound).
+/// rounding differs (see `embed/random_weights.rs` for the random-weight checks and bound).
 #[test]
 fn cpu_flash_attention_matches_the_matmul_path() {
     let dir = model_dir();
