@@ -138,16 +138,13 @@ impl Bert {
             }
             Encoder::Flash(layers) => layers,
         };
-        let packing = Packing::from_mask(attention_mask)?;
-        let dtype = self.word_embeddings.embeddings().dtype();
-        let hidden_size = self.word_embeddings.hidden_size();
-        if packing.total == 0 {
-            return Tensor::zeros(
-                (packing.batch, packing.seq, hidden_size),
-                dtype,
-                input_ids.device(),
-            );
-        }
+        let Some(packing) = Packing::from_mask(attention_mask)? else {
+            // Padding only: nothing to run (and no empty tensors to upload).
+            let (batch, seq) = attention_mask.dims2()?;
+            let dtype = self.word_embeddings.embeddings().dtype();
+            let hidden_size = self.word_embeddings.hidden_size();
+            return Tensor::zeros((batch, seq, hidden_size), dtype, input_ids.device());
+        };
         let ids = packing.pack(input_ids)?;
         let types = packing.pack(token_type_ids)?;
         let mut hidden = self.embed(&ids, &types, &packing.positions)?;
@@ -188,8 +185,6 @@ pub fn extended_attention_mask(mask: &Tensor, dtype: DType) -> Result<Tensor> {
 struct Packing {
     batch: usize,
     seq: usize,
-    /// Real tokens in the batch.
-    total: usize,
     /// The longest sequence.
     max_len: usize,
     /// `(total,)` u32: the flat index `row * seq + column` of every real token, in order;
@@ -206,8 +201,8 @@ struct Packing {
 
 impl Packing {
     /// Reads `mask` `(batch, seq)` (non-zero: a real token) to the host and builds the indices
-    /// on the mask's device.
-    fn from_mask(mask: &Tensor) -> Result<Self> {
+    /// on the mask's device; `None` when it holds no real token.
+    fn from_mask(mask: &Tensor) -> Result<Option<Self>> {
         let (batch, seq) = mask.dims2()?;
         let dev = mask.device();
         if u32::try_from(batch * seq).is_err() {
@@ -231,21 +226,23 @@ impl Packing {
             cu_seqlens.push(gather.len() as u32);
         }
         let total = gather.len();
+        if total == 0 {
+            return Ok(None);
+        }
         let dense = total == batch * seq;
         for s in scatter.iter_mut().filter(|s| **s == u32::MAX) {
             *s = total as u32;
         }
         let upload = |v: &[u32]| Tensor::from_slice(v, v.len(), dev);
-        Ok(Packing {
+        Ok(Some(Packing {
             batch,
             seq,
-            total,
             max_len,
             gather: if dense { None } else { Some(upload(&gather)?) },
             positions: upload(&positions)?,
             cu_seqlens: upload(&cu_seqlens)?,
             scatter: if dense { None } else { Some(upload(&scatter)?) },
-        })
+        }))
     }
 
     /// The real tokens of `x` `(batch, seq)`, packed: `(total,)`.
