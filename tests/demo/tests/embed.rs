@@ -5,6 +5,9 @@
 // The helpers below are test code too (clippy's allow-unwrap-in-tests covers `#[test]` only).
 #![allow(clippy::unwrap_used)]
 
+#[path = "embed/random_weights.rs"]
+mod random_weights;
+
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -204,5 +207,61 @@ fn gpu_matches_cpu() {
             &want,
             min,
         );
+    }
+}
+
+/// The flash path (the batch's real tokens packed, `flash_attn_varlen`; on the CPU candle-rocm's
+/// f64 reference) against the matmul path, both f32 on the CPU: the same embeddings of the
+/// padded batch. The layers are the same f32 ops on the same weights and only attention's
+/// rounding differs (see `embed/random_weights.rs` for the random-weight checks and bound).
+#[test]
+fn cpu_flash_attention_matches_the_matmul_path() {
+    let dir = model_dir();
+    let matmul = Embedder::load(&dir, &Device::Cpu, DType::F32).unwrap();
+    assert!(!matmul.flash_attn(), "the CPU default is the matmul path");
+    let flash = Embedder::load_with(&dir, &Device::Cpu, DType::F32, true).unwrap();
+    assert!(flash.flash_attn());
+    let want = rows(&matmul.embed(&SENTENCES).unwrap());
+    let got = rows(&flash.embed(&SENTENCES).unwrap());
+    assert_close("CPU flash vs CPU matmul", &got, &want, 0.99999);
+    let worst = got
+        .iter()
+        .flatten()
+        .zip(want.iter().flatten())
+        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    eprintln!("CPU f32: max |flash - matmul| over the embeddings {worst:.2e}");
+    assert!(worst <= 1e-5, "embeddings differ by {worst}");
+}
+
+/// Flash attention (the GPU's default) against the matmul path on the GPU, in each dtype, and
+/// the flash path against the CPU's f32 embeddings.
+#[test]
+#[ignore = "needs a HIP device"]
+fn gpu_flash_attention_matches_the_matmul_path() {
+    let dir = model_dir();
+    let gpu = candle_rocm::device(0).unwrap();
+    let cpu = rows(
+        &Embedder::load(&dir, &Device::Cpu, DType::F32)
+            .unwrap()
+            .embed(&SENTENCES)
+            .unwrap(),
+    );
+    for (dtype, min) in [
+        (DType::F32, 0.99999),
+        (DType::F16, 0.999),
+        (DType::BF16, 0.999),
+    ] {
+        let flash = Embedder::load(&dir, &gpu, dtype).unwrap();
+        assert!(flash.flash_attn(), "the GPU default is flash attention");
+        let matmul = Embedder::load_with(&dir, &gpu, dtype, false).unwrap();
+        let got = rows(&flash.embed(&SENTENCES).unwrap());
+        let want = rows(&matmul.embed(&SENTENCES).unwrap());
+        assert_close(
+            &format!("GPU {dtype:?} flash vs GPU matmul"),
+            &got,
+            &want,
+            min,
+        );
+        assert_close(&format!("GPU {dtype:?} flash vs CPU f32"), &got, &cpu, min);
     }
 }
