@@ -158,6 +158,9 @@ pub enum RocmError {
     /// An argument that can never be valid (length mismatch, zero-sized launch, ...).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// The rendezvous between ranks failed (see [`crate::rendezvous`]).
+    #[error(transparent)]
+    Rendezvous(#[from] crate::rendezvous::RendezvousError),
 }
 
 fn blas_hint(code: u32) -> &'static str {
