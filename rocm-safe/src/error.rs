@@ -158,6 +158,9 @@ pub enum RocmError {
     /// An argument that can never be valid (length mismatch, zero-sized launch, ...).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// RCCL (collectives between GPUs) failed, or a collective's arguments are inconsistent.
+    #[error(transparent)]
+    Rccl(#[from] crate::rccl::RcclError),
     /// The rendezvous between ranks failed (see [`crate::rendezvous`]).
     #[error(transparent)]
     Rendezvous(#[from] crate::rendezvous::RendezvousError),

@@ -1,0 +1,440 @@
+//! [`Communicator`]: one rank of an RCCL communicator, bound to a device and a stream.
+
+use std::ffi::{c_int, CStr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use rocm_sys::rccl::{ncclComm_t, ncclResult_t, Rccl};
+
+use crate::device::Device;
+use crate::error::{Result, RocmError};
+use crate::stream::Stream;
+
+use super::error::RcclError;
+use super::id::UniqueId;
+
+/// How long [`Communicator::wait`] waits before it declares a peer dead, unless
+/// [`Communicator::with_timeout`] says otherwise.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// One rank of an RCCL communicator (`ncclComm_t`), bound to one device and one stream.
+///
+/// Every collective is queued on [`Communicator::stream`] and reads and writes buffers ordered
+/// on that stream. [`Communicator::wait`] waits for the stream while watching RCCL's
+/// asynchronous error state, so a peer that dies gives a [`RcclError`] (and an aborted
+/// communicator) instead of a hang. Dropping a communicator destroys it (`ncclCommDestroy`),
+/// or aborts it (`ncclCommAbort`) when it has seen an error; a failure there is recorded for
+/// [`crate::Runtime::check_err`].
+///
+/// ```no_run
+/// use rocm_safe::rccl::{Communicator, UniqueId};
+/// use rocm_safe::{Device, Stream};
+/// // Every rank runs this with its own `rank`; rank 0's id reaches the others somehow
+/// // (see `rocm_safe::rendezvous`).
+/// let (rank, nranks) = (0, 2);
+/// let stream = Stream::new(&Device::new(rank)?)?;
+/// let id = UniqueId::new(stream.device().runtime())?;
+/// let comm = Communicator::init_rank(&stream, &id, rank, nranks)?;
+/// let mut x = stream.clone_htod(&[1.0f32; 4])?;
+/// comm.all_reduce_in_place(&mut x, rocm_safe::rccl::ReduceOp::Sum)?;
+/// comm.wait()?;
+/// # Ok::<(), rocm_safe::RocmError>(())
+/// ```
+pub struct Communicator {
+    rccl: Arc<Rccl>,
+    stream: Arc<Stream>,
+    rank: usize,
+    nranks: usize,
+    timeout: Duration,
+    state: Mutex<State>,
+}
+
+struct State {
+    /// The handle; dangling once `aborted` is set (ncclCommAbort frees it).
+    raw: ncclComm_t,
+    /// ncclCommAbort has been called: `raw` must not be used again.
+    aborted: bool,
+    /// A call failed: Drop aborts instead of destroying.
+    failed: bool,
+}
+
+// SAFETY: `State::raw` is only passed to RCCL while the mutex is held, so calls on one
+// communicator never overlap; RCCL allows a communicator to be used from any host thread as
+// long as its calls are not concurrent. The other fields are thread-safe shared handles.
+unsafe impl Send for Communicator {}
+// SAFETY: as for `Send`: every `&self` method reaches `raw` only through the mutex.
+unsafe impl Sync for Communicator {}
+
+impl Communicator {
+    /// Joins the communicator `id` as `rank` of `nranks` (`ncclCommInitRank`), on `stream`'s
+    /// device.
+    ///
+    /// Blocks until every rank has called it with the same id: call it on every rank (one
+    /// process or thread per GPU). A rank that never arrives blocks the others inside RCCL
+    /// (`NCCL_COMM_BLOCKING` / a non-blocking init is future work); the rendezvous in
+    /// [`crate::rendezvous`] has timeouts for ranks that never start.
+    pub fn init_rank(
+        stream: &Arc<Stream>,
+        id: &UniqueId,
+        rank: usize,
+        nranks: usize,
+    ) -> Result<Communicator> {
+        let op = "ncclCommInitRank";
+        let (rank_c, nranks_c) = check_rank_args(op, rank, nranks)?;
+        let rccl = stream.device().runtime().rccl()?;
+        stream.device().bind_to_thread()?;
+        let mut raw: ncclComm_t = std::ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer; the id is passed by value (a 128-byte repr(C)
+        // copy of ncclUniqueId); rank and nranks were checked to fit a C int with
+        // rank < nranks; the calling thread is bound to the communicator's device, as RCCL
+        // requires.
+        let code = unsafe { (rccl.ncclCommInitRank)(&mut raw, nranks_c, id.to_raw(), rank_c) };
+        if !code.is_success() {
+            return Err(RcclError::call(&rccl, op, rank as i64, code, None).into());
+        }
+        Ok(Self::wrap(rccl, stream.clone(), raw, rank, nranks))
+    }
+
+    /// Creates one communicator per stream in this process (`ncclCommInitAll`): rank `i` runs
+    /// on `streams[i]`'s device. The devices must be distinct devices of one runtime.
+    pub fn init_all(streams: &[Arc<Stream>]) -> Result<Vec<Communicator>> {
+        let op = "ncclCommInitAll";
+        let Some(first) = streams.first() else {
+            return Err(RcclError::invalid(op, "no streams given: pass one per GPU").into());
+        };
+        let (_, n) = check_rank_args(op, 0, streams.len())?;
+        let mut devices: Vec<c_int> = Vec::with_capacity(streams.len());
+        for s in streams {
+            let d = s.device();
+            if !Arc::ptr_eq(d.runtime(), first.device().runtime()) {
+                return Err(
+                    RcclError::invalid(op, "the streams belong to different runtimes").into(),
+                );
+            }
+            let ordinal = c_int::try_from(d.ordinal())
+                .map_err(|_| RcclError::invalid(op, "device ordinal does not fit a C int"))?;
+            if devices.contains(&ordinal) {
+                return Err(RcclError::invalid(
+                    op,
+                    format!("device {ordinal} appears twice: RCCL needs one rank per GPU"),
+                )
+                .into());
+            }
+            devices.push(ordinal);
+        }
+        let rccl = first.device().runtime().rccl()?;
+        let mut raws: Vec<ncclComm_t> = vec![std::ptr::null_mut(); streams.len()];
+        // SAFETY: `raws` has room for `n` handles and `devices` holds `n` distinct ordinals of
+        // visible devices (n == streams.len(), checked to fit a C int).
+        let code = unsafe { (rccl.ncclCommInitAll)(raws.as_mut_ptr(), n, devices.as_ptr()) };
+        if !code.is_success() {
+            return Err(RcclError::call(&rccl, op, -1, code, None).into());
+        }
+        Ok(raws
+            .into_iter()
+            .zip(streams)
+            .enumerate()
+            .map(|(rank, (raw, s))| Self::wrap(rccl.clone(), s.clone(), raw, rank, streams.len()))
+            .collect())
+    }
+
+    fn wrap(
+        rccl: Arc<Rccl>,
+        stream: Arc<Stream>,
+        raw: ncclComm_t,
+        rank: usize,
+        nranks: usize,
+    ) -> Communicator {
+        Communicator {
+            rccl,
+            stream,
+            rank,
+            nranks,
+            timeout: DEFAULT_TIMEOUT,
+            state: Mutex::new(State {
+                raw,
+                aborted: false,
+                failed: false,
+            }),
+        }
+    }
+
+    /// Sets how long [`Communicator::wait`] waits before declaring a peer dead.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// This rank, `0..world_size()`.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Number of ranks.
+    pub fn world_size(&self) -> usize {
+        self.nranks
+    }
+
+    /// The stream every collective is queued on.
+    pub fn stream(&self) -> &Arc<Stream> {
+        &self.stream
+    }
+
+    /// The device this rank runs on.
+    pub fn device(&self) -> &Device {
+        self.stream.device()
+    }
+
+    /// The timeout of [`Communicator::wait`].
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The loaded RCCL library.
+    pub fn rccl(&self) -> &Arc<Rccl> {
+        &self.rccl
+    }
+
+    /// What RCCL itself says about this communicator: `(rank, ranks, device ordinal)` from
+    /// `ncclCommUserRank`, `ncclCommCount` and `ncclCommCuDevice`.
+    pub fn query(&self) -> Result<(usize, usize, usize)> {
+        let mut out = [0 as c_int; 3];
+        let [rank, count, device] = &mut out;
+        self.call("ncclCommUserRank", |rccl, raw| {
+            // SAFETY: `raw` is live (checked by `call` under the lock); `rank` is a valid
+            // out-pointer.
+            unsafe { (rccl.ncclCommUserRank)(raw, rank) }
+        })?;
+        self.call("ncclCommCount", |rccl, raw| {
+            // SAFETY: as above; `count` is a valid out-pointer.
+            unsafe { (rccl.ncclCommCount)(raw, count) }
+        })?;
+        self.call("ncclCommCuDevice", |rccl, raw| {
+            // SAFETY: as above; `device` is a valid out-pointer.
+            unsafe { (rccl.ncclCommCuDevice)(raw, device) }
+        })?;
+        let to_usize = |v: c_int| usize::try_from(v).unwrap_or(usize::MAX);
+        Ok((to_usize(out[0]), to_usize(out[1]), to_usize(out[2])))
+    }
+
+    /// Runs one RCCL call on the live handle, under the lock; a failure is returned as a
+    /// typed error (with RCCL's last error message) and marks the communicator as failed.
+    pub(super) fn call(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&Rccl, ncclComm_t) -> ncclResult_t,
+    ) -> Result<()> {
+        let mut state = self.state.lock();
+        if state.aborted {
+            return Err(RcclError::Aborted {
+                op,
+                rank: self.rank,
+            }
+            .into());
+        }
+        let code = f(&self.rccl, state.raw);
+        // A blocking communicator never answers ncclInProgress; should one (a communicator
+        // made non-blocking through NCCL_COMM_BLOCKING=0), the work is queued and `wait`
+        // reports its outcome.
+        if code.is_success() || code == ncclResult_t::ncclInProgress {
+            return Ok(());
+        }
+        state.failed = true;
+        let last = self.last_error(state.raw);
+        Err(RcclError::call(&self.rccl, op, self.rank as i64, code, last).into())
+    }
+
+    /// RCCL's last error message for `raw` (`ncclGetLastError`, absent before ROCm 5.3).
+    fn last_error(&self, raw: ncclComm_t) -> Option<String> {
+        let f = self.rccl.ncclGetLastError?;
+        // SAFETY: `raw` is live (the caller holds the lock and checked `aborted`);
+        // ncclGetLastError returns a NUL-terminated string owned by RCCL, or null.
+        let p = unsafe { f(raw) };
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: non-null: a NUL-terminated string valid until the next RCCL call on this
+        // thread; it is copied before the lock is released.
+        Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+    }
+
+    /// RCCL's asynchronous error state (`ncclCommGetAsyncError`): `Ok(())` while healthy (or
+    /// still in progress), the typed error once a peer or the network has failed.
+    pub fn check_async(&self) -> Result<()> {
+        let op = "ncclCommGetAsyncError";
+        let mut async_code = ncclResult_t::ncclSuccess;
+        self.call(op, |rccl, raw| {
+            // SAFETY: `raw` is live (checked by `call` under the lock); `async_code` is a valid
+            // out-pointer.
+            unsafe { (rccl.ncclCommGetAsyncError)(raw, &mut async_code) }
+        })?;
+        if async_code.is_success() || async_code == ncclResult_t::ncclInProgress {
+            return Ok(());
+        }
+        let mut state = self.state.lock();
+        state.failed = true;
+        let last = if state.aborted {
+            None
+        } else {
+            self.last_error(state.raw)
+        };
+        Err(RcclError::call(&self.rccl, op, self.rank as i64, async_code, last).into())
+    }
+
+    /// Waits until everything queued on the stream has finished, with the communicator's
+    /// timeout (see [`Communicator::wait_timeout`]).
+    pub fn wait(&self) -> Result<()> {
+        self.wait_timeout(self.timeout)
+    }
+
+    /// Waits until everything queued on the stream has finished, polling the stream and
+    /// RCCL's asynchronous error state.
+    ///
+    /// When RCCL reports an error (a peer exited: `ncclRemoteError`), or `timeout` passes
+    /// with work still queued, the communicator is aborted (`ncclCommAbort`, which also stops
+    /// RCCL's kernels waiting on the stream) and the typed error is returned: it never hangs
+    /// on a dead peer.
+    pub fn wait_timeout(&self, timeout: Duration) -> Result<()> {
+        let start = Instant::now();
+        let mut pause = Duration::from_micros(20);
+        loop {
+            if self.stream.is_idle()? {
+                return self.check_async();
+            }
+            if let Err(e) = self.check_async() {
+                self.abort_after_failure();
+                return Err(e);
+            }
+            let waited = start.elapsed();
+            if waited >= timeout {
+                self.abort_after_failure();
+                return Err(RcclError::Timeout {
+                    op: "wait",
+                    rank: self.rank,
+                    nranks: self.nranks,
+                    waited,
+                }
+                .into());
+            }
+            std::thread::sleep(pause.min(timeout - waited));
+            pause = (pause * 2).min(Duration::from_millis(2));
+        }
+    }
+
+    fn abort_after_failure(&self) {
+        if let Err(e) = self.abort() {
+            self.stream.device().runtime().record_err(e);
+        }
+    }
+
+    /// Aborts the communicator (`ncclCommAbort`): stops its queued work and frees it. Every
+    /// later call returns [`RcclError::Aborted`]. Aborting twice is a no-op.
+    pub fn abort(&self) -> Result<()> {
+        let mut state = self.state.lock();
+        if state.aborted {
+            return Ok(());
+        }
+        state.aborted = true;
+        state.failed = true;
+        // SAFETY: `raw` is live (not aborted before, checked under the lock), and is never
+        // used again: `aborted` is set before the lock is released.
+        let code = unsafe { (self.rccl.ncclCommAbort)(state.raw) };
+        if code.is_success() {
+            Ok(())
+        } else {
+            Err(RcclError::call(&self.rccl, "ncclCommAbort", self.rank as i64, code, None).into())
+        }
+    }
+}
+
+impl Drop for Communicator {
+    fn drop(&mut self) {
+        let failed_async = !self.state.get_mut().aborted && self.check_async().is_err();
+        let state = self.state.get_mut();
+        if state.aborted {
+            return;
+        }
+        let (op, code) = if state.failed || failed_async {
+            // SAFETY: `raw` is live (not aborted); `self` is being dropped, so nothing uses it
+            // after this call.
+            ("ncclCommAbort", unsafe {
+                (self.rccl.ncclCommAbort)(state.raw)
+            })
+        } else {
+            // SAFETY: as above.
+            ("ncclCommDestroy", unsafe {
+                (self.rccl.ncclCommDestroy)(state.raw)
+            })
+        };
+        state.aborted = true;
+        if !code.is_success() {
+            let e = RcclError::call(&self.rccl, op, self.rank as i64, code, None);
+            self.stream
+                .device()
+                .runtime()
+                .record_err(RocmError::Rccl(e));
+        }
+    }
+}
+
+impl std::fmt::Debug for Communicator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Communicator(rank {} of {}, device {}, timeout {:?})",
+            self.rank,
+            self.nranks,
+            self.stream.device().ordinal(),
+            self.timeout
+        )
+    }
+}
+
+/// Checks `rank < nranks` and that both fit a C int; returns them as C ints.
+pub(super) fn check_rank_args(
+    op: &'static str,
+    rank: usize,
+    nranks: usize,
+) -> Result<(c_int, c_int), RcclError> {
+    if nranks == 0 {
+        return Err(RcclError::invalid(
+            op,
+            "a communicator needs at least one rank",
+        ));
+    }
+    if rank >= nranks {
+        return Err(RcclError::invalid(
+            op,
+            format!("rank {rank} is out of range for {nranks} ranks (ranks are 0..{nranks})"),
+        ));
+    }
+    let nranks_c = c_int::try_from(nranks)
+        .map_err(|_| RcclError::invalid(op, format!("{nranks} ranks do not fit a C int")))?;
+    // rank < nranks <= c_int::MAX, so this conversion cannot fail.
+    let rank_c = c_int::try_from(rank).unwrap_or(c_int::MAX);
+    Ok((rank_c, nranks_c))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn rank_arguments_are_checked_before_rccl_is_called() {
+        assert_eq!(check_rank_args("x", 0, 1).unwrap(), (0, 1));
+        assert_eq!(check_rank_args("x", 3, 4).unwrap(), (3, 4));
+        let e = check_rank_args("ncclCommInitRank", 2, 2).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "RCCL ncclCommInitRank: rank 2 is out of range for 2 ranks (ranks are 0..2)"
+        );
+        assert!(check_rank_args("x", 0, 0).is_err());
+        let too_many = c_int::MAX as usize + 1;
+        assert!(check_rank_args("x", 0, too_many)
+            .unwrap_err()
+            .to_string()
+            .contains("do not fit a C int"));
+    }
+}
