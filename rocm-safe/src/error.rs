@@ -332,6 +332,15 @@ mod tests {
     }
 
     #[test]
+    fn the_error_stays_small() {
+        // Large error types make every `Result` in the stack larger (clippy's
+        // result_large_err in candle-rocm): the multi-GPU variants must not grow it.
+        let hip = std::mem::size_of::<HipError>();
+        assert!(std::mem::size_of::<crate::rccl::RcclError>() <= hip);
+        assert!(std::mem::size_of::<crate::rendezvous::RendezvousError>() <= hip);
+    }
+
+    #[test]
     fn miopen_errors_carry_the_status_name_and_a_remedy() {
         let e = RocmError::Miopen {
             op: "miopenConvolutionForward",

@@ -91,7 +91,7 @@ impl Communicator {
         // requires.
         let code = unsafe { (rccl.ncclCommInitRank)(&mut raw, nranks_c, id.to_raw(), rank_c) };
         if !code.is_success() {
-            return Err(RcclError::call(&rccl, op, rank as i64, code, None).into());
+            return Err(RcclError::call(&rccl, op, rank_c, code, None).into());
         }
         Ok(Self::wrap(rccl, stream.clone(), raw, rank, nranks))
     }
@@ -171,6 +171,11 @@ impl Communicator {
         self.rank
     }
 
+    /// This rank as a C int (it fits: checked when the communicator was made).
+    fn rank_c(&self) -> c_int {
+        c_int::try_from(self.rank).unwrap_or(c_int::MAX)
+    }
+
     /// Number of ranks.
     pub fn world_size(&self) -> usize {
         self.nranks
@@ -242,7 +247,7 @@ impl Communicator {
         }
         state.failed = true;
         let last = self.last_error(state.raw);
-        Err(RcclError::call(&self.rccl, op, self.rank as i64, code, last).into())
+        Err(RcclError::call(&self.rccl, op, self.rank_c(), code, last).into())
     }
 
     /// RCCL's last error message for `raw` (`ncclGetLastError`, absent before ROCm 5.3).
@@ -279,7 +284,7 @@ impl Communicator {
         } else {
             self.last_error(state.raw)
         };
-        Err(RcclError::call(&self.rccl, op, self.rank as i64, async_code, last).into())
+        Err(RcclError::call(&self.rccl, op, self.rank_c(), async_code, last).into())
     }
 
     /// Waits until everything queued on the stream has finished, with the communicator's
@@ -343,7 +348,7 @@ impl Communicator {
         if code.is_success() {
             Ok(())
         } else {
-            Err(RcclError::call(&self.rccl, "ncclCommAbort", self.rank as i64, code, None).into())
+            Err(RcclError::call(&self.rccl, "ncclCommAbort", self.rank_c(), code, None).into())
         }
     }
 }
@@ -369,7 +374,7 @@ impl Drop for Communicator {
         };
         state.aborted = true;
         if !code.is_success() {
-            let e = RcclError::call(&self.rccl, op, self.rank as i64, code, None);
+            let e = RcclError::call(&self.rccl, op, self.rank_c(), code, None);
             self.stream
                 .device()
                 .runtime()

@@ -10,7 +10,8 @@ use rocm_sys::rccl::{ncclResult_t, Rccl};
 pub enum RcclError {
     /// An RCCL call returned an error code.
     #[error(
-        "RCCL {op} failed on rank {rank}: {name} (code {code}): {message}{}.{}",
+        "RCCL {op} failed on rank {rank}: {} (code {code}): {message}{}.{}",
+        result_name(*.code),
         .last_error.as_deref().map(|e| format!(" ({e})")).unwrap_or_default(),
         result_hint(*.code)
     )]
@@ -18,11 +19,9 @@ pub enum RcclError {
         /// The entry point that failed, e.g. `ncclAllReduce`.
         op: &'static str,
         /// The rank that saw it (`-1` before a communicator exists).
-        rank: i64,
-        /// The raw `ncclResult_t`.
+        rank: i32,
+        /// The raw `ncclResult_t` (its C name, e.g. `ncclRemoteError`, is in the message).
         code: u32,
-        /// The C name of the code, e.g. `ncclRemoteError`.
-        name: String,
         /// RCCL's description of the code (`ncclGetErrorString`).
         message: String,
         /// RCCL's last error message (`ncclGetLastError`), when it has one.
@@ -75,6 +74,13 @@ pub enum RcclError {
         /// What is wrong with it.
         detail: String,
     },
+}
+
+/// The C name of a result code, `ncclResult(N)` for codes this crate does not know.
+fn result_name(code: u32) -> String {
+    ncclResult_t(code)
+        .name()
+        .map_or_else(|| format!("ncclResult({code})"), str::to_string)
 }
 
 const REMOTE_ERROR: u32 = ncclResult_t::ncclRemoteError.0;
@@ -132,7 +138,7 @@ impl RcclError {
     pub(crate) fn call(
         rccl: &Rccl,
         op: &'static str,
-        rank: i64,
+        rank: i32,
         code: ncclResult_t,
         last_error: Option<String>,
     ) -> Self {
@@ -140,9 +146,6 @@ impl RcclError {
             op,
             rank,
             code: code.0,
-            name: code
-                .name()
-                .map_or_else(|| format!("ncclResult({})", code.0), str::to_string),
             message: rccl.error_string(code),
             last_error: last_error.filter(|s| !s.is_empty()),
         }
@@ -166,7 +169,6 @@ mod tests {
             op: "ncclAllReduce",
             rank: 1,
             code: 6,
-            name: "ncclRemoteError".into(),
             message: "remote process exited or there was a network error".into(),
             last_error: Some("peer 0 closed the connection".into()),
         };
@@ -213,7 +215,6 @@ mod tests {
             op: "ncclGroupEnd",
             rank: -1,
             code: 42,
-            name: "ncclResult(42)".into(),
             message: "unknown result code".into(),
             last_error: None,
         };
