@@ -16,6 +16,9 @@
 //! called `ncclFloat8e4m3`/`ncclFloat8e5m2` in the ROCm 7 header (same values; NCCL 2.24+ uses
 //! the same values and the newer names). `ncclGetLastError` is absent from ROCm 5.2, so it is
 //! optional here; everything else required exists in every release from ROCm 5.7 on.
+//! `ncclCommInitRankConfig` and `ncclConfig_t` (`ncclConfig_v21700`: size, magic, version,
+//! blocking, cgaClusterSize, minCTAs, maxCTAs, netName; `splitShare` appended in ROCm 6.0, more
+//! fields in ROCm 7) exist from ROCm 5.7 on; the function is optional here all the same.
 //!
 //! RCCL's 8-bit float types follow the GPU: on gfx942 (MI300) RCCL 6.2's `rccl_float8` is the
 //! FNUZ variant (`src/include/rccl_float8.h`, bias mode on), not the OCP `e4m3fn` that Candle's
@@ -26,7 +29,7 @@
 //! newer RCCL adds (a result code, a dynamic reduction op) is a value, never undefined
 //! behaviour.
 
-use std::ffi::{c_char, c_int, c_void, CStr, OsString};
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr, OsString};
 
 use crate::bindings::hip::hipStream_t;
 use crate::library::Loaded;
@@ -56,6 +59,55 @@ impl Default for ncclUniqueId {
     fn default() -> Self {
         Self {
             internal: [0; NCCL_UNIQUE_ID_BYTES],
+        }
+    }
+}
+
+/// `NCCL_CONFIG_UNDEF_INT`: a configuration field left to RCCL's default.
+pub const NCCL_CONFIG_UNDEF_INT: c_int = c_int::MIN;
+/// The `magic` of an initialised [`ncclConfig_t`] (`NCCL_CONFIG_INITIALIZER`).
+pub const NCCL_CONFIG_MAGIC: c_uint = 0xcafe_beef;
+
+/// `ncclConfig_t` as RCCL declares it from ROCm 5.7 on (`struct ncclConfig_v21700`), up to
+/// `netName`.
+///
+/// The struct is versioned by its leading `size`: RCCL (like NCCL, `parseCommConfig` in
+/// `src/init.cc`) copies `min(size, its own sizeof)` bytes over its defaults, so the fields
+/// later releases append (`splitShare`, `commName`, ...) keep their defaults when this shorter
+/// struct is passed. Build it with [`ncclConfig_t::initializer`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ncclConfig_t {
+    /// `sizeof` the struct passed (set by the initializer).
+    pub size: usize,
+    /// [`NCCL_CONFIG_MAGIC`].
+    pub magic: c_uint,
+    /// The `NCCL_VERSION` of the layout: 2.17.0 (21700) for this one.
+    pub version: c_uint,
+    /// 0: non-blocking communicator (calls may return `ncclInProgress`); 1: blocking.
+    pub blocking: c_int,
+    /// Cooperative group array cluster size.
+    pub cgaClusterSize: c_int,
+    /// Minimum number of thread blocks (channels).
+    pub minCTAs: c_int,
+    /// Maximum number of thread blocks (channels).
+    pub maxCTAs: c_int,
+    /// Network to use, or null.
+    pub netName: *const c_char,
+}
+
+impl ncclConfig_t {
+    /// `NCCL_CONFIG_INITIALIZER` for this layout: every field left to RCCL's default.
+    pub fn initializer() -> Self {
+        Self {
+            size: std::mem::size_of::<Self>(),
+            magic: NCCL_CONFIG_MAGIC,
+            version: 21_700,
+            blocking: NCCL_CONFIG_UNDEF_INT,
+            cgaClusterSize: NCCL_CONFIG_UNDEF_INT,
+            minCTAs: NCCL_CONFIG_UNDEF_INT,
+            maxCTAs: NCCL_CONFIG_UNDEF_INT,
+            netName: std::ptr::null(),
         }
     }
 }
@@ -248,6 +300,13 @@ api_table! {
     optional extern "C" {
         pub fn ncclGetLastError(comm: ncclComm_t) -> *const c_char;
         pub fn ncclCommFinalize(comm: ncclComm_t) -> ncclResult_t;
+        pub fn ncclCommInitRankConfig(
+            comm: *mut ncclComm_t,
+            nranks: c_int,
+            comm_id: ncclUniqueId,
+            rank: c_int,
+            config: *mut ncclConfig_t,
+        ) -> ncclResult_t;
     }
 }
 
@@ -373,6 +432,20 @@ mod tests {
     }
 
     #[test]
+    fn config_matches_the_v21700_layout() {
+        assert_eq!(std::mem::size_of::<ncclConfig_t>(), 40);
+        assert_eq!(std::mem::offset_of!(ncclConfig_t, magic), 8);
+        assert_eq!(std::mem::offset_of!(ncclConfig_t, version), 12);
+        assert_eq!(std::mem::offset_of!(ncclConfig_t, blocking), 16);
+        assert_eq!(std::mem::offset_of!(ncclConfig_t, maxCTAs), 28);
+        assert_eq!(std::mem::offset_of!(ncclConfig_t, netName), 32);
+        let c = ncclConfig_t::initializer();
+        assert_eq!((c.size, c.magic, c.version), (40, 0xcafebeef, 21_700));
+        assert_eq!(c.blocking, i32::MIN);
+        assert!(c.netName.is_null());
+    }
+
+    #[test]
     fn versions_decode_both_encodings() {
         assert_eq!(version_string(2708), "2.7.8");
         assert_eq!(version_string(20_900), "2.9.0");
@@ -406,7 +479,14 @@ mod tests {
         ] {
             assert!(RcclApi::REQUIRED.contains(&name), "{name}");
         }
-        assert_eq!(RcclApi::OPTIONAL, &["ncclGetLastError", "ncclCommFinalize"]);
+        assert_eq!(
+            RcclApi::OPTIONAL,
+            &[
+                "ncclGetLastError",
+                "ncclCommFinalize",
+                "ncclCommInitRankConfig"
+            ]
+        );
     }
 
     #[test]
