@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use rocm_sys::rccl::{ncclComm_t, ncclResult_t, Rccl};
+use rocm_sys::rccl::{ncclComm_t, ncclConfig_t, ncclResult_t, Rccl};
 
 use crate::device::Device;
 use crate::error::{Result, RocmError};
@@ -67,33 +67,71 @@ unsafe impl Send for Communicator {}
 unsafe impl Sync for Communicator {}
 
 impl Communicator {
-    /// Joins the communicator `id` as `rank` of `nranks` (`ncclCommInitRank`), on `stream`'s
-    /// device.
-    ///
-    /// Blocks until every rank has called it with the same id: call it on every rank (one
-    /// process or thread per GPU). A rank that never arrives blocks the others inside RCCL
-    /// (`NCCL_COMM_BLOCKING` / a non-blocking init is future work); the rendezvous in
-    /// [`crate::rendezvous`] has timeouts for ranks that never start.
+    /// Joins the communicator `id` as `rank` of `nranks` on `stream`'s device, waiting up to
+    /// [`DEFAULT_TIMEOUT`] for the other ranks (see [`Communicator::init_rank_timeout`]).
     pub fn init_rank(
         stream: &Arc<Stream>,
         id: &UniqueId,
         rank: usize,
         nranks: usize,
     ) -> Result<Communicator> {
-        let op = "ncclCommInitRank";
-        let (rank_c, nranks_c) = check_rank_args(op, rank, nranks)?;
+        Self::init_rank_timeout(stream, id, rank, nranks, DEFAULT_TIMEOUT)
+    }
+
+    /// Joins the communicator `id` as `rank` of `nranks` on `stream`'s device. Every rank
+    /// calls it with the same id (one process or thread per GPU); it returns once all have.
+    ///
+    /// Where RCCL has `ncclCommInitRankConfig` (ROCm 5.7+), the communicator is created
+    /// non-blocking and this waits for it with `timeout`: a rank that never arrives gives
+    /// [`RcclError::Timeout`] (the half-made communicator is aborted), not a hang. Later calls
+    /// then wait for the communicator's previous operation to settle (with the
+    /// communicator's timeout, `timeout` again unless [`Communicator::with_timeout`] changes
+    /// it) before they start. Older RCCLs get the blocking `ncclCommInitRank`, which waits
+    /// inside RCCL without a timeout.
+    pub fn init_rank_timeout(
+        stream: &Arc<Stream>,
+        id: &UniqueId,
+        rank: usize,
+        nranks: usize,
+        timeout: Duration,
+    ) -> Result<Communicator> {
+        let (rank_c, nranks_c) = check_rank_args("ncclCommInitRank", rank, nranks)?;
         let rccl = stream.device().runtime().rccl()?;
         stream.device().bind_to_thread()?;
         let mut raw: ncclComm_t = std::ptr::null_mut();
-        // SAFETY: `raw` is a valid out-pointer; the id is passed by value (a 128-byte repr(C)
-        // copy of ncclUniqueId); rank and nranks were checked to fit a C int with
-        // rank < nranks; the calling thread is bound to the communicator's device, as RCCL
-        // requires.
-        let code = unsafe { (rccl.ncclCommInitRank)(&mut raw, nranks_c, id.to_raw(), rank_c) };
-        if !code.is_success() {
+        let Some(init_config) = rccl.ncclCommInitRankConfig else {
+            let op = "ncclCommInitRank";
+            // SAFETY: `raw` is a valid out-pointer; the id is passed by value (a 128-byte
+            // repr(C) copy of ncclUniqueId); rank < nranks, both checked to fit a C int; the
+            // calling thread is bound to the communicator's device, as RCCL requires.
+            let code = unsafe { (rccl.ncclCommInitRank)(&mut raw, nranks_c, id.to_raw(), rank_c) };
+            if !code.is_success() {
+                return Err(RcclError::call(&rccl, op, rank_c, code, None).into());
+            }
+            return Ok(Self::wrap(rccl, stream.clone(), raw, rank, nranks).with_timeout(timeout));
+        };
+        let op = "ncclCommInitRankConfig";
+        let mut config = ncclConfig_t::initializer();
+        config.blocking = 0;
+        // SAFETY: as for ncclCommInitRank above, plus `config`: an initialised ncclConfig_t
+        // (size, magic and version set by `initializer`), valid for the duration of the call
+        // (RCCL copies it).
+        let code = unsafe { init_config(&mut raw, nranks_c, id.to_raw(), rank_c, &mut config) };
+        if !(code.is_success() || code == ncclResult_t::ncclInProgress) || raw.is_null() {
+            if !raw.is_null() {
+                // SAFETY: a handle RCCL returned with the failure; aborting frees it, and it
+                // is not used again.
+                unsafe { (rccl.ncclCommAbort)(raw) };
+            }
             return Err(RcclError::call(&rccl, op, rank_c, code, None).into());
         }
-        Ok(Self::wrap(rccl, stream.clone(), raw, rank, nranks))
+        let comm = Self::wrap(rccl, stream.clone(), raw, rank, nranks).with_timeout(timeout);
+        {
+            let mut state = comm.state.lock();
+            // An error aborts the half-made communicator (see `settle`); Drop then does nothing.
+            comm.settle(&mut state, op, timeout)?;
+        }
+        Ok(comm)
     }
 
     /// Creates one communicator per stream in this process (`ncclCommInitAll`): rank `i` runs
@@ -223,14 +261,31 @@ impl Communicator {
         Ok((to_usize(out[0]), to_usize(out[1]), to_usize(out[2])))
     }
 
-    /// Runs one RCCL call on the live handle, under the lock; a failure is returned as a
-    /// typed error (with RCCL's last error message) and marks the communicator as failed.
+    /// Runs one RCCL call on the live handle, under the lock, once the communicator's previous
+    /// operation has settled; a failure is returned as a typed error (with RCCL's last error
+    /// message) and marks the communicator as failed.
     pub(super) fn call(
         &self,
         op: &'static str,
         f: impl FnOnce(&Rccl, ncclComm_t) -> ncclResult_t,
     ) -> Result<()> {
         let mut state = self.state.lock();
+        self.settle(&mut state, op, self.timeout)?;
+        let code = f(&self.rccl, state.raw);
+        // A non-blocking communicator may answer ncclInProgress: the operation goes on in
+        // the background, and the next call (or `wait`) settles it first.
+        if code.is_success() || code == ncclResult_t::ncclInProgress {
+            return Ok(());
+        }
+        state.failed = true;
+        let last = self.last_error(state.raw);
+        Err(RcclError::call(&self.rccl, op, self.rank_c(), code, last).into())
+    }
+
+    /// `ncclCommGetAsyncError` on the live handle (the caller holds the lock): `Ok(true)` when
+    /// settled and healthy, `Ok(false)` while an operation is in progress, the typed error
+    /// (and the communicator marked failed) once RCCL reports one.
+    fn poll(&self, state: &mut State, op: &'static str) -> Result<bool> {
         if state.aborted {
             return Err(RcclError::Aborted {
                 op,
@@ -238,16 +293,59 @@ impl Communicator {
             }
             .into());
         }
-        let code = f(&self.rccl, state.raw);
-        // A blocking communicator never answers ncclInProgress; should one (a communicator
-        // made non-blocking through NCCL_COMM_BLOCKING=0), the work is queued and `wait`
-        // reports its outcome.
-        if code.is_success() || code == ncclResult_t::ncclInProgress {
-            return Ok(());
-        }
+        let mut async_code = ncclResult_t::ncclSuccess;
+        // SAFETY: `raw` is live (not aborted, checked above under the caller's lock);
+        // `async_code` is a valid out-pointer.
+        let code = unsafe { (self.rccl.ncclCommGetAsyncError)(state.raw, &mut async_code) };
+        let failed = if !code.is_success() {
+            code
+        } else if async_code.is_success() {
+            return Ok(true);
+        } else if async_code == ncclResult_t::ncclInProgress {
+            return Ok(false);
+        } else {
+            async_code
+        };
         state.failed = true;
         let last = self.last_error(state.raw);
-        Err(RcclError::call(&self.rccl, op, self.rank_c(), code, last).into())
+        Err(RcclError::call(
+            &self.rccl,
+            "ncclCommGetAsyncError",
+            self.rank_c(),
+            failed,
+            last,
+        )
+        .into())
+    }
+
+    /// Waits (the caller holds the lock) until the communicator's previous operation has
+    /// settled. On an error or after `timeout`, aborts the communicator and returns why.
+    fn settle(&self, state: &mut State, op: &'static str, timeout: Duration) -> Result<()> {
+        let start = Instant::now();
+        let mut pause = Duration::from_micros(20);
+        loop {
+            match self.poll(state, op) {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(e) => {
+                    self.abort_recorded(state);
+                    return Err(e);
+                }
+            }
+            let waited = start.elapsed();
+            if waited >= timeout {
+                self.abort_recorded(state);
+                return Err(RcclError::Timeout {
+                    op,
+                    rank: self.rank,
+                    nranks: self.nranks,
+                    waited,
+                }
+                .into());
+            }
+            std::thread::sleep(pause.min(timeout - waited));
+            pause = (pause * 2).min(Duration::from_millis(2));
+        }
     }
 
     /// RCCL's last error message for `raw` (`ncclGetLastError`, absent before ROCm 5.3).
@@ -267,24 +365,8 @@ impl Communicator {
     /// RCCL's asynchronous error state (`ncclCommGetAsyncError`): `Ok(())` while healthy (or
     /// still in progress), the typed error once a peer or the network has failed.
     pub fn check_async(&self) -> Result<()> {
-        let op = "ncclCommGetAsyncError";
-        let mut async_code = ncclResult_t::ncclSuccess;
-        self.call(op, |rccl, raw| {
-            // SAFETY: `raw` is live (checked by `call` under the lock); `async_code` is a valid
-            // out-pointer.
-            unsafe { (rccl.ncclCommGetAsyncError)(raw, &mut async_code) }
-        })?;
-        if async_code.is_success() || async_code == ncclResult_t::ncclInProgress {
-            return Ok(());
-        }
         let mut state = self.state.lock();
-        state.failed = true;
-        let last = if state.aborted {
-            None
-        } else {
-            self.last_error(state.raw)
-        };
-        Err(RcclError::call(&self.rccl, op, self.rank_c(), async_code, last).into())
+        self.poll(&mut state, "ncclCommGetAsyncError").map(|_| ())
     }
 
     /// Waits until everything queued on the stream has finished, with the communicator's
@@ -293,8 +375,8 @@ impl Communicator {
         self.wait_timeout(self.timeout)
     }
 
-    /// Waits until everything queued on the stream has finished, polling the stream and
-    /// RCCL's asynchronous error state.
+    /// Waits until the communicator's last operation has settled and everything queued on
+    /// the stream has finished, polling both.
     ///
     /// When RCCL reports an error (a peer exited: `ncclRemoteError`), or `timeout` passes
     /// with work still queued, the communicator is aborted (`ncclCommAbort`, which also stops
@@ -304,16 +386,22 @@ impl Communicator {
         let start = Instant::now();
         let mut pause = Duration::from_micros(20);
         loop {
-            if self.stream.is_idle()? {
-                return self.check_async();
-            }
-            if let Err(e) = self.check_async() {
-                self.abort_after_failure();
-                return Err(e);
+            let settled = {
+                let mut state = self.state.lock();
+                match self.poll(&mut state, "wait") {
+                    Ok(settled) => settled,
+                    Err(e) => {
+                        self.abort_recorded(&mut state);
+                        return Err(e);
+                    }
+                }
+            };
+            if settled && self.stream.is_idle()? {
+                return Ok(());
             }
             let waited = start.elapsed();
             if waited >= timeout {
-                self.abort_after_failure();
+                self.abort_recorded(&mut self.state.lock());
                 return Err(RcclError::Timeout {
                     op: "wait",
                     rank: self.rank,
@@ -327,16 +415,14 @@ impl Communicator {
         }
     }
 
-    fn abort_after_failure(&self) {
-        if let Err(e) = self.abort() {
-            self.stream.device().runtime().record_err(e);
-        }
-    }
-
     /// Aborts the communicator (`ncclCommAbort`): stops its queued work and frees it. Every
     /// later call returns [`RcclError::Aborted`]. Aborting twice is a no-op.
     pub fn abort(&self) -> Result<()> {
-        let mut state = self.state.lock();
+        self.abort_locked(&mut self.state.lock())
+    }
+
+    /// Aborts under the caller's lock.
+    fn abort_locked(&self, state: &mut State) -> Result<()> {
         if state.aborted {
             return Ok(());
         }
@@ -346,35 +432,44 @@ impl Communicator {
         // used again: `aborted` is set before the lock is released.
         let code = unsafe { (self.rccl.ncclCommAbort)(state.raw) };
         if code.is_success() {
-            Ok(())
-        } else {
-            Err(RcclError::call(&self.rccl, "ncclCommAbort", self.rank_c(), code, None).into())
+            return Ok(());
+        }
+        Err(RcclError::call(&self.rccl, "ncclCommAbort", self.rank_c(), code, None).into())
+    }
+
+    /// Aborts under the caller's lock on the way to returning another error: a failure of
+    /// the abort itself is recorded for [`crate::Runtime::check_err`].
+    fn abort_recorded(&self, state: &mut State) {
+        if let Err(e) = self.abort_locked(state) {
+            self.stream.device().runtime().record_err(e);
         }
     }
 }
 
 impl Drop for Communicator {
     fn drop(&mut self) {
-        let failed_async = !self.state.get_mut().aborted && self.check_async().is_err();
-        let state = self.state.get_mut();
+        let mut state = self.state.lock();
         if state.aborted {
             return;
         }
-        let (op, code) = if state.failed || failed_async {
-            // SAFETY: `raw` is live (not aborted); `self` is being dropped, so nothing uses it
-            // after this call.
-            ("ncclCommAbort", unsafe {
-                (self.rccl.ncclCommAbort)(state.raw)
-            })
-        } else {
-            // SAFETY: as above.
-            ("ncclCommDestroy", unsafe {
-                (self.rccl.ncclCommDestroy)(state.raw)
-            })
-        };
+        // ncclCommDestroy needs a settled, healthy communicator (RCCL's ncclCommEnsureReady);
+        // `settle` aborts it otherwise (recording any failure of the abort).
+        if state.failed {
+            self.abort_recorded(&mut state);
+            return;
+        }
+        if self
+            .settle(&mut state, "ncclCommDestroy", self.timeout)
+            .is_err()
+        {
+            return;
+        }
+        // SAFETY: `raw` is live (not aborted) and settled; `self` is being dropped, so nothing
+        // uses it after this call.
+        let code = unsafe { (self.rccl.ncclCommDestroy)(state.raw) };
         state.aborted = true;
-        if !code.is_success() {
-            let e = RcclError::call(&self.rccl, op, self.rank_c(), code, None);
+        if !(code.is_success() || code == ncclResult_t::ncclInProgress) {
+            let e = RcclError::call(&self.rccl, "ncclCommDestroy", self.rank_c(), code, None);
             self.stream
                 .device()
                 .runtime()
