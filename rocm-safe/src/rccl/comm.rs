@@ -18,6 +18,9 @@ use super::id::UniqueId;
 /// [`Communicator::with_timeout`] says otherwise.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// How long `Drop` lets a communicator's last operation settle before aborting it.
+const DROP_SETTLE: Duration = Duration::from_secs(10);
+
 /// One rank of an RCCL communicator (`ncclComm_t`), bound to one device and one stream.
 ///
 /// Every collective is queued on [`Communicator::stream`] and reads and writes buffers ordered
@@ -458,8 +461,10 @@ impl Drop for Communicator {
             self.abort_recorded(&mut state);
             return;
         }
+        // Briefly: a communicator still busy after this is aborted rather than waited for.
+        let patience = self.timeout.min(DROP_SETTLE);
         if self
-            .settle(&mut state, "ncclCommDestroy", self.timeout)
+            .settle(&mut state, "ncclCommDestroy", patience)
             .is_err()
         {
             return;

@@ -256,25 +256,34 @@ impl StoreClient {
         for sa in resolved {
             let per_try = left.clamp(Duration::from_millis(1), Duration::from_secs(2));
             match TcpStream::connect_timeout(&sa, per_try) {
-                Ok(conn) => return Self::handshake(conn, addr),
+                Ok(conn) => return Self::handshake(conn, addr, per_try),
                 Err(e) => error = format!("{sa}: {e}"),
             }
         }
         Err(Attempt::Retry(error))
     }
 
-    fn handshake(mut conn: TcpStream, addr: &str) -> Result<StoreClient, Attempt> {
+    /// Greets the server; `patience` bounds the wait for its answer (a port held by a
+    /// silent service must not outlast the caller's timeout by much).
+    fn handshake(
+        mut conn: TcpStream,
+        addr: &str,
+        patience: Duration,
+    ) -> Result<StoreClient, Attempt> {
         let io = |e: std::io::Error| Attempt::Retry(format!("{addr}: {e}"));
         conn.set_nodelay(true).map_err(io)?;
-        conn.set_read_timeout(Some(MESSAGE_TIMEOUT)).map_err(io)?;
+        conn.set_read_timeout(Some(patience)).map_err(io)?;
         conn.set_write_timeout(Some(MESSAGE_TIMEOUT)).map_err(io)?;
         conn.write_all(&MAGIC).map_err(io)?;
         let mut echo = [0u8; 8];
         match conn.read_exact(&mut echo) {
-            Ok(()) if echo == MAGIC => Ok(StoreClient {
-                conn,
-                addr: addr.to_string(),
-            }),
+            Ok(()) if echo == MAGIC => {
+                conn.set_read_timeout(Some(MESSAGE_TIMEOUT)).map_err(io)?;
+                Ok(StoreClient {
+                    conn,
+                    addr: addr.to_string(),
+                })
+            }
             Ok(()) => Err(Attempt::Fatal(RendezvousError::Protocol {
                 addr: addr.to_string(),
                 detail: format!("it answered {echo:?} to the greeting"),
@@ -484,6 +493,24 @@ mod tests {
             .expect("accepted a foreign service");
         assert!(matches!(e, RendezvousError::Protocol { .. }), "{e}");
         fake.join().unwrap();
+    }
+
+    #[test]
+    fn a_silent_service_does_not_outlast_the_timeout() {
+        // Accepts connections (the kernel's backlog does) but never answers the greeting.
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let start = Instant::now();
+        let e = StoreClient::connect(&addr, Duration::from_millis(500))
+            .err()
+            .expect("a silent service passed the handshake");
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            start.elapsed()
+        );
+        assert!(matches!(e, RendezvousError::Connect { .. }), "{e}");
+        drop(listener);
     }
 
     #[test]
