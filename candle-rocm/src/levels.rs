@@ -33,6 +33,7 @@ const LEVELS: &[(&str, u32)] = &[
     ("ops::attention::spec", 71),
     ("ops::attention::host", 72),
     ("ops::attention", 73),
+    ("ops::collective", 71),
     ("ops::copy", 71),
     ("ops::elementwise", 71),
     ("ops::indexing", 71),
@@ -55,6 +56,8 @@ const LEVELS: &[(&str, u32)] = &[
     ("slot::attention", 110),
     ("slot::fused", 110),
     ("slot", 111),
+    // Above the slot: a `Comm` opens its device through `slot::device`.
+    ("slot::collective", 112),
     ("levels", 200),
 ];
 

@@ -18,11 +18,11 @@
 //! | 4 | `device`, `layout` | [`RocmDevice`]; layout guards and checked sizes |
 //! | 5 | `dispatch` | the `Map*` traits: an op's `f<T>` once, dispatch on dtype |
 //! | 6 | [`launch`] | typed launchers of our kernels and candle's, over buffers |
-//! | 7 | [`ops`] | the op families, over storage slices |
+//! | 7 | [`ops`] | the op families, over storage slices (collectives between GPUs included) |
 //! | 8 | `storage` | [`RocmStorage`] and its `BackendStorage` impl |
 //! | 9 | `backend_device` | `impl BackendDevice for RocmDevice` |
 //! | 10 | `quantized` | GGUF storage and its mat-vec paths (`candle` feature) |
-//! | 11 | `slot` | candle-core's out-of-tree backend slot, and candle-flash-attn's API on it as `flash_attn` (`candle` feature) |
+//! | 11 | `slot` | candle-core's out-of-tree backend slot, and candle-flash-attn's API on it as `flash_attn`, the `Tensor` collectives as `collective` (`candle` feature) |
 //!
 //! Until candle-core can take an out-of-tree backend in its `Device`/`Storage` enums, the
 //! backend is used through the traits:
@@ -65,6 +65,8 @@ pub use error::{BackendError, WrapErr};
 pub use settings::{strict, STRICT_VAR};
 #[cfg(feature = "candle")]
 pub use slot::attention as flash_attn;
+#[cfg(feature = "candle")]
+pub use slot::collective;
 #[cfg(feature = "candle")]
 pub use slot::{device, device_or_cpu};
 pub use storage::RocmStorage;

@@ -67,6 +67,9 @@ pub struct Report {
     pub rocblas: Result<(String, String), String>,
     /// MIOpen path and version, `Ok(None)` when absent (it is optional).
     pub miopen: Result<Option<(String, String)>, String>,
+    /// RCCL path and version, or why it is unavailable. Optional (only several GPUs need it):
+    /// it never changes the verdict or the exit code.
+    pub rccl: Result<(String, String), String>,
     /// Driver version, when readable.
     pub driver: Option<String>,
     /// Visible devices.
@@ -106,6 +109,7 @@ impl Report {
             warning: None,
             rocblas: Err("not probed".into()),
             miopen: Ok(None),
+            rccl: Err("not probed".into()),
             driver: None,
             devices: Vec::new(),
             kernels_dir,
@@ -143,6 +147,10 @@ impl Report {
                     rt.miopen_version()?.unwrap_or_default(),
                 ))),
             })
+            .map_err(|e| e.to_string());
+        report.rccl = rt
+            .rccl()
+            .and_then(|lib| Ok((lib.path().display().to_string(), rt.rccl_version()?)))
             .map_err(|e| e.to_string());
 
         let count = match rt.device_count() {
@@ -212,6 +220,15 @@ impl fmt::Display for Report {
                     }
                     Ok(None) => writeln!(f, "MIOpen      : not found (optional)")?,
                     Err(e) => writeln!(f, "MIOpen      : unavailable: {e}")?,
+                }
+                match &self.rccl {
+                    Ok((path, version)) => writeln!(f, "RCCL        : {path} (version {version})")?,
+                    Err(e) => writeln!(
+                        f,
+                        "RCCL        : not available (optional: only needed for several GPUs): \
+                         {}",
+                        e.replace('\n', "\n              ")
+                    )?,
                 }
             }
             None => writeln!(f, "HIP runtime : not loaded")?,

@@ -69,3 +69,28 @@ fn runtime_without_device_exits_3_and_names_the_library() {
         other => panic!("unexpected exit {other:?}:\n{t}"),
     }
 }
+
+#[test]
+fn a_missing_rccl_is_reported_and_keeps_the_exit_code() {
+    let base = rocm_info(&[("ROCM_SYS_HIP_LIB", "libamdhip64.so.5")]);
+    let o = rocm_info(&[
+        ("ROCM_SYS_HIP_LIB", "libamdhip64.so.5"),
+        ("ROCM_SYS_RCCL_LIB", "/nonexistent/librccl.so.1"),
+    ]);
+    let t = text(&o);
+    assert!(
+        !t.contains("panicked") && !t.contains("stack backtrace"),
+        "{t}"
+    );
+    assert!(
+        t.contains("RCCL        : not available (optional: only needed for several GPUs)"),
+        "{t}"
+    );
+    assert!(
+        t.contains("/nonexistent/librccl.so.1 (from $ROCM_SYS_RCCL_LIB)"),
+        "{t}"
+    );
+    assert!(t.contains("To fix:"), "{t}");
+    // RCCL is optional: its absence never changes the verdict.
+    assert_eq!(o.status.code(), base.status.code(), "{t}");
+}

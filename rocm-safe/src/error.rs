@@ -158,6 +158,12 @@ pub enum RocmError {
     /// An argument that can never be valid (length mismatch, zero-sized launch, ...).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// RCCL (collectives between GPUs) failed, or a collective's arguments are inconsistent.
+    #[error(transparent)]
+    Rccl(#[from] crate::rccl::RcclError),
+    /// The rendezvous between ranks failed (see [`crate::rendezvous`]).
+    #[error(transparent)]
+    Rendezvous(#[from] crate::rendezvous::RendezvousError),
 }
 
 fn blas_hint(code: u32) -> &'static str {
@@ -323,6 +329,15 @@ mod tests {
             name: "rocblas_status_arch_mismatch".into(),
         };
         assert!(blas.to_string().contains("To fix"));
+    }
+
+    #[test]
+    fn the_error_stays_small() {
+        // Large error types make every `Result` in the stack larger (clippy's
+        // result_large_err in candle-rocm): the multi-GPU variants must not grow it.
+        let hip = std::mem::size_of::<HipError>();
+        assert!(std::mem::size_of::<crate::rccl::RcclError>() <= hip);
+        assert!(std::mem::size_of::<crate::rendezvous::RendezvousError>() <= hip);
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! Safe RAII wrappers over the ROCm HIP runtime, rocBLAS and MIOpen, in the spirit of cudarc's
-//! `safe` layer. No Candle types here.
+//! Safe RAII wrappers over the ROCm HIP runtime, rocBLAS, MIOpen and RCCL, in the spirit of
+//! cudarc's `safe` layer. No Candle types here.
 //!
 //! | HIP / CPU concept | rocm-safe |
 //! |---|---|
@@ -11,6 +11,8 @@
 //! | `hipModule_t`, `hipFunction_t`, launch | [`Module`], [`Function`], [`LaunchArgs`] |
 //! | rocBLAS / MIOpen handles | [`BlasHandle`], [`MiopenHandle`] |
 //! | a memory pool | [`CachingAllocator`] |
+//! | RCCL communicators and collectives (several GPUs) | [`rccl::Communicator`], [`rccl::UniqueId`] |
+//! | `RANK` / `WORLD_SIZE` / `MASTER_ADDR` bootstrap (torchrun style) | [`rendezvous::Rendezvous`] |
 //!
 //! Ownership rules: owning handles are not `Clone` (share them with `Arc`); buffers remember
 //! their stream and are freed stream-ordered; errors in `Drop` are recorded and returned by the
@@ -36,6 +38,8 @@ mod error;
 mod host;
 pub mod miopen;
 mod module;
+pub mod rccl;
+pub mod rendezvous;
 mod runtime;
 mod stream;
 

@@ -4,7 +4,7 @@ use std::ffi::c_int;
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
-use rocm_sys::{hipError_t, Hip, Miopen, Rocblas};
+use rocm_sys::{hipError_t, Hip, Miopen, Rccl, Rocblas};
 
 use crate::error::{check, Result, RocmError};
 
@@ -17,6 +17,7 @@ pub struct Runtime {
     init_error: Option<HipInitFailure>,
     rocblas: OnceLock<Result<Arc<Rocblas>>>,
     miopen: OnceLock<Result<Option<Arc<Miopen>>>>,
+    rccl: OnceLock<Result<Arc<Rccl>>>,
     /// Errors raised in `Drop` impls, reported by the next [`Runtime::check_err`].
     deferred: Mutex<Option<RocmError>>,
 }
@@ -50,6 +51,7 @@ impl Runtime {
             init_error,
             rocblas: OnceLock::new(),
             miopen: OnceLock::new(),
+            rccl: OnceLock::new(),
             deferred: Mutex::new(None),
         }))
     }
@@ -155,6 +157,24 @@ impl Runtime {
         let code = unsafe { (lib.miopenGetVersion)(&mut a, &mut b, &mut c) };
         crate::error::check_miopen(&lib, "miopenGetVersion", code)?;
         Ok(Some(format!("{a}.{b}.{c}")))
+    }
+
+    /// RCCL, loaded on first use (see [`rocm_sys::loader::rccl_candidates`]); needed only for
+    /// several GPUs, so a missing RCCL is an error of the multi-GPU calls alone.
+    pub fn rccl(&self) -> Result<Arc<Rccl>> {
+        self.rccl
+            .get_or_init(|| Ok(Arc::new(Rccl::load_beside(&self.hip)?)))
+            .clone()
+    }
+
+    /// RCCL's version as `major.minor.patch` (loads RCCL if needed).
+    pub fn rccl_version(&self) -> Result<String> {
+        let lib = self.rccl()?;
+        lib.version_code()
+            .map(rocm_sys::rccl::version_string)
+            .map_err(|code| {
+                crate::rccl::RcclError::call(&lib, "ncclGetVersion", -1, code, None).into()
+            })
     }
 
     /// Records an error raised where it cannot be returned (in `Drop`).

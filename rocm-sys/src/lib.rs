@@ -1,5 +1,5 @@
-//! Raw, run-time loaded FFI to the ROCm libraries: the HIP runtime (`libamdhip64`), rocBLAS and
-//! MIOpen.
+//! Raw, run-time loaded FFI to the ROCm libraries: the HIP runtime (`libamdhip64`), rocBLAS,
+//! MIOpen and RCCL.
 //!
 //! Nothing here links against ROCm: every library is opened with `dlopen` (through
 //! [libloading](https://docs.rs/libloading)) when first needed, so a program using this crate
@@ -22,14 +22,14 @@
 //! # Ok::<(), rocm_sys::LoadError>(())
 //! ```
 //!
-//! Status codes (`hipError_t`, [`rocblas::rocblas_status`], [`miopen::miopenStatus_t`]) are
-//! transparent integer newtypes: a code a newer release adds is a value, never undefined
-//! behaviour.
+//! Status codes (`hipError_t`, [`rocblas::rocblas_status`], [`miopen::miopenStatus_t`],
+//! [`rccl::ncclResult_t`]) are transparent integer newtypes: a code a newer release adds is a
+//! value, never undefined behaviour.
 //!
 //! Override variables (a file path, or a directory holding the library):
 //! [`loader::HIP_OVERRIDE_VAR`] (`ROCM_SYS_HIP_LIB`), [`loader::ROCBLAS_OVERRIDE_VAR`]
 //! (`ROCM_SYS_ROCBLAS_LIB`), [`loader::MIOPEN_OVERRIDE_VAR`] (`ROCM_SYS_MIOPEN_LIB`, `none`
-//! disables MIOpen).
+//! disables MIOpen), [`loader::RCCL_OVERRIDE_VAR`] (`ROCM_SYS_RCCL_LIB`).
 
 // C names are kept verbatim: a reader can grep the ROCm headers for any item here.
 #![allow(non_camel_case_types, non_upper_case_globals, non_snake_case)]
@@ -40,6 +40,7 @@ mod library;
 pub mod loader;
 pub mod miopen;
 pub mod props;
+pub mod rccl;
 pub mod rocblas;
 mod table;
 
@@ -48,6 +49,7 @@ pub use hip::Hip;
 pub use library::Loaded;
 pub use loader::{LibraryKind, LoadError};
 pub use miopen::Miopen;
+pub use rccl::Rccl;
 pub use rocblas::Rocblas;
 
 impl hipError_t {

@@ -12,7 +12,9 @@
 //! In every directory the sonames are tried newest first: `libamdhip64.so.7`, `.so.6`, `.so.5`,
 //! then the unversioned `libamdhip64.so`. rocBLAS and MIOpen are then taken from the directory
 //! the HIP runtime was loaded from (two HIP runtimes in one process break each other), unless
-//! their own override variable is set.
+//! their own override variable is set. RCCL, needed only for several GPUs, is searched for by
+//! [`rccl_candidates`]: its override alone when set, else beside the HIP runtime, then
+//! `$ROCM_PATH/lib`, then its bare sonames.
 
 use std::ffi::{c_char, c_int, c_void, CStr, OsString};
 use std::fmt;
@@ -43,6 +45,10 @@ pub const ROCBLAS_SONAMES: &[&str] = &[
 ];
 /// Sonames of MIOpen.
 pub const MIOPEN_SONAMES: &[&str] = &["libMIOpen.so.1", "libMIOpen.so"];
+/// Variable naming the RCCL library to load (a file or a directory).
+pub const RCCL_OVERRIDE_VAR: &str = "ROCM_SYS_RCCL_LIB";
+/// Sonames of RCCL: every ROCm release from 5.x to 7.x ships `librccl.so.1`.
+pub const RCCL_SONAMES: &[&str] = &["librccl.so.1", "librccl.so"];
 
 /// Which library a load concerns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,6 +59,8 @@ pub enum LibraryKind {
     Rocblas,
     /// MIOpen, `libMIOpen`.
     Miopen,
+    /// RCCL, `librccl` (collectives between GPUs; only needed for several GPUs).
+    Rccl,
 }
 
 impl LibraryKind {
@@ -62,6 +70,7 @@ impl LibraryKind {
             LibraryKind::Hip => "libamdhip64",
             LibraryKind::Rocblas => "librocblas",
             LibraryKind::Miopen => "libMIOpen",
+            LibraryKind::Rccl => "librccl",
         }
     }
 
@@ -71,6 +80,7 @@ impl LibraryKind {
             LibraryKind::Hip => HIP_SONAMES,
             LibraryKind::Rocblas => ROCBLAS_SONAMES,
             LibraryKind::Miopen => MIOPEN_SONAMES,
+            LibraryKind::Rccl => RCCL_SONAMES,
         }
     }
 
@@ -80,6 +90,7 @@ impl LibraryKind {
             LibraryKind::Hip => HIP_OVERRIDE_VAR,
             LibraryKind::Rocblas => ROCBLAS_OVERRIDE_VAR,
             LibraryKind::Miopen => MIOPEN_OVERRIDE_VAR,
+            LibraryKind::Rccl => RCCL_OVERRIDE_VAR,
         }
     }
 
@@ -107,6 +118,11 @@ impl LibraryKind {
                 "install MIOpen from the same ROCm release as the HIP runtime, or set \
                  {MIOPEN_OVERRIDE_VAR} to its path (`none` disables it)"
             ),
+            LibraryKind::Rccl => format!(
+                "install RCCL from the same ROCm release as the HIP runtime (package rccl), set \
+                 ROCM_PATH to that release's prefix, or set {RCCL_OVERRIDE_VAR} to the path of \
+                 librccl.so.1"
+            ),
         }
     }
 }
@@ -117,6 +133,7 @@ impl fmt::Display for LibraryKind {
             LibraryKind::Hip => "HIP runtime (libamdhip64)",
             LibraryKind::Rocblas => "rocBLAS (librocblas)",
             LibraryKind::Miopen => "MIOpen (libMIOpen)",
+            LibraryKind::Rccl => "RCCL (librccl)",
         })
     }
 }
@@ -323,6 +340,45 @@ pub fn companion_candidates(
     out
 }
 
+/// The ordered candidate list for RCCL.
+///
+/// Its override (`override_path`, from [`RCCL_OVERRIDE_VAR`]) alone when set. Otherwise the HIP
+/// runtime's directory first (RCCL links the HIP runtime, and a second copy of it in the
+/// process breaks both), then `$ROCM_PATH/lib` (`rocm_path`), then the bare sonames through the
+/// system loader.
+pub fn rccl_candidates(
+    override_path: Option<&OsString>,
+    rocm_path: Option<&OsString>,
+    hip_dir: Option<&Path>,
+) -> Vec<Candidate> {
+    let kind = LibraryKind::Rccl;
+    let mut out = Vec::new();
+    if let Some(p) = override_path {
+        expand(
+            Path::new(p),
+            kind.sonames(),
+            &Origin::Override(kind.override_var()),
+            &mut out,
+        );
+        return out;
+    }
+    if let Some(dir) = hip_dir {
+        for so in kind.sonames() {
+            push_unique(&mut out, dir.join(so), Origin::BesideHip);
+        }
+    }
+    if let Some(prefix) = rocm_path {
+        let dir = Path::new(prefix).join("lib");
+        for so in kind.sonames() {
+            push_unique(&mut out, dir.join(so), Origin::Prefix("ROCM_PATH"));
+        }
+    }
+    for so in kind.sonames() {
+        push_unique(&mut out, PathBuf::from(so), Origin::SystemLoader);
+    }
+    out
+}
+
 /// Opens the first candidate that loads; on failure returns every attempt.
 pub fn open_first(
     library: LibraryKind,
@@ -481,6 +537,42 @@ mod tests {
     }
 
     #[test]
+    fn rccl_order_beside_hip_then_rocm_path_then_loader() {
+        let rocm: OsString = "/r".into();
+        let c = rccl_candidates(None, Some(&rocm), Some(Path::new("/h/lib")));
+        assert_eq!(
+            paths(&c),
+            [
+                "/h/lib/librccl.so.1",
+                "/h/lib/librccl.so",
+                "/r/lib/librccl.so.1",
+                "/r/lib/librccl.so",
+                "librccl.so.1",
+                "librccl.so",
+            ]
+        );
+        assert_eq!(c[0].origin, Origin::BesideHip);
+        assert_eq!(c[2].origin, Origin::Prefix("ROCM_PATH"));
+        assert_eq!(c[5].origin, Origin::SystemLoader);
+        // The same directory twice is tried once.
+        let same: OsString = "/h".into();
+        assert_eq!(
+            rccl_candidates(None, Some(&same), Some(Path::new("/h/lib"))).len(),
+            4
+        );
+        // Without HIP's directory or a prefix only the loader is asked.
+        assert_eq!(
+            paths(&rccl_candidates(None, None, None)),
+            ["librccl.so.1", "librccl.so"]
+        );
+        // The override is exclusive.
+        let ov: OsString = "/x/librccl.so.1".into();
+        let c = rccl_candidates(Some(&ov), Some(&rocm), Some(Path::new("/h/lib")));
+        assert_eq!(paths(&c), ["/x/librccl.so.1"]);
+        assert_eq!(c[0].origin, Origin::Override(RCCL_OVERRIDE_VAR));
+    }
+
+    #[test]
     fn not_found_lists_every_attempt_and_remedy() {
         let dir = std::env::temp_dir().join(format!("rocm-sys-empty-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -535,7 +627,12 @@ mod tests {
 
     #[test]
     fn every_load_error_says_what_to_do() {
-        for kind in [LibraryKind::Hip, LibraryKind::Rocblas, LibraryKind::Miopen] {
+        for kind in [
+            LibraryKind::Hip,
+            LibraryKind::Rocblas,
+            LibraryKind::Miopen,
+            LibraryKind::Rccl,
+        ] {
             let e = LoadError::LibraryNotFound {
                 library: kind,
                 tried: vec![],

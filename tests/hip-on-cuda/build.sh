@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Builds the HIP-on-CUDA test double (libamdhip64.so + librocblas.so.5) and, where cuDNN 9 is
-# found, the MIOpen double (OUT/miopen/libMIOpen.so.1, loaded only through ROCM_SYS_MIOPEN_LIB).
+# Builds the HIP-on-CUDA test double (libamdhip64.so + librocblas.so.5), where cuDNN 9 is
+# found, the MIOpen double (OUT/miopen/libMIOpen.so.1, loaded only through ROCM_SYS_MIOPEN_LIB)
+# and, where NCCL is found, the RCCL double (OUT/rccl/librccl.so.1, loaded only through
+# ROCM_SYS_RCCL_LIB; it opens NCCL at run time from RCCL_ON_NCCL_LIB, whose value build.sh
+# writes to OUT/rccl/nccl-lib.txt). A missing cuDNN or NCCL skips that double, never fails.
 #
 #   build.sh [OUT]               GPU machine: checks cuda_min.h (and cudnn_min.h) against the real
 #                                headers, then links against libcuda + libcublas (+ libcudnn).
@@ -14,7 +17,8 @@
 #                                the host side of the stack on any machine (null-host.sh).
 # Env: CC (default cc), CUDA_HOME (default /usr/local/cuda), CUDNN_HOME (a directory holding
 # include/cudnn.h and lib/libcudnn.so.9; default: python3's nvidia/cudnn package, e.g. PyTorch's
-# nvidia-cudnn-cu13, else the system's).
+# nvidia-cudnn-cu13, else the system's), NCCL_HOME (a directory holding include/nccl.h and
+# lib/libnccl.so.2; default: python3's nvidia/nccl package, e.g. PyTorch's nvidia-nccl-cu13).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -34,6 +38,7 @@ CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
 CFLAGS=(-std=gnu11 -fPIC -O2 -Wall -Wextra -Werror -fvisibility=hidden -pthread)
 SRCS=(hip_on_cuda.c rocblas_on_cublas.c)
 MIOPEN_SRC=miopen_on_cudnn.c
+RCCL_SRC=rccl_on_nccl.c
 
 # Every name rocm-sys resolves: `pub fn NAME(` inside the api_table! blocks (required and optional).
 expected_symbols() {
@@ -62,6 +67,43 @@ check_miopen_symbols() { # $1: shared object
   if [ -n "$extra" ]; then echo "EXPORTED BUT NOT IN rocm-sys/src/miopen.rs: $extra"; missing=1; fi
   [ "$missing" = 0 ] || { echo "MIOpen symbol check FAILED for $so"; return 1; }
   echo "MIOpen symbol check OK: $(expected_miopen_symbols | sort -u | wc -l) names exported by $(basename "$so")"
+}
+
+# Every name rocm-sys resolves from RCCL (required and optional).
+expected_rccl_symbols() {
+  awk '/api_table! *\{/ {t = 1} t && /^\}/ {t = 0} t' "$REPO/rocm-sys/src/rccl.rs" |
+    sed -n 's/^ *pub fn \([A-Za-z_0-9]*\)(.*/\1/p'
+}
+
+# Exactly the names rocm-sys/src/rccl.rs declares are exported by $1.
+check_rccl_symbols() { # $1: shared object
+  local so="$1" missing=0 defined extra
+  defined="$(nm -D --defined-only "$so" | awk '{print $NF}')"
+  while read -r sym; do
+    if ! grep -qx "$sym" <<<"$defined"; then echo "MISSING: $sym"; missing=1; fi
+  done < <(expected_rccl_symbols | sort -u)
+  extra="$(grep '^nccl' <<<"$defined" | sort -u | comm -23 - <(expected_rccl_symbols | sort -u))"
+  if [ -n "$extra" ]; then echo "EXPORTED BUT NOT IN rocm-sys/src/rccl.rs: $extra"; missing=1; fi
+  [ "$missing" = 0 ] || { echo "RCCL symbol check FAILED for $so"; return 1; }
+  echo "RCCL symbol check OK: $(expected_rccl_symbols | sort -u | wc -l) names exported by $(basename "$so")"
+}
+
+# Prints the NCCL directory (include/nccl.h + lib/libnccl.so.2), or nothing.
+find_nccl() {
+  local d
+  for d in "${NCCL_HOME:-}" $(python3 -c '
+import os, site, sys
+try:
+    import nvidia.nccl as m
+    print("\n".join(os.path.realpath(p) for p in m.__path__))
+except Exception:
+    pass
+for sp in list(getattr(site, "getsitepackages", lambda: [])()) + [site.getusersitepackages()] + sys.path:
+    print(os.path.join(sp, "nvidia", "nccl"))
+    print(os.path.join(sp, "nvidia", "cu13"))
+' 2>/dev/null); do
+    [ -n "$d" ] && [ -e "$d/include/nccl.h" ] && [ -e "$d/lib/libnccl.so.2" ] && { echo "$d"; return; }
+  done
 }
 
 # Prints the cuDNN directory (include/cudnn.h + lib/libcudnn.so.9), SYSTEM, or nothing.
@@ -109,6 +151,9 @@ case "$MODE" in
     "$CC" "${CFLAGS[@]}" -DHIP_ON_CUDA_MIN_DECLS -c "$MIOPEN_SRC" -o "$OUT/${MIOPEN_SRC%.c}.o"
     "$CC" -shared -pthread -o "$OUT/libmiopen_on_cudnn_unlinked_probe.so" "$OUT/${MIOPEN_SRC%.c}.o"
     check_miopen_symbols "$OUT/libmiopen_on_cudnn_unlinked_probe.so"
+    # The RCCL double opens NCCL with dlopen: it links as it is, with no NCCL on the machine.
+    "$CC" -shared "${CFLAGS[@]}" -Wl,-z,defs -o "$OUT/librccl_on_nccl_probe.so" "$RCCL_SRC" -ldl
+    check_rccl_symbols "$OUT/librccl_on_nccl_probe.so"
     ;;
   null)
     "$CC" -shared "${CFLAGS[@]}" -DHIP_ON_CUDA_MIN_DECLS -Wl,-soname,libamdhip64.so -Wl,-z,defs \
@@ -139,6 +184,19 @@ case "$MODE" in
       echo "cudnn_min.h agrees with cuDNN in $CUDNN"
     else
       echo "cuDNN 9 not found (set CUDNN_HOME, or pip install nvidia-cudnn-cu13): the MIOpen double is not built"
+    fi
+    NCCL="$(find_nccl)"
+    RCCL_OK=0
+    if [ -n "$NCCL" ]; then
+      if "$CC" "${CFLAGS[@]}" "${INC[@]}" -I"$NCCL/include" -DRCCL_ON_NCCL_CHECK_DECLS \
+          -c "$RCCL_SRC" -o "$OUT/${RCCL_SRC%.c}.check.o"; then
+        echo "rccl_on_nccl.c agrees with NCCL's nccl.h in $NCCL"
+        RCCL_OK=1
+      else
+        echo "rccl_on_nccl.c does NOT agree with $NCCL/include/nccl.h: the RCCL double is not built"
+      fi
+    else
+      echo "NCCL not found (set NCCL_HOME, or pip install nvidia-nccl-cu13): the RCCL double is not built"
     fi
     [ "$MODE" = check ] && exit 0
     # libcuda: the real driver from ldconfig if present, else the toolkit stub (the real one is
@@ -179,6 +237,20 @@ case "$MODE" in
       check_miopen_symbols "$OUT/miopen/libMIOpen.so.1"
       echo "built $OUT/miopen/libMIOpen.so.1 (cuDNN: $CUDNN_LIB)"
       echo "use: ROCM_SYS_MIOPEN_LIB=$OUT/miopen/libMIOpen.so.1"
+    fi
+    if [ "$RCCL_OK" = 1 ]; then
+      # A directory of its own, like MIOpen's. NCCL is opened at run time (RCCL_ON_NCCL_LIB).
+      mkdir -p "$OUT/rccl"
+      if "$CC" -shared "${CFLAGS[@]}" -Wl,-soname,librccl.so.1 -Wl,-z,defs \
+          -o "$OUT/rccl/librccl.so.1" "$RCCL_SRC" -ldl \
+          && check_rccl_symbols "$OUT/rccl/librccl.so.1"; then
+        echo "$NCCL/lib/libnccl.so.2" > "$OUT/rccl/nccl-lib.txt"
+        echo "built $OUT/rccl/librccl.so.1 (NCCL: $NCCL/lib/libnccl.so.2, opened at run time)"
+        echo "use: ROCM_SYS_RCCL_LIB=$OUT/rccl/librccl.so.1 RCCL_ON_NCCL_LIB=$NCCL/lib/libnccl.so.2 NCCL_NVLS_ENABLE=0"
+      else
+        rm -rf "$OUT/rccl"
+        echo "the RCCL double did not build: multi-GPU tests will be skipped"
+      fi
     fi
     ;;
 esac

@@ -57,6 +57,8 @@ TESTS=()
 for t in "$BUNDLE"/*; do
     case "$(basename "$t")" in
         *.rocm-info|*.launch_overhead|*.gpu_faults|*.bandwidth) ;;
+        # RCCL's tests need the RCCL double (and two GPUs for the multi-process one): below.
+        rocm-safe.rccl_*) ;;
         # The demo's GPU tests need real weights, which the device cannot fetch: carried
         # separately (see the README) and named by these variables.
         candle-rocm-demo.embed) [ -n "${CANDLE_ROCM_BERT_DIR:-}" ] && [[ -z "${ONLY:-}" || "$(basename "$t")" =~ $ONLY ]] \
@@ -153,6 +155,35 @@ if [ -s "$OUT/parity.tsv" ]; then
         done
 fi
 
+# RCCL through the RCCL double (rccl_on_nccl.c over the NCCL PyTorch carries): collectives
+# over every visible GPU from one process, the injected failures, and (two GPUs or more) two
+# ranks in two processes meeting through the rendezvous, one of which dies in the fault test.
+rccl_test() { # NAME EXTRA-ENV... : runs $BUNDLE/rocm-safe.NAME with the environment given
+    local name="$1" log
+    shift
+    log="$OUT/test-rocm-safe.$name${RCCL_PASS:+-$RCCL_PASS}.log"
+    echo "== rocm-safe.$name ${RCCL_PASS:-} --include-ignored"
+    timeout "${TEST_TIMEOUT:-300}" env "$@" "$BUNDLE/rocm-safe.$name" --include-ignored --test-threads=1 2>&1 | tee "$log"
+    local rc=${PIPESTATUS[0]}
+    row "tests rocm-safe.$name${RCCL_PASS:+ ($RCCL_PASS)}" "$(results "$log") (exit $rc)"
+}
+if [[ -n "${ONLY:-}" && ! "rocm-safe.rccl" =~ $ONLY ]]; then
+    :
+elif [ -z "${ROCM_SYS_RCCL_LIB:-}" ]; then
+    row "rocm-safe.rccl_*" "skipped: the RCCL double was not built (no NCCL found)"
+elif [ ! -x "$BUNDLE/rocm-safe.rccl_gpu" ]; then
+    row "rocm-safe.rccl_*" "skipped: not in the bundle (rebuild it: cargo xtask device-bundle)"
+else
+    rccl_test rccl_gpu NCCL_NVLS_ENABLE=0
+    RCCL_PASS=sync rccl_test rccl_faults RCCL_ON_NCCL_FAIL_AFTER=3
+    RCCL_PASS=async rccl_test rccl_faults RCCL_ON_NCCL_ASYNC_FAIL_AFTER=3
+    gpus=$(nvidia-smi -L | wc -l)
+    if [ "$gpus" -ge 2 ]; then
+        rccl_test rccl_multiprocess NCCL_NVLS_ENABLE=0
+    else
+        row "tests rocm-safe.rccl_multiprocess" "skipped: needs 2 GPUs, this machine has $gpus (device kind nvidia-h100-x2)"
+    fi
+fi
 # candle-rocm's MIOpen path of the convolutions and pools (CANDLE_ROCM_CONV=miopen) through the MIOpen
 # double, against the same references: the parity cases (which assert that MIOpen ran) and
 # candle-core's conv and pool tests.

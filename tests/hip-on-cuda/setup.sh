@@ -1,5 +1,6 @@
 # Sourced by run.sh and bench.sh on the device machine (from the repository root): builds the
-# HIP/rocBLAS test double (build.sh), the rocm-safe test kernels, the raw-launch benchmark and
+# HIP/rocBLAS test double (build.sh, with the MIOpen and RCCL doubles where cuDNN and NCCL are
+# found), the rocm-safe test kernels, the raw-launch benchmark and
 # every kernel module (candle-kernels' CUDA sources carried under $BUNDLE_ROOT/candle-kernels
 # and ours under kernels/hip, compiled natively by nvcc for sm_90), then exports the variables
 # that point our unchanged rocm-sys and kernel registry at them.
@@ -75,6 +76,17 @@ if [ -e "$BUILD/miopen/libMIOpen.so.1" ]; then
     unset CUDA_LIBS_NEEDED
 else
     row "MIOpen double" "not built (no cuDNN found; see build.log)"
+fi
+# The RCCL double (rccl_on_nccl.c), when build.sh found NCCL: NCCL is opened at run time from
+# the path build.sh recorded. NVLink multicast stays off on these machines (NCCL_NVLS_ENABLE=0).
+export NCCL_NVLS_ENABLE=0
+if [ -e "$BUILD/rccl/librccl.so.1" ] && [ -s "$BUILD/rccl/nccl-lib.txt" ]; then
+    export ROCM_SYS_RCCL_LIB="$BUILD/rccl/librccl.so.1"
+    RCCL_ON_NCCL_LIB="$(cat "$BUILD/rccl/nccl-lib.txt")"
+    export RCCL_ON_NCCL_LIB
+    row "RCCL double" "built (NCCL underneath: $RCCL_ON_NCCL_LIB)"
+else
+    row "RCCL double" "not built (no NCCL found; see build.log)"
 fi
 export RUST_BACKTRACE=1
 

@@ -7,6 +7,7 @@
 //! nothing else here imports a sibling.
 
 pub mod attention;
+pub mod collective;
 pub mod conv;
 pub mod copy;
 pub mod elementwise;

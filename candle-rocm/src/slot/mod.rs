@@ -4,7 +4,8 @@
 //!
 //! Every `BackendStorage` method reaches the device through candle-core's blanket adapter; the
 //! fused ops of candle-nn and candle-core come here through [`ExtBackendStorage::ext_fused`]
-//! (`fused`); [`attention`] holds candle-flash-attn's API (`candle_rocm::flash_attn`). An op
+//! (`fused`); [`attention`] holds candle-flash-attn's API (`candle_rocm::flash_attn`) and
+//! [`collective`] the collectives between GPUs (`candle_rocm::collective`). An op
 //! the backend does not handle runs on the CPU after a `tracing` warning naming it, or fails
 //! when `CANDLE_ROCM_STRICT` is on.
 
@@ -22,6 +23,7 @@ use crate::settings::strict;
 use crate::storage::RocmStorage;
 
 pub mod attention;
+pub mod collective;
 mod fused;
 
 impl ExtBackendDevice for RocmDevice {

@@ -1,0 +1,162 @@
+//! Collectives between GPUs (RCCL through [`rocm_safe::rccl`]) over storage slices: all-reduce,
+//! all-gather and reduce-scatter along the first dimension, and broadcast, for every stored
+//! dtype RCCL can move.
+//!
+//! Each op reads a contiguous input (any start offset) and returns a new buffer, queued on the
+//! device's stream like every other op: the result is ordered before later work on the device
+//! and nothing waits here. [`Communicator::wait`] is where a dead peer becomes an error; call
+//! it (through the slot's `Comm::wait`) where a step ends.
+//!
+//! Reductions take the float types (f32, f64, f16, bf16) and u8, u32, i32, i64; i16 and f8e4m3
+//! are moved bytewise by all-gather and broadcast but not reduced (RCCL has no 16-bit integer
+//! type, and its 8-bit floats are FNUZ on MI300, not Candle's OCP e4m3): a typed error says so.
+
+use candle_core::{Layout, Shape};
+use rocm_safe::rccl::{Communicator, ReduceOp};
+
+use crate::device::RocmDevice;
+use crate::dtype::{for_each_slice, RocmStorageSlice};
+use crate::error::BackendError;
+use crate::layout::{parameter_error, shape_error};
+
+/// A collective over one tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Collective {
+    /// Every rank gets the element-wise reduction of every rank's tensor (same shape).
+    AllReduce(ReduceOp),
+    /// Every rank gets every rank's tensor, concatenated along dimension 0 in rank order.
+    AllGather,
+    /// The element-wise reduction, split along dimension 0 into one block per rank; rank `i`
+    /// gets block `i` (dimension 0 must divide by the world size).
+    ReduceScatter(ReduceOp),
+    /// Every rank gets rank `root`'s tensor (same shape on every rank).
+    Broadcast {
+        /// The rank whose tensor is sent.
+        root: usize,
+    },
+}
+
+impl Collective {
+    /// The op's name in errors.
+    pub fn name(self) -> &'static str {
+        match self {
+            Collective::AllReduce(_) => "all-reduce",
+            Collective::AllGather => "all-gather",
+            Collective::ReduceScatter(_) => "reduce-scatter",
+            Collective::Broadcast { .. } => "broadcast",
+        }
+    }
+
+    /// The output shape for an input of `shape` among `world_size` ranks.
+    pub fn output_shape(self, shape: &Shape, world_size: usize) -> Result<Shape, BackendError> {
+        let name = self.name();
+        match self {
+            Collective::AllReduce(_) | Collective::Broadcast { .. } => Ok(shape.clone()),
+            Collective::AllGather | Collective::ReduceScatter(_) => {
+                let mut dims = shape.dims().to_vec();
+                let Some(first) = dims.first_mut() else {
+                    return Err(shape_error(
+                        name,
+                        "a scalar has no dimension 0 to gather or scatter along: reshape it to (1,)",
+                    ));
+                };
+                if self == Collective::AllGather {
+                    *first = first.checked_mul(world_size).ok_or_else(|| {
+                        shape_error(name, format!("{shape:?} x {world_size} ranks overflows"))
+                    })?;
+                } else if world_size == 0 || *first % world_size != 0 {
+                    return Err(shape_error(
+                        name,
+                        format!(
+                            "dimension 0 of {shape:?} does not divide into {world_size} equal \
+                             blocks, one per rank"
+                        ),
+                    ));
+                } else {
+                    *first /= world_size;
+                }
+                Ok(Shape::from(dims))
+            }
+        }
+    }
+}
+
+/// Runs `op` on `src` (laid out by `layout`) with `comm`, on `dev`'s stream: the new buffer and
+/// its shape.
+pub fn run(
+    dev: &RocmDevice,
+    comm: &Communicator,
+    op: Collective,
+    src: &RocmStorageSlice,
+    layout: &Layout,
+) -> Result<(RocmStorageSlice, Shape), BackendError> {
+    let name = op.name();
+    if comm.stream().id() != dev.stream().id() {
+        return Err(parameter_error(
+            name,
+            format!(
+                "the communicator runs on device {} (stream {}), the tensor is on device {} \
+                 (stream {}): create the communicator for the tensor's device (Comm::new)",
+                comm.device().ordinal(),
+                comm.stream().id(),
+                dev.ordinal(),
+                dev.stream().id()
+            ),
+        ));
+    }
+    let Some((start, end)) = layout.contiguous_offsets() else {
+        return Err(parameter_error(
+            name,
+            "the input must be contiguous: call .contiguous() on it first",
+        ));
+    };
+    let shape = op.output_shape(layout.shape(), comm.world_size())?;
+    let out_len = shape.elem_count();
+    let slice = for_each_slice!(src, b => {
+        let input = b.slice(start..end)?;
+        let mut out = dev.alloc(out_len)?;
+        match op {
+            Collective::AllReduce(r) => comm.all_reduce(&input, &mut out, r)?,
+            Collective::AllGather => comm.all_gather(&input, &mut out)?,
+            Collective::ReduceScatter(r) => comm.reduce_scatter(&input, &mut out, r)?,
+            Collective::Broadcast { root } => comm.broadcast(&input, &mut out, root)?,
+        }
+        RocmStorageSlice::from_buffer(out)
+    });
+    Ok((slice, shape))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn output_shapes() {
+        let s = Shape::from((6, 4));
+        let sum = Collective::AllReduce(ReduceOp::Sum);
+        assert_eq!(sum.output_shape(&s, 2).unwrap(), s);
+        assert_eq!(
+            Collective::Broadcast { root: 1 }
+                .output_shape(&s, 3)
+                .unwrap(),
+            s
+        );
+        assert_eq!(
+            Collective::AllGather.output_shape(&s, 3).unwrap(),
+            Shape::from((18, 4))
+        );
+        let rs = Collective::ReduceScatter(ReduceOp::Max);
+        assert_eq!(rs.output_shape(&s, 3).unwrap(), Shape::from((2, 4)));
+        let e = rs.output_shape(&s, 4).unwrap_err().to_string();
+        assert!(e.contains("does not divide into 4 equal blocks"), "{e}");
+        let e = Collective::AllGather
+            .output_shape(&Shape::from(()), 2)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("reshape it to (1,)"), "{e}");
+        assert!(Collective::AllGather
+            .output_shape(&Shape::from((usize::MAX, 2)), 2)
+            .is_err());
+    }
+}

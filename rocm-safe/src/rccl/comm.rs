@@ -1,0 +1,545 @@
+//! [`Communicator`]: one rank of an RCCL communicator, bound to a device and a stream.
+
+use std::ffi::{c_int, CStr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use rocm_sys::rccl::{ncclComm_t, ncclConfig_t, ncclResult_t, Rccl};
+
+use crate::device::Device;
+use crate::error::{Result, RocmError};
+use crate::stream::Stream;
+
+use super::error::RcclError;
+use super::id::UniqueId;
+
+/// How long [`Communicator::wait`] waits before it declares a peer dead, unless
+/// [`Communicator::with_timeout`] says otherwise.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How long `Drop` lets a communicator's last operation settle before aborting it.
+const DROP_SETTLE: Duration = Duration::from_secs(10);
+
+/// One rank of an RCCL communicator (`ncclComm_t`), bound to one device and one stream.
+///
+/// Every collective is queued on [`Communicator::stream`] and reads and writes buffers ordered
+/// on that stream. [`Communicator::wait`] waits for the stream while watching RCCL's
+/// asynchronous error state, so a peer that dies gives a [`RcclError`] (and an aborted
+/// communicator) instead of a hang. Dropping a communicator destroys it (`ncclCommDestroy`),
+/// or aborts it (`ncclCommAbort`) when it has seen an error; a failure there is recorded for
+/// [`crate::Runtime::check_err`].
+///
+/// ```no_run
+/// use rocm_safe::rccl::{Communicator, UniqueId};
+/// use rocm_safe::{Device, Stream};
+/// // Every rank runs this with its own `rank`; rank 0's id reaches the others somehow
+/// // (see `rocm_safe::rendezvous`).
+/// let (rank, nranks) = (0, 2);
+/// let stream = Stream::new(&Device::new(rank)?)?;
+/// let id = UniqueId::new(stream.device().runtime())?;
+/// let comm = Communicator::init_rank(&stream, &id, rank, nranks)?;
+/// let mut x = stream.clone_htod(&[1.0f32; 4])?;
+/// comm.all_reduce_in_place(&mut x, rocm_safe::rccl::ReduceOp::Sum)?;
+/// comm.wait()?;
+/// # Ok::<(), rocm_safe::RocmError>(())
+/// ```
+pub struct Communicator {
+    rccl: Arc<Rccl>,
+    stream: Arc<Stream>,
+    rank: usize,
+    nranks: usize,
+    timeout: Duration,
+    state: Mutex<State>,
+}
+
+struct State {
+    /// The handle; dangling once `aborted` is set (ncclCommAbort frees it).
+    raw: ncclComm_t,
+    /// ncclCommAbort has been called: `raw` must not be used again.
+    aborted: bool,
+    /// A call failed: Drop aborts instead of destroying.
+    failed: bool,
+}
+
+// SAFETY: `State::raw` is only passed to RCCL while the mutex is held, so calls on one
+// communicator never overlap; RCCL allows a communicator to be used from any host thread as
+// long as its calls are not concurrent. The other fields are thread-safe shared handles.
+unsafe impl Send for Communicator {}
+// SAFETY: as for `Send`: every `&self` method reaches `raw` only through the mutex.
+unsafe impl Sync for Communicator {}
+
+impl Communicator {
+    /// Joins the communicator `id` as `rank` of `nranks` on `stream`'s device, waiting up to
+    /// [`DEFAULT_TIMEOUT`] for the other ranks (see [`Communicator::init_rank_timeout`]).
+    pub fn init_rank(
+        stream: &Arc<Stream>,
+        id: &UniqueId,
+        rank: usize,
+        nranks: usize,
+    ) -> Result<Communicator> {
+        Self::init_rank_timeout(stream, id, rank, nranks, DEFAULT_TIMEOUT)
+    }
+
+    /// Joins the communicator `id` as `rank` of `nranks` on `stream`'s device. Every rank
+    /// calls it with the same id (one process or thread per GPU); it returns once all have.
+    ///
+    /// Where RCCL has `ncclCommInitRankConfig` (ROCm 5.7+), the communicator is created
+    /// non-blocking and this waits for it with `timeout`: a rank that never arrives gives
+    /// [`RcclError::Timeout`] (the half-made communicator is aborted), not a hang. Later calls
+    /// then wait for the communicator's previous operation to settle (with the
+    /// communicator's timeout, `timeout` again unless [`Communicator::with_timeout`] changes
+    /// it) before they start. Older RCCLs get the blocking `ncclCommInitRank`, which waits
+    /// inside RCCL without a timeout.
+    pub fn init_rank_timeout(
+        stream: &Arc<Stream>,
+        id: &UniqueId,
+        rank: usize,
+        nranks: usize,
+        timeout: Duration,
+    ) -> Result<Communicator> {
+        let (rank_c, nranks_c) = check_rank_args("ncclCommInitRank", rank, nranks)?;
+        let rccl = stream.device().runtime().rccl()?;
+        stream.device().bind_to_thread()?;
+        let mut raw: ncclComm_t = std::ptr::null_mut();
+        let Some(init_config) = rccl.ncclCommInitRankConfig else {
+            let op = "ncclCommInitRank";
+            // SAFETY: `raw` is a valid out-pointer; the id is passed by value (a 128-byte
+            // repr(C) copy of ncclUniqueId); rank < nranks, both checked to fit a C int; the
+            // calling thread is bound to the communicator's device, as RCCL requires.
+            let code = unsafe { (rccl.ncclCommInitRank)(&mut raw, nranks_c, id.to_raw(), rank_c) };
+            if !code.is_success() {
+                return Err(RcclError::call(&rccl, op, rank_c, code, None).into());
+            }
+            return Ok(Self::wrap(rccl, stream.clone(), raw, rank, nranks).with_timeout(timeout));
+        };
+        let op = "ncclCommInitRankConfig";
+        let mut config = ncclConfig_t::initializer();
+        config.blocking = 0;
+        // SAFETY: as for ncclCommInitRank above, plus `config`: an initialised ncclConfig_t
+        // (size, magic and version set by `initializer`), valid for the duration of the call
+        // (RCCL copies it).
+        let code = unsafe { init_config(&mut raw, nranks_c, id.to_raw(), rank_c, &mut config) };
+        if !(code.is_success() || code == ncclResult_t::ncclInProgress) || raw.is_null() {
+            if !raw.is_null() {
+                // SAFETY: a handle RCCL returned with the failure; aborting frees it, and it
+                // is not used again.
+                unsafe { (rccl.ncclCommAbort)(raw) };
+            }
+            return Err(RcclError::call(&rccl, op, rank_c, code, None).into());
+        }
+        let comm = Self::wrap(rccl, stream.clone(), raw, rank, nranks).with_timeout(timeout);
+        {
+            let mut state = comm.state.lock();
+            // An error aborts the half-made communicator (see `settle`); Drop then does nothing.
+            comm.settle(&mut state, op, timeout)?;
+        }
+        Ok(comm)
+    }
+
+    /// Creates one communicator per stream in this process (`ncclCommInitAll`): rank `i` runs
+    /// on `streams[i]`'s device. The devices must be distinct devices of one runtime.
+    pub fn init_all(streams: &[Arc<Stream>]) -> Result<Vec<Communicator>> {
+        let op = "ncclCommInitAll";
+        let Some(first) = streams.first() else {
+            return Err(RcclError::invalid(op, "no streams given: pass one per GPU").into());
+        };
+        let (_, n) = check_rank_args(op, 0, streams.len())?;
+        let mut devices: Vec<c_int> = Vec::with_capacity(streams.len());
+        for s in streams {
+            let d = s.device();
+            if !Arc::ptr_eq(d.runtime(), first.device().runtime()) {
+                return Err(
+                    RcclError::invalid(op, "the streams belong to different runtimes").into(),
+                );
+            }
+            let ordinal = c_int::try_from(d.ordinal())
+                .map_err(|_| RcclError::invalid(op, "device ordinal does not fit a C int"))?;
+            if devices.contains(&ordinal) {
+                return Err(RcclError::invalid(
+                    op,
+                    format!("device {ordinal} appears twice: RCCL needs one rank per GPU"),
+                )
+                .into());
+            }
+            devices.push(ordinal);
+        }
+        let rccl = first.device().runtime().rccl()?;
+        let mut raws: Vec<ncclComm_t> = vec![std::ptr::null_mut(); streams.len()];
+        // SAFETY: `raws` has room for `n` handles and `devices` holds `n` distinct ordinals of
+        // visible devices (n == streams.len(), checked to fit a C int).
+        let code = unsafe { (rccl.ncclCommInitAll)(raws.as_mut_ptr(), n, devices.as_ptr()) };
+        if !code.is_success() {
+            return Err(RcclError::call(&rccl, op, -1, code, None).into());
+        }
+        Ok(raws
+            .into_iter()
+            .zip(streams)
+            .enumerate()
+            .map(|(rank, (raw, s))| Self::wrap(rccl.clone(), s.clone(), raw, rank, streams.len()))
+            .collect())
+    }
+
+    fn wrap(
+        rccl: Arc<Rccl>,
+        stream: Arc<Stream>,
+        raw: ncclComm_t,
+        rank: usize,
+        nranks: usize,
+    ) -> Communicator {
+        Communicator {
+            rccl,
+            stream,
+            rank,
+            nranks,
+            timeout: DEFAULT_TIMEOUT,
+            state: Mutex::new(State {
+                raw,
+                aborted: false,
+                failed: false,
+            }),
+        }
+    }
+
+    /// Sets how long [`Communicator::wait`] waits before declaring a peer dead.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// This rank, `0..world_size()`.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// This rank as a C int (it fits: checked when the communicator was made).
+    fn rank_c(&self) -> c_int {
+        c_int::try_from(self.rank).unwrap_or(c_int::MAX)
+    }
+
+    /// Number of ranks.
+    pub fn world_size(&self) -> usize {
+        self.nranks
+    }
+
+    /// The stream every collective is queued on.
+    pub fn stream(&self) -> &Arc<Stream> {
+        &self.stream
+    }
+
+    /// The device this rank runs on.
+    pub fn device(&self) -> &Device {
+        self.stream.device()
+    }
+
+    /// The timeout of [`Communicator::wait`].
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The loaded RCCL library.
+    pub fn rccl(&self) -> &Arc<Rccl> {
+        &self.rccl
+    }
+
+    /// What RCCL itself says about this communicator: `(rank, ranks, device ordinal)` from
+    /// `ncclCommUserRank`, `ncclCommCount` and `ncclCommCuDevice`.
+    pub fn query(&self) -> Result<(usize, usize, usize)> {
+        let mut out = [0 as c_int; 3];
+        let [rank, count, device] = &mut out;
+        self.call("ncclCommUserRank", |rccl, raw| {
+            // SAFETY: `raw` is live (checked by `call` under the lock); `rank` is a valid
+            // out-pointer.
+            unsafe { (rccl.ncclCommUserRank)(raw, rank) }
+        })?;
+        self.call("ncclCommCount", |rccl, raw| {
+            // SAFETY: as above; `count` is a valid out-pointer.
+            unsafe { (rccl.ncclCommCount)(raw, count) }
+        })?;
+        self.call("ncclCommCuDevice", |rccl, raw| {
+            // SAFETY: as above; `device` is a valid out-pointer.
+            unsafe { (rccl.ncclCommCuDevice)(raw, device) }
+        })?;
+        let to_usize = |v: c_int| usize::try_from(v).unwrap_or(usize::MAX);
+        Ok((to_usize(out[0]), to_usize(out[1]), to_usize(out[2])))
+    }
+
+    /// Runs one RCCL call on the live handle, under the lock, once the communicator's previous
+    /// operation has settled; a failure is returned as a typed error (with RCCL's last error
+    /// message) and marks the communicator as failed.
+    pub(super) fn call(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&Rccl, ncclComm_t) -> ncclResult_t,
+    ) -> Result<()> {
+        let mut state = self.state.lock();
+        self.settle(&mut state, op, self.timeout)?;
+        let code = f(&self.rccl, state.raw);
+        // A non-blocking communicator may answer ncclInProgress: the operation goes on in
+        // the background, and the next call (or `wait`) settles it first.
+        if code.is_success() || code == ncclResult_t::ncclInProgress {
+            return Ok(());
+        }
+        state.failed = true;
+        let last = self.last_error(state.raw);
+        Err(RcclError::call(&self.rccl, op, self.rank_c(), code, last).into())
+    }
+
+    /// `ncclCommGetAsyncError` on the live handle (the caller holds the lock): `Ok(true)` when
+    /// settled and healthy, `Ok(false)` while an operation is in progress, the typed error
+    /// (and the communicator marked failed) once RCCL reports one.
+    fn poll(&self, state: &mut State, op: &'static str) -> Result<bool> {
+        if state.aborted {
+            return Err(RcclError::Aborted {
+                op,
+                rank: self.rank,
+            }
+            .into());
+        }
+        let mut async_code = ncclResult_t::ncclSuccess;
+        // SAFETY: `raw` is live (not aborted, checked above under the caller's lock);
+        // `async_code` is a valid out-pointer.
+        let code = unsafe { (self.rccl.ncclCommGetAsyncError)(state.raw, &mut async_code) };
+        let failed = if !code.is_success() {
+            code
+        } else if async_code.is_success() {
+            return Ok(true);
+        } else if async_code == ncclResult_t::ncclInProgress {
+            return Ok(false);
+        } else {
+            async_code
+        };
+        state.failed = true;
+        let last = self.last_error(state.raw);
+        Err(RcclError::call(
+            &self.rccl,
+            "ncclCommGetAsyncError",
+            self.rank_c(),
+            failed,
+            last,
+        )
+        .into())
+    }
+
+    /// Waits (the caller holds the lock) until the communicator's previous operation has
+    /// settled. On an error or after `timeout`, aborts the communicator and returns why.
+    fn settle(&self, state: &mut State, op: &'static str, timeout: Duration) -> Result<()> {
+        let start = Instant::now();
+        let mut pause = Duration::from_micros(20);
+        loop {
+            match self.poll(state, op) {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(e) => {
+                    self.abort_recorded(state);
+                    return Err(e);
+                }
+            }
+            let waited = start.elapsed();
+            if waited >= timeout {
+                self.abort_recorded(state);
+                return Err(RcclError::Timeout {
+                    op,
+                    rank: self.rank,
+                    nranks: self.nranks,
+                    waited,
+                }
+                .into());
+            }
+            std::thread::sleep(pause.min(timeout - waited));
+            pause = (pause * 2).min(Duration::from_millis(2));
+        }
+    }
+
+    /// RCCL's last error message for `raw` (`ncclGetLastError`, absent before ROCm 5.3).
+    fn last_error(&self, raw: ncclComm_t) -> Option<String> {
+        let f = self.rccl.ncclGetLastError?;
+        // SAFETY: `raw` is live (the caller holds the lock and checked `aborted`);
+        // ncclGetLastError returns a NUL-terminated string owned by RCCL, or null.
+        let p = unsafe { f(raw) };
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: non-null: a NUL-terminated string valid until the next RCCL call on this
+        // thread; it is copied before the lock is released.
+        Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+    }
+
+    /// RCCL's asynchronous error state (`ncclCommGetAsyncError`): `Ok(())` while healthy (or
+    /// still in progress), the typed error once a peer or the network has failed.
+    pub fn check_async(&self) -> Result<()> {
+        let mut state = self.state.lock();
+        self.poll(&mut state, "ncclCommGetAsyncError").map(|_| ())
+    }
+
+    /// Waits until everything queued on the stream has finished, with the communicator's
+    /// timeout (see [`Communicator::wait_timeout`]).
+    pub fn wait(&self) -> Result<()> {
+        self.wait_timeout(self.timeout)
+    }
+
+    /// Waits until the communicator's last operation has settled and everything queued on
+    /// the stream has finished, polling both.
+    ///
+    /// When RCCL reports an error (a peer exited: `ncclRemoteError`), or `timeout` passes
+    /// with work still queued, the communicator is aborted (`ncclCommAbort`, which also stops
+    /// RCCL's kernels waiting on the stream) and the typed error is returned: it never hangs
+    /// on a dead peer.
+    pub fn wait_timeout(&self, timeout: Duration) -> Result<()> {
+        let start = Instant::now();
+        let mut pause = Duration::from_micros(20);
+        loop {
+            let settled = {
+                let mut state = self.state.lock();
+                match self.poll(&mut state, "wait") {
+                    Ok(settled) => settled,
+                    Err(e) => {
+                        self.abort_recorded(&mut state);
+                        return Err(e);
+                    }
+                }
+            };
+            if settled && self.stream.is_idle()? {
+                return Ok(());
+            }
+            let waited = start.elapsed();
+            if waited >= timeout {
+                self.abort_recorded(&mut self.state.lock());
+                return Err(RcclError::Timeout {
+                    op: "wait",
+                    rank: self.rank,
+                    nranks: self.nranks,
+                    waited,
+                }
+                .into());
+            }
+            std::thread::sleep(pause.min(timeout - waited));
+            pause = (pause * 2).min(Duration::from_millis(2));
+        }
+    }
+
+    /// Aborts the communicator (`ncclCommAbort`): stops its queued work and frees it. Every
+    /// later call returns [`RcclError::Aborted`]. Aborting twice is a no-op.
+    pub fn abort(&self) -> Result<()> {
+        self.abort_locked(&mut self.state.lock())
+    }
+
+    /// Aborts under the caller's lock.
+    fn abort_locked(&self, state: &mut State) -> Result<()> {
+        if state.aborted {
+            return Ok(());
+        }
+        state.aborted = true;
+        state.failed = true;
+        // SAFETY: `raw` is live (not aborted before, checked under the lock), and is never
+        // used again: `aborted` is set before the lock is released.
+        let code = unsafe { (self.rccl.ncclCommAbort)(state.raw) };
+        if code.is_success() {
+            return Ok(());
+        }
+        Err(RcclError::call(&self.rccl, "ncclCommAbort", self.rank_c(), code, None).into())
+    }
+
+    /// Aborts under the caller's lock on the way to returning another error: a failure of
+    /// the abort itself is recorded for [`crate::Runtime::check_err`].
+    fn abort_recorded(&self, state: &mut State) {
+        if let Err(e) = self.abort_locked(state) {
+            self.stream.device().runtime().record_err(e);
+        }
+    }
+}
+
+impl Drop for Communicator {
+    fn drop(&mut self) {
+        let mut state = self.state.lock();
+        if state.aborted {
+            return;
+        }
+        // ncclCommDestroy needs a settled, healthy communicator (RCCL's ncclCommEnsureReady);
+        // `settle` aborts it otherwise (recording any failure of the abort).
+        if state.failed {
+            self.abort_recorded(&mut state);
+            return;
+        }
+        // Briefly: a communicator still busy after this is aborted rather than waited for.
+        let patience = self.timeout.min(DROP_SETTLE);
+        if self
+            .settle(&mut state, "ncclCommDestroy", patience)
+            .is_err()
+        {
+            return;
+        }
+        // SAFETY: `raw` is live (not aborted) and settled; `self` is being dropped, so nothing
+        // uses it after this call.
+        let code = unsafe { (self.rccl.ncclCommDestroy)(state.raw) };
+        state.aborted = true;
+        if !(code.is_success() || code == ncclResult_t::ncclInProgress) {
+            let e = RcclError::call(&self.rccl, "ncclCommDestroy", self.rank_c(), code, None);
+            self.stream
+                .device()
+                .runtime()
+                .record_err(RocmError::Rccl(e));
+        }
+    }
+}
+
+impl std::fmt::Debug for Communicator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Communicator(rank {} of {}, device {}, timeout {:?})",
+            self.rank,
+            self.nranks,
+            self.stream.device().ordinal(),
+            self.timeout
+        )
+    }
+}
+
+/// Checks `rank < nranks` and that both fit a C int; returns them as C ints.
+pub(super) fn check_rank_args(
+    op: &'static str,
+    rank: usize,
+    nranks: usize,
+) -> Result<(c_int, c_int), RcclError> {
+    if nranks == 0 {
+        return Err(RcclError::invalid(
+            op,
+            "a communicator needs at least one rank",
+        ));
+    }
+    if rank >= nranks {
+        return Err(RcclError::invalid(
+            op,
+            format!("rank {rank} is out of range for {nranks} ranks (ranks are 0..{nranks})"),
+        ));
+    }
+    let nranks_c = c_int::try_from(nranks)
+        .map_err(|_| RcclError::invalid(op, format!("{nranks} ranks do not fit a C int")))?;
+    // rank < nranks <= c_int::MAX, so this conversion cannot fail.
+    let rank_c = c_int::try_from(rank).unwrap_or(c_int::MAX);
+    Ok((rank_c, nranks_c))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn rank_arguments_are_checked_before_rccl_is_called() {
+        assert_eq!(check_rank_args("x", 0, 1).unwrap(), (0, 1));
+        assert_eq!(check_rank_args("x", 3, 4).unwrap(), (3, 4));
+        let e = check_rank_args("ncclCommInitRank", 2, 2).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "RCCL ncclCommInitRank: rank 2 is out of range for 2 ranks (ranks are 0..2)"
+        );
+        assert!(check_rank_args("x", 0, 0).is_err());
+        let too_many = c_int::MAX as usize + 1;
+        assert!(check_rank_args("x", 0, too_many)
+            .unwrap_err()
+            .to_string()
+            .contains("do not fit a C int"));
+    }
+}
