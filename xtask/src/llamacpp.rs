@@ -59,10 +59,16 @@ pub fn pack_into(bundle: &Path) -> Result<u64> {
         .arg(&sdist)
         .arg("-C")
         .arg(&work)
-        .args(["--exclude", "*/models/*", "--exclude", "*/docs/*"])
         .arg(&prefix))?;
     let stage = work.join("stage");
     let files = trim(&work.join(&prefix), &stage.join("llama.cpp"))?;
+    for rel in SENTINELS {
+        ensure!(
+            stage.join("llama.cpp").join(rel).is_file(),
+            "the trimmed llama.cpp has no {rel}: check `kept` in xtask/src/llamacpp.rs against \
+             the llama.cpp of llama-cpp-python {VERSION}"
+        );
+    }
     std::fs::create_dir_all(bundle)?;
     let archive = bundle.join(ARCHIVE);
     eprintln!("== packing {files} files into {}", archive.display());
@@ -186,8 +192,24 @@ pub fn kept(rel: &str) -> bool {
         .is_some_and(|name| !name.contains('/'))
 }
 
+/// Files the trimmed tree must hold, one from each part the build of `llama-bench` compiles
+/// (a check on the unpacking as well as on [`kept`]: libllama's per-architecture graphs live in
+/// `src/models/`, beside the sdist's unrelated top-level `models/`).
+const SENTINELS: &[&str] = &[
+    "CMakeLists.txt",
+    "src/llama-model.cpp",
+    "src/models/models.h",
+    "src/models/llama.cpp",
+    "common/arg.cpp",
+    "vendor/nlohmann/json.hpp",
+    "ggml/src/ggml.c",
+    "ggml/src/ggml-cpu/ggml-cpu.c",
+    "ggml/src/ggml-cuda/fattn.cu",
+    "tools/llama-bench/llama-bench.cpp",
+];
+
 /// Copies the files of `src` that [`kept`] keeps into `dst`, writes the trimmed
-/// `tools/CMakeLists.txt`, and returns how many files it copied.
+/// `tools/CMakeLists.txt`, and returns how many files it wrote.
 fn trim(src: &Path, dst: &Path) -> Result<usize> {
     ensure!(
         src.join("tools/llama-bench/llama-bench.cpp").is_file(),
@@ -253,6 +275,7 @@ mod tests {
             "src/CMakeLists.txt",
             "src/llama-model.cpp",
             "src/models/llama.cpp",
+            "src/models/models.h",
             "common/CMakeLists.txt",
             "common/build-info.cpp.in",
             "common/parsers/sources.cmake",
