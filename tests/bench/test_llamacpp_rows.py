@@ -112,6 +112,32 @@ class Rows(unittest.TestCase):
                 self.assertEqual(len(json.load(f)), len(SAMPLE))
 
 
+class RealOutput(unittest.TestCase):
+    """testdata/llama-bench-cpu-1.1b.json: what llama-bench of the pinned llama.cpp printed
+    (`-fa 1 -p 4 -n 1 -r 1 -o json`, a CPU build) on the three 1.1B files
+    `candle-rocm-bench --write-gguf` writes."""
+
+    def test_rows_of_real_llama_bench_output(self):
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata",
+                            "llama-bench-cpu-1.1b.json")
+        tests = llamacpp_rows.load([path])
+        self.assertEqual([t["model_type"] for t in tests[::2]],
+                         ["llama 1B Q4_0", "llama 1B Q4_K - Medium", "llama 1B F16"])
+        by_fa, device = llamacpp_rows.rows(tests)
+        self.assertEqual(by_fa[0], [])
+        self.assertEqual([k for k, _ in by_fa[1]], [
+            ("model", "gguf_prefill_1.1b_q4_0", "prompt4", "f32"),
+            ("model", "gguf_decode_1.1b_q4_0", "prompt16", "f32"),
+            ("model", "gguf_prefill_1.1b_q4_k_m", "prompt4", "f32"),
+            ("model", "gguf_decode_1.1b_q4_k_m", "prompt16", "f32"),
+            ("model", "prefill_llama_1.1b", "prompt4", "f16"),
+            ("model", "decode_llama_1.1b", "prompt16", "f16"),
+        ])
+        for t, (_, secs) in zip(tests, by_fa[1]):
+            self.assertAlmostEqual(secs, 1.0 / t["avg_ts"])
+        self.assertIn("CPU", device[1])
+
+
 class PeerTable(unittest.TestCase):
     def test_peer_rows_beside_ours(self):
         k = ("model", "gguf_decode_1.1b_q4_0", "prompt16", "f32")
