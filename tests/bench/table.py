@@ -2,7 +2,11 @@
 torch_bench.py (PyTorch eager) into one Markdown table: `cargo xtask bench`'s result.
 
 Usage: python3 tests/bench/table.py OURS CANDLE_CUDA TORCH [--title TEXT] [--baseline FILE]
-(--baseline: ours again with CANDLE_ROCM_FAST_KERNELS=0, i.e. candle's own kernels)
+       [--peer NAME=FILE ...]
+(--baseline: ours again with CANDLE_ROCM_FAST_KERNELS=0, i.e. candle's own kernels; --peer: rows
+of another program in the same format, e.g. llama.cpp's from tests/bench/llamacpp_rows.py,
+printed after the main table as a table of their own: the peer's rows, with ours and Candle
+CUDA's of the same key beside them)
 A missing or partial file leaves its columns empty ("-"). Ratios are speed ratios (the other's
 time / ours): above 1 we are faster.
 """
@@ -60,6 +64,8 @@ def main():
     p.add_argument("torch")
     p.add_argument("--title", default="cargo xtask bench")
     p.add_argument("--baseline", help="ours with CANDLE_ROCM_FAST_KERNELS=0 (candle's kernels)")
+    p.add_argument("--peer", action="append", default=[], metavar="NAME=FILE",
+                   help="another program's rows (e.g. llama.cpp), a table of their own")
     a = p.parse_args()
     (dev_o, ours), (dev_c, cuda), (dev_t, torch) = read(a.ours), read(a.cuda), read(a.torch)
     _, base = read(a.baseline)
@@ -96,6 +102,43 @@ def main():
     print(f"\nRatios are the other's time over ours (above 1: ours is faster). "
           f"Ours at least as fast as Candle CUDA on {wins} of {compared} rows. "
           f"'of copy' is ours against our own f32 device-to-device copy.")
+    peers = []
+    for spec in a.peer:
+        name, sep, path = spec.partition("=")
+        if not sep:
+            p.error(f"--peer takes NAME=FILE, not {spec!r}")
+        peers.append((name, *read(path)))
+    if peers:
+        print()
+        print(peer_table(ours, cuda, peers))
+
+
+def peer_table(ours, cuda, peers):
+    """The rows of other programs (peers: [(name, device line, rows)]) beside ours and Candle
+    CUDA's of the same key, as Markdown: every key some peer has, in the peers' order."""
+    names = [n for n, _, _ in peers]
+    lines = [f"### Other programs on the same inputs: {', '.join(names)}\n"]
+    lines += [f"- {n}: {d}" for n, d, _ in peers]
+    lines.append("")
+    lines.append("| op | shape | dtype | unit | ours | Candle CUDA | "
+                 + " | ".join(names) + " | "
+                 + " | ".join(f"ours vs {n}" for n in names) + " |")
+    lines.append("|---" * (6 + 2 * len(names)) + "|")
+    keys = []
+    for _, _, rows in peers:
+        keys += [k for k in rows if k not in keys]
+    for k in keys:
+        _, op, shape, dtype = k
+        o, c = ours.get(k), cuda.get(k)
+        ref = next(r for r in [o, c] + [rows.get(k) for _, _, rows in peers] if r)
+        unit = value(ref)[1]
+        vals = [value(r)[0] if r else None for r in [o, c] + [rows.get(k) for _, _, rows in peers]]
+        ratios = [rows[k][0] / o[0] if o and k in rows else None for _, _, rows in peers]
+        lines.append(f"| {op} | {shape} | {dtype} | {unit} | "
+                     + " | ".join(fmt(v) for v in vals) + " | "
+                     + " | ".join(fmt(r) for r in ratios) + " |")
+    lines.append("\nRatios are the other's time over ours (above 1: ours is faster).")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

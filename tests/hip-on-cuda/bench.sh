@@ -13,13 +13,21 @@
 #    rows), Candle 0.11.1's own CUDA backend (candle-cuda-bench, built from
 #    the same source against crates.io Candle with its `cuda` feature) and PyTorch eager
 #    (tests/bench/torch_bench.py with the machine's own PyTorch);
-# 3. runs the launch-overhead benchmark next to a raw cuLaunchKernel loop;
-# 4. joins them into one table (tests/bench/table.py), written to
-#    $OUT/bench-<date>-<gpu>.md and printed last; the raw outputs go in $OUT too.
+# 3. llama.cpp as a peer on the same GGUF files (when the bundle holds llama.cpp.tar.xz, see
+#    `cargo xtask llamacpp`): the synthetic decoders our gguf rows decode, written to files by
+#    `candle-rocm-bench --write-gguf` (q4_0, q4_k_m and an f16 one), and the BENCH_GGUF files;
+#    tests/hip-on-cuda/llamacpp.sh builds llama-bench with CUDA for sm_90 (about 3 minutes on
+#    16 cores, once per machine) and runs pp512 and tg128 with flash attention on and off;
+# 4. runs the launch-overhead benchmark next to a raw cuLaunchKernel loop;
+# 5. joins them into one table (tests/bench/table.py), written to
+#    $OUT/bench-<date>-<gpu>.md and printed last, llama.cpp's rows in a table of their own
+#    after the main one with ours and Candle CUDA's beside them; the raw outputs go in $OUT too.
 #
 # BENCH_ONLY=word,word picks rows (see candle-rocm-bench --help); BENCH_TIMEOUT bounds each of
 # the three runs (seconds, 200 by default); BENCH_GGUF="<file> ..." adds real GGUF decoders' rows;
-# BENCH_TILED=0 skips the tiled-kernel passes.
+# BENCH_TILED=0 skips the tiled-kernel passes; BENCH_LLAMACPP=0 skips llama.cpp (it runs when
+# BENCH_ONLY is empty or names gguf, model, decode, prefill or llamacpp); LLAMACPP_TIMEOUT
+# bounds its build and runs (seconds, 480 by default).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -111,6 +119,28 @@ PYTHONUNBUFFERED=1 timeout "$limit" python3 tests/bench/torch_bench.py "${only_p
 row "torch_bench.py exit code" "$? ($(grep -c '^bench' "$OUT/torch.tsv") rows)"
 tail -3 "$OUT/torch.err"
 
+echo "== llama.cpp: llama-bench on the same GGUF files"
+peers=()
+if [ "${BENCH_LLAMACPP:-1}" = 0 ]; then
+    row "llama.cpp" "skipped (BENCH_LLAMACPP=0)"
+elif [ ! -f "$BUNDLE_ROOT/llama.cpp.tar.xz" ]; then
+    row "llama.cpp" "not in the bundle (cargo xtask llamacpp)"
+elif [ -n "${BENCH_ONLY:-}" ] && ! [[ ",$BENCH_ONLY," =~ gguf|model|llamacpp|decode|prefill ]]; then
+    row "llama.cpp" "skipped (BENCH_ONLY selects no GGUF rows)"
+else
+    # The synthetic decoders ours times, as files (the same bytes), then the real ones.
+    mapfile -t llama_files < <("$BUILD/bin/candle-rocm-bench" --write-gguf "$BUILD/gguf" 2> "$OUT/write-gguf.err")
+    for f in ${BENCH_GGUF:-}; do [ -f "$f" ] && llama_files+=("$f"); done
+    timeout "${LLAMACPP_TIMEOUT:-480}" bash tests/hip-on-cuda/llamacpp.sh "$OUT" "${llama_files[@]}" \
+        > "$OUT/llamacpp.log" 2>&1
+    row "llama.cpp (llamacpp.sh) exit" "$? ($(grep -c '^bench' "$OUT/llamacpp-fa1.tsv" 2> /dev/null || echo 0) rows with flash attention, ${#llama_files[@]} files)"
+    tail -4 "$OUT/llamacpp.log"
+    for fa in 1 0; do
+        name="llama.cpp FA $([ "$fa" = 1 ] && echo on || echo off)"
+        grep -q '^bench' "$OUT/llamacpp-fa$fa.tsv" 2> /dev/null && peers+=(--peer "$name=$OUT/llamacpp-fa$fa.tsv")
+    done
+fi
+
 echo "== launch overhead"
 launch_overhead "$OUT/launch.txt"
 
@@ -118,7 +148,7 @@ stamp=$(date -u +%Y-%m-%d)
 slug=$(echo "$gpu" | tr -cs 'A-Za-z0-9' '-' | sed 's/-*$//')
 result="$OUT/bench-$stamp-$slug.md"
 python3 tests/bench/table.py "$OUT/ours.tsv" "$OUT/candle-cuda.tsv" "$OUT/torch.tsv" \
-    --baseline "$OUT/ours-candle-kernels.tsv" \
+    --baseline "$OUT/ours-candle-kernels.tsv" "${peers[@]}" \
     --title "$gpu, $(date -u +%Y-%m-%dT%H:%MZ); ours runs on it via HIP-on-CUDA" > "$result"
 if grep -q '^bench	conv' "$OUT/ours-miopen.tsv" 2> /dev/null; then
     echo >> "$result"

@@ -1,4 +1,4 @@
-//! `cargo xtask bench [--no-cuda]`: everything the side-by-side benchmark needs, in one folder
+//! `cargo xtask bench [--no-cuda] [--no-llamacpp]`: everything the side-by-side benchmark needs, in one folder
 //! for one device call.
 //!
 //! 1. `cargo xtask candle` when the patched Candle is missing or stale;
@@ -8,9 +8,11 @@
 //!    feature (`candle-cuda-bench`, see `candle_cuda.rs`; `--no-cuda` skips it), and again with
 //!    candle-core's `cudnn` feature too (`candle-cuda-cudnn-bench`: its convolutions on cuDNN);
 //! 4. builds rocm-safe's launch-overhead benchmark;
-//! 5. packs them (binaries xz-compressed) with candle-kernels' CUDA sources into
+//! 5. packs llama.cpp's source, trimmed to `llama-bench` (`llamacpp.rs`; `--no-llamacpp` skips
+//!    it), which the device side builds with CUDA and runs on the same GGUF files as ours;
+//! 6. packs them (binaries xz-compressed) with candle-kernels' CUDA sources into
 //!    `.bench-bundle/` and prints the device call: `bash tests/hip-on-cuda/bench.sh`, which
-//!    runs ours, Candle CUDA and PyTorch eager on the same GPU and prints one table
+//!    runs ours, Candle CUDA, PyTorch eager and llama.cpp on the same GPU and prints one table
 //!    (`tests/bench/table.py`). Keep its `bench-<date>-<gpu>.md` under `bench/results/`.
 
 use std::path::{Path, PathBuf};
@@ -21,12 +23,14 @@ use anyhow::{bail, Context, Result};
 use crate::device_bundle::pack;
 use crate::project_root;
 
-const BUNDLE: &str = ".bench-bundle";
+/// The bench bundle's folder, relative to the project root (git-ignored).
+pub const BUNDLE: &str = ".bench-bundle";
 /// The device tool carries 64 MiB with the working tree; leave room for the repository.
 const LIMIT: u64 = 48 << 20;
 
-/// Builds the bench bundle; `no_cuda` (`--no-cuda`) skips the Candle CUDA builds.
-pub fn run(no_cuda: bool) -> Result<()> {
+/// Builds the bench bundle; `no_cuda` (`--no-cuda`) skips the Candle CUDA builds,
+/// `no_llamacpp` (`--no-llamacpp`) llama.cpp's source.
+pub fn run(no_cuda: bool, no_llamacpp: bool) -> Result<()> {
     let cuda = !no_cuda;
     let root = project_root();
     if let Err(why) = crate::candle::check_root(&root) {
@@ -90,6 +94,13 @@ pub fn run(no_cuda: bool) -> Result<()> {
         eprintln!("== candle-cuda-cudnn-bench (the same with candle-core's cudnn feature)");
         let exe = crate::candle_cuda::build(&root, &main_rs, true)?;
         total += pack(&exe, &bin, crate::candle_cuda::CUDNN_NAME)?;
+    }
+    if !no_llamacpp {
+        eprintln!(
+            "== llama.cpp (llama-cpp-python {}'s sdist, trimmed to llama-bench)",
+            crate::llamacpp::VERSION
+        );
+        total += crate::llamacpp::pack_into(&bundle)?;
     }
     if total > LIMIT {
         bail!(

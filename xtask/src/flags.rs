@@ -46,6 +46,10 @@ pub enum Command {
     /// Build ours, Candle CUDA (nvcc 13 from PyPI) and the launch benchmark into .bench-bundle/
     /// and print the device call (tests/hip-on-cuda/bench.sh: one table with PyTorch eager too).
     Bench(Bench),
+    /// Download llama.cpp's source (the PyPI sdist of llama-cpp-python, sha256-pinned), trim it
+    /// to what llama-bench needs with the CUDA and CPU backends, and pack it into
+    /// .bench-bundle/llama.cpp.tar.xz (`bench` does this too) for tests/hip-on-cuda/llamacpp.sh.
+    Llamacpp,
 }
 
 /// The flag of the generators (`bindgen`, `candle`).
@@ -140,6 +144,9 @@ pub struct Bench {
     /// Skip the Candle CUDA builds.
     #[arg(long)]
     pub no_cuda: bool,
+    /// Leave llama.cpp (the llama-bench peer) out of the bundle.
+    #[arg(long)]
+    pub no_llamacpp: bool,
 }
 
 #[cfg(test)]
@@ -211,6 +218,21 @@ mod tests {
         assert!(parse(&["test", "foo"]).is_err());
         assert!(parse(&["bench", "--cuda"]).is_err());
         assert!(parse(&["device-bundle", "x"]).is_err());
+        assert!(matches!(
+            parse(&["bench", "--no-llamacpp"]),
+            Ok(Cli {
+                command: Some(Command::Bench(Bench {
+                    no_cuda: false,
+                    no_llamacpp: true
+                }))
+            })
+        ));
+        assert!(matches!(
+            parse(&["llamacpp"]),
+            Ok(Cli {
+                command: Some(Command::Llamacpp)
+            })
+        ));
         assert!(matches!(parse(&[]), Ok(Cli { command: None })));
     }
 }

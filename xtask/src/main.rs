@@ -20,7 +20,11 @@
 //! - `bench [--no-cuda]`: build the side-by-side benchmark (ours, Candle's CUDA backend from
 //!   the same source, rocm-safe's launch overhead) into `.bench-bundle/` for
 //!   `tests/hip-on-cuda/bench.sh`, which adds PyTorch eager and prints one table (see
-//!   `bench.rs`).
+//!   `bench.rs`); with llama.cpp's source (`llamacpp.rs`) for `llama-bench` on the same GGUF
+//!   files unless `--no-llamacpp`.
+//! - `llamacpp`: only the llama.cpp part of the bench bundle: llama-cpp-python's sdist from
+//!   PyPI (sha256-pinned), its vendored llama.cpp trimmed to `llama-bench` with the CUDA and
+//!   CPU backends, packed as `.bench-bundle/llama.cpp.tar.xz` (see `llamacpp.rs`).
 
 mod bench;
 mod bindgen_hip;
@@ -30,6 +34,7 @@ mod demo;
 mod device_bundle;
 mod flags;
 mod kernels;
+mod llamacpp;
 mod setup;
 mod test;
 
@@ -43,12 +48,13 @@ use flags::{Cli, Command};
 fn main() -> ExitCode {
     let Cli { command } = Cli::parse();
     let result = match command {
-        Some(Command::Bench(b)) => bench::run(b.no_cuda),
+        Some(Command::Bench(b)) => bench::run(b.no_cuda, b.no_llamacpp),
         Some(Command::Bindgen(c)) => bindgen_hip::run(c.check),
         Some(Command::Candle(c)) => candle::run(c.check),
         Some(Command::Demo(d)) => demo::run(&d.args),
         Some(Command::DeviceBundle) => device_bundle::run(),
         Some(Command::Kernels(k)) => kernels::run(&k),
+        Some(Command::Llamacpp) => llamacpp::run_command(),
         Some(Command::Test(t)) => test::run(&t),
         None => Cli::command().print_help().map_err(anyhow::Error::from),
     };

@@ -33,4 +33,13 @@ pub(crate) struct Cli {
     /// (`tests/hip-on-cuda/profile.sh`); prints no rows.
     #[arg(long)]
     pub(crate) profile: bool,
+    /// Write the synthetic GGUF decoders of the gguf_*_1.1b_* rows (q4_0, q4_k_m) and an f16
+    /// one into this folder as gguf-1.1b-<mix>.gguf, print their paths and exit (no device
+    /// needed): the files llama.cpp's llama-bench runs on (tests/hip-on-cuda/llamacpp.sh).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) write_gguf: Option<std::path::PathBuf>,
+    /// With --write-gguf: a 2-layer model of the same kind (gguf-tiny-<mix>.gguf), to check the
+    /// files quickly (e.g. with a CPU build of llama.cpp).
+    #[arg(long, requires = "write_gguf")]
+    pub(crate) tiny_gguf: bool,
 }

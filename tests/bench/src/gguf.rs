@@ -1,6 +1,6 @@
 //! The GGUF decoder rows (group `model`): a synthetic TinyLlama-shaped GGUF written in memory
 //! and real GGUF files (`--gguf`), prefill and decode through candle-transformers' quantized
-//! models.
+//! models; and `--write-gguf`, the same synthetic files on disk for llama.cpp's `llama-bench`.
 
 use std::time::Instant;
 
@@ -30,10 +30,25 @@ const GGUF_MIXES: [(
 ];
 
 /// `len` bytes of GGML blocks of `dtype` with random quants and small, sane f16 scales (every
-/// block a valid one; the values do not matter for timing, only that they stay finite).
+/// block a valid one; the values do not matter for timing, only that they stay finite); for
+/// f16, small random halves.
 fn random_blocks(dtype: candle_core::quantized::GgmlDType, len: usize, seed: &mut u64) -> Vec<u8> {
     use candle_core::quantized::GgmlDType;
     let mut out = vec![0u8; len];
+    if dtype == GgmlDType::F16 {
+        // Small finite halves in [-0.03, 0.03).
+        for chunk in out.chunks_mut(2) {
+            *seed ^= *seed >> 12;
+            *seed ^= *seed << 25;
+            *seed ^= *seed >> 27;
+            let r = (seed.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 40) as f32 / (1u64 << 24) as f32;
+            let bits = half::f16::from_f32((r - 0.5) * 0.06)
+                .to_bits()
+                .to_le_bytes();
+            chunk.copy_from_slice(&bits[..chunk.len()]);
+        }
+        return out;
+    }
     for chunk in out.chunks_mut(8) {
         // xorshift64*
         *seed ^= *seed >> 12;
@@ -60,92 +75,219 @@ fn random_blocks(dtype: candle_core::quantized::GgmlDType, len: usize, seed: &mu
     out
 }
 
-/// A GGUF decoder as llama.cpp users run one: TinyLlama-1.1B's shape with random weights,
-/// written as a GGUF in memory (q4_0 everywhere, or q4_K with a q6_K output as in Q4_K_M
-/// files) and loaded with candle-transformers' `quantized_llama` onto the device. Rows:
-/// prefill (one 512-token prompt, seconds per prompt token) and decode (`steps` greedy tokens
-/// after a 16-token prompt, each argmax read back to the host; seconds per token).
-pub(crate) fn gguf_decoder(b: &Bench, steps: usize) -> Result<()> {
-    use candle_core::quantized::{gguf_file, GgmlDType};
-    use candle_transformers::models::quantized_llama::ModelWeights;
-    let dev = &b.dev;
-    let cfg = llama_config();
+/// The GGUF files `--write-gguf` writes besides [`GGUF_MIXES`]: f16 everywhere, for
+/// llama.cpp's row next to our f16 decode of the same shape (`decode_llama_1.1b`, safetensors
+/// weights through candle-transformers' llama); ours does not decode this file.
+const F16_MIX: &str = "f16";
+
+/// The shape of a synthetic GGUF decoder: TinyLlama-1.1B's (the bench rows) or a 2-layer
+/// model of the same kind (`--tiny-gguf`, to check the files themselves quickly, e.g. with a
+/// CPU build of llama.cpp).
+#[derive(Clone, Copy)]
+pub(crate) enum GgufShape {
+    /// TinyLlama-1.1B's shape ([`llama_config`]).
+    TinyLlama,
+    /// 2 layers of width 256 (4 heads of 64, 2 KV heads, MLP 512), TinyLlama's vocabulary.
+    Tiny,
+}
+
+impl GgufShape {
+    /// The shape's name in file names.
+    fn name(self) -> &'static str {
+        match self {
+            Self::TinyLlama => "1.1b",
+            Self::Tiny => "tiny",
+        }
+    }
+
+    /// The model configuration of the shape.
+    fn config(self) -> candle_transformers::models::llama::Config {
+        let mut cfg = llama_config();
+        if let Self::Tiny = self {
+            cfg.hidden_size = 256;
+            cfg.intermediate_size = 512;
+            cfg.num_hidden_layers = 2;
+            cfg.num_attention_heads = 4;
+            cfg.num_key_value_heads = 2;
+        }
+        cfg
+    }
+}
+
+/// The tokenizer metadata llama.cpp requires of a llama GGUF (its SentencePiece vocabulary
+/// type, `tokenizer.ggml.model = "llama"`): `vocab` unique tokens laid out as Llama 2's are,
+/// `<unk>` `<s>` `</s>`, the 256 byte tokens `<0x00>`..`<0xFF>` (llama.cpp looks up `<0x0A>`
+/// for the newline), then filler pieces; their scores and types, and the special token ids.
+/// candle-transformers reads none of it.
+fn vocab_metadata(vocab: usize) -> Vec<(&'static str, candle_core::quantized::gguf_file::Value)> {
+    use candle_core::quantized::gguf_file::Value;
+    // llama.cpp's llama_token_type: 1 normal, 2 unknown, 3 control, 6 byte.
+    let (mut tokens, mut types) = (Vec::with_capacity(vocab), Vec::with_capacity(vocab));
+    for (i, (text, ty)) in [("<unk>", 2), ("<s>", 3), ("</s>", 3)]
+        .into_iter()
+        .enumerate()
+    {
+        if i < vocab {
+            tokens.push(Value::String(text.into()));
+            types.push(Value::I32(ty));
+        }
+    }
+    for byte in 0..256 {
+        if tokens.len() < vocab {
+            tokens.push(Value::String(format!("<0x{byte:02X}>")));
+            types.push(Value::I32(6));
+        }
+    }
+    while tokens.len() < vocab {
+        tokens.push(Value::String(format!("▁t{}", tokens.len())));
+        types.push(Value::I32(1));
+    }
+    let scores = (0..vocab).map(|i| Value::F32(-(i as f32))).collect();
+    vec![
+        ("tokenizer.ggml.model", Value::String("llama".into())),
+        ("tokenizer.ggml.tokens", Value::Array(tokens)),
+        ("tokenizer.ggml.scores", Value::Array(scores)),
+        ("tokenizer.ggml.token_type", Value::Array(types)),
+        ("tokenizer.ggml.unknown_token_id", Value::U32(0)),
+        ("tokenizer.ggml.bos_token_id", Value::U32(1)),
+        ("tokenizer.ggml.eos_token_id", Value::U32(2)),
+        ("tokenizer.ggml.add_bos_token", Value::Bool(true)),
+        ("tokenizer.ggml.add_eos_token", Value::Bool(false)),
+    ]
+}
+
+/// A synthetic GGUF decoder file, as llama.cpp users run one: `shape` with random weights,
+/// attention and MLP weights of `layer_ty`, the output of `out_ty`, the embedding q4_0 (f16
+/// when `layer_ty` is f16), the norms f32; with the `llama.*` keys and the tokenizer metadata
+/// llama.cpp requires (`vocab_metadata`), so that candle-transformers' `quantized_llama` and
+/// llama.cpp's `llama-bench` load the same bytes. Written with candle's GGUF writer.
+pub(crate) fn synthetic_gguf(
+    shape: GgufShape,
+    layer_ty: candle_core::quantized::GgmlDType,
+    out_ty: candle_core::quantized::GgmlDType,
+) -> Result<Vec<u8>> {
+    use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
+    let cfg = shape.config();
     let (hidden, ffn, vocab) = (cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size);
     let head_dim = hidden / cfg.num_attention_heads;
     let kv = head_dim * cfg.num_key_value_heads;
+    let embd_ty = if layer_ty == GgmlDType::F16 {
+        GgmlDType::F16
+    } else {
+        GgmlDType::Q4_0
+    };
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut tensors: Vec<(String, QTensor)> = Vec::new();
+    let mut add = |name: String, ty: GgmlDType, (rows, cols): (usize, usize)| -> Result<()> {
+        let bytes = if ty == GgmlDType::F32 {
+            (0..rows * cols).flat_map(|_| 1f32.to_le_bytes()).collect()
+        } else {
+            random_blocks(
+                ty,
+                rows * cols / ty.block_size() * ty.type_size(),
+                &mut seed,
+            )
+        };
+        let dims = if rows == 1 {
+            vec![cols]
+        } else {
+            vec![rows, cols]
+        };
+        let t =
+            candle_core::quantized::ggml_file::qtensor_from_ggml(ty, &bytes, dims, &Device::Cpu)?;
+        tensors.push((name, t));
+        Ok(())
+    };
+    add("token_embd.weight".into(), embd_ty, (vocab, hidden))?;
+    add("output_norm.weight".into(), GgmlDType::F32, (1, hidden))?;
+    add("output.weight".into(), out_ty, (vocab, hidden))?;
+    for l in 0..cfg.num_hidden_layers {
+        let p = format!("blk.{l}");
+        add(format!("{p}.attn_q.weight"), layer_ty, (hidden, hidden))?;
+        add(format!("{p}.attn_k.weight"), layer_ty, (kv, hidden))?;
+        add(format!("{p}.attn_v.weight"), layer_ty, (kv, hidden))?;
+        add(
+            format!("{p}.attn_output.weight"),
+            layer_ty,
+            (hidden, hidden),
+        )?;
+        add(format!("{p}.ffn_gate.weight"), layer_ty, (ffn, hidden))?;
+        add(format!("{p}.ffn_up.weight"), layer_ty, (ffn, hidden))?;
+        add(format!("{p}.ffn_down.weight"), layer_ty, (hidden, ffn))?;
+        add(format!("{p}.attn_norm.weight"), GgmlDType::F32, (1, hidden))?;
+        add(format!("{p}.ffn_norm.weight"), GgmlDType::F32, (1, hidden))?;
+    }
+    use gguf_file::Value;
+    let u = |v: usize| Value::U32(v as u32);
+    // llama.cpp's general type of the file (llama_ftype): 1 f16, 2 q4_0, 15 Q4_K_M.
+    let ftype = match layer_ty {
+        GgmlDType::F16 => 1,
+        GgmlDType::Q4K => 15,
+        _ => 2,
+    };
+    let mut metadata = vec![
+        ("general.architecture", Value::String("llama".into())),
+        (
+            "general.name",
+            Value::String(format!("candle-rocm-bench random {}", shape.name())),
+        ),
+        ("general.file_type", Value::U32(ftype)),
+        ("llama.context_length", u(cfg.max_position_embeddings)),
+        ("llama.embedding_length", u(hidden)),
+        ("llama.block_count", u(cfg.num_hidden_layers)),
+        ("llama.feed_forward_length", u(ffn)),
+        ("llama.attention.head_count", u(cfg.num_attention_heads)),
+        ("llama.attention.head_count_kv", u(cfg.num_key_value_heads)),
+        ("llama.rope.dimension_count", u(head_dim)),
+        (
+            "llama.attention.layer_norm_rms_epsilon",
+            Value::F32(cfg.rms_norm_eps as f32),
+        ),
+        ("llama.rope.freq_base", Value::F32(cfg.rope_theta)),
+        ("llama.vocab_size", u(vocab)),
+    ];
+    metadata.extend(vocab_metadata(vocab));
+    let md: Vec<(&str, &Value)> = metadata.iter().map(|(k, v)| (*k, v)).collect();
+    let ts: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let mut file = std::io::Cursor::new(Vec::new());
+    gguf_file::write(&mut file, &md, &ts)?;
+    Ok(file.into_inner())
+}
+
+/// `--write-gguf DIR`: writes the synthetic GGUF decoders the `gguf_*_1.1b_*` rows decode
+/// (`gguf-<shape>-<mix>.gguf`, mixes q4_0 and q4_k_m) and the f16 one for llama.cpp
+/// (`gguf-<shape>-f16.gguf`) into `dir`, for `llama-bench` to run on the same bytes
+/// (tests/hip-on-cuda/llamacpp.sh); prints each path on stdout.
+pub(crate) fn write_gguf_files(dir: &std::path::Path, shape: GgufShape) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let f16 = candle_core::quantized::GgmlDType::F16;
+    let mixes = GGUF_MIXES.iter().copied().chain([(F16_MIX, f16, f16)]);
+    for (mix, layer_ty, out_ty) in mixes {
+        let path = dir.join(format!("gguf-{}-{mix}.gguf", shape.name()));
+        let bytes = synthetic_gguf(shape, layer_ty, out_ty)?;
+        std::fs::write(&path, bytes).with_context(|| format!("writing {}", path.display()))?;
+        println!("{}", path.display());
+    }
+    Ok(())
+}
+
+/// A GGUF decoder as llama.cpp users run one ([`synthetic_gguf`], TinyLlama-1.1B's shape; the
+/// bytes `--write-gguf` writes) loaded with candle-transformers' `quantized_llama` onto the
+/// device. Rows: prefill (one 512-token prompt, seconds per prompt token) and decode (`steps`
+/// greedy tokens after a 16-token prompt, each argmax read back to the host; seconds per
+/// token).
+pub(crate) fn gguf_decoder(b: &Bench, steps: usize) -> Result<()> {
+    use candle_core::quantized::gguf_file;
+    use candle_transformers::models::quantized_llama::ModelWeights;
+    let dev = &b.dev;
     for (mix, layer_ty, out_ty) in GGUF_MIXES {
         let decode_op = format!("gguf_decode_1.1b_{mix}");
         let prefill_op = format!("gguf_prefill_1.1b_{mix}");
         if !b.wanted("model", &decode_op) && !b.wanted("model", &prefill_op) {
             continue;
         }
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut tensors: Vec<(String, candle_core::quantized::QTensor)> = Vec::new();
-        let mut add = |name: String, ty: GgmlDType, (rows, cols): (usize, usize)| -> Result<()> {
-            let bytes = if ty == GgmlDType::F32 {
-                (0..rows * cols).flat_map(|_| 1f32.to_le_bytes()).collect()
-            } else {
-                random_blocks(
-                    ty,
-                    rows * cols / ty.block_size() * ty.type_size(),
-                    &mut seed,
-                )
-            };
-            let dims = if rows == 1 {
-                vec![cols]
-            } else {
-                vec![rows, cols]
-            };
-            let t = candle_core::quantized::ggml_file::qtensor_from_ggml(
-                ty,
-                &bytes,
-                dims,
-                &Device::Cpu,
-            )?;
-            tensors.push((name, t));
-            Ok(())
-        };
-        add("token_embd.weight".into(), GgmlDType::Q4_0, (vocab, hidden))?;
-        add("output_norm.weight".into(), GgmlDType::F32, (1, hidden))?;
-        add("output.weight".into(), out_ty, (vocab, hidden))?;
-        for l in 0..cfg.num_hidden_layers {
-            let p = format!("blk.{l}");
-            add(format!("{p}.attn_q.weight"), layer_ty, (hidden, hidden))?;
-            add(format!("{p}.attn_k.weight"), layer_ty, (kv, hidden))?;
-            add(format!("{p}.attn_v.weight"), layer_ty, (kv, hidden))?;
-            add(
-                format!("{p}.attn_output.weight"),
-                layer_ty,
-                (hidden, hidden),
-            )?;
-            add(format!("{p}.ffn_gate.weight"), layer_ty, (ffn, hidden))?;
-            add(format!("{p}.ffn_up.weight"), layer_ty, (ffn, hidden))?;
-            add(format!("{p}.ffn_down.weight"), layer_ty, (hidden, ffn))?;
-            add(format!("{p}.attn_norm.weight"), GgmlDType::F32, (1, hidden))?;
-            add(format!("{p}.ffn_norm.weight"), GgmlDType::F32, (1, hidden))?;
-        }
-        use gguf_file::Value;
-        let u = |v: usize| Value::U32(v as u32);
-        let metadata = [
-            ("general.architecture", Value::String("llama".into())),
-            ("llama.attention.head_count", u(cfg.num_attention_heads)),
-            ("llama.attention.head_count_kv", u(cfg.num_key_value_heads)),
-            ("llama.block_count", u(cfg.num_hidden_layers)),
-            ("llama.embedding_length", u(hidden)),
-            ("llama.rope.dimension_count", u(head_dim)),
-            (
-                "llama.attention.layer_norm_rms_epsilon",
-                Value::F32(cfg.rms_norm_eps as f32),
-            ),
-            ("llama.rope.freq_base", Value::F32(cfg.rope_theta)),
-        ];
-        let md: Vec<(&str, &Value)> = metadata.iter().map(|(k, v)| (*k, v)).collect();
-        let ts: Vec<(&str, &candle_core::quantized::QTensor)> =
-            tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
-        let mut file = std::io::Cursor::new(Vec::new());
-        gguf_file::write(&mut file, &md, &ts)?;
-        drop(tensors);
-        file.set_position(0);
+        let bytes = synthetic_gguf(GgufShape::TinyLlama, layer_ty, out_ty)?;
+        let mut file = std::io::Cursor::new(bytes);
         let content = gguf_file::Content::read(&mut file)?;
         let mut model = GgufModel::Llama(ModelWeights::from_gguf(content, &mut file, dev)?);
         drop(file);

@@ -19,6 +19,8 @@
 //! One line per row on stdout, tab-separated:
 //! `bench <group> <op> <shape> <dtype> <seconds> <work> <unit>`, `unit` one of `bytes`,
 //! `flops`, `calls`, `tokens`, `sequences`; and a first line `device <description>`.
+//! `--write-gguf DIR` instead writes the synthetic GGUF decoders to files and prints their
+//! paths (for llama.cpp's `llama-bench`, `tests/hip-on-cuda/llamacpp.sh`).
 
 mod attention;
 mod cli;
@@ -77,6 +79,14 @@ fn main() -> Result<()> {
         "--elements must be a multiple of 2^18 = 262144, not {}",
         cli.elements
     );
+    if let Some(dir) = &cli.write_gguf {
+        let shape = if cli.tiny_gguf {
+            gguf::GgufShape::Tiny
+        } else {
+            gguf::GgufShape::TinyLlama
+        };
+        return gguf::write_gguf_files(dir, shape);
+    }
     let dev = if cli.cpu { Device::Cpu } else { device()? };
     println!("device\t{BACKEND}\t{:?}", dev.location());
     let b = Bench {

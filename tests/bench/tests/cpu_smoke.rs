@@ -69,3 +69,95 @@ fn bad_sizes_are_refused_with_the_reason() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("multiple of 2^18"), "{err}");
 }
+
+/// `--write-gguf --tiny-gguf`: the synthetic GGUF decoders as files, each with the `llama.*`
+/// keys and the tokenizer metadata llama.cpp's `llama-bench` requires, and loadable by
+/// candle-transformers' quantized llama (the q4 ones; the f16 one is llama.cpp's alone), which
+/// decodes a token from each on the CPU.
+#[test]
+fn written_gguf_files_carry_what_llama_cpp_requires() {
+    use candle_core::quantized::gguf_file::{Content, Value};
+    let dir = std::env::temp_dir().join(format!("candle-rocm-bench-gguf-{}", std::process::id()));
+    let out = bench(&[
+        "--write-gguf",
+        dir.to_str().expect("utf-8 path"),
+        "--tiny-gguf",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let paths: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(String::from)
+        .collect();
+    let names: Vec<&str> = paths
+        .iter()
+        .map(|p| p.rsplit('/').next().unwrap_or(p))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "gguf-tiny-q4_0.gguf",
+            "gguf-tiny-q4_k_m.gguf",
+            "gguf-tiny-f16.gguf"
+        ]
+    );
+    for path in &paths {
+        let mut file = std::fs::File::open(path).expect("opening the written file");
+        let content = Content::read(&mut file).expect("reading it back");
+        let md = &content.metadata;
+        for key in [
+            "general.architecture",
+            "llama.context_length",
+            "llama.embedding_length",
+            "llama.block_count",
+            "llama.feed_forward_length",
+            "llama.rope.dimension_count",
+            "llama.attention.head_count",
+            "llama.attention.head_count_kv",
+            "llama.attention.layer_norm_rms_epsilon",
+            "tokenizer.ggml.model",
+            "tokenizer.ggml.bos_token_id",
+            "tokenizer.ggml.eos_token_id",
+        ] {
+            assert!(md.contains_key(key), "{path}: no {key}");
+        }
+        let Some(Value::Array(tokens)) = md.get("tokenizer.ggml.tokens") else {
+            panic!("{path}: no token list");
+        };
+        assert_eq!(tokens.len(), 32000, "{path}");
+        // llama.cpp's SentencePiece vocabulary finds the newline as a byte token, and
+        // requires every token to be unique.
+        assert!(tokens
+            .iter()
+            .any(|t| matches!(t, Value::String(s) if s == "<0x0A>")));
+        let unique: std::collections::HashSet<String> = tokens
+            .iter()
+            .map(|t| match t {
+                Value::String(s) => s.clone(),
+                other => panic!("{path}: token {other:?} is not a string"),
+            })
+            .collect();
+        assert_eq!(unique.len(), tokens.len(), "{path}: tokens not unique");
+        for key in ["tokenizer.ggml.scores", "tokenizer.ggml.token_type"] {
+            let Some(Value::Array(v)) = md.get(key) else {
+                panic!("{path}: no {key}");
+            };
+            assert_eq!(v.len(), 32000, "{path}: {key}");
+        }
+        if path.ends_with("-f16.gguf") {
+            continue;
+        }
+        let dev = candle_core::Device::Cpu;
+        let mut model = candle_transformers::models::quantized_llama::ModelWeights::from_gguf(
+            content, &mut file, &dev,
+        )
+        .expect("candle-transformers loads it");
+        let input = candle_core::Tensor::new(&[[1u32, 100, 200]], &dev).expect("input");
+        let logits = model.forward(&input, 0).expect("a forward pass");
+        assert_eq!(logits.dims(), [1, 32000], "{path}");
+    }
+    std::fs::remove_dir_all(&dir).expect("removing the files");
+}
