@@ -249,7 +249,12 @@ impl FlashAttnVarLen {
         }
         spec::check_heads(VARLEN, heads, kv_heads, head_dim)?;
         let cu_q = read_u32(VARLEN, "seqlens_q", &self.seqlens_q)?;
-        let cu_k = read_u32(VARLEN, "seqlens_k", &self.seqlens_k)?;
+        // One read (and one sync) when both are the same tensor, as in self-attention.
+        let cu_k = if self.seqlens_k.id() == self.seqlens_q.id() {
+            cu_q.clone()
+        } else {
+            read_u32(VARLEN, "seqlens_k", &self.seqlens_k)?
+        };
         if cu_q.len() != cu_k.len() {
             return Err(parameter_error(
                 VARLEN,
