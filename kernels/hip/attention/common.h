@@ -108,3 +108,26 @@ __device__ __forceinline__ bool fa_mm_allowed(const fa_params &p, uint32_t b, in
     }
     return false;
 }
+
+// The tiles of FA_BN keys [t0, t1) the mask leaves to the packed rows [r0, r0 + bm) of sequence
+// s (rows of them in all), cut to split `split` of p.tiles_per_split tiles: the prefill tiles'
+// key range (fa_tile, fa_mma_*).
+__device__ __forceinline__ void fa_key_tiles(const fa_params &p, const FaSeq &s, uint64_t r0, uint64_t bm,
+                                             uint64_t rows, uint32_t split, int64_t &t0, int64_t &t1) {
+    const uint32_t G = p.group;
+    const int64_t off = (int64_t)s.sk - (int64_t)s.sq;
+    const int64_t wl = p.window_left, wr = p.window_right;
+    const int64_t ilo = (int64_t)(r0 / G), ihi = (int64_t)((fa_min<uint64_t>(r0 + bm, rows) - 1) / G);
+    int64_t lo = 0, hi = s.sk;
+    if (!p.mm_prefix) {
+        if (wl >= 0) lo = fa_max<int64_t>(lo, ilo + off - wl);
+        if (wr >= 0) hi = fa_min<int64_t>(hi, ihi + off + wr + 1);
+    }
+    t0 = lo / FA_BN;
+    t1 = hi > lo ? (hi + FA_BN - 1) / FA_BN : t0;
+    if (p.splits > 1) {
+        const int64_t s0 = (int64_t)split * p.tiles_per_split;
+        t0 = fa_max<int64_t>(t0, s0);
+        t1 = fa_min<int64_t>(t1, s0 + (int64_t)p.tiles_per_split);
+    }
+}

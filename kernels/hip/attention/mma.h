@@ -119,25 +119,40 @@ __device__ __forceinline__ void fm_rows_init(FmRows &w, const fa_params &p, uint
         }
 }
 
-// The tiles of FA_BN keys [t0, t1) the mask leaves to the block's rows [r0, r0 + BM), cut to
-// its split (as fa_tile).
-__device__ __forceinline__ void fm_key_tiles(const fa_params &p, const FaSeq &s, uint32_t r0, uint32_t bm,
-                                             uint32_t rows, uint32_t split, int64_t &t0, int64_t &t1) {
-    const uint32_t G = p.group;
-    const int64_t off = (int64_t)s.sk - (int64_t)s.sq;
-    const int64_t wl = p.window_left, wr = p.window_right;
-    const int64_t ilo = (int64_t)(r0 / G), ihi = (int64_t)((fa_min<uint32_t>(r0 + bm, rows) - 1) / G);
-    int64_t lo = 0, hi = s.sk;
-    if (!p.mm_prefix) {
-        if (wl >= 0) lo = fa_max<int64_t>(lo, ilo + off - wl);
-        if (wr >= 0) hi = fa_min<int64_t>(hi, ihi + off + wr + 1);
-    }
-    t0 = lo / FA_BN;
-    t1 = hi > lo ? (hi + FA_BN - 1) / FA_BN : t0;
-    if (p.splits > 1) {
-        const int64_t s0 = (int64_t)split * p.tiles_per_split;
-        t0 = fa_max<int64_t>(t0, s0);
-        t1 = fa_min<int64_t>(t1, s0 + (int64_t)p.tiles_per_split);
+// A block's place: sequence b, kv head hk, split, and its packed rows [r0, r0 + BM) of the
+// sequence's rows (32-bit row and head arithmetic: 64-bit division is long).
+struct FmBlock {
+    uint32_t b, hk, split, rows, r0;
+    FaSeq s;
+};
+__device__ __forceinline__ FmBlock fm_block(const fa_params &p, uint32_t bm) {
+    FmBlock k;
+    k.b = blockIdx.z;
+    k.hk = blockIdx.y % p.kv_heads;
+    k.split = blockIdx.y / p.kv_heads;
+    k.s = fa_seq(p, k.b);
+    k.rows = k.s.sq * p.group;
+    k.r0 = blockIdx.x * bm;
+    return k;
+}
+
+// The block's BM rows of Q into shared `dst` (row pitch `pitch` elements, DMAX columns): zeros
+// past d and past the sequence's rows.
+template <typename T, int DMAX, int BM>
+__device__ __forceinline__ void fm_stage_q(T *dst, int pitch, const fa_params &p, const FmBlock &k) {
+    constexpr int N = FaChunk<T>::N, CR = DMAX / N;
+    const T *const q = (const T *)p.q;
+    for (uint32_t x = threadIdx.x; x < BM * CR; x += FA_THREADS) {
+        const uint32_t row = x / CR, col = (x % CR) * N;
+        const uint32_t R = k.r0 + row;
+        const T *src = q;
+        int n = 0;
+        if (R < k.rows && col < p.d) {
+            const uint64_t i = R / p.group, h = k.hk * p.group + R % p.group;
+            src = q + (uint64_t)k.b * p.q_batch + (k.s.tok0_q + i) * p.q_row + h * p.q_head + col;
+            n = (int)fa_min<uint32_t>(N, p.d - col);
+        }
+        fm_stage(dst + row * pitch + col, src, n, p.vec_ok != 0);
     }
 }
 
@@ -277,35 +292,21 @@ template <typename T, int DMAX> __device__ __forceinline__ void fa_mma_chunked(c
 
     const uint32_t tid = threadIdx.x, wave = tid / FM_WAVE;
     const int l = (int)(tid % FM_WAVE);
-    const uint32_t b = blockIdx.z, hk = blockIdx.y % p.kv_heads, split = blockIdx.y / p.kv_heads;
-    const FaSeq s = fa_seq(p, b);
-    const uint32_t G = p.group, d = p.d;
-    const uint32_t rows = s.sq * G; // 32-bit row and head arithmetic (64-bit division is long)
-    const uint32_t r0 = blockIdx.x * BM;
+    const FmBlock blk = fm_block(p, BM);
+    const uint32_t b = blk.b, hk = blk.hk, split = blk.split, rows = blk.rows, r0 = blk.r0;
+    const FaSeq &s = blk.s;
+    const uint32_t d = p.d;
     if (r0 >= rows) return; // the whole block
     const bool vec = p.vec_ok != 0;
-    const T *const q = (const T *)p.q;
     const T *const k = (const T *)p.k;
-    const T *const v = (const T *)p.v;
 
     FmRows w;
-    fm_rows_init(w, p, r0 + wave * WR, rows, G, hk, (int64_t)s.sk - (int64_t)s.sq, l);
+    fm_rows_init(w, p, r0 + wave * WR, rows, p.group, hk, (int64_t)s.sk - (int64_t)s.sq, l);
     int64_t t0, t1;
-    fm_key_tiles(p, s, r0, BM, rows, split, t0, t1);
+    fa_key_tiles(p, s, r0, BM, rows, split, t0, t1);
 
     // Q, once.
-    for (uint32_t x = tid; x < BM * (DMAX / N); x += FA_THREADS) {
-        const uint32_t row = x / (DMAX / N), col = (x % (DMAX / N)) * N;
-        const uint32_t R = r0 + row;
-        const T *src = q;
-        int n = 0;
-        if (R < rows && col < d) {
-            const uint64_t i = R / G, h = hk * G + R % G;
-            src = q + (uint64_t)b * p.q_batch + (s.tok0_q + i) * p.q_row + h * p.q_head + col;
-            n = (int)fa_min<uint32_t>(N, d - col);
-        }
-        fm_stage(qs + row * QP + col, src, n, vec);
-    }
+    fm_stage_q<T, DMAX, BM>(qs, QP, p, blk);
 
     fm_acc o[FM_QT][DT];
 #pragma unroll

@@ -41,35 +41,21 @@ template <typename T, int DMAX> __device__ __forceinline__ void fa_mma_pipe(cons
 
     const uint32_t tid = threadIdx.x, wave = tid / FM_WAVE;
     const int l = (int)(tid % FM_WAVE);
-    const uint32_t b = blockIdx.z, hk = blockIdx.y % p.kv_heads, split = blockIdx.y / p.kv_heads;
-    const FaSeq s = fa_seq(p, b);
-    const uint32_t G = p.group, d = p.d;
-    const uint32_t rows = s.sq * G; // 32-bit row and head arithmetic (64-bit division is long)
-    const uint32_t r0 = blockIdx.x * BM;
+    const FmBlock blk = fm_block(p, BM);
+    const uint32_t b = blk.b, hk = blk.hk, split = blk.split, rows = blk.rows, r0 = blk.r0;
+    const FaSeq &s = blk.s;
+    const uint32_t d = p.d;
     if (r0 >= rows) return; // the whole block
     const bool vec = p.vec_ok != 0;
-    const T *const q = (const T *)p.q;
     const T *const k = (const T *)p.k;
-    const T *const v = (const T *)p.v;
 
     FmRows w;
-    fm_rows_init(w, p, r0 + wave * WR, rows, G, hk, (int64_t)s.sk - (int64_t)s.sq, l);
+    fm_rows_init(w, p, r0 + wave * WR, rows, p.group, hk, (int64_t)s.sk - (int64_t)s.sq, l);
     int64_t t0, t1;
-    fm_key_tiles(p, s, r0, BM, rows, split, t0, t1);
+    fa_key_tiles(p, s, r0, BM, rows, split, t0, t1);
 
     // Q through K's buffer (BM == FA_BN rows) into registers.
-    for (uint32_t x = tid; x < BM * CR; x += FA_THREADS) {
-        const uint32_t row = x / CR, col = (x % CR) * N;
-        const uint32_t R = r0 + row;
-        const T *src = q;
-        int n = 0;
-        if (R < rows && col < d) {
-            const uint64_t i = R / G, h = hk * G + R % G;
-            src = q + (uint64_t)b * p.q_batch + (s.tok0_q + i) * p.q_row + h * p.q_head + col;
-            n = (int)fa_min<uint32_t>(N, d - col);
-        }
-        fm_stage(ks + row * KP + col, src, n, vec);
-    }
+    fm_stage_q<T, DMAX, BM>(ks, KP, p, blk);
     __syncthreads();
     fm_frag<T> qf[FM_QT][DT];
 #pragma unroll
@@ -99,7 +85,7 @@ template <typename T, int DMAX> __device__ __forceinline__ void fa_mma_pipe(cons
     };
     auto stage_v = [&](int64_t j0) {
 #if FM_V_ROWMAJOR
-        stage(vs, v, p.v_batch, p.v_row, p.v_head, j0);
+        stage(vs, (const T *)p.v, p.v_batch, p.v_row, p.v_head, j0);
 #else
         for (uint32_t x = tid; x < FA_BN * CR; x += FA_THREADS) {
             const uint32_t row = x / CR, col = (x % CR) * N;

@@ -50,21 +50,7 @@ __device__ __forceinline__ void fa_tile(const fa_params &p) {
 
     // The key tiles the mask leaves to the block's rows, cut to its split.
     int64_t t0, t1;
-    {
-        const int64_t ilo = (int64_t)(r0 / G), ihi = (int64_t)((fa_min<uint64_t>(r0 + BM, rows) - 1) / G);
-        int64_t lo = 0, hi = s.sk;
-        if (!p.mm_prefix) {
-            if (wl >= 0) lo = fa_max<int64_t>(lo, ilo + off - wl);
-            if (wr >= 0) hi = fa_min<int64_t>(hi, ihi + off + wr + 1);
-        }
-        t0 = lo / FA_BN;
-        t1 = hi > lo ? (hi + FA_BN - 1) / FA_BN : t0;
-        if (p.splits > 1) {
-            const int64_t s0 = (int64_t)split * p.tiles_per_split;
-            t0 = fa_max<int64_t>(t0, s0);
-            t1 = fa_min<int64_t>(t1, s0 + (int64_t)p.tiles_per_split);
-        }
-    }
+    fa_key_tiles(p, s, r0, BM, rows, split, t0, t1);
 
     float m[RS], l[RS], o[RS][OC];
 #pragma unroll
