@@ -75,6 +75,7 @@ typedef uint4 fa_vec;
 // waves per execution unit, and the static checks watch their registers).
 #if defined(__HIP_DEVICE_COMPILE__)
 #define FA_BOUNDS_DEC __launch_bounds__(FA_THREADS)
+#define FA_BOUNDS_MDEC __launch_bounds__(FA_THREADS)
 #define FA_BOUNDS_MMA(DMAX) __launch_bounds__(FA_THREADS)
 #else
 #ifndef FA_DEC_MIN_BLOCKS
@@ -84,6 +85,10 @@ typedef uint4 fa_vec;
 #define FA_MMA64_MIN_BLOCKS 4
 #endif
 #define FA_BOUNDS_DEC __launch_bounds__(FA_THREADS, FA_DEC_MIN_BLOCKS)
+#ifndef FA_MDEC_MIN_BLOCKS
+#define FA_MDEC_MIN_BLOCKS 4
+#endif
+#define FA_BOUNDS_MDEC __launch_bounds__(FA_THREADS, FA_MDEC_MIN_BLOCKS)
 #define FA_BOUNDS_MMA(DMAX) __launch_bounds__(FA_THREADS, (DMAX) <= 64 ? FA_MMA64_MIN_BLOCKS : 3)
 #endif
 #define FA_BN 64
@@ -125,6 +130,7 @@ struct fa_params {
 #include "attention/mma_frag.h"
 #include "attention/mma.h"
 #include "attention/mma_pipe.h"
+#include "attention/mma_dec.h"
 
 #define FA_TIER(T, TN, DMAX, BM, RS)                                                               \
     extern "C" __global__ void __launch_bounds__(FA_THREADS) fa_fwd_##TN##_##DMAX(fa_params p) { \
@@ -158,20 +164,29 @@ FA_TYPE(__nv_bfloat16, bf16)
         else                                                                                       \
             fa_mma_chunked<T, DMAX>(p);                                                            \
     }
+// The matrix-unit decode kernel: tiers 64 and 128 (attention/mma_dec.h).
+#define FA_MDEC_TIER(T, TN, DMAX)                                                                  \
+    extern "C" __global__ void FA_BOUNDS_MDEC fa_mdec_##TN##_##DMAX(fa_params p) {                \
+        fa_mma_dec<T, DMAX>(p);                                                                    \
+    }
 #if FA_MMA_MAX_DMAX >= 64
 FA_MMA_TIER(__half, f16, 64)
+FA_MDEC_TIER(__half, f16, 64)
 #endif
 #if FA_MMA_MAX_DMAX >= 128
 FA_MMA_TIER(__half, f16, 128)
+FA_MDEC_TIER(__half, f16, 128)
 #endif
 #if FA_MMA_MAX_DMAX >= 256
 FA_MMA_TIER(__half, f16, 256)
 #endif
 #if FA_MMA_MAX_DMAX_BF16 >= 64
 FA_MMA_TIER(__nv_bfloat16, bf16, 64)
+FA_MDEC_TIER(__nv_bfloat16, bf16, 64)
 #endif
 #if FA_MMA_MAX_DMAX_BF16 >= 128
 FA_MMA_TIER(__nv_bfloat16, bf16, 128)
+FA_MDEC_TIER(__nv_bfloat16, bf16, 128)
 #endif
 #if FA_MMA_MAX_DMAX_BF16 >= 256
 FA_MMA_TIER(__nv_bfloat16, bf16, 256)

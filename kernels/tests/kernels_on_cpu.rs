@@ -386,7 +386,26 @@ fn attention_mma_driver_catches_mutants() {
             "gfx12: V's A operand in AMD's K order, unlike P's (the accumulator's)",
         ),
     ];
-    for (n, (family, file, from, to, what)) in mutants.iter().enumerate() {
+    // The decode kernel's mutants run its cases alone (FA_TEST_MDEC_ONLY).
+    let cuda_dec: &[&str] = &["-DFA_TEST_MDEC_ONLY"];
+    let gfx942_dec: &[&str] = &["-DEMU_AMD_WAVE=64", "-D__gfx942__", "-DFA_TEST_MDEC_ONLY"];
+    let mutants = mutants.into_iter().chain([
+        (
+            cuda_dec,
+            "attention/mma_dec.h",
+            "FM_WAVE_SYNC(); // K(t) is in ks for every lane",
+            "",
+            "decode kernel: a wave reads its K tile before every lane's copy landed",
+        ),
+        (
+            gfx942_dec,
+            "attention/mma_dec.h",
+            "theirs[(qt * DT + x) * FM_ACC_N + e] * cb[r]",
+            "theirs[(qt * DT + x) * FM_ACC_N + e]",
+            "decode kernel: the merge adds another wave's output without its rescale",
+        ),
+    ]);
+    for (n, (family, file, from, to, what)) in mutants.enumerate() {
         let tmp = attention_mutant(&format!("mma-{n}"), file, from, to, what);
         let define = format!("-DFA_SOURCE=\"{}\"", tmp.join("attention.hip").display());
         let mut args = vec![

@@ -219,6 +219,9 @@ mod varlen;
 #[path = "flash_attn/errors.rs"]
 mod errors;
 
+#[path = "flash_attn/cache.rs"]
+mod cache;
+
 #[path = "flash_attn/llama.rs"]
 mod llama;
 

@@ -1,5 +1,6 @@
 //! Launchers of our attention kernels (`kernels/hip/attention.hip`): the prefill tiles
-//! (`fa_fwd_<T>_<DMAX>`), the decode kernels (`fa_dec4_<T>_<DMAX>`, `fa_dec8_<T>_<DMAX>`), the combine of a split call (`fa_combine_<T>`)
+//! (`fa_fwd_<T>_<DMAX>`, `fa_mma_<T>_<DMAX>`), the decode kernels (`fa_dec4_<T>_<DMAX>`,
+//! `fa_dec8_<T>_<DMAX>`, `fa_mdec_<T>_<DMAX>`), the combine of a split call (`fa_combine_<T>`)
 //! and the paged-cache write (`fa_cache_write_<T>`). The kernels take one argument, the
 //! [`FaParams`] struct, which addresses every operand by raw device address and stride; the
 //! launchers cannot check those reaches themselves, so the tile and combine launchers are
@@ -121,6 +122,12 @@ const MMA_NAMES: [[&str; 3]; 2] = [
     ["fa_mma_f16_64", "fa_mma_f16_128", "fa_mma_f16_256"],
     ["fa_mma_bf16_64", "fa_mma_bf16_128", "fa_mma_bf16_256"],
 ];
+/// `fa_mdec_<T>_<DMAX>` for f16 and bf16 and the tiers 64 and 128: the matrix-unit decode
+/// kernel (`attention/mma_dec.h`), where the code object has it.
+const MDEC_NAMES: [[&str; 2]; 2] = [
+    ["fa_mdec_f16_64", "fa_mdec_f16_128"],
+    ["fa_mdec_bf16_64", "fa_mdec_bf16_128"],
+];
 const DEC4_NAMES: [[&str; 4]; 3] = tile_names!("dec4");
 const DEC8_NAMES: [[&str; 4]; 3] = tile_names!("dec8");
 const COMBINE_NAMES: [&str; 3] = ["fa_combine_f32", "fa_combine_f16", "fa_combine_bf16"];
@@ -152,6 +159,10 @@ pub enum TileKernel {
     /// `fa_mma`: the matrix-unit tile (64 packed rows, f16/bf16, tiers up to 256) where the
     /// device's code object has it.
     Mma,
+    /// `fa_mdec`: the matrix-unit decode kernel (all of at most [`DECODE_ROWS`] packed rows in
+    /// one block, f16/bf16, tiers 64 and 128) where the device's code object has it; the
+    /// launcher falls back to [`TileKernel::for_rows`]'s kernel (same grid) where it has not.
+    MmaDecode,
     /// `fa_dec4`: all of at most 4 packed rows in one block.
     Decode4,
     /// `fa_dec8`: all of at most 8 packed rows in one block.
@@ -173,7 +184,7 @@ impl TileKernel {
     pub fn key_tile(self) -> usize {
         match self {
             TileKernel::Prefill | TileKernel::Mma => KEY_TILE,
-            _ => DECODE_KEY_TILE,
+            TileKernel::MmaDecode | TileKernel::Decode4 | TileKernel::Decode8 => DECODE_KEY_TILE,
         }
     }
 }
@@ -210,6 +221,23 @@ fn mma_function(
     }
 }
 
+/// The matrix-unit decode kernel of dtype index `i` and tier index `t`, where the device's code
+/// object has it.
+fn mdec_function(
+    dev: &RocmDevice,
+    i: usize,
+    t: usize,
+) -> Result<Option<rocm_safe::Function>, BackendError> {
+    let name = i
+        .checked_sub(1)
+        .and_then(|i| MDEC_NAMES.get(i))
+        .and_then(|n| n.get(t));
+    match name {
+        Some(name) => dev.function_optional(Module::Attention, name),
+        None => Ok(None),
+    }
+}
+
 /// Whether this device's code object has the matrix-unit tile ([`TileKernel::Mma`]) for
 /// `dtype` at head-dim tier `tier`.
 pub fn has_mma(dev: &RocmDevice, dtype: DType, tier: usize) -> Result<bool, BackendError> {
@@ -221,7 +249,8 @@ pub fn has_mma(dev: &RocmDevice, dtype: DType, tier: usize) -> Result<bool, Back
 
 /// Queues the tile kernel of `dtype` over `grid` with `p`. `Ok(false)` (nothing queued) when
 /// the kernel is [`TileKernel::Mma`] and this device's code object lacks it for `dtype` and
-/// the tier.
+/// the tier; [`TileKernel::MmaDecode`] where it is missing queues the FMA decode kernel of
+/// `rows` packed rows instead (the same grid).
 ///
 /// # Safety
 /// 1. Every address in `p` is a live device allocation of the device's stream order that holds
@@ -233,13 +262,15 @@ pub fn has_mma(dev: &RocmDevice, dtype: DType, tier: usize) -> Result<bool, Back
 ///    hold `splits * total_q * heads` rows (of `d`, of 1).
 /// 2. o (and o_part, lse_part) alias none of the inputs.
 /// 3. `grid` matches `p`: tiles cover `seqlen_q * group` rows at the kernel's rows per tile
-///    (one tile of at most 4 or 8 rows for the decode kernels), splits of `tiles_per_split`
+///    (one tile of at most 4 or 8 rows for the decode kernels, `rows` of them, at most
+///    [`DECODE_ROWS`] for [`TileKernel::MmaDecode`]), splits of `tiles_per_split`
 ///    tiles of the kernel's [`TileKernel::key_tile`] keys,
 ///    `heads_splits == kv_heads * splits`, `batch == p.batch`, `d <= grid.tier`.
 pub unsafe fn tile(
     dev: &RocmDevice,
     dtype: DType,
     grid: &TileGrid,
+    rows: usize,
     p: &FaParams,
 ) -> Result<bool, BackendError> {
     let Some(t) = TIERS.iter().position(|t| *t == grid.tier) else {
@@ -255,6 +286,13 @@ pub unsafe fn tile(
             None => return Ok(false),
         },
         TileKernel::Prefill => dev.function_static(Module::Attention, FWD_NAMES[i][t])?,
+        TileKernel::MmaDecode => match mdec_function(dev, i, t)? {
+            Some(f) => f,
+            None if TileKernel::for_rows(rows) == TileKernel::Decode4 => {
+                dev.function_static(Module::Attention, DEC4_NAMES[i][t])?
+            }
+            None => dev.function_static(Module::Attention, DEC8_NAMES[i][t])?,
+        },
         TileKernel::Decode4 => dev.function_static(Module::Attention, DEC4_NAMES[i][t])?,
         TileKernel::Decode8 => dev.function_static(Module::Attention, DEC8_NAMES[i][t])?,
     };
@@ -265,10 +303,11 @@ pub unsafe fn tile(
     };
     let mut l = dev.stream().launch_builder(&f);
     l.arg(p);
-    // SAFETY: fa_fwd/fa_mma/fa_dec4/fa_dec8_<T>_<DMAX>(fa_params p) with T = dtype and DMAX =
-    // grid.tier; the caller's contract (1-3) covers every address the kernel reaches and the
-    // grid (fa_mma takes fa_fwd's grid: 64 rows a tile); blocks of FA_THREADS threads, static
-    // shared memory only.
+    // SAFETY: fa_fwd/fa_mma/fa_dec4/fa_dec8/fa_mdec_<T>_<DMAX>(fa_params p) with T = dtype and
+    // DMAX = grid.tier; the caller's contract (1-3) covers every address the kernel reaches and
+    // the grid (fa_mma takes fa_fwd's grid: 64 rows a tile; fa_mdec the decode kernels': one
+    // block of all <= 8 rows, 16 * FM_QT >= 8 in every build); blocks of FA_THREADS threads,
+    // static shared memory only.
     unsafe { l.launch(cfg)? };
     Ok(true)
 }
@@ -309,11 +348,9 @@ pub struct CacheWrite {
     pub kv_heads: usize,
     /// Head dimension.
     pub d: usize,
-    /// Row and head strides of the new keys.
-    pub key: (usize, usize),
-    /// Row and head strides of the new values.
-    pub value: (usize, usize),
-    /// Block, row and head strides of both caches.
+    /// Row and head strides of the new rows.
+    pub rows: (usize, usize),
+    /// Block, row and head strides of the cache.
     pub cache: (usize, usize, usize),
     /// Rows per cache block.
     pub page: usize,
@@ -321,48 +358,39 @@ pub struct CacheWrite {
     pub slots: usize,
 }
 
-/// Writes token `t`'s key and value rows into slot `slots[t]` of the caches (a slot < 0 or
-/// past the cache is skipped), after checking that every row read and every slot written lies
-/// inside its buffer.
-#[allow(clippy::too_many_arguments)]
+/// Writes token `t`'s row of `src` (keys or values: `kv_heads x d`) into slot `slots[t]` of
+/// `cache` (a slot < 0 or past the cache is skipped), after checking that every row read and
+/// every slot written lies inside its buffer.
 pub fn cache_write<T: RocmDType>(
     dev: &RocmDevice,
     w: &CacheWrite,
-    key: &impl DeviceSlice<T>,
-    value: &impl DeviceSlice<T>,
-    key_cache: &mut impl DeviceSliceMut<T>,
-    value_cache: &mut impl DeviceSliceMut<T>,
+    src: &impl DeviceSlice<T>,
+    cache: &mut impl DeviceSliceMut<T>,
     slots: &impl DeviceSlice<i64>,
 ) -> Result<(), BackendError> {
     const OP: &str = "reshape_and_cache";
-    if w.tokens == 0 {
+    if w.tokens == 0 || w.kv_heads == 0 || w.d == 0 {
         return Ok(());
     }
-    let reach =
-        |rows: usize, (rs, hs): (usize, usize)| (rows - 1) * rs + (w.kv_heads - 1) * hs + w.d;
-    let checks = [
-        ("key", reach(w.tokens, w.key), key.len()),
-        ("value", reach(w.tokens, w.value), value.len()),
-        ("slot mapping", w.tokens, slots.len()),
-    ];
-    for (what, r, len) in checks {
-        if r > len {
-            return Err(out_of_bounds(OP, what_static(what), r, len));
-        }
+    let (rs, hs) = w.rows;
+    let reach = (w.tokens - 1) * rs + (w.kv_heads - 1) * hs + w.d;
+    if reach > src.len() {
+        return Err(out_of_bounds(OP, "key or value", reach, src.len()));
+    }
+    if w.tokens > slots.len() {
+        return Err(out_of_bounds(OP, "slot_mapping", w.tokens, slots.len()));
     }
     let (cb, cr, ch) = w.cache;
-    let blocks = w.slots / w.page.max(1);
-    let cache_reach = (blocks.max(1) - 1) * cb + (w.page - 1) * cr + (w.kv_heads - 1) * ch + w.d;
-    for (what, len) in [
-        ("key cache", key_cache.len()),
-        ("value cache", value_cache.len()),
-    ] {
-        if w.slots > 0 && cache_reach > len {
-            return Err(out_of_bounds(OP, what_static(what), cache_reach, len));
+    let page = w.page.max(1);
+    let blocks = w.slots / page;
+    if blocks > 0 {
+        let cache_reach = (blocks - 1) * cb + (page - 1) * cr + (w.kv_heads - 1) * ch + w.d;
+        if cache_reach > cache.len() {
+            return Err(out_of_bounds(OP, "cache", cache_reach, cache.len()));
         }
     }
     let small = |v: usize| u32::try_from(v).map_err(|_| kernel_limit(OP, format_args!("{v}")));
-    let (kv_heads, d, page) = (small(w.kv_heads)?, small(w.d)?, small(w.page)?);
+    let (kv_heads, d, page) = (small(w.kv_heads)?, small(w.d)?, small(page)?);
     let grid = small(w.tokens)?;
     let f = dev.function_static(Module::Attention, CACHE_NAMES[dtype_index(T::DTYPE)?])?;
     let cfg = LaunchConfig {
@@ -371,22 +399,14 @@ pub fn cache_write<T: RocmDType>(
         shared_mem_bytes: 0,
     };
     let ptrs = [
-        DevicePtrArg::of(key),
-        DevicePtrArg::of(value),
-        DevicePtrArg::of(key_cache),
-        DevicePtrArg::of(value_cache),
+        DevicePtrArg::of(src),
+        DevicePtrArg::null(),
+        DevicePtrArg::of(cache),
+        DevicePtrArg::null(),
         DevicePtrArg::of(slots),
     ];
-    let strides = [
-        w.key.0 as u64,
-        w.key.1 as u64,
-        w.value.0 as u64,
-        w.value.1 as u64,
-        cb as u64,
-        cr as u64,
-        ch as u64,
-    ];
-    let num_slots = w.slots as u64;
+    let strides = [rs as u64, hs as u64, 0, 0, cb as u64, cr as u64, ch as u64];
+    let num_slots = (blocks * page as usize) as u64;
     let mut l = dev.stream().launch_builder(&f);
     for p in &ptrs {
         l.arg(p);
@@ -399,22 +419,12 @@ pub fn cache_write<T: RocmDType>(
     // SAFETY: fa_cache_write_<T>(const T* key, const T* value, T* key_cache, T* value_cache,
     // const int64_t* slots, u32 kv_heads, u32 d, u64 key_row, u64 key_head, u64 value_row,
     // u64 value_head, u64 cache_block, u64 cache_row, u64 cache_head, u32 page, u64 num_slots),
-    // one block per token: the reaches of every key/value row and of every slot below
-    // num_slots were checked against the buffers above, slots outside are skipped by the
-    // kernel; the caches are borrowed exclusively (no aliasing with the inputs).
+    // one block per token, with value and value_cache null (the kernel then writes the key
+    // cache only): the reaches of every source row and of every slot below num_slots (whole
+    // blocks of the cache) were checked against the buffers above, slots outside are skipped
+    // by the kernel; the cache is borrowed exclusively (no aliasing with the source or slots).
     unsafe { l.launch(cfg)? };
     Ok(())
-}
-
-/// The operand names of [`cache_write`]'s bound errors as `&'static str`.
-fn what_static(what: &str) -> &'static str {
-    match what {
-        "key" => "key",
-        "value" => "value",
-        "slot mapping" => "slot mapping",
-        "key cache" => "key cache",
-        _ => "value cache",
-    }
 }
 
 #[cfg(test)]
@@ -448,6 +458,8 @@ mod tests {
         assert_eq!(TileKernel::for_rows(9), TileKernel::Prefill);
         assert_eq!(MMA_NAMES[1][2], "fa_mma_bf16_256");
         assert_eq!(TileKernel::Mma.key_tile(), KEY_TILE);
+        assert_eq!(MDEC_NAMES[1][1], "fa_mdec_bf16_128");
+        assert_eq!(TileKernel::MmaDecode.key_tile(), DECODE_KEY_TILE);
         assert_eq!(FWD_NAMES[0][3], "fa_fwd_f32_512");
     }
 }

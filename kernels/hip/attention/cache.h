@@ -8,7 +8,8 @@
 //                      uint64_t cache_head, uint32_t page, uint64_t num_slots)
 // Token t's key row (kv_heads x d, strides key_row / key_head) goes to slot slots[t] of the
 // cache: block slot / page, row slot % page (strides cache_block / cache_row / cache_head,
-// shared by both caches); likewise its value. A slot < 0 (padding) or >= num_slots is skipped.
+// shared by both caches); likewise its value, unless value_cache is null (one cache a call: keys
+// only). A slot < 0 (padding) or >= num_slots is skipped.
 // Launch: grid (tokens), block (FA_THREADS).
 #pragma once
 
@@ -25,7 +26,7 @@ __device__ __forceinline__ void fa_cache_write(const T *key, const T *value, T *
     for (uint32_t x = threadIdx.x; x < kv_heads * d; x += FA_THREADS) {
         const uint64_t h = x / d, e = x % d;
         key_cache[dst + h * cache_head + e] = key[t * key_row + h * key_head + e];
-        value_cache[dst + h * cache_head + e] = value[t * value_row + h * value_head + e];
+        if (value_cache) value_cache[dst + h * cache_head + e] = value[t * value_row + h * value_head + e];
     }
 }
 

@@ -200,6 +200,12 @@ __device__ __forceinline__ void fm_cp_wait() {
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 #endif
 }
+// Waits for all but the latest committed group of this thread's copies.
+__device__ __forceinline__ void fm_cp_wait_1() {
+#if !defined(EMU_MMA_SYNC)
+    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+#endif
+}
 // P (S's accumulator, rounded to T) as the A operand of P V.
 template <typename T> __device__ __forceinline__ fm_frag<T> fm_p(const fm_acc &s, int) {
     fm_frag<T> f;
@@ -307,6 +313,7 @@ __device__ __forceinline__ void fm_cp16(void *dst, const void *src) {
 }
 __device__ __forceinline__ void fm_cp_commit() {}
 __device__ __forceinline__ void fm_cp_wait() {}
+__device__ __forceinline__ void fm_cp_wait_1() {}
 // P^T (S^T's accumulator, rounded to T) as the B operand of O^T = V^T P^T.
 template <typename T> __device__ __forceinline__ fm_frag<T> fm_p(const fm_acc &s, int l) {
     fm_frag<T> f;

@@ -9,7 +9,9 @@
 // arithmetic plus the output's rounding to T. Output elements outside the result keep their
 // poison. Prints bad=<mismatches> and exits non-zero on any.
 //
-// Built with -DFA_TEST_MMA it checks the matrix-unit prefill tiles instead (fa_mma_<T>_<DMAX>,
+// Built with -DFA_TEST_MMA it checks the matrix-unit kernels instead (fa_mma_<T>_<DMAX>, and the
+// decode kernel fa_mdec_<T>_<DMAX> on the cases of at most 8 packed rows plus MDEC_CASES;
+// -DFA_TEST_MDEC_ONLY: fa_mdec alone; the prefill tiles:
 // f16 and bf16, DMAX 64/128/256) on the family the build emulates: the CUDA path (mma.sync,
 // emu.h's default), -DEMU_AMD_WAVE=64 -D__gfx942__ (MFMA), -DEMU_AMD_WAVE=32 -D__gfx1100__ or
 // -D__gfx1200__ (WMMA), on the same cases plus MMA_CASES (lengths around the 64-row and 64-key
@@ -336,6 +338,20 @@ static const Case MMA_CASES[] = {
     {"decode paged gqa8 split", 1, 2,  200, 8, 1, 64, -1,  0, false, 0.f, true, 16, false, false, 3, false},
 };
 
+// The matrix-unit decode kernel's own cases: key counts around its 16-key tiles and the 64 keys
+// its waves take a step, ragged lengths, a window, softcap, ALiBi and the multimodal prefix.
+static const Case MDEC_CASES[] = {
+    // what                     B  sq   sk  H  HK  d   wl  wr  alibi softcap varlen page packed unal splits mm
+    {"mdec 1 key",              1, 1,    1, 4, 1, 128, -1, 0, false, 0.f, false, 0, false, false, 1, false},
+    {"mdec 15 keys gqa8",       1, 1,   15, 8, 1, 64, -1,  0, false, 0.f, false, 0, false, false, 1, false},
+    {"mdec 17 keys window",     1, 1,   17, 4, 1, 128, 9, 0, false, 0.f, false, 0, false, false, 1, false},
+    {"mdec 63+65 varlen",       2, 1,   65, 4, 2, 128, -1, 0, false, 0.f, true, 0, false, false, 1, false},
+    {"mdec 4x2 split window",   2, 2,  700, 8, 2, 128, 300, 0, true, 0.f, false, 0, false, false, 4, false},
+    {"mdec softcap split",      1, 1,  520, 4, 1, 64, -1,  0, false, 30.f, false, 0, false, false, 3, false},
+    {"mdec paged mm",           2, 1,  260, 4, 1, 128, -1, 0, false, 0.f, true, 16, false, false, 2, true},
+    {"mdec d96 gqa4",           1, 2,  150, 8, 2, 96, -1,  0, false, 0.f, false, 0, false, false, 1, false},
+};
+
 // Every case with d <= 256 on fa_mma_<T>_<DMAX>: the smallest tier that holds d, plus a larger
 // tier for d = 40 and d = 64 (the tier's padding).
 template <typename T> static void run_type_mma(DT dt, const Kernel (&mma)[3], Kernel combine) {
@@ -357,6 +373,31 @@ template <typename T> static void run_type_mma(DT dt, const Kernel (&mma)[3], Ke
     };
     for (const Case &cs : CASES) one(cs);
     for (const Case &cs : MMA_CASES) one(cs);
+}
+
+// The matrix-unit decode kernel (fa_mdec_<T>_<DMAX>, tiers 64 and 128) on every case of at most
+// 8 packed rows (the host's decode calls), with the decode kernels' splits of FA_DEC_TILE keys.
+template <typename T> static void run_type_mdec(DT dt, const Kernel (&mdec)[2], Kernel combine) {
+    static const int DMAX[2] = {64, 128};
+    auto one = [&](const Case &cs) {
+        if ((uint64_t)cs.sq * (cs.heads / cs.kv_heads) > 8) return;
+        for (int t = 0; t < 2; t++) {
+            if (cs.d > (uint32_t)DMAX[t]) continue;
+            const bool smallest = t == 0 || cs.d > (uint32_t)DMAX[t - 1];
+            if (!smallest && !(t == 1 && cs.d == 64)) continue;
+            Run<T> k{dt, nullptr, mdec[t], mdec[t], combine, DMAX[t], true};
+            run<T>(k, cs, true);
+#if defined(FA_EXIT_ON_BAD)
+            if (C.bad) {
+                printf("attention mdec: bad=%ld (stopped at the first failing case)\n", C.bad);
+                exit(1);
+            }
+#endif
+        }
+    };
+    for (const Case &cs : CASES) one(cs);
+    for (const Case &cs : MMA_CASES) one(cs);
+    for (const Case &cs : MDEC_CASES) one(cs);
 }
 #endif
 
@@ -410,11 +451,19 @@ int main() {
 #endif
     static const Kernel f16m[3] = {(Kernel)&fa_mma_f16_64, (Kernel)&fa_mma_f16_128, (Kernel)&fa_mma_f16_256};
     static const Kernel bf16m[3] = {(Kernel)&fa_mma_bf16_64, (Kernel)&fa_mma_bf16_128, (Kernel)&fa_mma_bf16_256};
+    static const Kernel f16d[2] = {(Kernel)&fa_mdec_f16_64, (Kernel)&fa_mdec_f16_128};
+    static const Kernel bf16d[2] = {(Kernel)&fa_mdec_bf16_64, (Kernel)&fa_mdec_bf16_128};
+    long missing = 0;
+#if !defined(FA_TEST_MDEC_ONLY) // the decode kernel's mutants skip the prefill tiles
     run_type_mma<__half>(F16, f16m, &fa_combine_f16);
     run_type_mma<__nv_bfloat16>(BF16, bf16m, &fa_combine_bf16);
-    long missing = 0;
     for (const Kernel *t : {f16m, bf16m})
         for (int i = 0; i < 3; i++) missing += !emu::S.launched.count((const void *)t[i]);
+#endif
+    run_type_mdec<__half>(F16, f16d, &fa_combine_f16);
+    run_type_mdec<__nv_bfloat16>(BF16, bf16d, &fa_combine_bf16);
+    for (const Kernel *t : {f16d, bf16d})
+        for (int i = 0; i < 2; i++) missing += !emu::S.launched.count((const void *)t[i]);
     if (missing) {
         C.ctx = "coverage";
         C.fail("%ld kernels never ran", missing);

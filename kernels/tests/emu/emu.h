@@ -380,6 +380,12 @@ inline int ds_bpermute(int addr, int v) {
 } // namespace emu
 
 inline void __syncthreads() { emu::block_barrier(); }
+// __syncwarp (CUDA; on AMD candle_hip_compat.h's wave fence): every lane of the wave meets here
+// (a shuffle of nothing), so a lane's shared-memory writes before it are there for the others.
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+    if (mask != 0xffffffffu) emu::fail("__syncwarp with a partial mask");
+    emu::wave_exchange(0, (int)emu::lane());
+}
 
 // CUDA's warp shuffle over 32-lane warps (the CUDA paths run with EMU_WAVE == 32).
 template <typename T> T __shfl_xor_sync(unsigned mask, T var, int laneMask, int width = warpSize) {

@@ -163,6 +163,60 @@ fn decode_against_long_caches() -> Result<()> {
     Ok(())
 }
 
+/// Decode calls (at most 8 packed rows) in f16/bf16 at head dims up to 128, which take the
+/// matrix-unit decode kernel where the code object has it: key counts around its 16-key tiles,
+/// the 64 keys its waves take a step and the 128-key split unit, every mask, GQA 1/4/8.
+#[test]
+#[ignore = "needs a HIP device"]
+fn decode_on_matrix_units_around_their_tiles() -> Result<()> {
+    let dev = gpu()?;
+    let lens = [1, 15, 16, 17, 63, 64, 65, 129, 1000, 4133];
+    for (i, sk) in lens.into_iter().enumerate() {
+        let d = [64, 128, 96, 40][i % 4];
+        let (sq, h, hk) = [(1, 4, 4), (1, 32, 8), (2, 16, 4), (1, 8, 1), (8, 8, 8)][i % 5];
+        let mask = MASKS[i % MASKS.len()];
+        for dtype in [DType::F16, DType::BF16] {
+            dense_case(&dev, (2, sq, sk), (h, hk, d), dtype, mask, 900 + i as u64)?;
+        }
+    }
+    Ok(())
+}
+
+/// `reshape_and_cache` on the device writes what it writes on the host (shuffled slots,
+/// padding, keys as a strided view), and decoding from that cache matches the host's.
+#[test]
+#[ignore = "needs a HIP device"]
+fn reshape_and_cache_then_paged_decode() -> Result<()> {
+    let dev = gpu()?;
+    let (tokens, hk, d, page, blocks) = (40, 2, 128, 32, 4);
+    for dtype in DTYPES {
+        let (wc, wg) = pair(&dev, 700, &[tokens, 2 * hk, d], dtype)?;
+        let (kc, kg) = (wc.narrow(1, 0, hk)?, wg.narrow(1, 0, hk)?);
+        let (vc, vg) = pair(&dev, 701, &[tokens, hk, d], dtype)?;
+        let slots: Vec<i64> = (0..tokens as i64).map(|t| if t == 3 { -1 } else { (t * 37 + 5) % (page * blocks) as i64 }).collect();
+        let cache = |dev: &Device| Tensor::zeros((blocks, page, hk, d), dtype, dev);
+        let (kcc, vcc, kcg, vcg) = (cache(&Device::Cpu)?, cache(&Device::Cpu)?, cache(&dev)?, cache(&dev)?);
+        fa::reshape_and_cache(&kc, &vc, &kcc, &vcc, &Tensor::new(slots.as_slice(), &Device::Cpu)?)?;
+        fa::reshape_and_cache(&kg, &vg, &kcg, &vcg, &Tensor::new(slots.as_slice(), &dev)?)?;
+        assert_gpu_close(&kcg, &kcc, 0.0, &format!("key cache {dtype:?}"))?;
+        assert_gpu_close(&vcg, &vcc, 0.0, &format!("value cache {dtype:?}"))?;
+        // One query per sequence against 100 keys of blocks 3, 1, 0, 2.
+        let (qc, qg) = pair(&dev, 702, &[2, 8, d], dtype)?;
+        let table = [[3u32, 1, 0, 2], [2, 0, 3, 1]];
+        let run = |dev: &Device, q: &Tensor, k: &Tensor, v: &Tensor| {
+            let cu_q = Tensor::new(&[0u32, 1, 2], dev)?;
+            let cu_k = Tensor::new(&[0u32, 100, 200], dev)?;
+            fa::flash_attn_varlen_paged_windowed(
+                q, k, v, &cu_q, &cu_k, &Tensor::new(&table, dev)?, None, 1, 100, 0.088, None, Some(0), page, None,
+            )
+        };
+        let got = run(&dev, &qg, &kcg, &vcg)?;
+        let want = run(&Device::Cpu, &qc, &kcc, &vcc)?;
+        assert_gpu_close(&got, &want, tol(dtype), &format!("paged decode after the write {dtype:?}"))?;
+    }
+    Ok(())
+}
+
 /// Cumulative u32 lengths on the CPU and on `dev`.
 fn cumulative(lens: &[usize], dev: &Device) -> Result<(Tensor, Tensor)> {
     let mut cu = vec![0u32];

@@ -7,6 +7,7 @@
 pub mod host;
 pub mod spec;
 
+use candle_core::DType;
 use rocm_safe::DeviceBuffer;
 
 use crate::device::RocmDevice;
@@ -201,14 +202,19 @@ fn run<T: RocmDType>(
         _ => None,
     };
 
-    // Geometry. For few packed rows a decode kernel (it streams K and V faster than the
-    // matrix-unit tile does for so few rows: bench/results, 2026-11-26 attention); else the
-    // matrix-unit tile where the device has it, else the FMA tile; splits over the keys until
-    // the call has a few blocks per compute unit.
+    // Geometry. For few packed rows a decode kernel: the matrix-unit one (f16/bf16, tiers 64
+    // and 128; the launcher takes the FMA one where the code object lacks it, on the same
+    // grid), else the FMA one; for more rows the matrix-unit tile where the device has it, else
+    // the FMA tile. Splits over the keys until the call has a few blocks per compute unit.
     let rows = max_q * group;
     let decode = rows <= DECODE_ROWS;
-    let mma = !decode && flash_mma() && tier <= 256 && launch::has_mma(dev, T::DTYPE, tier)?;
-    let kernel = if mma {
+    let kernel = if decode {
+        if flash_mma() && tier <= 128 && T::DTYPE != DType::F32 {
+            TileKernel::MmaDecode
+        } else {
+            TileKernel::for_rows(rows)
+        }
+    } else if flash_mma() && tier <= 256 && launch::has_mma(dev, T::DTYPE, tier)? {
         TileKernel::Mma
     } else {
         TileKernel::for_rows(rows)
@@ -216,7 +222,7 @@ fn run<T: RocmDType>(
     let tiles = match kernel {
         TileKernel::Prefill => rows.div_ceil(prefill_rows(tier)),
         TileKernel::Mma => rows.div_ceil(MMA_ROWS),
-        _ => 1,
+        TileKernel::MmaDecode | TileKernel::Decode4 | TileKernel::Decode8 => 1,
     };
     let key_tiles = max_k.div_ceil(kernel.key_tile()).max(1);
     let cus = dev.device().info().compute_units as usize;
@@ -284,7 +290,7 @@ fn run<T: RocmDType>(
     // from the same numbers as p (the kernel's tiles over max_q x group rows, kv_heads x
     // splits of its key tiles, batch) and d <= tier.
     unsafe {
-        if !launch::tile(dev, T::DTYPE, &grid, &p)? {
+        if !launch::tile(dev, T::DTYPE, &grid, rows, &p)? {
             // has_mma said the code object has the kernel: a lookup that fails now is ours.
             return Err(kernel_limit(
                 OP,

@@ -35,8 +35,10 @@ use candle_core::{Result, Tensor};
 
 use crate::error::BackendError;
 
+mod cache;
 mod op;
 
+pub use cache::reshape_and_cache;
 pub use op::{FlashAttn, FlashAttnVarLen};
 
 /// Fails naming the first of `others` (argument name, tensor) that is not on q's device.
