@@ -29,7 +29,7 @@
 
 #define FA_MDEC_KT 16 // keys a wave takes at a time
 #ifndef FA_MDEC_Q_SMEM
-#define FA_MDEC_Q_SMEM 0
+#define FA_MDEC_Q_SMEM 1
 #endif
 
 // The lanes of one wave see each other's shared-memory writes (after their copies completed).
