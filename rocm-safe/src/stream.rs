@@ -233,6 +233,9 @@ impl Event {
 
 impl Drop for Event {
     fn drop(&mut self) {
+        // The event's own device current (events of another device are waited on across
+        // devices); a failure to bind shows in the destroy's own error.
+        let _ = self.device.bind_to_thread();
         let hip = self.device.hip();
         // SAFETY: `raw` is live and this is its last use.
         let code = unsafe { (hip.hipEventDestroy)(self.raw) };
