@@ -113,7 +113,10 @@ fn check_pair<T: DeviceRepr>(
             dst.len()
         )));
     }
-    if !Arc::ptr_eq(src.stream().device().runtime(), dst.stream().device().runtime()) {
+    if !Arc::ptr_eq(
+        src.stream().device().runtime(),
+        dst.stream().device().runtime(),
+    ) {
         return Err(RocmError::InvalidArgument(
             "copy between devices of two different HIP runtimes".into(),
         ));
@@ -154,7 +157,14 @@ pub fn copy_peer<T: DeviceRepr>(
             // memory of devices `d_ord` and `s_ord`; the copy is ordered on `d_stream` after
             // `src`'s writers (the join above) and `src`'s stream waits for it below.
             let code = unsafe {
-                peer_copy(dst.device_ptr(), d_ord, src.device_ptr(), s_ord, bytes, d_stream.raw())
+                peer_copy(
+                    dst.device_ptr(),
+                    d_ord,
+                    src.device_ptr(),
+                    s_ord,
+                    bytes,
+                    d_stream.raw(),
+                )
             };
             check(hip, "hipMemcpyPeerAsync", code)?;
             s_stream.join(&d_stream)?;
@@ -184,7 +194,15 @@ pub fn copy_staged<T: DeviceRepr>(
         pinned.push(PinnedHostBuffer::<u8>::new(s_stream.device(), chunk)?);
     }
     let (s_ptr, d_ptr) = (src.device_ptr(), dst.device_ptr());
-    let queued = stage(&s_stream, &d_stream, s_ptr, d_ptr, bytes, chunk, &mut pinned);
+    let queued = stage(
+        &s_stream,
+        &d_stream,
+        s_ptr,
+        d_ptr,
+        bytes,
+        chunk,
+        &mut pinned,
+    );
     // The pinned buffers must outlive every copy queued from or into them, whatever failed.
     let settled = s_stream.synchronize().and(d_stream.synchronize());
     queued.and(settled).map(|()| PeerRoute::Staged)

@@ -69,9 +69,18 @@ fn round<T: DeviceRepr + PartialEq + std::fmt::Debug>(
             "{} x {len}, device {from} -> {to}, {route:?}",
             std::any::type_name::<T>()
         );
-        assert!(got[dst_off..dst_off + len] == host[off..off + len], "{what}");
-        assert!(got[..dst_off] == fill[..dst_off], "{what}: before the range");
-        assert!(got[dst_off + len..] == fill[dst_off + len..], "{what}: after the range");
+        assert!(
+            got[dst_off..dst_off + len] == host[off..off + len],
+            "{what}"
+        );
+        assert!(
+            got[..dst_off] == fill[..dst_off],
+            "{what}: before the range"
+        );
+        assert!(
+            got[dst_off + len..] == fill[dst_off + len..],
+            "{what}: after the range"
+        );
     }
 }
 
@@ -102,7 +111,10 @@ fn peer_access_is_probed_once_and_mismatches_are_refused() {
     let rt = streams[0].device().runtime();
     let first = rt.peer_access(1, 0).unwrap();
     assert_eq!(rt.peer_access(1, 0).unwrap(), first, "cached");
-    assert!(!rt.peer_access(0, 0).unwrap(), "a device is not its own peer");
+    assert!(
+        !rt.peer_access(0, 0).unwrap(),
+        "a device is not its own peer"
+    );
     let src = streams[0].clone_htod(&[1.0f32; 4]).unwrap();
     let mut dst = streams[1].clone_htod(&[0.0f32; 5]).unwrap();
     let e = copy_peer(&src, &mut dst).unwrap_err();

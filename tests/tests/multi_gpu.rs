@@ -27,7 +27,10 @@ fn host(n: usize, dtype: DType) -> Result<Tensor> {
 
 fn same(got: &Tensor, want: &Tensor, what: &str) -> Result<()> {
     assert!(!got.device().is_cpu(), "{what}: landed on the CPU");
-    let got = got.to_device(&Device::Cpu)?.to_dtype(DType::F32)?.flatten_all()?;
+    let got = got
+        .to_device(&Device::Cpu)?
+        .to_dtype(DType::F32)?
+        .flatten_all()?;
     let want = want.to_dtype(DType::F32)?.flatten_all()?;
     assert_eq!(got.to_vec1::<f32>()?, want.to_vec1::<f32>()?, "{what}");
     Ok(())
@@ -71,15 +74,26 @@ fn strided_sources_move_between_gpus() -> Result<()> {
             let src = h.to_device(&devs[from])?.t()?;
             // As is (the strided layout travels with the copied storage) ...
             let moved = src.to_device(&devs[to])?;
-            same(&moved, &want, &format!("{dtype:?} transposed, {from} -> {to}"))?;
+            same(
+                &moved,
+                &want,
+                &format!("{dtype:?} transposed, {from} -> {to}"),
+            )?;
             // ... and made contiguous on the source device first.
             let moved = src.contiguous()?.to_device(&devs[to])?;
             assert!(moved.is_contiguous());
-            same(&moved, &want, &format!("{dtype:?} contiguous, {from} -> {to}"))?;
+            same(
+                &moved,
+                &want,
+                &format!("{dtype:?} contiguous, {from} -> {to}"),
+            )?;
             // And the result computes on its new device.
             let sum = moved.sum_all()?.to_dtype(DType::F32)?.to_scalar::<f32>()?;
             let want_sum = want.to_dtype(DType::F32)?.sum_all()?.to_scalar::<f32>()?;
-            assert!((sum - want_sum).abs() <= want_sum.abs() * 1e-2 + 1.0, "{sum} vs {want_sum}");
+            assert!(
+                (sum - want_sum).abs() <= want_sum.abs() * 1e-2 + 1.0,
+                "{sum} vs {want_sum}"
+            );
         }
     }
     Ok(())
