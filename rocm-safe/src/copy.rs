@@ -25,7 +25,9 @@ fn same_len(what: &str, a: usize, b: usize) -> Result<()> {
 
 impl Stream {
     /// Runs `f` on this stream after the work queued on each of `others`, and makes each of
-    /// `others` wait for it in turn.
+    /// `others` wait for it in turn. This stream's device is made current around `f` (after
+    /// the events, which bind their own devices): a caller reading back a buffer of device 1
+    /// while device 0 is current needs to know nothing about devices.
     fn ordered_with(&self, others: &[&Arc<Stream>], f: impl FnOnce() -> Result<()>) -> Result<()> {
         for o in others {
             if !o.device().same_device(self.device()) {
@@ -37,6 +39,7 @@ impl Stream {
             }
             self.join(o)?;
         }
+        self.device().bind_to_thread()?;
         f()?;
         for o in others {
             o.join(self)?;

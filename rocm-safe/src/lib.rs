@@ -38,6 +38,7 @@ mod error;
 mod host;
 pub mod miopen;
 mod module;
+pub mod peer;
 pub mod rccl;
 pub mod rendezvous;
 mod runtime;

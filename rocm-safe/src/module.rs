@@ -280,6 +280,10 @@ impl<'a> LaunchArgs<'a> {
                 self.stream.device().ordinal()
             )));
         }
+        // The stream's device must be current: HIP's launch runs on the stream's device, but
+        // a runtime that follows the current device (the CUDA driver under the harness's
+        // double) rejects a function and stream of another device.
+        self.stream.device().bind_to_thread()?;
         let hip = self.stream.device().hip();
         // SAFETY: handles are live; `args[..len]` holds one pointer per parameter, each
         // pointing to memory borrowed for 'a (the caller guarantees they match the kernel,

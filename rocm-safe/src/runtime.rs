@@ -20,6 +20,9 @@ pub struct Runtime {
     rccl: OnceLock<Result<Arc<Rccl>>>,
     /// Errors raised in `Drop` impls, reported by the next [`Runtime::check_err`].
     deferred: Mutex<Option<RocmError>>,
+    /// Whether device `.0` reads device `.1`'s memory directly (probed, and enabled, once per
+    /// pair: [`Runtime::peer_access`]).
+    pub(crate) peers: Mutex<std::collections::HashMap<(usize, usize), bool>>,
 }
 
 #[derive(Clone, Debug)]
@@ -53,6 +56,7 @@ impl Runtime {
             miopen: OnceLock::new(),
             rccl: OnceLock::new(),
             deferred: Mutex::new(None),
+            peers: Mutex::new(std::collections::HashMap::new()),
         }))
     }
 

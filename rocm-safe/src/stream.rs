@@ -91,6 +91,9 @@ impl Stream {
 
     /// Makes later work on this stream wait until `event` has completed.
     pub fn wait(&self, event: &Event) -> Result<()> {
+        // The event may belong to another device (cross-device ordering): the waiting
+        // stream's device is the one to make current.
+        self.device.bind_to_thread()?;
         let hip = self.device.hip();
         // SAFETY: both handles are live; flags must be 0.
         let code = unsafe { (hip.hipStreamWaitEvent)(self.raw, event.raw, 0) };
@@ -230,6 +233,9 @@ impl Event {
 
 impl Drop for Event {
     fn drop(&mut self) {
+        // The event's own device current (events of another device are waited on across
+        // devices); a failure to bind shows in the destroy's own error.
+        let _ = self.device.bind_to_thread();
         let hip = self.device.hip();
         // SAFETY: `raw` is live and this is its last use.
         let code = unsafe { (hip.hipEventDestroy)(self.raw) };

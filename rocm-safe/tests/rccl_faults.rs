@@ -3,6 +3,11 @@
 //! `RCCL_ON_NCCL_FAIL_AFTER=N` (a collective fails as it is queued) and once with
 //! `RCCL_ON_NCCL_ASYNC_FAIL_AFTER=N` (RCCL reports a dead peer while work runs). Every injected
 //! failure must come back as a typed error that says what to do, never as a panic or a hang.
+//!
+//! With two GPUs a round is one group of two all-reduces; the failure hits the second
+//! communicator while the first one's all-reduce is already queued in the group (launched by
+//! `ncclGroupEnd` with no partner), so the group must abort both communicators: else the first
+//! one's kernel waits forever and the teardown with it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -63,12 +68,24 @@ fn injected_rccl_failures_are_typed_errors() {
         }
         other => panic!("expected ncclRemoteError as a typed error, got {other}"),
     }
-    if async_.is_some() {
-        // A failure seen through the async state aborts the communicator: later use is refused.
-        let again = comms[0].all_reduce_in_place(&mut bufs[0], ReduceOp::Sum);
+    // The failed group aborted every communicator it used (its partly launched work could
+    // never finish): later use of any of them is refused, in both passes.
+    for (c, b) in comms.iter().zip(bufs.iter_mut()) {
+        let again = c.all_reduce_in_place(b, ReduceOp::Sum);
         assert!(
             matches!(again, Err(RocmError::Rccl(RcclError::Aborted { .. }))),
-            "{again:?}"
+            "rank {}: {again:?}",
+            c.rank()
         );
     }
+    // Nothing left to hang on: dropping the communicators, buffers and streams returns.
+    let start = std::time::Instant::now();
+    drop(comms);
+    drop(bufs);
+    drop(streams);
+    assert!(
+        start.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        start.elapsed()
+    );
 }

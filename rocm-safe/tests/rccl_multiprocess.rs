@@ -1,6 +1,7 @@
-//! Two ranks in two processes, the way a tensor-parallel model runs: this test is rank 0 on
-//! GPU 0 and serves the rendezvous; it starts this binary again as rank 1 on GPU 1 with
-//! torchrun's variables. The ranks share RCCL's unique id through the rendezvous, create a
+//! Two ranks in two processes, the way a tensor-parallel model runs: each test is rank 0 on
+//! GPU 0 and serves the rendezvous; it starts this binary again, running the same test, as
+//! rank 1 on GPU 1 with torchrun's variables and `ROCM_SAFE_RCCL_TEST_ROLE` (which makes the
+//! test play rank 1's part; no helper is listed as a test of its own). The ranks share RCCL's unique id through the rendezvous, create a
 //! communicator each (`ncclCommInitRank`), and run every collective against host references;
 //! in the fault test rank 1 exits after one collective and rank 0 must get a typed error
 //! within its timeout, never a hang.
@@ -102,12 +103,26 @@ fn collectives(r: &Rank) {
     assert_eq!(s.clone_dtoh(&recv_msg).unwrap(), want, "send/recv");
 }
 
-fn spawn_rank_one(role: &str, port: u16) -> Child {
-    Command::new(std::env::current_exe().unwrap())
+/// The role this process plays when a rank-0 test started it as rank 1 (`None` when the test
+/// harness started it: it is rank 0).
+fn child_role() -> Option<String> {
+    std::env::var(ROLE_VAR).ok().filter(|r| !r.is_empty())
+}
+
+/// Rank 1: the same test binary, running the same test (`test`) with torchrun's variables and
+/// `ROLE_VAR` set, so no helper test of its own is listed. Its output goes to a file, read
+/// back by [`finish`].
+fn spawn_rank_one(test: &str, role: &str, port: u16) -> (Child, std::path::PathBuf) {
+    let log = std::env::temp_dir().join(format!(
+        "rocm-safe-rccl-rank1-{}-{role}.log",
+        std::process::id()
+    ));
+    let file = std::fs::File::create(&log).unwrap();
+    let child = Command::new(std::env::current_exe().unwrap())
         .args([
-            "rank_one",
+            test,
             "--exact",
-            "--ignored",
+            "--include-ignored",
             "--nocapture",
             "--test-threads=1",
         ])
@@ -116,25 +131,43 @@ fn spawn_rank_one(role: &str, port: u16) -> Child {
         .env("MASTER_ADDR", "127.0.0.1")
         .env("MASTER_PORT", port.to_string())
         .env(ROLE_VAR, role)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stdout(Stdio::from(file.try_clone().unwrap()))
+        .stderr(Stdio::from(file))
         .spawn()
-        .unwrap()
+        .unwrap();
+    (child, log)
 }
 
-fn finish(child: Child) {
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "rank 1 failed ({}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+/// Waits for rank 1 to exit, at most `limit` (then kills it): a hung rank fails the test with
+/// its log instead of hanging it. Returns whether it exited successfully.
+fn finish((mut child, log): (Child, std::path::PathBuf), limit: Duration) -> bool {
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    match status {
+        Some(s) => {
+            if !s.success() {
+                eprintln!("rank 1 exited with {s}:\n{out}");
+            }
+            s.success()
+        }
+        None => panic!("rank 1 did not exit within {limit:?} (killed):\n{out}"),
+    }
 }
 
-/// Rank 0's rendezvous on a free port, and rank 1 started against it.
-fn rank_zero(role: &str) -> (Rendezvous, Child) {
+/// Rank 0's rendezvous on a free port, and rank 1 started against it, running `test`.
+fn rank_zero(test: &str, role: &str) -> (Rendezvous, (Child, std::path::PathBuf)) {
     let env = RankEnv {
         rank: 0,
         world_size: 2,
@@ -144,20 +177,20 @@ fn rank_zero(role: &str) -> (Rendezvous, Child) {
     };
     let rdzv = Rendezvous::connect(env, Duration::from_secs(60)).unwrap();
     let port = rdzv.server_addr().unwrap().port();
-    (rdzv, spawn_rank_one(role, port))
+    (rdzv, spawn_rank_one(test, role, port))
 }
 
 /// Rank 1's side of both tests, chosen by ROLE_VAR.
-#[test]
-#[ignore = "helper: run as rank 1 by the tests below"]
-fn rank_one() {
-    let role = std::env::var(ROLE_VAR).expect("started by a rank-0 test");
+fn rank_one(role: &str) {
     let r =
         join(Rendezvous::connect(RankEnv::from_env().unwrap(), Duration::from_secs(60)).unwrap());
-    match role.as_str() {
+    match role {
         "collectives" => {
             collectives(&r);
             r.rdzv.barrier("done").unwrap();
+            // Drop the communicator now, while rank 0 drops its own: RCCL's (NCCL's)
+            // teardown meets the other rank.
+            drop(r);
         }
         "die" => {
             let mut x = r.stream.clone_htod(&input(1)).unwrap();
@@ -174,23 +207,47 @@ fn rank_one() {
 #[test]
 #[ignore = "needs 2 HIP devices and RCCL"]
 fn two_processes_run_every_collective() {
-    let (rdzv, child) = rank_zero("collectives");
+    if let Some(role) = child_role() {
+        return rank_one(&role);
+    }
+    let (rdzv, child) = rank_zero("two_processes_run_every_collective", "collectives");
     let r = join(rdzv);
     collectives(&r);
     r.rdzv.barrier("done").unwrap();
-    finish(child);
+    // Both ranks tear their communicators down together (each waits for the other inside
+    // RCCL's teardown, bounded by the communicator's timeout): rank 0 must not hold its own
+    // while it waits for rank 1 to exit.
+    let start = Instant::now();
+    let rt = r.stream.device().runtime().clone();
+    drop(r);
+    assert!(
+        start.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        start.elapsed()
+    );
+    rt.check_err().unwrap();
+    assert!(finish(child, Duration::from_secs(60)), "rank 1 failed");
 }
 
 #[test]
 #[ignore = "needs 2 HIP devices and RCCL"]
 fn a_rank_that_dies_gives_the_other_a_typed_error_within_the_timeout() {
-    let (rdzv, mut child) = rank_zero("die");
+    if let Some(role) = child_role() {
+        return rank_one(&role);
+    }
+    let (rdzv, child) = rank_zero(
+        "a_rank_that_dies_gives_the_other_a_typed_error_within_the_timeout",
+        "die",
+    );
     let r = join(rdzv);
     let mut x = r.stream.clone_htod(&input(0)).unwrap();
     r.comm.all_reduce_in_place(&mut x, ReduceOp::Sum).unwrap();
     r.comm.wait().unwrap();
     r.rdzv.barrier("before-death").unwrap();
-    assert!(child.wait().unwrap().success(), "rank 1 exits on purpose");
+    assert!(
+        finish(child, Duration::from_secs(60)),
+        "rank 1 exits on purpose"
+    );
     // Rank 1 is gone: this all-reduce can never complete.
     let timeout = Duration::from_secs(10);
     let start = Instant::now();

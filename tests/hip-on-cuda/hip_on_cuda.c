@@ -450,6 +450,47 @@ HOC_EXPORT hipError_t hipMemcpyDtoDAsync(hipDeviceptr_t dst, hipDeviceptr_t src,
     CU(cuMemcpyDtoDAsync_v2(DPTR(dst), DPTR(src), n, STREAM(s)));
 }
 
+/* ---- Peer to peer: HIP's device-numbered calls on CUDA's per-context ones (each device's
+ * primary context). HIP's hipErrorPeerAccessAlreadyEnabled (704) is CUDA's code too. */
+HOC_EXPORT hipError_t hipDeviceCanAccessPeer(int *can, int device, int peer)
+{
+    if (!can) return hipErrorInvalidValue;
+    hipError_t e = check_device(device);
+    if (e == hipSuccess) e = check_device(peer);
+    if (e != hipSuccess) return e;
+    *can = 0;
+    if (device == peer) return hipSuccess; /* HIP: a device is not a peer of itself */
+    CUdevice d, p;
+    CUresult rc = cuDeviceGet(&d, device);
+    if (rc == CUDA_SUCCESS) rc = cuDeviceGet(&p, peer);
+    if (rc == CUDA_SUCCESS) rc = cuDeviceCanAccessPeer(can, d, p);
+    return map_cu(rc);
+}
+
+/* Access from the calling thread's current device to `peer`'s memory. */
+HOC_EXPORT hipError_t hipDeviceEnablePeerAccess(int peer, unsigned int flags)
+{
+    if (flags != 0) return hipErrorInvalidValue;
+    CUcontext peer_ctx = NULL;
+    hipError_t e = primary_ctx(peer, &peer_ctx);
+    if (e != hipSuccess) return e;
+    BIND();
+    CU(cuCtxEnablePeerAccess(peer_ctx, 0));
+}
+
+HOC_EXPORT hipError_t hipMemcpyPeerAsync(void *dst, int dst_device, const void *src, int src_device,
+                                         size_t n, hipStream_t s)
+{
+    CUcontext dst_ctx = NULL, src_ctx = NULL;
+    hipError_t e = primary_ctx(dst_device, &dst_ctx);
+    if (e == hipSuccess) e = primary_ctx(src_device, &src_ctx);
+    if (e != hipSuccess) return e;
+    BIND();
+    if (n == 0) return hipSuccess;
+    if (!dst || !src) return hipErrorInvalidValue;
+    CU(cuMemcpyPeerAsync(DPTR(dst), dst_ctx, DPTR(src), src_ctx, n, STREAM(s)));
+}
+
 HOC_EXPORT hipError_t hipMemsetD8Async(hipDeviceptr_t dst, unsigned char v, size_t count, hipStream_t s)
 {
     BIND();

@@ -60,7 +60,7 @@ const REQUIRED: &[&str] = &[
 ];
 
 /// Entry points probed once and kept as `Option`s (stream-ordered allocation and memory pools
-/// appeared in ROCm 5.1 and are not supported on every device).
+/// appeared in ROCm 5.1 and are not supported on every device; peer copies have a fallback).
 const OPTIONAL: &[&str] = &[
     "hipMallocAsync",
     "hipFreeAsync",
@@ -68,6 +68,11 @@ const OPTIONAL: &[&str] = &[
     "hipMemPoolSetAttribute",
     "hipMemPoolGetAttribute",
     "hipMemPoolTrimTo",
+    // Peer-to-peer copies (ROCm 5.2+); optional so a runtime without them falls back to
+    // copies staged through pinned host memory.
+    "hipDeviceCanAccessPeer",
+    "hipDeviceEnablePeerAccess",
+    "hipMemcpyPeerAsync",
 ];
 
 /// Types and constants used by the safe layer.

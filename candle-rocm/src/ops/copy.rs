@@ -1,6 +1,7 @@
 //! Copies between storages of one device: `copy_strided_src` (a transposed copy through our
 //! `rows` kernels where the layout is one, else candle's `ucopy`), `copy2d`, `cat`'s batched
-//! copies (`copy2d_many`), `const_set`, and a contiguous copy for the ops that need one.
+//! copies (`copy2d_many`), `const_set`, a contiguous copy for the ops that need one, and
+//! `to_device` between two devices (peer to peer, else staged through pinned host memory).
 
 use candle_core::scalar::Scalar;
 use candle_core::Layout;
@@ -82,6 +83,23 @@ pub fn copy2d_many(
     srcs: &[(&S, Copy2dArgs)],
 ) -> Result<(), BackendError> {
     for_each_slice!(dst, d => typed(dev, d, srcs))
+}
+
+/// A copy of the whole of `src` (a buffer of another device) in a new buffer of `dst`:
+/// peer to peer where the devices reach each other, else through pinned host memory in
+/// chunks (`rocm_safe::peer::copy_peer`); never through a CPU tensor. The direct copy is
+/// queued on `dst`'s stream, ordered after the source's work, and returns at once.
+pub fn to_device(src: &S, dst: &RocmDevice) -> Result<S, BackendError> {
+    let dtype = src.dtype();
+    match_dtype!(dtype, T => {
+        let Some(buf) = T::as_buffer(src) else {
+            return Err(BackendError::UnsupportedDtype { op: "to_device", dtype });
+        };
+        let mut out = dst.alloc::<T>(buf.len())?;
+        // Every element of `out` is written by the copy before anything reads it.
+        rocm_safe::peer::copy_peer(buf, &mut out)?;
+        Ok(S::from_buffer(out))
+    }, dtype => Err(BackendError::UnsupportedDtype { op: "to_device", dtype }))
 }
 
 /// [`copy2d_many`] for element type `T`: each source's buffer, or a dtype mismatch.

@@ -48,6 +48,18 @@ impl ExtBackendDevice for RocmDevice {
             crate::quantized::RocmQStorage::load(self, data, dtype).w()?,
         ))
     }
+    /// `Tensor::to_device` from another ROCm device: a device-to-device copy (peer to peer, or
+    /// staged through pinned host memory), not a round trip through a CPU tensor.
+    fn ext_storage_from_other(
+        &self,
+        s: &dyn candle_core::ext::ExtStorage,
+    ) -> candle_core::Result<Option<RocmStorage>> {
+        let Some(src) = s.as_any().downcast_ref::<RocmStorage>() else {
+            return Ok(None);
+        };
+        let slice = crate::ops::copy::to_device(&src.slice, self).w()?;
+        Ok(Some(RocmStorage::new(slice, self.clone())))
+    }
 }
 
 impl ExtBackendStorage for RocmStorage {

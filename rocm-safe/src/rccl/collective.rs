@@ -1,11 +1,10 @@
 //! Collectives and point-to-point transfers on device buffers, with every count, data type,
-//! rank and stream checked before RCCL is called; [`group`] fuses several of them.
+//! rank and stream checked before RCCL is called; [`super::group`] fuses several of them.
 
 use rocm_sys::rccl::{ncclDataType_t, ncclRedOp_t};
 
 use crate::buffer::{DeviceRepr, DeviceSlice, DeviceSliceMut};
 use crate::error::Result;
-use crate::runtime::Runtime;
 
 use super::comm::{check_rank_args, Communicator};
 use super::error::RcclError;
@@ -295,7 +294,7 @@ impl Communicator {
     }
 
     /// Sends `buf` to rank `peer` (`ncclSend`), which must post a matching [`recv`] of the
-    /// same length. Pair sends and receives inside one [`group`] to avoid deadlock.
+    /// same length. Pair sends and receives inside one [`super::group`] to avoid deadlock.
     ///
     /// [`recv`]: Communicator::recv
     pub fn send<T: RcclType>(&self, buf: &impl DeviceSlice<T>, peer: usize) -> Result<()> {
@@ -324,33 +323,6 @@ impl Communicator {
             unsafe { (rccl.ncclRecv)(p, count, T::COPY, peer_c, comm, stream) }
         })
     }
-}
-
-/// Runs `f` between `ncclGroupStart` and `ncclGroupEnd`, so the collectives and transfers it
-/// queues (on one or several communicators of this thread) are launched together: needed to
-/// drive several GPUs from one thread, and to pair sends with receives.
-///
-/// `ncclGroupEnd` is called even when `f` fails, so the group nesting stays balanced; the
-/// first error is returned. Buffers passed inside `f` must stay alive until `group` returns
-/// (the borrow checker sees to it when they are borrowed from outside the closure).
-pub fn group<R>(rt: &Runtime, f: impl FnOnce() -> Result<R>) -> Result<R> {
-    let rccl = rt.rccl()?;
-    // SAFETY: ncclGroupStart takes no arguments and only increments this thread's group depth.
-    let code = unsafe { (rccl.ncclGroupStart)() };
-    if !code.is_success() {
-        return Err(RcclError::call(&rccl, "ncclGroupStart", -1, code, None).into());
-    }
-    let out = f();
-    // SAFETY: balances the ncclGroupStart above on this thread; every buffer queued inside
-    // `f` is still borrowed by the caller, so it is live when the grouped work is launched.
-    let code = unsafe { (rccl.ncclGroupEnd)() };
-    let end = if code.is_success() || code == rocm_sys::rccl::ncclResult_t::ncclInProgress {
-        Ok(())
-    } else {
-        Err(RcclError::call(&rccl, "ncclGroupEnd", -1, code, None).into())
-    };
-    let value = out?;
-    end.map(|()| value)
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use crate::error::{Result, RocmError};
 use crate::stream::Stream;
 
 use super::error::RcclError;
+use super::group;
 use super::id::UniqueId;
 
 /// How long [`Communicator::wait`] waits before it declares a peer dead, unless
@@ -28,7 +29,10 @@ const DROP_SETTLE: Duration = Duration::from_secs(10);
 /// asynchronous error state, so a peer that dies gives a [`RcclError`] (and an aborted
 /// communicator) instead of a hang. Dropping a communicator destroys it (`ncclCommDestroy`),
 /// or aborts it (`ncclCommAbort`) when it has seen an error; a failure there is recorded for
-/// [`crate::Runtime::check_err`].
+/// [`crate::Runtime::check_err`]. Dropping first waits (briefly, at most [`DEFAULT_TIMEOUT`] or
+/// 10 s) for queued work and, on a non-blocking communicator, for `ncclCommFinalize`: the
+/// ranks of one communicator should drop it at about the same time (RCCL's teardown meets the
+/// other ranks); a rank whose peers never come aborts instead of hanging.
 ///
 /// ```no_run
 /// use rocm_safe::rccl::{Communicator, UniqueId};
@@ -50,10 +54,14 @@ pub struct Communicator {
     rank: usize,
     nranks: usize,
     timeout: Duration,
-    state: Mutex<State>,
+    /// Made by `ncclCommInitRankConfig` with `blocking = 0`: teardown can be polled.
+    nonblocking: bool,
+    state: Arc<Mutex<State>>,
 }
 
-struct State {
+/// The handle and its condition, shared with the [`group`] registry of the thread that queues
+/// work on it (so a failed group can abort every communicator it touched).
+pub(super) struct State {
     /// The handle; dangling once `aborted` is set (ncclCommAbort frees it).
     raw: ncclComm_t,
     /// ncclCommAbort has been called: `raw` must not be used again.
@@ -61,6 +69,10 @@ struct State {
     /// A call failed: Drop aborts instead of destroying.
     failed: bool,
 }
+
+// SAFETY: `raw` is an opaque RCCL handle; `State` is only reached through its mutex, so the
+// handle is passed to RCCL by one thread at a time, which RCCL allows from any host thread.
+unsafe impl Send for State {}
 
 // SAFETY: `State::raw` is only passed to RCCL while the mutex is held, so calls on one
 // communicator never overlap; RCCL allows a communicator to be used from any host thread as
@@ -128,7 +140,8 @@ impl Communicator {
             }
             return Err(RcclError::call(&rccl, op, rank_c, code, None).into());
         }
-        let comm = Self::wrap(rccl, stream.clone(), raw, rank, nranks).with_timeout(timeout);
+        let mut comm = Self::wrap(rccl, stream.clone(), raw, rank, nranks).with_timeout(timeout);
+        comm.nonblocking = true;
         {
             let mut state = comm.state.lock();
             // An error aborts the half-made communicator (see `settle`); Drop then does nothing.
@@ -193,11 +206,12 @@ impl Communicator {
             rank,
             nranks,
             timeout: DEFAULT_TIMEOUT,
-            state: Mutex::new(State {
+            nonblocking: false,
+            state: Arc::new(Mutex::new(State {
                 raw,
                 aborted: false,
                 failed: false,
-            }),
+            })),
         }
     }
 
@@ -272,6 +286,14 @@ impl Communicator {
         op: &'static str,
         f: impl FnOnce(&Rccl, ncclComm_t) -> ncclResult_t,
     ) -> Result<()> {
+        // Inside a group, this communicator is aborted with the others if the group fails:
+        // work queued on the others would otherwise wait for it forever.
+        group::register(
+            &self.rccl,
+            &self.state,
+            self.rank_c(),
+            self.stream.device().runtime(),
+        );
         let mut state = self.state.lock();
         self.settle(&mut state, op, self.timeout)?;
         let code = f(&self.rccl, state.raw);
@@ -426,47 +448,102 @@ impl Communicator {
 
     /// Aborts under the caller's lock.
     fn abort_locked(&self, state: &mut State) -> Result<()> {
-        if state.aborted {
-            return Ok(());
-        }
-        state.aborted = true;
-        state.failed = true;
-        // SAFETY: `raw` is live (not aborted before, checked under the lock), and is never
-        // used again: `aborted` is set before the lock is released.
-        let code = unsafe { (self.rccl.ncclCommAbort)(state.raw) };
-        if code.is_success() {
-            return Ok(());
-        }
-        Err(RcclError::call(&self.rccl, "ncclCommAbort", self.rank_c(), code, None).into())
+        abort_state(&self.rccl, state, self.rank_c())
     }
 
     /// Aborts under the caller's lock on the way to returning another error: a failure of
     /// the abort itself is recorded for [`crate::Runtime::check_err`].
+    ///
+    /// Inside a [`group`] the abort waits for the group's end (the communicator is marked
+    /// failed and registered with the group, which aborts it): aborting a communicator that
+    /// `ncclGroupEnd` is about to launch would hand RCCL a freed handle.
     fn abort_recorded(&self, state: &mut State) {
+        state.failed = true;
+        if group::active() {
+            group::register(
+                &self.rccl,
+                &self.state,
+                self.rank_c(),
+                self.stream.device().runtime(),
+            );
+            return;
+        }
         if let Err(e) = self.abort_locked(state) {
             self.stream.device().runtime().record_err(e);
         }
     }
+
+    /// `ncclCommFinalize` (non-blocking communicators only) and its completion, within
+    /// `patience`; on an error or a timeout the communicator is aborted and the error returned.
+    fn finalize(&self, state: &mut State, patience: Duration) -> Result<()> {
+        let Some(finalize) = self.rccl.ncclCommFinalize.filter(|_| self.nonblocking) else {
+            return Ok(());
+        };
+        // SAFETY: `raw` is live (not aborted, checked by the caller under the lock) and
+        // settled; finalize only flushes it, the handle stays valid for destroy or abort.
+        let code = unsafe { finalize(state.raw) };
+        if !(code.is_success() || code == ncclResult_t::ncclInProgress) {
+            let last = self.last_error(state.raw);
+            let e = RcclError::call(&self.rccl, "ncclCommFinalize", self.rank_c(), code, last);
+            self.abort_recorded(state);
+            return Err(e.into());
+        }
+        self.settle(state, "ncclCommFinalize", patience)
+    }
+}
+
+/// `ncclCommAbort` on `state`'s handle unless already aborted (the caller holds the lock).
+pub(super) fn abort_state(rccl: &Rccl, state: &mut State, rank: c_int) -> Result<()> {
+    if state.aborted {
+        return Ok(());
+    }
+    state.aborted = true;
+    state.failed = true;
+    // SAFETY: `raw` is live (not aborted before, checked under the lock), and is never used
+    // again: `aborted` is set before the lock is released.
+    let code = unsafe { (rccl.ncclCommAbort)(state.raw) };
+    if code.is_success() {
+        return Ok(());
+    }
+    Err(RcclError::call(rccl, "ncclCommAbort", rank, code, None).into())
 }
 
 impl Drop for Communicator {
     fn drop(&mut self) {
+        let runtime = self.stream.device().runtime().clone();
+        {
+            let mut state = self.state.lock();
+            if state.aborted {
+                return;
+            }
+            // ncclCommDestroy needs a settled, healthy communicator (RCCL's
+            // ncclCommEnsureReady): a failed one is aborted.
+            if state.failed {
+                self.abort_recorded(&mut state);
+                return;
+            }
+        }
+        // Briefly: a communicator still busy after this is aborted rather than waited for.
+        // Queued work first: destroying a communicator whose kernels still wait for a peer
+        // blocks inside RCCL, with no timeout.
+        let patience = self.timeout.min(DROP_SETTLE);
+        if let Err(e) = self.wait_timeout(patience) {
+            // `wait_timeout` has aborted it.
+            runtime.record_err(e);
+            return;
+        }
         let mut state = self.state.lock();
         if state.aborted {
             return;
         }
-        // ncclCommDestroy needs a settled, healthy communicator (RCCL's ncclCommEnsureReady);
-        // `settle` aborts it otherwise (recording any failure of the abort).
-        if state.failed {
-            self.abort_recorded(&mut state);
+        // Teardown meets the other ranks (NCCL 2.x and RCCL synchronise inside finalize and
+        // destroy): on a non-blocking communicator finalize is polled with a timeout, so a
+        // rank whose peers are gone aborts instead of blocking in ncclCommDestroy.
+        if let Err(e) = self.finalize(&mut state, patience) {
+            runtime.record_err(e);
             return;
         }
-        // Briefly: a communicator still busy after this is aborted rather than waited for.
-        let patience = self.timeout.min(DROP_SETTLE);
-        if self
-            .settle(&mut state, "ncclCommDestroy", patience)
-            .is_err()
-        {
+        if state.aborted {
             return;
         }
         // SAFETY: `raw` is live (not aborted) and settled; `self` is being dropped, so nothing
@@ -475,10 +552,7 @@ impl Drop for Communicator {
         state.aborted = true;
         if !(code.is_success() || code == ncclResult_t::ncclInProgress) {
             let e = RcclError::call(&self.rccl, "ncclCommDestroy", self.rank_c(), code, None);
-            self.stream
-                .device()
-                .runtime()
-                .record_err(RocmError::Rccl(e));
+            runtime.record_err(RocmError::Rccl(e));
         }
     }
 }

@@ -12,16 +12,19 @@
 //!
 //! Collectives are queued on the communicator's stream and return at once; [`Communicator::wait`]
 //! waits with a timeout and turns a dead peer into an error (and an aborted communicator)
-//! rather than a hang. Lengths, data types, ranks and streams are checked before RCCL is
-//! called. The library is loaded on first use by [`crate::Runtime::rccl`]
+//! rather than a hang; a [`group`] in which anything fails aborts every communicator it used
+//! (its partly launched work could never finish). Lengths, data types, ranks and streams are
+//! checked before RCCL is called. The library is loaded on first use by [`crate::Runtime::rccl`]
 //! (`ROCM_SYS_RCCL_LIB` overrides where from).
 
 mod collective;
 mod comm;
 mod error;
+mod group;
 mod id;
 
-pub use collective::{group, RcclType, ReduceOp};
+pub use collective::{RcclType, ReduceOp};
 pub use comm::{Communicator, DEFAULT_TIMEOUT};
 pub use error::RcclError;
+pub use group::group;
 pub use id::UniqueId;

@@ -1815,5 +1815,8 @@ crate::table::api_table! {
         pub fn hipMemPoolSetAttribute(mem_pool: hipMemPool_t, attr: hipMemPoolAttr, value: *mut ::core::ffi::c_void) -> hipError_t;
         pub fn hipMemPoolGetAttribute(mem_pool: hipMemPool_t, attr: hipMemPoolAttr, value: *mut ::core::ffi::c_void) -> hipError_t;
         pub fn hipMemPoolTrimTo(mem_pool: hipMemPool_t, min_bytes_to_hold: usize) -> hipError_t;
+        pub fn hipDeviceCanAccessPeer(canAccessPeer: *mut ::core::ffi::c_int, deviceId: ::core::ffi::c_int, peerDeviceId: ::core::ffi::c_int) -> hipError_t;
+        pub fn hipDeviceEnablePeerAccess(peerDeviceId: ::core::ffi::c_int, flags: ::core::ffi::c_uint) -> hipError_t;
+        pub fn hipMemcpyPeerAsync(dst: *mut ::core::ffi::c_void, dstDeviceId: ::core::ffi::c_int, src: *const ::core::ffi::c_void, srcDevice: ::core::ffi::c_int, sizeBytes: usize, stream: hipStream_t) -> hipError_t;
     }
 }
