@@ -10,7 +10,7 @@ use candle_rocm_kernels::Module;
 use parking_lot::Mutex;
 use rocm_safe::{
     BlasHandle, DeviceBuffer, DevicePtrArg, DeviceRepr, Function, LaunchConfig, MiopenHandle,
-    Stream,
+    PlanPolicy, Search, Stream,
 };
 
 use crate::error::BackendError;
@@ -145,7 +145,7 @@ impl RocmDevice {
         Ok(f(handle)?)
     }
 
-    /// Runs `f` with the device's MIOpen handle, created on first use; `Ok(None)` when MIOpen
+    /// Runs `f` with the device's MIOpen handle, created on first use with [`miopen_policy`]; `Ok(None)` when MIOpen
     /// is absent, disabled (`ROCM_SYS_MIOPEN_LIB=none`) or failed to start.
     pub(crate) fn miopen<R>(
         &self,
@@ -153,7 +153,12 @@ impl RocmDevice {
     ) -> Result<Option<R>, BackendError> {
         let mut guard = self.inner.miopen.lock();
         let slot = guard.get_or_insert_with(|| match MiopenHandle::new(self.stream()) {
-            Ok(h) => h,
+            Ok(mut h) => {
+                if let Some(h) = h.as_mut() {
+                    h.set_policy(miopen_policy());
+                }
+                h
+            }
             Err(e) => {
                 tracing::warn!("MIOpen could not start on device {}: {e}", self.ordinal());
                 None
@@ -233,5 +238,18 @@ impl RocmDevice {
     /// Null or a buffer's address, as a kernel argument.
     pub(crate) fn ptr_arg<T: DeviceRepr>(buf: Option<&DeviceBuffer<T>>) -> DevicePtrArg {
         buf.map_or_else(DevicePtrArg::null, DeviceBuffer::as_arg)
+    }
+}
+
+/// How the devices' MIOpen handles plan convolutions: immediate mode, or find when
+/// [`crate::settings::MIOPEN_FIND_VAR`] asks for it; workspace within rocm-safe's bound.
+fn miopen_policy() -> PlanPolicy {
+    PlanPolicy {
+        search: if crate::settings::miopen_find() {
+            Search::Find
+        } else {
+            Search::Immediate
+        },
+        ..PlanPolicy::default()
     }
 }

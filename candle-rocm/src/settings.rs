@@ -57,9 +57,15 @@ pub const QMATMUL_ROWS_VAR: &str = "CANDLE_ROCM_QMATMUL_ROWS";
 /// Default of [`QMATMUL_ROWS_VAR`].
 pub const QMATMUL_ROWS_DEFAULT: usize = 8;
 
-/// The convolution and pooling path: `auto` (default; our im2col path until MIOpen has run on
-/// an AMD GPU), `im2col` or `miopen` (see `ops::conv::miopen`).
+/// The convolution and pooling path: `auto` (default: MIOpen, when installed, for the
+/// convolutions large enough that its host cost does not dominate, our path for the rest and
+/// for the pools), `im2col` or `miopen` (see `ops::conv::miopen`).
 pub const CONV_VAR: &str = "CANDLE_ROCM_CONV";
+
+/// Whether MIOpen times its candidates the first time it sees a convolution shape
+/// (`miopenFindConvolution*Algorithm`; seconds per new shape on an AMD GPU unless MIOpen's
+/// find-db has it) instead of taking its immediate-mode ranking (the default, off).
+pub const MIOPEN_FIND_VAR: &str = "CANDLE_ROCM_MIOPEN_FIND";
 
 /// One setting, as the README's table shows it.
 #[derive(Clone, Copy, Debug)]
@@ -73,7 +79,7 @@ pub struct Setting {
 }
 
 /// Every setting of the library.
-pub const SETTINGS: [Setting; 9] = [
+pub const SETTINGS: [Setting; 10] = [
     Setting {
         var: STRICT_VAR,
         values: SWITCH_VALUES,
@@ -113,6 +119,11 @@ pub const SETTINGS: [Setting; 9] = [
         var: CONV_VAR,
         values: "auto, im2col, miopen",
         default: "auto",
+    },
+    Setting {
+        var: MIOPEN_FIND_VAR,
+        values: SWITCH_VALUES,
+        default: "0",
     },
     Setting {
         var: KERNELS_DIR_VAR,
@@ -255,7 +266,7 @@ pub fn qmatmul_max_rows() -> usize {
 /// A convolution path ([`CONV_VAR`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ConvPath {
-    /// The default: im2col for now.
+    /// The default: MIOpen per shape where it is expected faster (`ops::conv::miopen`).
     Auto,
     /// im2col + rocBLAS.
     Im2col,
@@ -285,6 +296,18 @@ pub fn conv_path() -> ConvPath {
             tracing::warn!("{CONV_VAR}={v:?} is not one of auto, im2col, miopen: using auto");
             ConvPath::Auto
         })
+    })
+}
+
+/// Whether MIOpen's find plans new convolution shapes ([`MIOPEN_FIND_VAR`]).
+pub fn miopen_find() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        let on = switch(MIOPEN_FIND_VAR, false);
+        if on {
+            tracing::info!("{MIOPEN_FIND_VAR}: MIOpen times its algorithms for each new shape");
+        }
+        on
     })
 }
 

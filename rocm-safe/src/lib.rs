@@ -55,7 +55,7 @@ pub use error::{HipError, Result, RocmError};
 pub use host::PinnedHostBuffer;
 pub use miopen::{
     miopen_unavailable, Conv2dConfig, ConvDirection, ConvKey, ConvTranspose2dConfig, MiopenHandle,
-    MiopenType, Pool2dConfig, PoolKey, PoolMode,
+    MiopenType, PlanPolicy, Pool2dConfig, PoolKey, PoolMode, Search,
 };
 pub use module::{
     DevicePtrArg, Function, KernelArg, LaunchArgs, LaunchConfig, Module, MAX_KERNEL_ARGS,

@@ -7,9 +7,10 @@
 use std::sync::Arc;
 
 use half::f16;
+use rocm_safe::miopen::{Algo, DEFAULT_WORKSPACE_LIMIT};
 use rocm_safe::{
-    Conv2dConfig, ConvTranspose2dConfig, Device, DeviceBuffer, MiopenHandle, Pool2dConfig,
-    PoolMode, RocmError, Stream,
+    Conv2dConfig, ConvKey, ConvTranspose2dConfig, Device, DeviceBuffer, MiopenHandle, PlanPolicy,
+    Pool2dConfig, PoolMode, RocmError, Search, Stream,
 };
 
 fn stream() -> Arc<Stream> {
@@ -192,6 +193,53 @@ fn conv2d_matches_a_host_reference_and_caches_its_plan() {
     };
     run_conv(&mut h, &s, &plain, 3);
     assert_eq!(h.cached_plans(), (2, 0));
+    assert!(s.device().check_err().is_ok());
+}
+
+/// Immediate mode (the default) plans with solution ids, find with algorithms; both give the
+/// reference, and a workspace limit of 0 still finds a candidate that needs none.
+#[test]
+#[ignore = "needs a HIP device"]
+fn both_searches_and_a_zero_workspace_limit_give_the_reference() {
+    let s = stream();
+    let mut h = handle(&s);
+    let c = Conv2dConfig {
+        batch: 2,
+        in_channels: 8,
+        in_h: 12,
+        in_w: 10,
+        out_channels: 16,
+        kernel_h: 3,
+        kernel_w: 3,
+        groups: 1,
+        padding: [1, 1],
+        stride: [1, 1],
+        dilation: [1, 1],
+    };
+    let key = ConvKey::forward::<f32>(&c);
+    assert!(
+        h.has_immediate_mode(),
+        "the MIOpen tested here has immediate mode"
+    );
+    assert_eq!(h.policy().search, Search::Immediate);
+    run_conv(&mut h, &s, &c, 7);
+    let imm = h.chosen(&key).expect("planned");
+    assert!(matches!(imm.algo, Algo::Solution(_)), "{imm:?}");
+    for (search, limit) in [
+        (Search::Find, DEFAULT_WORKSPACE_LIMIT),
+        (Search::Immediate, 0),
+    ] {
+        h.set_policy(PlanPolicy {
+            search,
+            workspace_limit: limit,
+        });
+        assert_eq!(h.cached_plans(), (0, 0), "a new policy drops the plans");
+        run_conv(&mut h, &s, &c, 8);
+        let got = h.chosen(&key).expect("planned");
+        assert!(got.workspace <= limit, "{got:?} within {limit}");
+        let legacy = matches!(got.algo, Algo::Legacy(_));
+        assert_eq!(legacy, search == Search::Find, "{search:?}: {got:?}");
+    }
     assert!(s.device().check_err().is_ok());
 }
 

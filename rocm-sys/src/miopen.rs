@@ -11,6 +11,9 @@
 //! that `miopenStatusVersionMismatch` appeared with ROCm 5.7. Enums are plain integer newtypes
 //! (C `enum` is a 32-bit `int` on the ROCm ABIs), so a value a newer MIOpen adds is never
 //! undefined behaviour. MIOpen's `bool` arguments are C99 `_Bool`, which Rust's `bool` matches.
+//! The immediate-mode entry points and `miopenConvSolution_t` were checked against miopen.h of
+//! ROCm/MIOpen at `003eaf5`; they are optional, so a library without them still loads (and its
+//! callers use find instead).
 
 use std::ffi::{c_char, c_int, c_void};
 
@@ -171,6 +174,41 @@ impl miopenConvAlgoPerf_t {
     pub fn bwd_data_algo(&self) -> miopenConvBwdDataAlgorithm_t {
         miopenConvBwdDataAlgorithm_t(self.algo)
     }
+}
+
+int_newtype! {
+    /// `miopenConvAlgorithm_t`: the algorithm family of an immediate-mode solution (4 is unused).
+    miopenConvAlgorithm_t(u32) {
+        /// GEMM variant.
+        miopenConvolutionAlgoGEMM = 0,
+        /// Direct convolution.
+        miopenConvolutionAlgoDirect = 1,
+        /// FFT.
+        miopenConvolutionAlgoFFT = 2,
+        /// Winograd.
+        miopenConvolutionAlgoWinograd = 3,
+        /// Implicit GEMM.
+        miopenConvolutionAlgoImplicitGEMM = 5,
+    }
+}
+
+/// `miopenConvSolution_t`: one solution of the immediate-mode API
+/// (`miopenConvolution*GetSolution`), which miopen.h returns "sorted in the order of decreasing
+/// performance", from the find-db or, without a record, from heuristics.
+///
+/// Layout (x86-64): `time` at 0, `workspace_size` at 8, `solution_id` at 16, `algorithm` at
+/// 24, size 32, alignment 8.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct miopenConvSolution_t {
+    /// Expected (or measured) time in milliseconds.
+    pub time: f32,
+    /// Workspace the solution needs, in bytes.
+    pub workspace_size: usize,
+    /// The solution's identifier, passed to the compile and immediate calls.
+    pub solution_id: u64,
+    /// Its algorithm family (a `miopenConvAlgorithm_t`).
+    pub algorithm: u32,
 }
 
 api_table! {
@@ -337,6 +375,85 @@ api_table! {
         pub fn miopenDestroyPoolingDescriptor(pool_desc: miopenPoolingDescriptor_t) -> miopenStatus_t;
     }
     optional extern "C" {
+        // Immediate mode (miopen.h, all the versions named above): solutions without a search.
+        pub fn miopenConvolutionForwardGetSolutionCount(
+            handle: miopenHandle_t,
+            w_desc: miopenTensorDescriptor_t,
+            x_desc: miopenTensorDescriptor_t,
+            conv_desc: miopenConvolutionDescriptor_t,
+            y_desc: miopenTensorDescriptor_t,
+            solution_count: *mut usize,
+        ) -> miopenStatus_t;
+        pub fn miopenConvolutionForwardGetSolution(
+            handle: miopenHandle_t,
+            w_desc: miopenTensorDescriptor_t,
+            x_desc: miopenTensorDescriptor_t,
+            conv_desc: miopenConvolutionDescriptor_t,
+            y_desc: miopenTensorDescriptor_t,
+            max_solution_count: usize,
+            solution_count: *mut usize,
+            solutions: *mut miopenConvSolution_t,
+        ) -> miopenStatus_t;
+        pub fn miopenConvolutionForwardCompileSolution(
+            handle: miopenHandle_t,
+            w_desc: miopenTensorDescriptor_t,
+            x_desc: miopenTensorDescriptor_t,
+            conv_desc: miopenConvolutionDescriptor_t,
+            y_desc: miopenTensorDescriptor_t,
+            solution_id: u64,
+        ) -> miopenStatus_t;
+        pub fn miopenConvolutionForwardImmediate(
+            handle: miopenHandle_t,
+            w_desc: miopenTensorDescriptor_t,
+            w: *const c_void,
+            x_desc: miopenTensorDescriptor_t,
+            x: *const c_void,
+            conv_desc: miopenConvolutionDescriptor_t,
+            y_desc: miopenTensorDescriptor_t,
+            y: *mut c_void,
+            work_space: *mut c_void,
+            work_space_size: usize,
+            solution_id: u64,
+        ) -> miopenStatus_t;
+        pub fn miopenConvolutionBackwardDataGetSolutionCount(
+            handle: miopenHandle_t,
+            dy_desc: miopenTensorDescriptor_t,
+            w_desc: miopenTensorDescriptor_t,
+            conv_desc: miopenConvolutionDescriptor_t,
+            dx_desc: miopenTensorDescriptor_t,
+            solution_count: *mut usize,
+        ) -> miopenStatus_t;
+        pub fn miopenConvolutionBackwardDataGetSolution(
+            handle: miopenHandle_t,
+            dy_desc: miopenTensorDescriptor_t,
+            w_desc: miopenTensorDescriptor_t,
+            conv_desc: miopenConvolutionDescriptor_t,
+            dx_desc: miopenTensorDescriptor_t,
+            max_solution_count: usize,
+            solution_count: *mut usize,
+            solutions: *mut miopenConvSolution_t,
+        ) -> miopenStatus_t;
+        pub fn miopenConvolutionBackwardDataCompileSolution(
+            handle: miopenHandle_t,
+            dy_desc: miopenTensorDescriptor_t,
+            w_desc: miopenTensorDescriptor_t,
+            conv_desc: miopenConvolutionDescriptor_t,
+            dx_desc: miopenTensorDescriptor_t,
+            solution_id: u64,
+        ) -> miopenStatus_t;
+        pub fn miopenConvolutionBackwardDataImmediate(
+            handle: miopenHandle_t,
+            dy_desc: miopenTensorDescriptor_t,
+            dy: *const c_void,
+            w_desc: miopenTensorDescriptor_t,
+            w: *const c_void,
+            conv_desc: miopenConvolutionDescriptor_t,
+            dx_desc: miopenTensorDescriptor_t,
+            dx: *mut c_void,
+            work_space: *mut c_void,
+            work_space_size: usize,
+            solution_id: u64,
+        ) -> miopenStatus_t;
         pub fn miopenPoolingGetWorkSpaceSizeV2(
             pool_desc: miopenPoolingDescriptor_t,
             y_desc: miopenTensorDescriptor_t,
@@ -426,6 +543,24 @@ mod tests {
     }
 
     #[test]
+    fn solution_layout_matches_the_c_struct() {
+        assert_eq!(std::mem::size_of::<miopenConvSolution_t>(), 32);
+        assert_eq!(std::mem::align_of::<miopenConvSolution_t>(), 8);
+        assert_eq!(std::mem::offset_of!(miopenConvSolution_t, time), 0);
+        assert_eq!(
+            std::mem::offset_of!(miopenConvSolution_t, workspace_size),
+            8
+        );
+        assert_eq!(std::mem::offset_of!(miopenConvSolution_t, solution_id), 16);
+        assert_eq!(std::mem::offset_of!(miopenConvSolution_t, algorithm), 24);
+        assert_eq!(
+            miopenConvAlgorithm_t::miopenConvolutionAlgoImplicitGEMM.0,
+            5
+        );
+        assert_eq!(miopenConvAlgorithm_t(4).name(), None);
+    }
+
+    #[test]
     fn table_lists_the_conv_and_pool_entry_points() {
         for name in [
             "miopenCreateWithStream",
@@ -441,6 +576,14 @@ mod tests {
         ] {
             assert!(MiopenApi::REQUIRED.contains(&name), "{name}");
         }
-        assert_eq!(MiopenApi::OPTIONAL, &["miopenPoolingGetWorkSpaceSizeV2"]);
+        for name in [
+            "miopenConvolutionForwardGetSolution",
+            "miopenConvolutionForwardImmediate",
+            "miopenConvolutionBackwardDataGetSolution",
+            "miopenConvolutionBackwardDataImmediate",
+            "miopenPoolingGetWorkSpaceSizeV2",
+        ] {
+            assert!(MiopenApi::OPTIONAL.contains(&name), "{name}");
+        }
     }
 }

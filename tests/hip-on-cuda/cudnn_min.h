@@ -37,7 +37,7 @@ typedef struct cudnnPoolingStruct *cudnnPoolingDescriptor_t;
 #define HOC_CUDNNDATA_VALUES(X) \
     X(CUDNN_DATA_FLOAT, 0) X(CUDNN_DATA_DOUBLE, 1) X(CUDNN_DATA_HALF, 2) X(CUDNN_DATA_BFLOAT16, 9)
 #define HOC_CUDNNFORMAT_VALUES(X) X(CUDNN_TENSOR_NCHW, 0)
-#define HOC_CUDNNMATH_VALUES(X) X(CUDNN_DEFAULT_MATH, 0) X(CUDNN_FMA_MATH, 3)
+#define HOC_CUDNNMATH_VALUES(X) X(CUDNN_DEFAULT_MATH, 0) X(CUDNN_TENSOR_OP_MATH, 1) X(CUDNN_FMA_MATH, 3)
 #define HOC_CUDNNNAN_VALUES(X) X(CUDNN_NOT_PROPAGATE_NAN, 0)
 #define HOC_CUDNNPOOL_VALUES(X) \
     X(CUDNN_POOLING_MAX, 0) X(CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING, 1) \
@@ -132,6 +132,14 @@ cudnnStatus_t cudnnFindConvolutionForwardAlgorithmEx(
     const cudnnFilterDescriptor_t wDesc, const void *w, const cudnnConvolutionDescriptor_t convDesc,
     const cudnnTensorDescriptor_t yDesc, void *y, const int requestedAlgoCount, int *returnedAlgoCount,
     cudnnConvolutionFwdAlgoPerf_t *perfResults, void *workSpace, size_t workSpaceSizeInBytes);
+cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(
+    cudnnHandle_t handle, const cudnnTensorDescriptor_t srcDesc, const cudnnFilterDescriptor_t filterDesc,
+    const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t destDesc,
+    const int requestedAlgoCount, int *returnedAlgoCount, cudnnConvolutionFwdAlgoPerf_t *perfResults);
+cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(
+    cudnnHandle_t handle, const cudnnFilterDescriptor_t filterDesc, const cudnnTensorDescriptor_t diffDesc,
+    const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t gradDesc,
+    const int requestedAlgoCount, int *returnedAlgoCount, cudnnConvolutionBwdDataAlgoPerf_t *perfResults);
 cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(
     cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc, const cudnnFilterDescriptor_t wDesc,
     const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t yDesc,

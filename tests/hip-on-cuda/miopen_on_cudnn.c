@@ -50,6 +50,23 @@
  *     (miopen::deref throws it); destroying a null descriptor succeeds (delete nullptr).
  * 12. miopenGetErrorString's strings (src/handle_api.cpp), "Unknown error status" otherwise.
  *
+ * 13. Immediate mode: miopenConvolution{Forward,BackwardData}GetSolutionCount / GetSolution /
+ *     CompileSolution / Immediate; GetSolution's array is "sorted in the order of decreasing
+ *     performance" and comes from the find-db or heuristics without running anything; each
+ *     miopenConvSolution_t = { float time; size_t workspace_size; uint64_t solution_id;
+ *     miopenConvAlgorithm_t algorithm } (miopen.h at ROCm/MIOpen 003eaf5).
+ * 14. MIOpen has no math-type switch: its half and bfloat16 solvers use the matrix units (MFMA,
+ *     WMMA) where the GPU has them.
+ *
+ * How the double maps them: immediate mode's ranking is cuDNN's heuristics
+ * (cudnnGetConvolution{Forward,BackwardData}Algorithm_v7, which rank without running), each
+ * (cuDNN algorithm, math type) one solution, id = 1 + algo + 16 * math; half and bfloat16 allow
+ * tensor cores (CUDNN_TENSOR_OP_MATH, fact 14), float stays on FMA math (no TF32, like MIOpen's
+ * float solvers). Find times cuDNN's algorithms under the same math type and the execution call
+ * runs the math type find measured. A convolution descriptor is programmed into cuDNN once per
+ * data type and math type, and a problem's workspace need is remembered per handle, so a
+ * repeated call adds no cuDNN set-up to the host time.
+ *
  * What the double does not model (the double's limits, not MIOpen's rules): transposed mode
  * (miopenTranspose) and the deprecated group/depthwise modes, integer types, non-default
  * padding modes, do_backward pooling (MIOpen's index workspace format) and exhaustive search
@@ -57,9 +74,9 @@
  * ignored as noted. Algorithms are cuDNN's: each cuDNN algorithm is reported under the MIOpen
  * algorithm family it belongs to, and the execution call runs the cuDNN algorithm find chose for
  * that family and problem (remembered per handle), or the first of the family that fits the
- * workspace. Numerics are cuDNN's: float convolutions run with CUDNN_FMA_MATH (no TF32, like
- * MIOpen's default pedantic math), half and bfloat16 with cuDNN's default (tensor cores, float
- * accumulation). Max pooling does not propagate NaN.
+ * workspace. Numerics are cuDNN's: float convolutions run with CUDNN_FMA_MATH (no TF32),
+ * half and bfloat16 with CUDNN_TENSOR_OP_MATH (tensor cores, float accumulation). Max pooling
+ * does not propagate NaN.
  *
  * Failure injection: HIP_ON_CUDA_MIOPEN_FAIL=name[,name...] (read once) makes those entry
  * points return miopenStatusInternalError without doing anything.
@@ -121,10 +138,14 @@ struct conv_problem {
     int dir, dtype, x[4], w[4], pad[2], stride[2], dil[2], groups;
 };
 
+/* key: a MIOpen algorithm family (find) or MEMO_SOLUTION + a solution id (immediate mode). */
+#define MEMO_SOLUTION ((long long)1 << 32)
 struct memo_entry {
     int used;
     struct conv_problem p;
-    int mi_algo, dnn_algo;
+    long long key;
+    int dnn_algo, math;
+    size_t need; /* workspace bytes, (size_t)-1 until known */
 };
 
 struct miopenHandle {
@@ -141,6 +162,8 @@ struct miopenTensorDescriptor {
 };
 struct miopenConvolutionDescriptor {
     int init, mode, pad[2], stride[2], dil[2], groups;
+    /* What c holds: programmed for prog_dtype (0: not yet), with math type prog_math. */
+    int programmed, prog_dtype, prog_math;
     cudnnConvolutionDescriptor_t c;
 };
 struct miopenPoolingDescriptor {
@@ -421,6 +444,7 @@ HOC_EXPORT miopenStatus_t miopenInitConvolutionDescriptor(miopenConvolutionDescr
     d->stride[0] = stride_h, d->stride[1] = stride_w;
     d->dil[0] = dil_h, d->dil[1] = dil_w;
     d->init = 1;
+    d->programmed = 0;
     return miopenStatusSuccess;
 }
 
@@ -429,6 +453,7 @@ HOC_EXPORT miopenStatus_t miopenSetConvolutionGroupCount(miopenConvolutionDescri
     INJECT("miopenSetConvolutionGroupCount");
     if (!d || groups < 1) return miopenStatusBadParm;
     d->groups = groups;
+    d->programmed = 0;
     return miopenStatusSuccess;
 }
 
@@ -477,6 +502,23 @@ HOC_EXPORT miopenStatus_t miopenGetConvolutionForwardOutputDim(miopenConvolution
     return miopenStatusSuccess;
 }
 
+/* The math type a data type's convolutions may use (fact 14): tensor cores for half and
+ * bfloat16, FMA (no TF32) for float and double. */
+static int default_math(int dtype)
+{
+    return dtype == miopenHalf || dtype == miopenBFloat16 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
+}
+
+/* Sets the cuDNN math type of c, only when it changes. */
+static miopenStatus_t set_math(miopenConvolutionDescriptor_t c, int math)
+{
+    if (c->prog_math == math) return miopenStatusSuccess;
+    c->prog_math = -1;
+    DNN(cudnnSetConvolutionMathType(c->c, (cudnnMathType_t)math));
+    c->prog_math = math;
+    return miopenStatusSuccess;
+}
+
 /* Checks a (x, w, y) convolution problem (x = dx, y = dy for backward data), programs the cuDNN
  * convolution descriptor for it, and fills the memo key. */
 static miopenStatus_t prepare_conv(int dir, miopenConvolutionDescriptor_t c, miopenTensorDescriptor_t x,
@@ -490,12 +532,18 @@ static miopenStatus_t prepare_conv(int dir, miopenConvolutionDescriptor_t c, mio
         return miopenStatusBadParm;
     /* cuDNN's stricter group rule: C = wei_c * groups, K divisible by groups. */
     if (x->dims[1] != w->dims[1] * c->groups || w->dims[0] % c->groups != 0) return miopenStatusBadParm;
-    int half = x->dtype == miopenHalf || x->dtype == miopenBFloat16;
-    cudnnDataType_t compute = x->dtype == miopenDouble ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
-    DNN(cudnnSetConvolution2dDescriptor(c->c, c->pad[0], c->pad[1], c->stride[0], c->stride[1], c->dil[0],
-                                        c->dil[1], CUDNN_CROSS_CORRELATION, compute));
-    DNN(cudnnSetConvolutionGroupCount(c->c, c->groups));
-    DNN(cudnnSetConvolutionMathType(c->c, half ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+    if (!c->programmed || c->prog_dtype != x->dtype) {
+        cudnnDataType_t compute = x->dtype == miopenDouble ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+        c->programmed = 0;
+        DNN(cudnnSetConvolution2dDescriptor(c->c, c->pad[0], c->pad[1], c->stride[0], c->stride[1],
+                                            c->dil[0], c->dil[1], CUDNN_CROSS_CORRELATION, compute));
+        DNN(cudnnSetConvolutionGroupCount(c->c, c->groups));
+        c->programmed = 1;
+        c->prog_dtype = x->dtype;
+        c->prog_math = -1;
+    }
+    st = set_math(c, default_math(x->dtype));
+    if (st != miopenStatusSuccess) return st;
     memset(p, 0, sizeof *p);
     p->dir = dir;
     p->dtype = x->dtype;
@@ -508,26 +556,38 @@ static miopenStatus_t prepare_conv(int dir, miopenConvolutionDescriptor_t c, mio
     return miopenStatusSuccess;
 }
 
-static void memo_put(miopenHandle_t h, const struct conv_problem *p, int mi_algo, int dnn_algo)
+static struct memo_entry *memo_find(miopenHandle_t h, const struct conv_problem *p, long long key)
 {
     for (int i = 0; i < HOC_MIOPEN_MEMO; i++) {
         struct memo_entry *e = &h->memo[i];
-        if (e->used && e->mi_algo == mi_algo && memcmp(&e->p, p, sizeof *p) == 0) {
-            e->dnn_algo = dnn_algo;
-            return;
-        }
+        if (e->used && e->key == key && memcmp(&e->p, p, sizeof *p) == 0) return e;
     }
-    struct memo_entry *e = &h->memo[h->next_memo++ % HOC_MIOPEN_MEMO];
-    e->used = 1, e->p = *p, e->mi_algo = mi_algo, e->dnn_algo = dnn_algo;
+    return NULL;
 }
 
-static int memo_get(miopenHandle_t h, const struct conv_problem *p, int mi_algo)
+static struct memo_entry *memo_put(miopenHandle_t h, const struct conv_problem *p, long long key, int dnn_algo,
+                                   int math)
 {
-    for (int i = 0; i < HOC_MIOPEN_MEMO; i++) {
-        const struct memo_entry *e = &h->memo[i];
-        if (e->used && e->mi_algo == mi_algo && memcmp(&e->p, p, sizeof *p) == 0) return e->dnn_algo;
-    }
-    return -1;
+    struct memo_entry *e = memo_find(h, p, key);
+    if (!e) e = &h->memo[h->next_memo++ % HOC_MIOPEN_MEMO];
+    e->used = 1, e->p = *p, e->key = key, e->dnn_algo = dnn_algo, e->math = math, e->need = (size_t)-1;
+    return e;
+}
+
+/* Immediate mode's solution ids (see the header): 1 + algo + 16 * math. */
+static unsigned long long solution_id(int dnn_algo, int math)
+{
+    return 1ull + (unsigned long long)dnn_algo + 16ull * (unsigned long long)math;
+}
+
+static int solution_decode(unsigned long long id, int algo_count, int *dnn_algo, int *math)
+{
+    if (id < 1) return 0;
+    unsigned long long a = (id - 1) % 16, m = (id - 1) / 16;
+    if (a >= (unsigned long long)algo_count || (m != CUDNN_DEFAULT_MATH && m != CUDNN_TENSOR_OP_MATH && m != CUDNN_FMA_MATH))
+        return 0;
+    *dnn_algo = (int)a, *math = (int)m;
+    return 1;
 }
 
 static int alpha_beta_default(int dtype, const void *alpha, const void *beta)
@@ -594,7 +654,7 @@ HOC_EXPORT miopenStatus_t miopenFindConvolutionForwardAlgorithm(
         int fam = fwd_family((int)res[i].algo);
         if (seen & (1 << fam)) continue; /* keep the fastest of each family (res is sorted) */
         seen |= 1 << fam;
-        memo_put(h, &p, fam, (int)res[i].algo);
+        memo_put(h, &p, fam, (int)res[i].algo, (int)res[i].mathType);
         perf[out].algo = (unsigned)fam;
         perf[out].time = res[i].time;
         perf[out].memory = res[i].memory;
@@ -617,13 +677,16 @@ HOC_EXPORT miopenStatus_t miopenConvolutionForward(miopenHandle_t h, const void 
     if (st != miopenStatusSuccess) return st;
     if (!alpha_beta_default(xd->dtype, alpha, beta)) return miopenStatusNotImplemented; /* fact 8 */
     if ((st = bind(h)) != miopenStatusSuccess) return st;
-    int dnn = memo_get(h, &p, algo);
+    struct memo_entry *e = memo_find(h, &p, algo);
+    int dnn = e ? e->dnn_algo : -1;
+    if ((st = set_math(c, e ? e->math : default_math(xd->dtype))) != miopenStatusSuccess) return st;
     if (dnn < 0) { /* no find for this problem: the first algorithm of the family that fits */
         for (int a = 0; a < CUDNN_CONVOLUTION_FWD_ALGO_COUNT && dnn < 0; a++)
             if (fwd_family(a) == algo && fwd_ws(h, xd, wd, c, yd, a) <= ws_size) dnn = a;
         if (dnn < 0) return miopenStatusBadParm;
     }
-    size_t need = fwd_ws(h, xd, wd, c, yd, dnn);
+    size_t need = e && e->need != (size_t)-1 ? e->need : fwd_ws(h, xd, wd, c, yd, dnn);
+    if (e) e->need = need;
     if (need == (size_t)-1 || need > ws_size || (need > 0 && !ws)) return miopenStatusBadParm;
     DNN(cudnnConvolutionForward(h->dnn, alpha, xd->t, x, wd->f, w, c->c, (cudnnConvolutionFwdAlgo_t)dnn, ws,
                                 ws_size, beta, yd->t, y));
@@ -683,7 +746,7 @@ HOC_EXPORT miopenStatus_t miopenFindConvolutionBackwardDataAlgorithm(
         int fam = bwd_data_family((int)res[i].algo);
         if (seen & (1 << fam)) continue;
         seen |= 1 << fam;
-        memo_put(h, &p, fam, (int)res[i].algo);
+        memo_put(h, &p, fam, (int)res[i].algo, (int)res[i].mathType);
         perf[out].algo = (unsigned)fam;
         perf[out].time = res[i].time;
         perf[out].memory = res[i].memory;
@@ -708,13 +771,16 @@ HOC_EXPORT miopenStatus_t miopenConvolutionBackwardData(miopenHandle_t h, const 
     if (st != miopenStatusSuccess) return st;
     if (!alpha_beta_default(dxd->dtype, alpha, beta)) return miopenStatusNotImplemented;
     if ((st = bind(h)) != miopenStatusSuccess) return st;
-    int dnn = memo_get(h, &p, algo);
+    struct memo_entry *e = memo_find(h, &p, algo);
+    int dnn = e ? e->dnn_algo : -1;
+    if ((st = set_math(c, e ? e->math : default_math(dxd->dtype))) != miopenStatusSuccess) return st;
     if (dnn < 0) {
         for (int a = 0; a < CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT && dnn < 0; a++)
             if (bwd_data_family(a) == algo && bwd_ws(h, dyd, wd, c, dxd, a) <= ws_size) dnn = a;
         if (dnn < 0) return miopenStatusBadParm;
     }
-    size_t need = bwd_ws(h, dyd, wd, c, dxd, dnn);
+    size_t need = e && e->need != (size_t)-1 ? e->need : bwd_ws(h, dyd, wd, c, dxd, dnn);
+    if (e) e->need = need;
     if (need == (size_t)-1 || need > ws_size || (need > 0 && !ws)) return miopenStatusBadParm;
     cudnnStatus_t ds = cudnnConvolutionBackwardData(h->dnn, alpha, wd->f, w, dyd->t, dy, c->c,
                                                     (cudnnConvolutionBwdDataAlgo_t)dnn, ws, ws_size, beta,
@@ -726,6 +792,218 @@ HOC_EXPORT miopenStatus_t miopenConvolutionBackwardData(miopenHandle_t h, const 
                 (int)ds, dnn, need, ws_size, p.x[0], p.x[1], p.x[2], p.x[3], p.w[0], p.w[1], p.w[2], p.w[3],
                 p.groups, p.pad[0], p.pad[1], p.stride[0], p.stride[1], p.dil[0], p.dil[1]);
     return map_dnn(ds);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Immediate mode (facts 13 and 14): cuDNN's heuristics rank, solution ids name (algo, math)   */
+typedef struct {
+    float time;
+    size_t workspace_size;
+    unsigned long long solution_id;
+    unsigned int algorithm; /* miopenConvAlgorithm_t: the same values as the families */
+} miopenConvSolution_t;
+_Static_assert(sizeof(miopenConvSolution_t) == 32 && offsetof(miopenConvSolution_t, solution_id) == 16 &&
+                   offsetof(miopenConvSolution_t, algorithm) == 24,
+               "miopenConvSolution_t layout (miopen.h)");
+
+#define HOC_MATH_KINDS 3 /* default, tensor op, FMA: the most solutions one algorithm gives */
+
+static int algo_count(int dir)
+{
+    return dir == DIR_FWD ? CUDNN_CONVOLUTION_FWD_ALGO_COUNT : CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
+}
+
+/* Workspace of cuDNN algorithm a for (x, w, y) (x = dx, y = dy for backward data) under the math
+ * type c holds now; (size_t)-1 when cuDNN refuses it. */
+static size_t dir_ws(miopenHandle_t h, int dir, miopenTensorDescriptor_t x, miopenTensorDescriptor_t w,
+                     miopenConvolutionDescriptor_t c, miopenTensorDescriptor_t y, int a)
+{
+    return dir == DIR_FWD ? fwd_ws(h, x, w, c, y, a) : bwd_ws(h, y, w, c, x, a);
+}
+
+static miopenStatus_t solution_count(int dir, miopenHandle_t h, miopenTensorDescriptor_t x,
+                                     miopenTensorDescriptor_t w, miopenConvolutionDescriptor_t c,
+                                     miopenTensorDescriptor_t y, size_t *count)
+{
+    if (!h || !count) return miopenStatusBadParm;
+    struct conv_problem p;
+    miopenStatus_t st = prepare_conv(dir, c, x, w, y, &p);
+    if (st != miopenStatusSuccess) return st;
+    *count = (size_t)algo_count(dir) * HOC_MATH_KINDS;
+    return miopenStatusSuccess;
+}
+
+static miopenStatus_t get_solutions(int dir, miopenHandle_t h, miopenTensorDescriptor_t x,
+                                    miopenTensorDescriptor_t w, miopenConvolutionDescriptor_t c,
+                                    miopenTensorDescriptor_t y, size_t max, size_t *count,
+                                    miopenConvSolution_t *sols)
+{
+    if (!h || !count || (max > 0 && !sols)) return miopenStatusBadParm;
+    struct conv_problem p;
+    miopenStatus_t st = prepare_conv(dir, c, x, w, y, &p);
+    if (st == miopenStatusSuccess) st = bind(h);
+    if (st != miopenStatusSuccess) return st;
+    enum { CAP = 8 * HOC_MATH_KINDS };
+    struct { int algo, status, math; float time; size_t memory; } r[CAP];
+    int n = 0;
+    if (dir == DIR_FWD) {
+        cudnnConvolutionFwdAlgoPerf_t res[CAP];
+        DNN(cudnnGetConvolutionForwardAlgorithm_v7(h->dnn, x->t, w->f, c->c, y->t, CAP, &n, res));
+        for (int i = 0; i < n && i < CAP; i++)
+            r[i].algo = (int)res[i].algo, r[i].status = (int)res[i].status, r[i].math = (int)res[i].mathType,
+            r[i].time = res[i].time, r[i].memory = res[i].memory;
+    } else {
+        cudnnConvolutionBwdDataAlgoPerf_t res[CAP];
+        DNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(h->dnn, w->f, y->t, c->c, x->t, CAP, &n, res));
+        for (int i = 0; i < n && i < CAP; i++)
+            r[i].algo = (int)res[i].algo, r[i].status = (int)res[i].status, r[i].math = (int)res[i].mathType,
+            r[i].time = res[i].time, r[i].memory = res[i].memory;
+    }
+    size_t out = 0;
+    for (int i = 0; i < n && i < CAP && out < max; i++) { /* cuDNN's order: best expected first */
+        if (r[i].status != CUDNN_STATUS_SUCCESS) continue;
+        unsigned long long id = solution_id(r[i].algo, r[i].math);
+        int dup = 0;
+        for (size_t j = 0; j < out; j++) dup |= sols[j].solution_id == id;
+        if (dup) continue;
+        sols[out].time = r[i].time;
+        sols[out].workspace_size = r[i].memory;
+        sols[out].solution_id = id;
+        sols[out].algorithm = (unsigned)(dir == DIR_FWD ? fwd_family(r[i].algo) : bwd_data_family(r[i].algo));
+        out++;
+    }
+    *count = out;
+    return miopenStatusSuccess;
+}
+
+/* The problem of a solution: checks it, programs c with its math type, and returns its cuDNN
+ * algorithm and its workspace need (remembered per handle). */
+static miopenStatus_t solution_setup(int dir, miopenHandle_t h, miopenTensorDescriptor_t x,
+                                     miopenTensorDescriptor_t w, miopenConvolutionDescriptor_t c,
+                                     miopenTensorDescriptor_t y, unsigned long long id, int *dnn, size_t *need)
+{
+    if (!h) return miopenStatusBadParm;
+    struct conv_problem p;
+    int math = 0;
+    miopenStatus_t st = prepare_conv(dir, c, x, w, y, &p);
+    if (st == miopenStatusSuccess) st = bind(h);
+    if (st != miopenStatusSuccess) return st;
+    if (!solution_decode(id, algo_count(dir), dnn, &math)) return miopenStatusBadParm;
+    if ((st = set_math(c, math)) != miopenStatusSuccess) return st;
+    long long key = MEMO_SOLUTION + (long long)id;
+    struct memo_entry *e = memo_find(h, &p, key);
+    if (!e) e = memo_put(h, &p, key, *dnn, math);
+    if (e->need == (size_t)-1) e->need = dir_ws(h, dir, x, w, c, y, *dnn);
+    *need = e->need;
+    return *need == (size_t)-1 ? miopenStatusBadParm : miopenStatusSuccess;
+}
+
+HOC_EXPORT miopenStatus_t miopenConvolutionForwardGetSolutionCount(miopenHandle_t h, miopenTensorDescriptor_t wd,
+                                                                  miopenTensorDescriptor_t xd,
+                                                                  miopenConvolutionDescriptor_t c,
+                                                                  miopenTensorDescriptor_t yd, size_t *count)
+{
+    INJECT("miopenConvolutionForwardGetSolutionCount");
+    return solution_count(DIR_FWD, h, xd, wd, c, yd, count);
+}
+
+HOC_EXPORT miopenStatus_t miopenConvolutionForwardGetSolution(miopenHandle_t h, miopenTensorDescriptor_t wd,
+                                                             miopenTensorDescriptor_t xd,
+                                                             miopenConvolutionDescriptor_t c,
+                                                             miopenTensorDescriptor_t yd, const size_t max,
+                                                             size_t *count, miopenConvSolution_t *sols)
+{
+    INJECT("miopenConvolutionForwardGetSolution");
+    return get_solutions(DIR_FWD, h, xd, wd, c, yd, max, count, sols);
+}
+
+HOC_EXPORT miopenStatus_t miopenConvolutionForwardCompileSolution(miopenHandle_t h, miopenTensorDescriptor_t wd,
+                                                                 miopenTensorDescriptor_t xd,
+                                                                 miopenConvolutionDescriptor_t c,
+                                                                 miopenTensorDescriptor_t yd,
+                                                                 const unsigned long long id)
+{
+    INJECT("miopenConvolutionForwardCompileSolution");
+    int dnn = 0;
+    size_t need = 0;
+    return solution_setup(DIR_FWD, h, xd, wd, c, yd, id, &dnn, &need); /* cuDNN compiles nothing */
+}
+
+HOC_EXPORT miopenStatus_t miopenConvolutionForwardImmediate(miopenHandle_t h, miopenTensorDescriptor_t wd,
+                                                           const void *w, miopenTensorDescriptor_t xd,
+                                                           const void *x, miopenConvolutionDescriptor_t c,
+                                                           miopenTensorDescriptor_t yd, void *y, void *ws,
+                                                           size_t ws_size, const unsigned long long id)
+{
+    INJECT("miopenConvolutionForwardImmediate");
+    if (!x || !w || !y) return miopenStatusBadParm;
+    int dnn = 0;
+    size_t need = 0;
+    miopenStatus_t st = solution_setup(DIR_FWD, h, xd, wd, c, yd, id, &dnn, &need);
+    if (st != miopenStatusSuccess) return st;
+    if (need > ws_size || (need > 0 && !ws)) return miopenStatusBadParm;
+    double one_d = 1.0, zero_d = 0.0;
+    float one_f = 1.0f, zero_f = 0.0f;
+    int dbl = xd->dtype == miopenDouble;
+    DNN(cudnnConvolutionForward(h->dnn, dbl ? (const void *)&one_d : (const void *)&one_f, xd->t, x, wd->f, w,
+                                c->c, (cudnnConvolutionFwdAlgo_t)dnn, ws, ws_size,
+                                dbl ? (const void *)&zero_d : (const void *)&zero_f, yd->t, y));
+    return miopenStatusSuccess;
+}
+
+HOC_EXPORT miopenStatus_t miopenConvolutionBackwardDataGetSolutionCount(miopenHandle_t h,
+                                                                       miopenTensorDescriptor_t dyd,
+                                                                       miopenTensorDescriptor_t wd,
+                                                                       miopenConvolutionDescriptor_t c,
+                                                                       miopenTensorDescriptor_t dxd, size_t *count)
+{
+    INJECT("miopenConvolutionBackwardDataGetSolutionCount");
+    return solution_count(DIR_BWD_DATA, h, dxd, wd, c, dyd, count);
+}
+
+HOC_EXPORT miopenStatus_t miopenConvolutionBackwardDataGetSolution(miopenHandle_t h, miopenTensorDescriptor_t dyd,
+                                                                  miopenTensorDescriptor_t wd,
+                                                                  miopenConvolutionDescriptor_t c,
+                                                                  miopenTensorDescriptor_t dxd, const size_t max,
+                                                                  size_t *count, miopenConvSolution_t *sols)
+{
+    INJECT("miopenConvolutionBackwardDataGetSolution");
+    return get_solutions(DIR_BWD_DATA, h, dxd, wd, c, dyd, max, count, sols);
+}
+
+HOC_EXPORT miopenStatus_t miopenConvolutionBackwardDataCompileSolution(miopenHandle_t h,
+                                                                      miopenTensorDescriptor_t dyd,
+                                                                      miopenTensorDescriptor_t wd,
+                                                                      miopenConvolutionDescriptor_t c,
+                                                                      miopenTensorDescriptor_t dxd,
+                                                                      const unsigned long long id)
+{
+    INJECT("miopenConvolutionBackwardDataCompileSolution");
+    int dnn = 0;
+    size_t need = 0;
+    return solution_setup(DIR_BWD_DATA, h, dxd, wd, c, dyd, id, &dnn, &need);
+}
+
+HOC_EXPORT miopenStatus_t miopenConvolutionBackwardDataImmediate(miopenHandle_t h, miopenTensorDescriptor_t dyd,
+                                                                const void *dy, miopenTensorDescriptor_t wd,
+                                                                const void *w, miopenConvolutionDescriptor_t c,
+                                                                miopenTensorDescriptor_t dxd, void *dx, void *ws,
+                                                                size_t ws_size, const unsigned long long id)
+{
+    INJECT("miopenConvolutionBackwardDataImmediate");
+    if (!dy || !w || !dx) return miopenStatusBadParm;
+    int dnn = 0;
+    size_t need = 0;
+    miopenStatus_t st = solution_setup(DIR_BWD_DATA, h, dxd, wd, c, dyd, id, &dnn, &need);
+    if (st != miopenStatusSuccess) return st;
+    if (need > ws_size || (need > 0 && !ws)) return miopenStatusBadParm;
+    double one_d = 1.0, zero_d = 0.0;
+    float one_f = 1.0f, zero_f = 0.0f;
+    int dbl = dxd->dtype == miopenDouble;
+    DNN(cudnnConvolutionBackwardData(h->dnn, dbl ? (const void *)&one_d : (const void *)&one_f, wd->f, w, dyd->t,
+                                     dy, c->c, (cudnnConvolutionBwdDataAlgo_t)dnn, ws, ws_size,
+                                     dbl ? (const void *)&zero_d : (const void *)&zero_f, dxd->t, dx));
+    return miopenStatusSuccess;
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -219,8 +219,10 @@ if [ -n "${ROCM_SYS_MIOPEN_LIB:-}" ] && [[ -z "${ONLY:-}" || "miopen" =~ $ONLY ]
     # The same parity cases with MIOpen failing on purpose (the double's HIP_ON_CUDA_MIOPEN_FAIL):
     # once in the calls that run the work, once in the algorithm searches and pool set-up. The parity test then
     # asserts that nothing ran on MIOpen and every case still matched the CPU (im2col, our pools).
-    for fail in miopenConvolutionForward,miopenConvolutionBackwardData,miopenPoolingForward \
-        miopenFindConvolutionForwardAlgorithm,miopenFindConvolutionBackwardDataAlgorithm,miopenSet2dPoolingDescriptor; do
+    # Both planning modes' entry points fail together (immediate mode is the default; find runs
+    # where the library lacks it), so every case must end on our kernels.
+    for fail in miopenConvolutionForward,miopenConvolutionForwardImmediate,miopenConvolutionBackwardData,miopenConvolutionBackwardDataImmediate,miopenPoolingForward \
+        miopenFindConvolutionForwardAlgorithm,miopenConvolutionForwardGetSolution,miopenFindConvolutionBackwardDataAlgorithm,miopenConvolutionBackwardDataGetSolution,miopenSet2dPoolingDescriptor; do
         name=${fail%%,*}
         HIP_ON_CUDA_MIOPEN_FAIL=$fail CANDLE_ROCM_CONV=miopen timeout "${TEST_TIMEOUT:-300}" "$BUNDLE/candle-rocm.parity" \
             --include-ignored --nocapture convolutions pools_and_upsampling > "$OUT/test-parity-miopen-fail-$name.log" 2>&1

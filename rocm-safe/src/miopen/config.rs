@@ -1,4 +1,4 @@
-//! Shapes, parameters and cache keys of the MIOpen operations: host-only logic, tested without
+//! Shapes and parameters of the MIOpen operations: host-only logic, tested without
 //! a GPU. Conventions are Candle's (and PyTorch's); see the parent module for MIOpen's.
 
 use std::ffi::c_int;
@@ -27,10 +27,6 @@ impl MiopenType for f16 {
 impl MiopenType for bf16 {
     const DATATYPE: miopenDataType_t = miopenDataType_t::miopenBFloat16;
 }
-
-/// Most plans a handle caches; past it the cache is emptied (a model uses a bounded set of
-/// shapes, so this only bounds pathological callers).
-pub const MAX_CACHED_PLANS: usize = 4096;
 
 pub(crate) fn unsupported(detail: String) -> RocmError {
     RocmError::Unsupported {
@@ -410,58 +406,6 @@ impl Pool2dConfig {
     }
 }
 
-/// Which MIOpen convolution entry points a plan uses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ConvDirection {
-    /// `miopenConvolutionForward`: a convolution.
-    Forward,
-    /// `miopenConvolutionBackwardData`: a transposed convolution.
-    BackwardData,
-}
-
-/// The key a convolution plan (descriptors, algorithm, workspace size) is cached under:
-/// direction, element type, and the forward convolution problem (shapes and parameters). A
-/// transposed convolution is keyed by the convolution it transposes, whose input height and
-/// width carry its output padding.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct ConvKey {
-    /// Forward or backward data.
-    pub direction: ConvDirection,
-    /// The MIOpen element type.
-    pub dtype: miopenDataType_t,
-    /// The forward convolution problem.
-    pub problem: Conv2dConfig,
-}
-
-impl ConvKey {
-    /// The key of a convolution of `T`s.
-    pub fn forward<T: MiopenType>(cfg: &Conv2dConfig) -> Self {
-        ConvKey {
-            direction: ConvDirection::Forward,
-            dtype: T::DATATYPE,
-            problem: *cfg,
-        }
-    }
-
-    /// The key of a transposed convolution of `T`s.
-    pub fn transpose<T: MiopenType>(cfg: &ConvTranspose2dConfig) -> Result<Self> {
-        Ok(ConvKey {
-            direction: ConvDirection::BackwardData,
-            dtype: T::DATATYPE,
-            problem: cfg.as_forward()?,
-        })
-    }
-}
-
-/// The key a pooling plan is cached under.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct PoolKey {
-    /// The MIOpen element type.
-    pub dtype: miopenDataType_t,
-    /// Shapes and parameters.
-    pub cfg: Pool2dConfig,
-}
-
 pub(crate) fn check_len(what: &str, dims: [usize; 4], have: usize) -> Result<()> {
     match product(dims) {
         Some(need) if need <= have => Ok(()),
@@ -475,7 +419,6 @@ pub(crate) fn check_len(what: &str, dims: [usize; 4], have: usize) -> Result<()>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashSet;
 
     fn conv() -> Conv2dConfig {
         Conv2dConfig {
@@ -583,84 +526,6 @@ mod tests {
             ..p
         };
         assert!(zero_stride.out_hw().is_err());
-    }
-
-    #[test]
-    fn cache_keys_separate_every_parameter() {
-        let base = conv();
-        let mut keys = HashSet::new();
-        keys.insert(ConvKey::forward::<f32>(&base));
-        assert!(!keys.insert(ConvKey::forward::<f32>(&base)), "same key");
-        let variants = [
-            Conv2dConfig { batch: 3, ..base },
-            Conv2dConfig { in_w: 8, ..base },
-            Conv2dConfig {
-                padding: [0, 0],
-                ..base
-            },
-            Conv2dConfig {
-                stride: [1, 1],
-                ..base
-            },
-            Conv2dConfig {
-                dilation: [1, 1],
-                ..base
-            },
-            Conv2dConfig { groups: 1, ..base },
-        ];
-        for v in variants {
-            assert!(keys.insert(ConvKey::forward::<f32>(&v)), "{v:?}");
-        }
-        assert!(keys.insert(ConvKey::forward::<f16>(&base)), "dtype");
-        assert!(keys.insert(ConvKey::forward::<bf16>(&base)), "dtype");
-        let t = ConvTranspose2dConfig {
-            batch: 1,
-            in_channels: 4,
-            in_h: 3,
-            in_w: 3,
-            out_channels: 2,
-            kernel_h: 3,
-            kernel_w: 3,
-            groups: 1,
-            padding: [0, 0],
-            output_padding: [0, 0],
-            stride: [2, 2],
-            dilation: [1, 1],
-        };
-        let k0 = ConvKey::transpose::<f32>(&t).unwrap();
-        let k1 = ConvKey::transpose::<f32>(&ConvTranspose2dConfig {
-            output_padding: [1, 1],
-            ..t
-        })
-        .unwrap();
-        assert_ne!(k0, k1, "output padding changes the key");
-        assert_eq!(k0.direction, ConvDirection::BackwardData);
-        let fwd_same_problem = ConvKey {
-            direction: ConvDirection::Forward,
-            ..k0
-        };
-        assert_ne!(k0, fwd_same_problem, "direction is part of the key");
-        let pk = PoolKey {
-            dtype: f32::DATATYPE,
-            cfg: Pool2dConfig {
-                batch: 1,
-                channels: 1,
-                in_h: 4,
-                in_w: 4,
-                kernel: [2, 2],
-                stride: [2, 2],
-                padding: [0, 0],
-                mode: PoolMode::Max,
-            },
-        };
-        let avg = PoolKey {
-            cfg: Pool2dConfig {
-                mode: PoolMode::Average,
-                ..pk.cfg
-            },
-            ..pk
-        };
-        assert_ne!(pk, avg);
     }
 
     #[test]

@@ -1,247 +1,83 @@
 //! [`MiopenHandle`]: an MIOpen handle bound to a stream, with 2-D convolution (forward and
 //! transposed, so also 1-D as the H = 1 case) and 2-D pooling on packed NCHW device buffers,
-//! when MIOpen is installed.
+//! when MIOpen is installed. Shapes are in [`config`], descriptors in [`desc`], keys, policy and
+//! the choice among candidates in [`plan`].
 //!
 //! MIOpen facts this module relies on, from `include/miopen/miopen.h` (versions listed in
 //! [`rocm_sys::miopen`]):
 //! - tensors are described packed NCHW by `miopenSet4dTensorDescriptor(desc, type, n, c, h, w)`;
 //! - filters are (K, C / groups, R, S) in `miopenConvolution` mode, and the group count is set
-//!   by `miopenSetConvolutionGroupCount` after `miopenInitConvolutionDescriptor` ("it is
-//!   preferable to call miopenInitConvolutionDescriptor() first, then
-//!   miopenSetConvolutionGroupCount()");
-//! - `miopenFindConvolution*Algorithm` "is mandatory before" the matching execution call; the
-//!   find workspace is sized by `miopenConvolution*GetWorkSpaceSize`, and the chosen result's
-//!   `memory` is the workspace the execution call needs;
-//! - alpha = 1 and beta = 0 are the only values supported in 2-D (`miopenConvolutionForward`),
-//!   passed as host `float`s for half, bfloat16 and float data (`src/ocl/pooling_ocl.cpp`
-//!   reads them as `float` too);
+//!   by `miopenSetConvolutionGroupCount` after `miopenInitConvolutionDescriptor`;
+//! - immediate mode: `miopenConvolution*GetSolutionCount` / `*GetSolution` list the applicable
+//!   solutions, best expected first, each with its workspace size and id;
+//!   `*CompileSolution` builds one ahead of its first use; `*Immediate` runs one by id;
+//! - find: `miopenFindConvolution*Algorithm` "is mandatory before" `miopenConvolutionForward` /
+//!   `miopenConvolutionBackwardData`; its workspace is sized by `miopenConvolution*GetWorkSpaceSize`
+//!   and each result's `memory` is the workspace its execution needs;
+//! - alpha = 1 and beta = 0 are the only values supported in 2-D, passed as host `float`s for
+//!   half, bfloat16 and float data (`src/ocl/pooling_ocl.cpp` reads them as `float` too);
 //! - a transposed convolution runs as the backward-data pass of the convolution it transposes:
 //!   dy = its input (N, C_in, H, W), w = (C_in, C_out / groups, R, S), dx = its output. That
 //!   weight layout is the one Candle and PyTorch use for transposed-convolution weights;
-//! - `miopenPoolingForward` with `do_backward = false` takes a null, zero-sized workspace
-//!   ("If the parameter do_backward == 0, then set workSpace = nullptr and workSpaceSize = 0").
+//! - `miopenPoolingForward` with `do_backward = false` takes a null, zero-sized workspace;
+//! - there is no math-type switch: half and bfloat16 solvers use the matrix units (MFMA on
+//!   gfx9 Instinct, WMMA on gfx11+) where they have them.
 //!
-//! The algorithm of each (direction, dtype, shape, parameters) key is found once per handle,
-//! with MIOpen's non-exhaustive find, and cached with its descriptors, so a repeated call makes
-//! exactly one MIOpen call plus a cached workspace allocation.
+//! Each (direction, dtype, shape, parameters) key is planned once per handle, by the handle's
+//! [`PlanPolicy`] (immediate mode unless find is asked for), and cached with its descriptors
+//! and ranked candidates; pools share the cache. A repeated call makes one MIOpen call plus a
+//! workspace allocation from the caching allocator. When that allocation finds the memory
+//! short, the plan moves to the fastest candidate needing less workspace, for good.
 
 mod config;
+mod desc;
+mod plan;
+mod search;
 
-pub use config::{
-    Conv2dConfig, ConvDirection, ConvKey, ConvTranspose2dConfig, MiopenType, Pool2dConfig, PoolKey,
-    PoolMode, MAX_CACHED_PLANS,
+pub use config::{Conv2dConfig, ConvTranspose2dConfig, MiopenType, Pool2dConfig, PoolMode};
+pub use plan::{
+    smaller_workspace, usable, Algo, Candidate, ConvDirection, ConvKey, PlanKey, PlanPolicy,
+    PoolKey, Search, DEFAULT_WORKSPACE_LIMIT, MAX_CACHED_PLANS,
 };
 
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
-use rocm_sys::miopen::{
-    miopenConvAlgoPerf_t, miopenConvBwdDataAlgorithm_t, miopenConvFwdAlgorithm_t,
-    miopenConvolutionDescriptor_t, miopenConvolutionMode_t, miopenDataType_t, miopenHandle_t,
-    miopenPoolingDescriptor_t, miopenTensorDescriptor_t,
-};
+use rocm_sys::miopen::{miopenDataType_t, miopenHandle_t};
 use rocm_sys::Miopen;
 
 use crate::buffer::{DeviceBuffer, DeviceSlice, DeviceSliceMut};
 use crate::error::{check_miopen, Result, RocmError};
 use crate::runtime::Runtime;
 use crate::stream::Stream;
-use config::{c_dims, check_len, product, unsupported};
+use config::{check_len, product, unsupported};
+use desc::Desc;
+use search::exec;
 
-/// An MIOpen tensor descriptor (packed NCHW). Destroyed on drop.
-struct TensorDesc {
-    lib: Arc<Miopen>,
-    rt: Arc<Runtime>,
-    raw: miopenTensorDescriptor_t,
-}
-
-impl TensorDesc {
-    fn new(
-        lib: &Arc<Miopen>,
-        rt: &Arc<Runtime>,
-        dtype: miopenDataType_t,
-        dims: [usize; 4],
-        what: &str,
-    ) -> Result<Self> {
-        let d = c_dims(dims, what)?;
-        let mut raw: miopenTensorDescriptor_t = std::ptr::null_mut();
-        // SAFETY: `raw` is a valid out-pointer for one descriptor handle.
-        let code = unsafe { (lib.miopenCreateTensorDescriptor)(&mut raw) };
-        check_miopen(lib, "miopenCreateTensorDescriptor", code)?;
-        // From here on, `Drop` destroys the descriptor whatever happens next.
-        let desc = TensorDesc {
-            lib: lib.clone(),
-            rt: rt.clone(),
-            raw,
-        };
-        // SAFETY: `desc.raw` is the live descriptor just created; the dims are positive
-        // `int`s whose product fits an `int` (`c_dims`).
-        let code =
-            unsafe { (lib.miopenSet4dTensorDescriptor)(desc.raw, dtype, d[0], d[1], d[2], d[3]) };
-        check_miopen(lib, "miopenSet4dTensorDescriptor", code)?;
-        Ok(desc)
-    }
-
-    /// The dims `miopenGetConvolutionForwardOutputDim` reports for this input and `w`.
-    fn conv_output_dims(&self, conv: &ConvDesc, w: &TensorDesc) -> Result<[usize; 4]> {
-        let (mut n, mut c, mut h, mut wd): (c_int, c_int, c_int, c_int) = (0, 0, 0, 0);
-        // SAFETY: three live descriptors of this library; four valid out-pointers.
-        let code = unsafe {
-            (self.lib.miopenGetConvolutionForwardOutputDim)(
-                conv.raw, self.raw, w.raw, &mut n, &mut c, &mut h, &mut wd,
-            )
-        };
-        check_miopen(&self.lib, "miopenGetConvolutionForwardOutputDim", code)?;
-        Ok([n, c, h, wd].map(|v| v.max(0) as usize))
-    }
-}
-
-impl Drop for TensorDesc {
-    fn drop(&mut self) {
-        // SAFETY: `raw` is live and destroyed exactly once; no plan using it outlives `self`.
-        let code = unsafe { (self.lib.miopenDestroyTensorDescriptor)(self.raw) };
-        if let Err(e) = check_miopen(&self.lib, "miopenDestroyTensorDescriptor", code) {
-            self.rt.record_err(e);
-        }
-    }
-}
-
-/// An MIOpen convolution descriptor. Destroyed on drop.
-struct ConvDesc {
-    lib: Arc<Miopen>,
-    rt: Arc<Runtime>,
-    raw: miopenConvolutionDescriptor_t,
-}
-
-impl ConvDesc {
-    fn new(lib: &Arc<Miopen>, rt: &Arc<Runtime>, cfg: &Conv2dConfig) -> Result<Self> {
-        let ints = [
-            cfg.padding[0],
-            cfg.padding[1],
-            cfg.stride[0],
-            cfg.stride[1],
-            cfg.dilation[0],
-            cfg.dilation[1],
-            cfg.groups,
-        ];
-        if ints.iter().any(|&v| v > c_int::MAX as usize) {
-            return Err(unsupported(format!(
-                "conv {cfg:?}: a parameter exceeds MIOpen's 32-bit int"
-            )));
-        }
-        let [ph, pw, sh, sw, dh, dw, g] = ints.map(|v| v as c_int);
-        let mut raw: miopenConvolutionDescriptor_t = std::ptr::null_mut();
-        // SAFETY: `raw` is a valid out-pointer for one descriptor handle.
-        let code = unsafe { (lib.miopenCreateConvolutionDescriptor)(&mut raw) };
-        check_miopen(lib, "miopenCreateConvolutionDescriptor", code)?;
-        let desc = ConvDesc {
-            lib: lib.clone(),
-            rt: rt.clone(),
-            raw,
-        };
-        // SAFETY: `desc.raw` is the live descriptor just created; the mode is a declared
-        // value and the parameters are non-negative `int`s (argument order per miopen.h:
-        // mode, pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w).
-        let code = unsafe {
-            (lib.miopenInitConvolutionDescriptor)(
-                desc.raw,
-                miopenConvolutionMode_t::miopenConvolution,
-                ph,
-                pw,
-                sh,
-                sw,
-                dh,
-                dw,
-            )
-        };
-        check_miopen(lib, "miopenInitConvolutionDescriptor", code)?;
-        // SAFETY: live, initialised descriptor; the group count is a positive `int`.
-        let code = unsafe { (lib.miopenSetConvolutionGroupCount)(desc.raw, g) };
-        check_miopen(lib, "miopenSetConvolutionGroupCount", code)?;
-        Ok(desc)
-    }
-}
-
-impl Drop for ConvDesc {
-    fn drop(&mut self) {
-        // SAFETY: `raw` is live and destroyed exactly once; no plan using it outlives `self`.
-        let code = unsafe { (self.lib.miopenDestroyConvolutionDescriptor)(self.raw) };
-        if let Err(e) = check_miopen(&self.lib, "miopenDestroyConvolutionDescriptor", code) {
-            self.rt.record_err(e);
-        }
-    }
-}
-
-/// An MIOpen pooling descriptor. Destroyed on drop.
-struct PoolDesc {
-    lib: Arc<Miopen>,
-    rt: Arc<Runtime>,
-    raw: miopenPoolingDescriptor_t,
-}
-
-impl PoolDesc {
-    fn new(lib: &Arc<Miopen>, rt: &Arc<Runtime>, cfg: &Pool2dConfig) -> Result<Self> {
-        let ints = [
-            cfg.kernel[0],
-            cfg.kernel[1],
-            cfg.padding[0],
-            cfg.padding[1],
-            cfg.stride[0],
-            cfg.stride[1],
-        ];
-        if ints.iter().any(|&v| v > c_int::MAX as usize) {
-            return Err(unsupported(format!(
-                "pool {cfg:?}: a parameter exceeds MIOpen's 32-bit int"
-            )));
-        }
-        let [kh, kw, ph, pw, sh, sw] = ints.map(|v| v as c_int);
-        let mut raw: miopenPoolingDescriptor_t = std::ptr::null_mut();
-        // SAFETY: `raw` is a valid out-pointer for one descriptor handle.
-        let code = unsafe { (lib.miopenCreatePoolingDescriptor)(&mut raw) };
-        check_miopen(lib, "miopenCreatePoolingDescriptor", code)?;
-        let desc = PoolDesc {
-            lib: lib.clone(),
-            rt: rt.clone(),
-            raw,
-        };
-        // SAFETY: `desc.raw` is the live descriptor just created; the mode is a declared value
-        // and the parameters are non-negative `int`s (argument order per miopen.h: mode,
-        // windowHeight, windowWidth, pad_h, pad_w, stride_h, stride_w).
-        let code = unsafe {
-            (lib.miopenSet2dPoolingDescriptor)(desc.raw, cfg.mode.raw(), kh, kw, ph, pw, sh, sw)
-        };
-        check_miopen(lib, "miopenSet2dPoolingDescriptor", code)?;
-        Ok(desc)
-    }
-}
-
-impl Drop for PoolDesc {
-    fn drop(&mut self) {
-        // SAFETY: `raw` is live and destroyed exactly once; no plan using it outlives `self`.
-        let code = unsafe { (self.lib.miopenDestroyPoolingDescriptor)(self.raw) };
-        if let Err(e) = check_miopen(&self.lib, "miopenDestroyPoolingDescriptor", code) {
-            self.rt.record_err(e);
-        }
-    }
-}
-
-/// A found convolution: its descriptors, algorithm and workspace size. For backward data,
-/// `x` describes dx (the transposed convolution's output) and `y` dy (its input).
+/// A planned convolution: its descriptors and ranked candidates, `chosen` the one that runs.
+/// For backward data, `x` describes dx (the transposed convolution's output) and `y` dy (its
+/// input).
 struct ConvPlan {
-    x: TensorDesc,
-    w: TensorDesc,
-    y: TensorDesc,
-    conv: ConvDesc,
-    algo: u32,
-    workspace: usize,
+    x: Desc,
+    w: Desc,
+    y: Desc,
+    conv: Desc,
+    cands: Vec<Candidate>,
+    chosen: usize,
 }
 
 /// A described pooling.
 struct PoolPlan {
-    x: TensorDesc,
-    y: TensorDesc,
-    pool: PoolDesc,
+    x: Desc,
+    y: Desc,
+    pool: Desc,
+}
+
+/// Any cached plan.
+enum Plan {
+    Conv(ConvPlan),
+    Pool(PoolPlan),
 }
 
 /// The error returned where MIOpen is required but absent or disabled.
@@ -270,12 +106,12 @@ pub fn miopen_unavailable(hip_dir: Option<&std::path::Path>) -> RocmError {
     }
 }
 
-/// An MIOpen handle whose work is queued on one stream, with a cache of found convolution
-/// algorithms and pooling descriptors. Owning handle; not `Clone`.
+/// An MIOpen handle whose work is queued on one stream, with one cache of planned
+/// convolutions and pools. Owning handle; not `Clone`.
 pub struct MiopenHandle {
     // Declared first: the plans' descriptors are destroyed before the handle (field order).
-    conv_plans: HashMap<ConvKey, ConvPlan>,
-    pool_plans: HashMap<PoolKey, PoolPlan>,
+    plans: HashMap<PlanKey, Plan>,
+    policy: PlanPolicy,
     lib: Arc<Miopen>,
     raw: miopenHandle_t,
     stream: Arc<Stream>,
@@ -289,8 +125,9 @@ pub struct MiopenHandle {
 unsafe impl Send for MiopenHandle {}
 
 impl MiopenHandle {
-    /// Creates a handle on `stream`; `Ok(None)` when MIOpen is not installed or disabled
-    /// (`ROCM_SYS_MIOPEN_LIB=none`), so callers fall back to their own kernels.
+    /// Creates a handle on `stream` with the default [`PlanPolicy`]; `Ok(None)` when MIOpen is
+    /// not installed or disabled (`ROCM_SYS_MIOPEN_LIB=none`), so callers fall back to their
+    /// own kernels.
     pub fn new(stream: &Arc<Stream>) -> Result<Option<MiopenHandle>> {
         let Some(lib) = stream.device().runtime().miopen()? else {
             return Ok(None);
@@ -301,8 +138,8 @@ impl MiopenHandle {
         let code = unsafe { (lib.miopenCreateWithStream)(&mut raw, stream.raw()) };
         check_miopen(&lib, "miopenCreateWithStream", code)?;
         Ok(Some(MiopenHandle {
-            conv_plans: HashMap::new(),
-            pool_plans: HashMap::new(),
+            plans: HashMap::new(),
+            policy: PlanPolicy::default(),
             lib,
             raw,
             stream: stream.clone(),
@@ -338,23 +175,77 @@ impl MiopenHandle {
         self.raw
     }
 
+    /// How new convolution plans are made.
+    pub fn policy(&self) -> PlanPolicy {
+        self.policy
+    }
+
+    /// Sets how new convolution plans are made; a change drops the cached plans.
+    pub fn set_policy(&mut self, policy: PlanPolicy) {
+        if policy != self.policy {
+            self.clear_cache();
+            self.policy = policy;
+        }
+    }
+
+    /// Whether this MIOpen exports the immediate-mode entry points [`Search::Immediate`] needs.
+    pub fn has_immediate_mode(&self) -> bool {
+        let l = &self.lib;
+        l.miopenConvolutionForwardGetSolutionCount.is_some()
+            && l.miopenConvolutionForwardGetSolution.is_some()
+            && l.miopenConvolutionForwardCompileSolution.is_some()
+            && l.miopenConvolutionForwardImmediate.is_some()
+            && l.miopenConvolutionBackwardDataGetSolutionCount.is_some()
+            && l.miopenConvolutionBackwardDataGetSolution.is_some()
+            && l.miopenConvolutionBackwardDataCompileSolution.is_some()
+            && l.miopenConvolutionBackwardDataImmediate.is_some()
+    }
+
     /// Number of cached (convolution, pooling) plans.
     pub fn cached_plans(&self) -> (usize, usize) {
-        (self.conv_plans.len(), self.pool_plans.len())
+        let convs = self
+            .plans
+            .keys()
+            .filter(|k| matches!(k, PlanKey::Conv(_)))
+            .count();
+        (convs, self.plans.len() - convs)
+    }
+
+    /// The candidate the cached plan of `key` runs, if planned.
+    pub fn chosen(&self, key: &ConvKey) -> Option<Candidate> {
+        match self.plans.get(&PlanKey::Conv(*key)) {
+            Some(Plan::Conv(p)) => p.cands.get(p.chosen).copied(),
+            _ => None,
+        }
     }
 
     /// Drops every cached plan (and its descriptors).
     pub fn clear_cache(&mut self) {
-        self.conv_plans.clear();
-        self.pool_plans.clear();
+        self.plans.clear();
+    }
+
+    /// Host time spent so far inside the MIOpen calls that queue the work (the convolution
+    /// execution calls and `miopenPoolingForward`), not in planning or our own bookkeeping
+    /// around them: what a caller subtracts from its own time per op to see its overhead
+    /// outside the library.
+    pub fn library_time(&self) -> std::time::Duration {
+        self.library_time
     }
 
     fn runtime(&self) -> Arc<Runtime> {
         self.stream.device().runtime().clone()
     }
 
+    /// Caches `plan` under `key`, emptying the cache first when it is full.
+    fn insert_plan(&mut self, key: PlanKey, plan: Plan) {
+        if self.plans.len() >= MAX_CACHED_PLANS {
+            self.plans.clear();
+        }
+        self.plans.insert(key, plan);
+    }
+
     /// Queues a convolution: `y = conv(x, w)` on packed NCHW buffers (see [`Conv2dConfig`]).
-    /// The first call for a key runs MIOpen's find (which also runs kernels on `y`).
+    /// The first call for a key plans it (with [`Search::Find`], running kernels on `y`).
     pub fn conv2d<T: MiopenType>(
         &mut self,
         cfg: &Conv2dConfig,
@@ -373,16 +264,7 @@ impl MiopenHandle {
         {
             return Ok(()); // nothing to compute (or an empty output); MIOpen rejects zero dims
         }
-        let key = ConvKey::forward::<T>(cfg);
-        self.run_conv(key, x, w, y)
-    }
-
-    /// Host time spent so far inside the MIOpen calls that queue the work
-    /// (`miopenConvolutionForward`, `miopenConvolutionBackwardData`, `miopenPoolingForward`),
-    /// not in set-up, algorithm searches or our own bookkeeping around them: what a caller
-    /// subtracts from its own time per op to see its overhead outside the library.
-    pub fn library_time(&self) -> std::time::Duration {
-        self.library_time
+        self.run_conv(ConvKey::forward::<T>(cfg), x, w, y)
     }
 
     /// Queues a transposed convolution (Candle's `conv_transpose2d`, see
@@ -405,8 +287,7 @@ impl MiopenHandle {
         {
             return Ok(());
         }
-        let key = ConvKey::transpose::<T>(cfg)?;
-        self.run_conv(key, x, w, y)
+        self.run_conv(ConvKey::transpose::<T>(cfg)?, x, w, y)
     }
 
     /// Queues 2-D pooling of `x` into `y` (see [`Pool2dConfig`]).
@@ -422,22 +303,21 @@ impl MiopenHandle {
         if product(out) == Some(0) {
             return Ok(());
         }
-        let key = PoolKey {
+        let key = PlanKey::Pool(PoolKey {
             dtype: T::DATATYPE,
             cfg: *cfg,
-        };
+        });
         self.stream.device().bind_to_thread()?;
-        if !self.pool_plans.contains_key(&key) {
-            let plan = self.pool_plan(&key)?;
-            if self.pool_plans.len() >= MAX_CACHED_PLANS {
-                self.pool_plans.clear();
-            }
-            self.pool_plans.insert(key, plan);
+        if !self.plans.contains_key(&key) {
+            let plan = self.pool_plan(T::DATATYPE, cfg)?;
+            self.insert_plan(key, Plan::Pool(plan));
         }
+        let Some(Plan::Pool(plan)) = self.plans.get(&key) else {
+            return Err(unsupported(format!("no pooling plan for {key:?}")));
+        };
         for s in [x.stream(), y.stream()] {
             self.stream.join(s)?;
         }
-        let plan = &self.pool_plans[&key];
         let (alpha, beta) = (1.0f32, 0.0f32);
         let start = std::time::Instant::now();
         // SAFETY: the plan's descriptors describe exactly `x` and `y` (their lengths were
@@ -468,21 +348,18 @@ impl MiopenHandle {
         Ok(())
     }
 
-    fn pool_plan(&self, key: &PoolKey) -> Result<PoolPlan> {
-        let rt = self.runtime();
-        let cfg = &key.cfg;
+    fn pool_plan(&self, dtype: miopenDataType_t, cfg: &Pool2dConfig) -> Result<PoolPlan> {
+        let (lib, rt) = (&self.lib, &self.runtime());
         let out = cfg.output_dims()?;
-        let x = TensorDesc::new(&self.lib, &rt, key.dtype, cfg.input_dims(), "input")?;
-        let y = TensorDesc::new(&self.lib, &rt, key.dtype, out, "output")?;
-        let pool = PoolDesc::new(&self.lib, &rt, cfg)?;
+        let x = Desc::tensor(lib, rt, dtype, cfg.input_dims(), "input")?;
+        let y = Desc::tensor(lib, rt, dtype, out, "output")?;
+        let pool = Desc::pooling(lib, rt, cfg)?;
         let (mut n, mut c, mut h, mut w): (c_int, c_int, c_int, c_int) = (0, 0, 0, 0);
         // SAFETY: live pooling and tensor descriptors; four valid out-pointers.
         let code = unsafe {
-            (self.lib.miopenGetPoolingForwardOutputDim)(
-                pool.raw, x.raw, &mut n, &mut c, &mut h, &mut w,
-            )
+            (lib.miopenGetPoolingForwardOutputDim)(pool.raw, x.raw, &mut n, &mut c, &mut h, &mut w)
         };
-        check_miopen(&self.lib, "miopenGetPoolingForwardOutputDim", code)?;
+        check_miopen(lib, "miopenGetPoolingForwardOutputDim", code)?;
         let got = [n, c, h, w].map(|v| v.max(0) as usize);
         if got != out {
             return Err(unsupported(format!(
@@ -492,7 +369,7 @@ impl MiopenHandle {
         Ok(PoolPlan { x, y, pool })
     }
 
-    /// Finds (first time per key) and runs a convolution. For backward data, `a` is dy and
+    /// Plans (first time per key) and runs a convolution. For backward data, `a` is dy and
     /// `out` is dx.
     fn run_conv<T: MiopenType>(
         &mut self,
@@ -505,67 +382,39 @@ impl MiopenHandle {
         for s in [a.stream(), w.stream(), out.stream()] {
             self.stream.join(s)?;
         }
-        if !self.conv_plans.contains_key(&key) {
+        let pkey = PlanKey::Conv(key);
+        if !self.plans.contains_key(&pkey) {
             let plan = self.conv_plan(&key, a.device_ptr(), w.device_ptr(), out.device_ptr())?;
-            if self.conv_plans.len() >= MAX_CACHED_PLANS {
-                self.conv_plans.clear();
-            }
-            self.conv_plans.insert(key, plan);
+            self.insert_plan(pkey, Plan::Conv(plan));
         }
-        let plan = &self.conv_plans[&key];
-        let workspace = DeviceBuffer::<u8>::alloc_cached(&self.stream, plan.workspace)?;
-        let (alpha, beta) = (1.0f32, 0.0f32);
-        let start = std::time::Instant::now();
-        let (code, op) = match key.direction {
-            ConvDirection::Forward => (
-                // SAFETY: the plan's descriptors describe exactly `a` (x), `w` and `out` (y),
-                // whose lengths were checked against the same dims; `algo` came from MIOpen's
-                // find for these descriptors, and the workspace holds the `memory` that find
-                // reported for it; alpha = 1, beta = 0 as host floats; the handle is bound to
-                // `self.stream`, after which every operand is ordered; `out` is borrowed
-                // exclusively, so it does not alias the inputs.
-                unsafe {
-                    (self.lib.miopenConvolutionForward)(
-                        self.raw,
-                        (&alpha as *const f32).cast(),
-                        plan.x.raw,
-                        a.device_ptr(),
-                        plan.w.raw,
-                        w.device_ptr(),
-                        plan.conv.raw,
-                        miopenConvFwdAlgorithm_t(plan.algo),
-                        (&beta as *const f32).cast(),
-                        plan.y.raw,
-                        out.device_ptr(),
-                        workspace.device_ptr(),
-                        plan.workspace,
-                    )
-                },
-                "miopenConvolutionForward",
-            ),
-            ConvDirection::BackwardData => (
-                // SAFETY: as for the forward call, with dy = `a` (described by `plan.y`) and
-                // dx = `out` (described by `plan.x`), in miopen.h's argument order.
-                unsafe {
-                    (self.lib.miopenConvolutionBackwardData)(
-                        self.raw,
-                        (&alpha as *const f32).cast(),
-                        plan.y.raw,
-                        a.device_ptr(),
-                        plan.w.raw,
-                        w.device_ptr(),
-                        plan.conv.raw,
-                        miopenConvBwdDataAlgorithm_t(plan.algo),
-                        (&beta as *const f32).cast(),
-                        plan.x.raw,
-                        out.device_ptr(),
-                        workspace.device_ptr(),
-                        plan.workspace,
-                    )
-                },
-                "miopenConvolutionBackwardData",
-            ),
+        let Some(Plan::Conv(plan)) = self.plans.get_mut(&pkey) else {
+            return Err(unsupported(format!("no convolution plan for {key:?}")));
         };
+        // The workspace of the chosen candidate, else of the fastest one needing less.
+        let workspace = loop {
+            let need = plan.cands[plan.chosen].workspace;
+            match DeviceBuffer::<u8>::alloc_cached(&self.stream, need) {
+                Ok(ws) => break ws,
+                Err(e @ RocmError::OutOfMemory { .. }) => {
+                    match smaller_workspace(&plan.cands, plan.chosen) {
+                        Some(next) => plan.chosen = next,
+                        None => return Err(e),
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        let cand = plan.cands[plan.chosen];
+        let start = std::time::Instant::now();
+        let (code, op) = exec(
+            &self.lib,
+            self.raw,
+            key.direction,
+            plan,
+            cand.algo,
+            (a.device_ptr(), w.device_ptr(), out.device_ptr()),
+            (workspace.device_ptr(), workspace.len()),
+        );
         self.library_time += start.elapsed();
         check_miopen(&self.lib, op, code)?;
         drop(workspace); // stream-ordered: reused only by later work on this stream
@@ -575,7 +424,9 @@ impl MiopenHandle {
         Ok(())
     }
 
-    /// Describes `key`'s problem, checks MIOpen agrees on the output shape, and runs find.
+    /// Describes `key`'s problem, checks MIOpen agrees on the output shape, and ranks its
+    /// candidates by the handle's policy (immediate mode where the library has it, else find,
+    /// which runs kernels on `out`).
     fn conv_plan(
         &self,
         key: &ConvKey,
@@ -583,125 +434,48 @@ impl MiopenHandle {
         w_ptr: *mut c_void,
         out: *mut c_void,
     ) -> Result<ConvPlan> {
-        let rt = self.runtime();
+        let (lib, rt) = (&self.lib, &self.runtime());
         let p = &key.problem;
         let y_dims = p.output_dims()?;
-        let x = TensorDesc::new(&self.lib, &rt, key.dtype, p.input_dims(), "input")?;
-        let w = TensorDesc::new(&self.lib, &rt, key.dtype, p.weight_dims(), "weight")?;
-        let y = TensorDesc::new(&self.lib, &rt, key.dtype, y_dims, "output")?;
-        let conv = ConvDesc::new(&self.lib, &rt, p)?;
-        let got = x.conv_output_dims(&conv, &w)?;
+        let x = Desc::tensor(lib, rt, key.dtype, p.input_dims(), "input")?;
+        let w = Desc::tensor(lib, rt, key.dtype, p.weight_dims(), "weight")?;
+        let y = Desc::tensor(lib, rt, key.dtype, y_dims, "output")?;
+        let conv = Desc::convolution(lib, rt, p)?;
+        let (mut n, mut c, mut h, mut wd): (c_int, c_int, c_int, c_int) = (0, 0, 0, 0);
+        // SAFETY: three live descriptors of this library; four valid out-pointers.
+        let code = unsafe {
+            (lib.miopenGetConvolutionForwardOutputDim)(
+                conv.raw, x.raw, w.raw, &mut n, &mut c, &mut h, &mut wd,
+            )
+        };
+        check_miopen(lib, "miopenGetConvolutionForwardOutputDim", code)?;
+        let got = [n, c, h, wd].map(|v| v.max(0) as usize);
         if got != y_dims {
             return Err(unsupported(format!(
                 "conv {p:?}: MIOpen computes an output of {got:?}, expected {y_dims:?}"
             )));
         }
-        let mut find_ws = 0usize;
-        let (code, op) = match key.direction {
-            ConvDirection::Forward => (
-                // SAFETY: live handle and descriptors; valid out-pointer. Argument order per
-                // miopen.h: handle, wDesc, xDesc, convDesc, yDesc.
-                unsafe {
-                    (self.lib.miopenConvolutionForwardGetWorkSpaceSize)(
-                        self.raw,
-                        w.raw,
-                        x.raw,
-                        conv.raw,
-                        y.raw,
-                        &mut find_ws,
-                    )
-                },
-                "miopenConvolutionForwardGetWorkSpaceSize",
-            ),
-            ConvDirection::BackwardData => (
-                // SAFETY: as above; order per miopen.h: handle, dyDesc, wDesc, convDesc, dxDesc.
-                unsafe {
-                    (self.lib.miopenConvolutionBackwardDataGetWorkSpaceSize)(
-                        self.raw,
-                        y.raw,
-                        w.raw,
-                        conv.raw,
-                        x.raw,
-                        &mut find_ws,
-                    )
-                },
-                "miopenConvolutionBackwardDataGetWorkSpaceSize",
-            ),
-        };
-        check_miopen(&self.lib, op, code)?;
-        // A smaller workspace only narrows the algorithms find may pick (miopen.h), so an
-        // out-of-memory here degrades to a find without workspace rather than failing.
-        let find_buf = match DeviceBuffer::<u8>::alloc_cached(&self.stream, find_ws) {
-            Ok(b) => b,
-            Err(RocmError::OutOfMemory { .. }) => {
-                DeviceBuffer::<u8>::alloc_cached(&self.stream, 0)?
-            }
-            Err(e) => return Err(e),
-        };
-        let mut perf = miopenConvAlgoPerf_t::default();
-        let mut returned: c_int = 0;
-        let (code, op) = match key.direction {
-            ConvDirection::Forward => (
-                // SAFETY: live handle and descriptors describing exactly the buffers behind `a`,
-                // `w_ptr` and `out` (lengths checked by the caller, which also ordered them on
-                // `self.stream`); room for the one result requested; the workspace buffer holds
-                // `find_buf.len()` bytes. Find writes only `out` and the workspace.
-                unsafe {
-                    (self.lib.miopenFindConvolutionForwardAlgorithm)(
-                        self.raw,
-                        x.raw,
-                        a,
-                        w.raw,
-                        w_ptr,
-                        conv.raw,
-                        y.raw,
-                        out,
-                        1,
-                        &mut returned,
-                        &mut perf,
-                        find_buf.device_ptr(),
-                        find_buf.len(),
-                        false,
-                    )
-                },
-                "miopenFindConvolutionForwardAlgorithm",
-            ),
-            ConvDirection::BackwardData => (
-                // SAFETY: as above, with dy = `a` (described by `y`) and dx = `out` (described by
-                // `x`), in miopen.h's argument order (dyDesc, dy, wDesc, w, convDesc, dxDesc, dx).
-                unsafe {
-                    (self.lib.miopenFindConvolutionBackwardDataAlgorithm)(
-                        self.raw,
-                        y.raw,
-                        a,
-                        w.raw,
-                        w_ptr,
-                        conv.raw,
-                        x.raw,
-                        out,
-                        1,
-                        &mut returned,
-                        &mut perf,
-                        find_buf.device_ptr(),
-                        find_buf.len(),
-                        false,
-                    )
-                },
-                "miopenFindConvolutionBackwardDataAlgorithm",
-            ),
-        };
-        check_miopen(&self.lib, op, code)?;
-        if returned < 1 {
-            return Err(unsupported(format!("{op} found no algorithm for {key:?}")));
-        }
-        Ok(ConvPlan {
+        let mut plan = ConvPlan {
             x,
             w,
             y,
             conv,
-            algo: perf.algo,
-            workspace: perf.memory,
-        })
+            cands: Vec::new(),
+            chosen: 0,
+        };
+        let immediate = self.policy.search == Search::Immediate && self.has_immediate_mode();
+        plan.cands = if immediate {
+            self.immediate_candidates(key.direction, &plan)?
+        } else {
+            self.find_candidates(key.direction, &plan, (a, w_ptr, out))?
+        };
+        if plan.cands.is_empty() {
+            return Err(unsupported(format!(
+                "MIOpen offers no algorithm for {key:?} within {} bytes of workspace",
+                self.policy.workspace_limit
+            )));
+        }
+        Ok(plan)
     }
 }
 

@@ -7,9 +7,13 @@
 //!   anything else (another dtype, a strided operand, MIOpen absent or failing for a shape,
 //!   logged once per shape through `tracing`) runs our own path (im2col + rocBLAS for the
 //!   convolutions, our kernels for the transposed ones and the pools);
-//! - `im2col`, or `auto` (the default): our own paths. `auto` becomes MIOpen-when-present once
-//!   the MIOpen path has run on an AMD GPU (the HIP-on-CUDA harness's MIOpen double over cuDNN
-//!   is its first test); until then it is opt-in.
+//! - `im2col`: our own paths;
+//! - `auto` (the default): MIOpen, when installed, for the convolutions and transposed
+//!   convolutions [`auto_takes_miopen`] picks per shape (contiguous f32/f16/bf16 of at least
+//!   [`AUTO_MIN_FLOPS`]), each decision logged once per shape at debug level; our path for the
+//!   smaller ones, where MIOpen's host cost per call outweighs the work, and for the pools. The
+//!   rule comes from the H100 harness (MIOpen over cuDNN through the double), not from an AMD
+//!   GPU: it has not run on one yet.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,7 +27,7 @@ use crate::device::RocmDevice;
 use crate::dtype::{RocmDType, RocmStorageSlice as S};
 use crate::error::BackendError;
 use crate::layout::contiguous_view;
-use crate::settings::{conv_path, ConvPath};
+use crate::settings::{conv_path, ConvPath, CONV_VAR};
 
 /// Convolutions and pools MIOpen ran in this process (for tests that must know which path ran).
 static RUNS: AtomicU64 = AtomicU64::new(0);
@@ -72,15 +76,74 @@ impl ConvProblem {
     }
 }
 
-/// Logs a fallback to im2col once per distinct `what`.
-fn log_once(what: String) {
+/// Whether `what` is logged for the first time (each distinct message is logged once).
+fn first_time(what: &str) -> bool {
     static SEEN: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
-    if SEEN
-        .get_or_init(Default::default)
+    SEEN.get_or_init(Default::default)
         .lock()
-        .insert(what.clone())
-    {
-        tracing::warn!("{what}: running the im2col path");
+        .insert(what.to_string())
+}
+
+/// Logs a fallback to our path once per distinct `what`: a warning where MIOpen was asked for
+/// (`CANDLE_ROCM_CONV=miopen`), at debug level where `auto` chose it.
+fn log_once(what: String) {
+    if first_time(&what) {
+        if conv_path() == ConvPath::Miopen {
+            tracing::warn!("{what}: running our own path");
+        } else {
+            tracing::debug!("{what}: running our own path");
+        }
+    }
+}
+
+/// The least work (floating-point operations) of a convolution that `auto` sends to MIOpen.
+/// Measured on the H100 harness (2026-11-25, MIOpen over cuDNN through the double): MIOpen lost
+/// to our path on every batch-1 model row (ResNet-50's 3x3 at 0.23 GFLOP and 1x1 at 0.10,
+/// Whisper's front end at 0.55), where its host time per call (80-110 µs then) exceeded the
+/// work, and won or is expected to win (with the matrix units) on the batch-32 rows (3.3 and 7.4
+/// GFLOP) and the VAE's 512-channel 3x3 (19 GFLOP). 2 GFLOP lies between.
+pub const AUTO_MIN_FLOPS: f64 = 2e9;
+
+/// The floating-point operations of `p`: 2 * N * K * H_out * W_out * (C / groups) * R * S of
+/// the forward problem (a transposed convolution does the same work as the convolution it
+/// transposes); `None` when the shape is invalid.
+pub(crate) fn conv_flops(p: &ConvProblem) -> Option<f64> {
+    let f = match p {
+        ConvProblem::Forward(c) => *c,
+        ConvProblem::Transpose(c) => c.as_forward().ok()?,
+    };
+    let (oh, ow) = f.out_hw().ok()?;
+    let per_group = f.in_channels / f.groups.max(1);
+    let terms = [
+        f.batch,
+        f.out_channels,
+        oh,
+        ow,
+        per_group,
+        f.kernel_h,
+        f.kernel_w,
+    ];
+    Some(2.0 * terms.iter().map(|&v| v as f64).product::<f64>())
+}
+
+/// `auto`'s choice for one convolution: MIOpen for f32/f16/bf16 problems of at least
+/// [`AUTO_MIN_FLOPS`], with the reason.
+pub(crate) fn auto_takes_miopen(p: &ConvProblem, dtype: candle_core::DType) -> (bool, String) {
+    use candle_core::DType;
+    if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
+        return (false, format!("MIOpen takes f32/f16/bf16, not {dtype:?}"));
+    }
+    match conv_flops(p) {
+        Some(f) if f >= AUTO_MIN_FLOPS => (true, format!("{:.2} GFLOP", f / 1e9)),
+        Some(f) => (
+            false,
+            format!(
+                "{:.2} GFLOP, below {:.0}: MIOpen's host cost per call would dominate",
+                f / 1e9,
+                AUTO_MIN_FLOPS / 1e9
+            ),
+        ),
+        None => (false, "an invalid shape".into()),
     }
 }
 
@@ -93,8 +156,20 @@ pub(crate) fn conv(
     (w, wl): (&S, &Layout),
     cfg: &ConvProblem,
 ) -> Result<Option<S>, BackendError> {
-    if conv_path() != ConvPath::Miopen {
-        return Ok(None);
+    match conv_path() {
+        ConvPath::Im2col => return Ok(None),
+        ConvPath::Miopen => {}
+        ConvPath::Auto => {
+            let (take, why) = auto_takes_miopen(cfg, x.dtype());
+            let what = format!("{op} {cfg:?} in {:?}", x.dtype());
+            if first_time(&what) {
+                let path = if take { "MIOpen" } else { "our own path" };
+                tracing::debug!("{CONV_VAR}=auto: {what} runs on {path} ({why})");
+            }
+            if !take {
+                return Ok(None);
+            }
+        }
     }
     if !l.is_contiguous() || !wl.is_contiguous() {
         log_once(format!("{op} {cfg:?}: a strided operand"));
@@ -183,7 +258,8 @@ fn run_into<T: MiopenType + RocmDType>(
     }
 }
 
-/// A pool on MIOpen when [`conv_path`] asks for it and it applies (contiguous f32/f16/bf16):
+/// A pool on MIOpen when [`conv_path`] is `miopen` (not `auto`: our pools are memory-bound
+/// kernels MIOpen does not beat by more than its host cost) and it applies (contiguous f32/f16/bf16):
 /// the output storage, or `None` to run our kernels. `cfg` holds Candle's window and stride
 /// (Candle's pools have no padding).
 pub(crate) fn pool(
@@ -294,6 +370,66 @@ pub(crate) fn conv2d_config(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn auto_sends_the_large_convolutions_to_miopen() {
+        use candle_core::DType;
+        // The bench's model rows (tests/bench/src/conv.rs): batch 1 stays ours, batch 32 and
+        // the VAE's 512-channel layer go to MIOpen.
+        let row = |b, c_in, c_out, k, hw: (usize, usize), pad| {
+            ConvProblem::Forward(conv2d_config(
+                (b, c_in, hw.0, hw.1),
+                (c_out, k, k),
+                pad,
+                1,
+                1,
+            ))
+        };
+        let whisper = ConvProblem::Forward(Conv2dConfig::conv1d(1, 80, 3000, 384, 3, 1, 1, 1, 1));
+        let cases = [
+            (row(1, 64, 64, 3, (56, 56), 1), false),
+            (row(32, 64, 64, 3, (56, 56), 1), true),
+            (row(1, 256, 64, 1, (56, 56), 0), false),
+            (row(32, 256, 64, 1, (56, 56), 0), true),
+            (row(1, 512, 512, 3, (64, 64), 1), true),
+            (whisper, false),
+        ];
+        for (p, want) in cases {
+            for dtype in [DType::F32, DType::F16, DType::BF16] {
+                let (take, why) = auto_takes_miopen(&p, dtype);
+                assert_eq!(take, want, "{p:?} {dtype:?}: {why}");
+            }
+            let (take, why) = auto_takes_miopen(&p, DType::F64);
+            assert!(!take && why.contains("f32/f16/bf16"), "{why}");
+        }
+        // ResNet-50's 3x3 at batch 32: 2 * 32 * 64 * 56 * 56 * 64 * 9 flops.
+        let f = conv_flops(&row(32, 64, 64, 3, (56, 56), 1)).unwrap();
+        assert_eq!(f, 2.0 * 32.0 * 64.0 * 3136.0 * 64.0 * 9.0);
+        // A transposed convolution counts the work of the convolution it transposes.
+        let t = ConvTranspose2dConfig {
+            batch: 8,
+            in_channels: 256,
+            in_h: 32,
+            in_w: 32,
+            out_channels: 128,
+            kernel_h: 4,
+            kernel_w: 4,
+            groups: 1,
+            padding: [1, 1],
+            output_padding: [0, 0],
+            stride: [2, 2],
+            dilation: [1, 1],
+        };
+        let ft = conv_flops(&ConvProblem::Transpose(t)).unwrap();
+        assert_eq!(ft, 2.0 * 8.0 * 256.0 * 32.0 * 32.0 * 128.0 * 16.0);
+        assert!(auto_takes_miopen(&ConvProblem::Transpose(t), DType::F16).0);
+        let bad = ConvProblem::Forward(Conv2dConfig {
+            kernel_h: 99,
+            ..conv2d_config((1, 1, 4, 4), (1, 3, 3), 0, 1, 1)
+        });
+        assert_eq!(conv_flops(&bad), None);
+        assert!(!auto_takes_miopen(&bad, DType::F32).0);
+    }
 
     #[test]
     fn candle_pool_parameters_map_to_one_problem() {
