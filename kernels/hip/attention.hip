@@ -53,6 +53,9 @@
 //     targets with matrix units (gfx90a, gfx94x, gfx950, gfx11, gfx12; CUDA sm_80+), and there
 //     only up to the tier FA_MMA_MAX_DMAX that builds without scratch (attention/mma.h):
 //     elsewhere the symbols do not exist and the host takes fa_fwd_*.
+//   fa_mdec_<T>_<DMAX>(fa_params p)  T in f16, bf16; DMAX 64, 128: fa_dec*'s contract (grid,
+//     splits, at most 8 packed rows) on matrix units, attention/mma_dec.h; where FA_MMA_KERNELS
+//     and the tier is built (as fa_mma_*)
 //   fa_combine_<T>(fa_params p)     grid (total_q, heads); block (FA_THREADS): merges the splits
 //   fa_cache_write_<T>(...)         see attention/cache.h
 #include "cuda_fp16.h"
