@@ -73,6 +73,17 @@ const OPTIONAL: &[&str] = &[
     "hipDeviceCanAccessPeer",
     "hipDeviceEnablePeerAccess",
     "hipMemcpyPeerAsync",
+    // Stream capture and graphs (HIP 4.3+, hipGraphExecUpdate 4.5+; "beta" in the headers):
+    // optional so a runtime without them runs plain launches (rocm-safe's `graph` module).
+    // hipGraphInstantiate, not hipGraphInstantiateWithFlags: ROCm 5.2's library lacks the latter.
+    "hipStreamBeginCapture",
+    "hipStreamEndCapture",
+    "hipStreamIsCapturing",
+    "hipGraphInstantiate",
+    "hipGraphExecUpdate",
+    "hipGraphLaunch",
+    "hipGraphExecDestroy",
+    "hipGraphDestroy",
 ];
 
 /// Types and constants used by the safe layer.
@@ -82,6 +93,9 @@ const TYPES: &[&str] = &[
     "hipFunction_attribute",
     "hipMemPoolAttr",
     "hipDeviceProp_t",
+    "hipStreamCaptureMode",
+    "hipStreamCaptureStatus",
+    "hipGraphExecUpdateResult",
 ];
 const VARS: &[&str] = &[
     "hipStreamDefault",
