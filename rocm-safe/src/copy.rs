@@ -14,7 +14,8 @@ use crate::error::{check, Result, RocmError};
 use crate::stream::Stream;
 
 /// Why a copy from pageable host memory is refused while capturing.
-const PAGEABLE: &str = "a copy from pageable host memory would be read again at every launch of the graph";
+const PAGEABLE: &str =
+    "a copy from pageable host memory would be read again at every launch of the graph";
 /// Why a read-back to the host is refused while capturing.
 const HOST_READ: &str = "the host cannot read results of work that is only being recorded";
 

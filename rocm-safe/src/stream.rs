@@ -99,7 +99,10 @@ impl Stream {
 
     /// Blocks until all work queued so far has finished. Refused while capturing.
     pub fn synchronize(&self) -> Result<()> {
-        self.ensure_not_capturing("Stream::synchronize", "the host cannot wait for work that is only being recorded")?;
+        self.ensure_not_capturing(
+            "Stream::synchronize",
+            "the host cannot wait for work that is only being recorded",
+        )?;
         let hip = self.device.hip();
         // SAFETY: `raw` is a live stream handle owned by `self`.
         let code = unsafe { (hip.hipStreamSynchronize)(self.raw) };
@@ -108,7 +111,10 @@ impl Stream {
 
     /// Whether all queued work has finished, without blocking. Refused while capturing.
     pub fn is_idle(&self) -> Result<bool> {
-        self.ensure_not_capturing("Stream::is_idle", "a capturing stream's work has not been queued to run")?;
+        self.ensure_not_capturing(
+            "Stream::is_idle",
+            "a capturing stream's work has not been queued to run",
+        )?;
         let hip = self.device.hip();
         // SAFETY: `raw` is a live stream handle owned by `self`.
         let code = unsafe { (hip.hipStreamQuery)(self.raw) };

@@ -10,8 +10,8 @@ use std::time::Instant;
 
 use rocm_safe::graph::{CaptureMode, CaptureStatus, GraphExec, UpdateOutcome};
 use rocm_safe::{
-    DeviceBuffer, DevicePtrArg, Device, Event, Function, LaunchConfig, Module, RocmError,
-    Runtime, Stream,
+    Device, DeviceBuffer, DevicePtrArg, Event, Function, LaunchConfig, Module, RocmError, Runtime,
+    Stream,
 };
 
 fn device() -> Device {
@@ -85,7 +85,11 @@ fn capture_launch_and_update() {
     assert!(!s.is_capturing());
     assert_eq!(s.capture_status().unwrap(), CaptureStatus::None);
     // Recorded, not run.
-    close(&s.clone_dtoh(&y).unwrap(), |i| host(0.5)[i], "after capture");
+    close(
+        &s.clone_dtoh(&y).unwrap(),
+        |i| host(0.5)[i],
+        "after capture",
+    );
     let mut exec = GraphExec::instantiate(&graph).unwrap();
     drop(graph);
     for round in 1..=2 {
@@ -112,7 +116,11 @@ fn capture_launch_and_update() {
     unsafe { exec.launch(&s).unwrap() };
     let want2 = |i: usize| host(-3.0)[i] + LAUNCHES as f32 * 2.0 * host(1.0)[i];
     close(&s.clone_dtoh(&y2).unwrap(), want2, "after update");
-    assert_eq!(s.clone_dtoh(&y).unwrap(), y_before, "the old output is left alone");
+    assert_eq!(
+        s.clone_dtoh(&y).unwrap(),
+        y_before,
+        "the old output is left alone"
+    );
 
     // One launch more: the topology changed, the update is refused and the exec with it.
     let graph3 = s
@@ -171,7 +179,11 @@ fn a_graphs_scratch_memory_is_not_handed_to_other_work() {
     // SAFETY: x and y are alive; tmp is the pool's.
     unsafe { exec.launch(&s).unwrap() };
     close(&s.clone_dtoh(&y).unwrap(), |i| 3.0 * host(1.0)[i], "output");
-    assert_eq!(s.clone_dtoh(&victim).unwrap(), host(42.0), "scratch overwrote other work");
+    assert_eq!(
+        s.clone_dtoh(&victim).unwrap(),
+        host(42.0),
+        "scratch overwrote other work"
+    );
     // Capturing the same step again into the exec's pool needs no new memory.
     let raw = d.allocator().stats().raw_allocs;
     let again = s
@@ -184,7 +196,11 @@ fn a_graphs_scratch_memory_is_not_handed_to_other_work() {
     assert_eq!(d.allocator().stats().raw_allocs, raw);
     let pools = d.allocator().stats().pools;
     drop((exec, again));
-    assert_eq!(d.allocator().stats().pools, pools - 1, "the last owner retires the pool");
+    assert_eq!(
+        d.allocator().stats().pools,
+        pools - 1,
+        "the last owner retires the pool"
+    );
     d.runtime().check_err().unwrap();
 }
 
@@ -223,12 +239,17 @@ fn an_error_mid_capture_leaves_the_stream_usable() {
     for refused in [
         s.capture(CaptureMode::default(), None, |s| s.synchronize()),
         s.capture(CaptureMode::default(), None, |s| s.clone_dtoh(&y).map(drop)),
-        s.capture(CaptureMode::default(), None, |s| s.upload(vec![1u32]).map(drop)),
+        s.capture(CaptureMode::default(), None, |s| {
+            s.upload(vec![1u32]).map(drop)
+        }),
         s.capture(CaptureMode::default(), None, |s| {
             s.device().allocator().trim().map(drop)
         }),
     ] {
-        assert!(matches!(refused, Err(RocmError::NotCapturable { .. })), "{refused:?}");
+        assert!(
+            matches!(refused, Err(RocmError::NotCapturable { .. })),
+            "{refused:?}"
+        );
     }
     check_usable(&s, "after refused syncs");
 

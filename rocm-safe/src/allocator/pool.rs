@@ -169,7 +169,6 @@ impl<B: RawMemory> CachingAllocator<B> {
         }
         st.stats.pools = st.pools.len();
     }
-
 }
 
 #[cfg(test)]
@@ -188,7 +187,10 @@ mod tests {
         let pool = a.create_pool(1);
         a.begin_pool_capture(1, pool).unwrap();
         let x = a.allocate(1000, 1).unwrap();
-        assert_ne!(x.addr, before.addr, "a capture never takes the general cache");
+        assert_ne!(
+            x.addr, before.addr,
+            "a capture never takes the general cache"
+        );
         let y = a.allocate(5000, 1).unwrap();
         a.release(x, 1); // an intermediate freed during the capture
         let z = a.allocate(900, 1).unwrap();
@@ -251,7 +253,10 @@ mod tests {
     fn captures_are_checked_and_never_trim() {
         let a = CachingAllocator::new(Fake::new(8192));
         let pool = a.create_pool(1);
-        assert!(a.begin_pool_capture(2, pool).is_err(), "another stream's pool");
+        assert!(
+            a.begin_pool_capture(2, pool).is_err(),
+            "another stream's pool"
+        );
         assert!(a.begin_pool_capture(1, pool + 1).is_err(), "no such pool");
         let cached = a.allocate(4096, 3).unwrap();
         a.release(cached, 3);

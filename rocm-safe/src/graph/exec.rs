@@ -63,7 +63,12 @@ impl Drop for Graph {
 
 impl std::fmt::Debug for Graph {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Graph(on device {}, {:?})", self.device.ordinal(), self.pool)
+        write!(
+            f,
+            "Graph(on device {}, {:?})",
+            self.device.ordinal(),
+            self.pool
+        )
     }
 }
 

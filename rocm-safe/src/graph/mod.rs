@@ -120,9 +120,7 @@ impl From<hipStreamCaptureStatus> for CaptureStatus {
         match s {
             hipStreamCaptureStatus::hipStreamCaptureStatusNone => CaptureStatus::None,
             hipStreamCaptureStatus::hipStreamCaptureStatusActive => CaptureStatus::Active,
-            hipStreamCaptureStatus::hipStreamCaptureStatusInvalidated => {
-                CaptureStatus::Invalidated
-            }
+            hipStreamCaptureStatus::hipStreamCaptureStatusInvalidated => CaptureStatus::Invalidated,
             other => CaptureStatus::Unknown(other.0),
         }
     }
@@ -344,7 +342,10 @@ mod tests {
         let r = hipGraphExecUpdateResult;
         let ok = hipError_t::hipSuccess;
         let failed = hipError_t::hipErrorGraphExecUpdateFailure;
-        assert_eq!(failed.0, 910, "hip_runtime_api.h: hipErrorGraphExecUpdateFailure = 910");
+        assert_eq!(
+            failed.0, 910,
+            "hip_runtime_api.h: hipErrorGraphExecUpdateFailure = 910"
+        );
         assert_eq!(update_outcome(ok, r(0)), Ok(UpdateOutcome::Updated));
         let expect = [
             (1, UpdateFailure::Error),
@@ -443,11 +444,20 @@ mod tests {
         let e = GraphApi::resolve(s, "/opt/rocm-4.3/lib/libamdhip64.so").err();
         match e {
             Some(RocmError::GraphsUnavailable { reason }) => {
-                assert!(reason.contains("hipGraphExecUpdate, hipGraphLaunch"), "{reason}");
-                assert!(reason.contains("/opt/rocm-4.3/lib/libamdhip64.so"), "{reason}");
+                assert!(
+                    reason.contains("hipGraphExecUpdate, hipGraphLaunch"),
+                    "{reason}"
+                );
+                assert!(
+                    reason.contains("/opt/rocm-4.3/lib/libamdhip64.so"),
+                    "{reason}"
+                );
                 assert!(!reason.contains("hipGraphDestroy"), "{reason}");
             }
-            other => panic!("expected GraphsUnavailable, got {:?}", other.map(|e| e.to_string())),
+            other => panic!(
+                "expected GraphsUnavailable, got {:?}",
+                other.map(|e| e.to_string())
+            ),
         }
         let msg = GraphApi::resolve(
             GraphSymbols {
