@@ -771,6 +771,16 @@ HOC_EXPORT hipError_t hipStreamIsCapturing(hipStream_t stream, int *status)
     return map_cu(rc);
 }
 
+/* The calling thread's capture mode, swapped (needs no context). */
+HOC_EXPORT hipError_t hipThreadExchangeStreamCaptureMode(int *mode)
+{
+    if (!mode || *mode < 0 || *mode > 2) return hipErrorInvalidValue;
+    CUstreamCaptureMode m = (CUstreamCaptureMode)*mode;
+    CUresult rc = cuThreadExchangeStreamCaptureMode(&m);
+    if (rc == CUDA_SUCCESS) *mode = (int)m;
+    return map_cu(rc);
+}
+
 /* HIP keeps the pre-CUDA-12 signature (error node, log buffer); CUDA 12's plain
  * cuGraphInstantiate is cuGraphInstantiateWithFlags, which reports no error node: it is left
  * null and the log empty. */

@@ -218,6 +218,14 @@ NC_EXPORT CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *st)
     *st = t_capturing ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
     return CUDA_SUCCESS;
 }
+NC_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *m)
+{
+    static _Thread_local CUstreamCaptureMode t_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+    CUstreamCaptureMode old = t_mode;
+    t_mode = *m;
+    *m = old;
+    return CUDA_SUCCESS;
+}
 NC_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *e, CUgraph g, unsigned long long f)
 {
     (void)g; (void)f;

@@ -84,6 +84,9 @@ const OPTIONAL: &[&str] = &[
     "hipGraphLaunch",
     "hipGraphExecDestroy",
     "hipGraphDestroy",
+    // Lets the caching allocator make a raw allocation for a graph pool while capturing
+    // (relaxed mode around hipMalloc, as PyTorch does around cudaMalloc). HIP 5.0+.
+    "hipThreadExchangeStreamCaptureMode",
 ];
 
 /// Types and constants used by the safe layer.

@@ -52,6 +52,12 @@ pub enum RawAllocError {
 pub trait RawMemory: Send + Sync + 'static {
     /// Allocates `bytes` (> 0) bytes.
     fn alloc(&self, bytes: usize) -> std::result::Result<usize, RawAllocError>;
+    /// Allocates `bytes` (> 0) bytes for a graph pool while the calling thread captures a
+    /// stream. The default is [`RawMemory::alloc`]; HIP's switches the thread to relaxed
+    /// capture mode around the call, since `hipMalloc` is otherwise refused while capturing.
+    fn alloc_capturing(&self, bytes: usize) -> std::result::Result<usize, RawAllocError> {
+        self.alloc(bytes)
+    }
     /// Frees a block returned by [`RawMemory::alloc`]. Called only after [`RawMemory::synchronize`],
     /// so no queued work can still use it.
     fn free(&self, addr: usize) -> Result<()>;
@@ -96,6 +102,23 @@ impl RawMemory for DeviceMemory {
         }
         check(hip, "hipMalloc", code).map_err(RawAllocError::Other)?;
         Ok(p as usize)
+    }
+
+    fn alloc_capturing(&self, bytes: usize) -> std::result::Result<usize, RawAllocError> {
+        let Some(exchange) = self.rt.hip().hipThreadExchangeStreamCaptureMode else {
+            return self.alloc(bytes);
+        };
+        let mut mode = rocm_sys::hipStreamCaptureMode::hipStreamCaptureModeRelaxed;
+        // SAFETY: `mode` is a valid in/out pointer holding a defined capture mode; the call
+        // only swaps the calling thread's mode.
+        let code = unsafe { exchange(&mut mode) };
+        if !code.is_success() {
+            return self.alloc(bytes);
+        }
+        let result = self.alloc(bytes);
+        // SAFETY: as above; `mode` now holds the thread's previous mode, restored here.
+        let _ = unsafe { exchange(&mut mode) };
+        result
     }
 
     fn free(&self, addr: usize) -> Result<()> {

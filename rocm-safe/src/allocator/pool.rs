@@ -69,7 +69,7 @@ impl<B: RawMemory> CachingAllocator<B> {
             }
             st.stats.misses += 1;
         }
-        let addr = match self.backend.alloc(size) {
+        let addr = match self.backend.alloc_capturing(size) {
             Ok(a) => a,
             Err(RawAllocError::Other(e)) => return Err(e),
             Err(RawAllocError::OutOfMemory) => return Err(self.out_of_memory(bytes)),

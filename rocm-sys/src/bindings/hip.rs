@@ -1899,5 +1899,6 @@ crate::table::api_table! {
         pub fn hipGraphLaunch(graphExec: hipGraphExec_t, stream: hipStream_t) -> hipError_t;
         pub fn hipGraphExecDestroy(graphExec: hipGraphExec_t) -> hipError_t;
         pub fn hipGraphDestroy(graph: hipGraph_t) -> hipError_t;
+        pub fn hipThreadExchangeStreamCaptureMode(mode: *mut hipStreamCaptureMode) -> hipError_t;
     }
 }
