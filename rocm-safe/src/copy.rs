@@ -13,6 +13,12 @@ use crate::buffer::{byte_len, DeviceBuffer, DeviceRepr, DeviceSlice, DeviceSlice
 use crate::error::{check, Result, RocmError};
 use crate::stream::Stream;
 
+/// Why a copy from pageable host memory is refused while capturing.
+const PAGEABLE: &str =
+    "a copy from pageable host memory would be read again at every launch of the graph";
+/// Why a read-back to the host is refused while capturing.
+const HOST_READ: &str = "the host cannot read results of work that is only being recorded";
+
 fn same_len(what: &str, a: usize, b: usize) -> Result<()> {
     if a == b {
         Ok(())
@@ -61,6 +67,7 @@ impl Stream {
 
     /// Copies `src` into a new buffer and waits for the copy.
     pub fn clone_htod<T: DeviceRepr>(self: &Arc<Self>, src: &[T]) -> Result<DeviceBuffer<T>> {
+        self.ensure_not_capturing("Stream::clone_htod", PAGEABLE)?;
         let mut b = DeviceBuffer::alloc_cached(self, src.len())?;
         self.memcpy_htod(src, &mut b)?;
         Ok(b)
@@ -71,6 +78,7 @@ impl Stream {
     /// on this stream (shapes, strides), where [`Stream::clone_htod`] would wait for all queued
     /// work.
     pub fn upload<T: DeviceRepr>(self: &Arc<Self>, src: Vec<T>) -> Result<DeviceBuffer<T>> {
+        self.ensure_not_capturing("Stream::upload", PAGEABLE)?;
         /// Host copies kept at most before the oldest is waited for.
         const MAX_IN_FLIGHT: usize = 4096;
         let mut b = DeviceBuffer::alloc_cached(self, src.len())?;
@@ -98,6 +106,7 @@ impl Stream {
 
     /// Copies device memory into a new `Vec` and waits for the copy.
     pub fn clone_dtoh<T: DeviceRepr>(&self, src: &impl DeviceSlice<T>) -> Result<Vec<T>> {
+        self.ensure_not_capturing("Stream::clone_dtoh", HOST_READ)?;
         let mut v = Vec::<T>::with_capacity(src.len());
         // SAFETY: `v` has capacity for len elements; the copy writes all of them (it waits
         // before returning), and T: DeviceRepr accepts any bit pattern.
@@ -115,6 +124,7 @@ impl Stream {
         src: &[T],
         dst: &mut impl DeviceSliceMut<T>,
     ) -> Result<()> {
+        self.ensure_not_capturing("Stream::memcpy_htod", PAGEABLE)?;
         same_len("memcpy_htod", src.len(), dst.len())?;
         // SAFETY: we synchronise before returning, so `src` outlives the copy.
         unsafe { self.memcpy_htod_async(src, dst)? };
@@ -126,7 +136,9 @@ impl Stream {
     /// # Safety
     /// `src` must stay valid and unmodified until this stream has executed the copy (e.g. until
     /// [`Stream::synchronize`] returns). Use pinned memory ([`crate::PinnedHostBuffer`]) for a
-    /// truly asynchronous copy.
+    /// truly asynchronous copy. While the stream is capturing a graph, the copy is recorded,
+    /// not run: `src` is read at every launch of that graph, so it must be pinned memory that
+    /// outlives every [`crate::graph::GraphExec`] made from it.
     pub unsafe fn memcpy_htod_async<T: DeviceRepr>(
         &self,
         src: &[T],
@@ -160,6 +172,7 @@ impl Stream {
         src: &impl DeviceSlice<T>,
         dst: &mut [T],
     ) -> Result<()> {
+        self.ensure_not_capturing("Stream::memcpy_dtoh", HOST_READ)?;
         same_len("memcpy_dtoh", src.len(), dst.len())?;
         // SAFETY: `dst` is an exclusively borrowed slice of exactly src.len() elements, and we
         // synchronise before the borrow ends.
@@ -171,7 +184,8 @@ impl Stream {
     ///
     /// # Safety
     /// `dst` must be valid for writes of `len * size_of::<T>()` bytes until the stream has
-    /// executed the copy, and nothing may read it before then.
+    /// executed the copy, and nothing may read it before then. While the stream is capturing
+    /// a graph, that holds for every launch of the graph (pinned memory outliving its execs).
     pub unsafe fn memcpy_dtoh_raw<T: DeviceRepr>(
         &self,
         src: &impl DeviceSlice<T>,

@@ -155,6 +155,28 @@ pub enum RocmError {
         /// Why, and what to do.
         detail: String,
     },
+    /// HIP graphs (stream capture, instantiate, update, launch) cannot be used with the loaded
+    /// runtime. Nothing is wrong with the work itself: run it as plain launches.
+    #[error("graphs unavailable: {reason}. Work runs as plain kernel launches")]
+    GraphsUnavailable {
+        /// Which entry points are missing, from which library.
+        reason: String,
+    },
+    /// An operation that cannot be recorded into a graph (a host synchronisation, a copy from
+    /// pageable host memory, a cache trim) was called while its stream is capturing. The
+    /// capture is still valid but incomplete: abandon it and run the work as plain launches.
+    #[error(
+        "{op} cannot run while stream #{stream} is capturing a graph: {why}. End (or drop) the \
+         capture and run this work as plain launches"
+    )]
+    NotCapturable {
+        /// The refused operation.
+        op: &'static str,
+        /// The capturing stream's id ([`crate::Stream::id`]).
+        stream: u64,
+        /// Why it cannot be captured.
+        why: &'static str,
+    },
     /// An argument that can never be valid (length mismatch, zero-sized launch, ...).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

@@ -11,6 +11,7 @@
 //! | `hipModule_t`, `hipFunction_t`, launch | [`Module`], [`Function`], [`LaunchArgs`] |
 //! | rocBLAS / MIOpen handles | [`BlasHandle`], [`MiopenHandle`] |
 //! | a memory pool | [`CachingAllocator`] |
+//! | stream capture, `hipGraph_t`, `hipGraphExec_t` | [`graph::Capture`], [`graph::Graph`], [`graph::GraphExec`] |
 //! | RCCL communicators and collectives (several GPUs) | [`rccl::Communicator`], [`rccl::UniqueId`] |
 //! | `RANK` / `WORLD_SIZE` / `MASTER_ADDR` bootstrap (torchrun style) | [`rendezvous::Rendezvous`] |
 //!
@@ -35,6 +36,7 @@ mod buffer;
 mod copy;
 mod device;
 mod error;
+pub mod graph;
 mod host;
 pub mod miopen;
 mod module;

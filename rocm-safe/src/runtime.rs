@@ -18,6 +18,8 @@ pub struct Runtime {
     rocblas: OnceLock<Result<Arc<Rocblas>>>,
     miopen: OnceLock<Result<Option<Arc<Miopen>>>>,
     rccl: OnceLock<Result<Arc<Rccl>>>,
+    /// The graph entry points, resolved on first use ([`Runtime::graphs`]).
+    graphs: OnceLock<Result<crate::graph::GraphApi>>,
     /// Errors raised in `Drop` impls, reported by the next [`Runtime::check_err`].
     deferred: Mutex<Option<RocmError>>,
     /// Whether device `.0` reads device `.1`'s memory directly (probed, and enabled, once per
@@ -55,6 +57,7 @@ impl Runtime {
             rocblas: OnceLock::new(),
             miopen: OnceLock::new(),
             rccl: OnceLock::new(),
+            graphs: OnceLock::new(),
             deferred: Mutex::new(None),
             peers: Mutex::new(std::collections::HashMap::new()),
         }))
@@ -115,6 +118,26 @@ impl Runtime {
         }
         check(&self.hip, "hipGetDeviceCount", code)?;
         Ok(n as usize)
+    }
+
+    /// The graph entry points (stream capture, instantiate, update, launch), or
+    /// [`RocmError::GraphsUnavailable`] naming what this runtime lacks. Checked once.
+    pub(crate) fn graphs(&self) -> Result<&crate::graph::GraphApi> {
+        self.graphs
+            .get_or_init(|| {
+                crate::graph::GraphApi::resolve(
+                    crate::graph::GraphSymbols::of(&self.hip),
+                    &self.hip.path().display().to_string(),
+                )
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// Whether graphs can be used: `Ok(())`, or [`RocmError::GraphsUnavailable`] with the
+    /// reason, for a caller that wants to choose between graphs and plain launches up front.
+    pub fn graphs_available(&self) -> Result<()> {
+        self.graphs().map(|_| ())
     }
 
     /// rocBLAS, loaded on first use from beside the HIP runtime.

@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 use std::ffi::c_uint;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -23,6 +23,9 @@ pub struct Stream {
     /// Host memory of queued [`Stream::upload`]s, each with an event recorded after its copy;
     /// freed once the event has completed (or when the stream, synchronised, is dropped).
     pub(crate) in_flight: Mutex<VecDeque<(Event, InFlight)>>,
+    /// Set while a [`crate::graph::Capture`] records this stream's work into a graph: the
+    /// operations that cannot be captured check it and refuse ([`Stream::ensure_not_capturing`]).
+    pub(crate) capturing: AtomicBool,
 }
 
 /// Host data an asynchronous copy still reads.
@@ -52,6 +55,7 @@ impl Stream {
             raw,
             id: NEXT_STREAM_ID.fetch_add(1, Ordering::Relaxed),
             in_flight: Mutex::new(VecDeque::new()),
+            capturing: AtomicBool::new(false),
         }))
     }
 
@@ -70,16 +74,47 @@ impl Stream {
         self.raw
     }
 
-    /// Blocks until all work queued so far has finished.
+    /// Whether a [`crate::graph::Capture`] of this crate is recording this stream's work into a
+    /// graph (captures begun on the raw handle by other code are not seen here; see
+    /// [`Stream::capture_status`] for the runtime's view).
+    pub fn is_capturing(&self) -> bool {
+        self.capturing.load(Ordering::Acquire)
+    }
+
+    /// A typed [`crate::RocmError::NotCapturable`] for `op` while this stream is capturing.
+    ///
+    /// Called before anything that would break or corrupt a capture: host synchronisation
+    /// (the runtime rejects it and invalidates the capture), copies from pageable host memory
+    /// (a graph would read the host address again at every launch), cache trims.
+    pub fn ensure_not_capturing(&self, op: &'static str, why: &'static str) -> Result<()> {
+        if self.is_capturing() {
+            return Err(crate::RocmError::NotCapturable {
+                op,
+                stream: self.id,
+                why,
+            });
+        }
+        Ok(())
+    }
+
+    /// Blocks until all work queued so far has finished. Refused while capturing.
     pub fn synchronize(&self) -> Result<()> {
+        self.ensure_not_capturing(
+            "Stream::synchronize",
+            "the host cannot wait for work that is only being recorded",
+        )?;
         let hip = self.device.hip();
         // SAFETY: `raw` is a live stream handle owned by `self`.
         let code = unsafe { (hip.hipStreamSynchronize)(self.raw) };
         check(hip, "hipStreamSynchronize", code)
     }
 
-    /// Whether all queued work has finished, without blocking.
+    /// Whether all queued work has finished, without blocking. Refused while capturing.
     pub fn is_idle(&self) -> Result<bool> {
+        self.ensure_not_capturing(
+            "Stream::is_idle",
+            "a capturing stream's work has not been queued to run",
+        )?;
         let hip = self.device.hip();
         // SAFETY: `raw` is a live stream handle owned by `self`.
         let code = unsafe { (hip.hipStreamQuery)(self.raw) };

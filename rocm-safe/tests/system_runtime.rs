@@ -74,3 +74,15 @@ fn companion_libraries_fail_softly() {
         }
     }
 }
+
+#[test]
+fn rocm_5_2_has_the_graph_entry_points() {
+    // ROCm 5.2's libamdhip64 exports stream capture, instantiate, update and launch (HIP 4.3 /
+    // 4.5 symbols): graphs resolve without a device, and a runtime lacking them is covered by
+    // the unit tests of rocm-safe's `graph` module.
+    let rt = runtime();
+    rt.graphs_available()
+        .unwrap_or_else(|e| panic!("ROCm 5.2's runtime has every graph entry point: {e}"));
+    let hip = rt.hip();
+    assert!(hip.hipStreamBeginCapture.is_some() && hip.hipGraphExecUpdate.is_some());
+}

@@ -34,6 +34,9 @@ typedef struct CUevent_st *CUevent;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
 typedef struct CUstream_st *cudaStream_t;
 typedef struct cublasContext *cublasHandle_t;
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphNode_st *CUgraphNode;
+typedef struct CUgraphExec_st *CUgraphExec;
 
 /* ---- enumerator values, one X-list per C enum type: X(name, value) ---- */
 #define HOC_CURESULT_VALUES(X) \
@@ -45,7 +48,9 @@ typedef struct cublasContext *cublasHandle_t;
     X(CUDA_ERROR_INVALID_HANDLE, 400) X(CUDA_ERROR_NOT_FOUND, 500) X(CUDA_ERROR_NOT_READY, 600) \
     X(CUDA_ERROR_ILLEGAL_ADDRESS, 700) X(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, 701) \
     X(CUDA_ERROR_LAUNCH_TIMEOUT, 702) X(CUDA_ERROR_LAUNCH_FAILED, 719) \
-    X(CUDA_ERROR_NOT_SUPPORTED, 801) X(CUDA_ERROR_UNKNOWN, 999)
+    X(CUDA_ERROR_NOT_SUPPORTED, 801) X(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, 900) \
+    X(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, 901) X(CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, 910) \
+    X(CUDA_ERROR_UNKNOWN, 999)
 #define HOC_DEVATTR_VALUES(X) \
     X(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 1) X(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X, 2) \
     X(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y, 3) X(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z, 4) \
@@ -85,11 +90,25 @@ typedef struct cublasContext *cublasHandle_t;
 #define HOC_CUBLASALGO_VALUES(X) X(CUBLAS_GEMM_DEFAULT, -1)
 #define HOC_CUBLASCT_VALUES(X) X(CUBLAS_COMPUTE_16F, 64) X(CUBLAS_COMPUTE_32F, 68) X(CUBLAS_COMPUTE_64F, 70)
 #define HOC_DATATYPE_VALUES(X) X(CUDA_R_32F, 0) X(CUDA_R_64F, 1) X(CUDA_R_16F, 2) X(CUDA_R_16BF, 14)
+/* Stream capture and graphs (cuda.h, CUDA 12). */
+#define HOC_CAPTUREMODE_VALUES(X) \
+    X(CU_STREAM_CAPTURE_MODE_GLOBAL, 0) X(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, 1) \
+    X(CU_STREAM_CAPTURE_MODE_RELAXED, 2)
+#define HOC_CAPTURESTATUS_VALUES(X) \
+    X(CU_STREAM_CAPTURE_STATUS_NONE, 0) X(CU_STREAM_CAPTURE_STATUS_ACTIVE, 1) \
+    X(CU_STREAM_CAPTURE_STATUS_INVALIDATED, 2)
+#define HOC_GRAPHUPDATE_VALUES(X) \
+    X(CU_GRAPH_EXEC_UPDATE_SUCCESS, 0) X(CU_GRAPH_EXEC_UPDATE_ERROR, 1) \
+    X(CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED, 2) X(CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED, 3) \
+    X(CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED, 4) X(CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED, 5) \
+    X(CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED, 6) \
+    X(CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE, 7)
 
 #define HOC_ALL_VALUES(X) \
     HOC_CURESULT_VALUES(X) HOC_DEVATTR_VALUES(X) HOC_FUNCATTR_VALUES(X) HOC_POOLATTR_VALUES(X) \
     HOC_FLAG_VALUES(X) HOC_CUBLASSTATUS_VALUES(X) HOC_CUBLASOP_VALUES(X) HOC_CUBLASPM_VALUES(X) \
-    HOC_CUBLASALGO_VALUES(X) HOC_CUBLASCT_VALUES(X) HOC_DATATYPE_VALUES(X)
+    HOC_CUBLASALGO_VALUES(X) HOC_CUBLASCT_VALUES(X) HOC_DATATYPE_VALUES(X) \
+    HOC_CAPTUREMODE_VALUES(X) HOC_CAPTURESTATUS_VALUES(X) HOC_GRAPHUPDATE_VALUES(X)
 
 #ifdef HIP_ON_CUDA_CHECK_DECLS
 /* Real headers already included: check every value this file would have declared. */
@@ -101,6 +120,13 @@ _Static_assert(CU_LAUNCH_PARAM_END_AS_INT == 0 && CU_LAUNCH_PARAM_BUFFER_POINTER
 #endif
 _Static_assert(CU_MEMHOSTALLOC_PORTABLE == 1 && CU_MEMHOSTALLOC_DEVICEMAP == 2 &&
                    CU_MEMHOSTALLOC_WRITECOMBINED == 4, "CU_MEMHOSTALLOC_* differ");
+/* A struct cannot be declared twice: its layout is checked instead. */
+#include <stddef.h>
+_Static_assert(offsetof(CUgraphExecUpdateResultInfo, result) == 0 &&
+                   offsetof(CUgraphExecUpdateResultInfo, errorNode) == 8 &&
+                   offsetof(CUgraphExecUpdateResultInfo, errorFromNode) == 16 &&
+                   sizeof(CUgraphExecUpdateResultInfo) == 24,
+               "CUgraphExecUpdateResultInfo differs from cuda_min.h");
 #else
 /* Enum tags as in cuda.h / cublas_api.h / library_types.h (cuBLAS's enums are anonymous). */
 #define HOC_ENUMERATOR(name, value) name = (value),
@@ -115,6 +141,15 @@ typedef enum { HOC_CUBLASPM_VALUES(HOC_ENUMERATOR) } cublasPointerMode_t;
 typedef enum { HOC_CUBLASALGO_VALUES(HOC_ENUMERATOR) } cublasGemmAlgo_t;
 typedef enum { HOC_CUBLASCT_VALUES(HOC_ENUMERATOR) } cublasComputeType_t;
 typedef enum cudaDataType_t { HOC_DATATYPE_VALUES(HOC_ENUMERATOR) } cudaDataType;
+typedef enum CUstreamCaptureMode_enum { HOC_CAPTUREMODE_VALUES(HOC_ENUMERATOR) } CUstreamCaptureMode;
+typedef enum CUstreamCaptureStatus_enum { HOC_CAPTURESTATUS_VALUES(HOC_ENUMERATOR) } CUstreamCaptureStatus;
+typedef enum CUgraphExecUpdateResult_enum { HOC_GRAPHUPDATE_VALUES(HOC_ENUMERATOR) } CUgraphExecUpdateResult;
+/* cuGraphExecUpdate_v2's result (CUDA 12's CUgraphExecUpdateResultInfo_v1). */
+typedef struct CUgraphExecUpdateResultInfo_st {
+    CUgraphExecUpdateResult result;
+    CUgraphNode errorNode;
+    CUgraphNode errorFromNode;
+} CUgraphExecUpdateResultInfo;
 #define CU_LAUNCH_PARAM_END ((void *)0x00)
 #define CU_LAUNCH_PARAM_BUFFER_POINTER ((void *)0x01)
 #define CU_LAUNCH_PARAM_BUFFER_SIZE ((void *)0x02)
@@ -178,6 +213,17 @@ CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfu
 CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
                         unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
                         unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra);
+/* Graphs: cuda.h maps cuStreamBeginCapture to _v2 (CUDA 10.1+), cuGraphExecUpdate to _v2 and
+ * cuGraphInstantiate to cuGraphInstantiateWithFlags (CUDA 12). */
+CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode);
+CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph);
+CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus);
+CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode);
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags);
+CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo);
+CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream);
+CUresult cuGraphExecDestroy(CUgraphExec hGraphExec);
+CUresult cuGraphDestroy(CUgraph hGraph);
 
 /* ---- cuBLAS (libcublas.so) ---- */
 cublasStatus_t cublasCreate_v2(cublasHandle_t *handle);

@@ -9,6 +9,9 @@
  * device (default 0) set by hipSetDevice; hoc_bind() makes that device's primary context current
  * on the calling thread before any call that needs a context.
  *
+ * Graphs: stream capture, instantiate, update and launch map to CUDA graphs. HIP's capture
+ * modes, capture statuses and update results have CUDA's values (checked in cuda_min.h).
+ *
  * Failure injection (read once, at hipInit): HIP_ON_CUDA_FAIL_MALLOC_AFTER=N makes the (N+1)-th
  * and later hipMalloc/hipMallocAsync calls fail with hipErrorOutOfMemory;
  * HIP_ON_CUDA_FAIL_LAUNCH_AFTER=N does the same for hipModuleLaunchKernel (hipErrorLaunchFailure).
@@ -318,6 +321,16 @@ static const struct { int code; const char *name, *text; } k_errors[] = {
     {702, "hipErrorLaunchTimeOut", "the launch timed out and was terminated"},
     {719, "hipErrorLaunchFailure", "unspecified launch failure"},
     {801, "hipErrorNotSupported", "operation not supported"},
+    {900, "hipErrorStreamCaptureUnsupported", "operation not permitted when stream is capturing"},
+    {901, "hipErrorStreamCaptureInvalidated", "operation failed due to a previous error during capture"},
+    {902, "hipErrorStreamCaptureMerge", "operation would result in a merge of separate capture sequences"},
+    {903, "hipErrorStreamCaptureUnmatched", "capture was not ended in the same stream as it began"},
+    {904, "hipErrorStreamCaptureUnjoined", "capturing stream has unjoined work"},
+    {905, "hipErrorStreamCaptureIsolation", "dependency created on uncaptured work in another stream"},
+    {906, "hipErrorStreamCaptureImplicit", "operation would make the legacy stream depend on a capturing blocking stream"},
+    {907, "hipErrorCapturedEvent", "operation not permitted on an event last recorded in a capturing stream"},
+    {908, "hipErrorStreamCaptureWrongThread", "attempt to terminate a thread-local capture sequence from another thread"},
+    {910, "hipErrorGraphExecUpdateFailure", "the graph update was not performed because it included changes which violated constraints specific to instantiated graph update"},
     {999, "hipErrorUnknown", "unknown error"},
 };
 
@@ -721,4 +734,104 @@ HOC_EXPORT hipError_t hipModuleLaunchKernel(hipFunction_t f, unsigned int gx, un
     if (injected(&g_launch_calls, g_fail_launch_after)) return hipErrorLaunchFailure;
     CU(cuLaunchKernel((CUfunction)f, gx, gy, gz, bx, by, bz, shared, STREAM(stream), kernelParams,
                       cu_extra_p));
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Stream capture and graphs                                                                  */
+typedef struct ihipGraph *hipGraph_t;
+typedef struct hipGraphNode *hipGraphNode_t;
+typedef struct hipGraphExec *hipGraphExec_t;
+
+/* hipStreamCaptureMode 0..2 = CUstreamCaptureMode's values. */
+HOC_EXPORT hipError_t hipStreamBeginCapture(hipStream_t stream, int mode)
+{
+    if (mode < 0 || mode > 2) return hipErrorInvalidValue;
+    BIND();
+    CU(cuStreamBeginCapture_v2(STREAM(stream), (CUstreamCaptureMode)mode));
+}
+
+HOC_EXPORT hipError_t hipStreamEndCapture(hipStream_t stream, hipGraph_t *graph)
+{
+    if (!graph) return hipErrorInvalidValue;
+    BIND();
+    CUgraph g = NULL;
+    CUresult rc = cuStreamEndCapture(STREAM(stream), &g);
+    *graph = (hipGraph_t)g; /* CUDA returns NULL when the capture was invalidated */
+    return map_cu(rc);
+}
+
+/* hipStreamCaptureStatus 0..2 = CUstreamCaptureStatus's values. */
+HOC_EXPORT hipError_t hipStreamIsCapturing(hipStream_t stream, int *status)
+{
+    if (!status) return hipErrorInvalidValue;
+    BIND();
+    CUstreamCaptureStatus s = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUresult rc = cuStreamIsCapturing(STREAM(stream), &s);
+    if (rc == CUDA_SUCCESS) *status = (int)s;
+    return map_cu(rc);
+}
+
+/* The calling thread's capture mode, swapped (needs no context). */
+HOC_EXPORT hipError_t hipThreadExchangeStreamCaptureMode(int *mode)
+{
+    if (!mode || *mode < 0 || *mode > 2) return hipErrorInvalidValue;
+    CUstreamCaptureMode m = (CUstreamCaptureMode)*mode;
+    CUresult rc = cuThreadExchangeStreamCaptureMode(&m);
+    if (rc == CUDA_SUCCESS) *mode = (int)m;
+    return map_cu(rc);
+}
+
+/* HIP keeps the pre-CUDA-12 signature (error node, log buffer); CUDA 12's plain
+ * cuGraphInstantiate is cuGraphInstantiateWithFlags, which reports no error node: it is left
+ * null and the log empty. */
+HOC_EXPORT hipError_t hipGraphInstantiate(hipGraphExec_t *exec, hipGraph_t graph,
+                                          hipGraphNode_t *error_node, char *log, size_t log_size)
+{
+    if (!exec) return hipErrorInvalidValue;
+    if (!graph) return hipErrorInvalidValue;
+    BIND();
+    if (error_node) *error_node = NULL;
+    if (log && log_size) log[0] = '\0';
+    CUgraphExec e = NULL;
+    CUresult rc = cuGraphInstantiateWithFlags(&e, (CUgraph)graph, 0);
+    if (rc == CUDA_SUCCESS) *exec = (hipGraphExec_t)e;
+    return map_cu(rc);
+}
+
+/* HIP's update reports (error node, result) by pointer; CUDA 12's _v2 fills a struct. The
+ * hipGraphExecUpdateResult values 0..7 are CUgraphExecUpdateResult's; CUDA's 8 (attributes
+ * changed) has no HIP twin and passes through as a number. */
+HOC_EXPORT hipError_t hipGraphExecUpdate(hipGraphExec_t exec, hipGraph_t graph,
+                                         hipGraphNode_t *error_node, int *result)
+{
+    if (!exec || !graph) return hipErrorInvalidValue;
+    if (!error_node || !result) return hipErrorInvalidValue;
+    BIND();
+    CUgraphExecUpdateResultInfo info;
+    memset(&info, 0, sizeof info);
+    CUresult rc = cuGraphExecUpdate_v2((CUgraphExec)exec, (CUgraph)graph, &info);
+    *error_node = (hipGraphNode_t)info.errorNode;
+    *result = (int)info.result;
+    return map_cu(rc);
+}
+
+HOC_EXPORT hipError_t hipGraphLaunch(hipGraphExec_t exec, hipStream_t stream)
+{
+    if (!exec) return hipErrorInvalidValue;
+    BIND();
+    CU(cuGraphLaunch((CUgraphExec)exec, STREAM(stream)));
+}
+
+HOC_EXPORT hipError_t hipGraphExecDestroy(hipGraphExec_t exec)
+{
+    if (!exec) return hipErrorInvalidValue;
+    BIND();
+    CU(cuGraphExecDestroy((CUgraphExec)exec));
+}
+
+HOC_EXPORT hipError_t hipGraphDestroy(hipGraph_t graph)
+{
+    if (!graph) return hipErrorInvalidValue;
+    BIND();
+    CU(cuGraphDestroy((CUgraph)graph));
 }

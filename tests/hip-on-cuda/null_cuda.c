@@ -12,7 +12,9 @@
  *
  * It reports one device, compute capability 9.0 ("sm_90", so candle-rocm looks for
  * `<module>.co` in CANDLE_ROCM_KERNELS_DIR: any bytes do, the module load is a no-op), with
- * NULL_CUDA_STATS=1 prints the launch and GEMM counts at exit.
+ * NULL_CUDA_STATS=1 prints the launch and GEMM counts at exit. Graphs capture nothing (kernel
+ * launches during a capture are counted and dropped like any other); a graph launch counts as
+ * one launch, so the host cost of a graph step can be measured next to plain launches.
  */
 #include "cuda_min.h"
 
@@ -23,14 +25,15 @@
 
 #define NC_EXPORT __attribute__((visibility("default")))
 
-static atomic_long g_launches, g_gemms, g_allocs;
+static atomic_long g_launches, g_gemms, g_allocs, g_graph_launches;
 /* Distinct, never-dereferenced handles. */
-static char g_ctx, g_module, g_function, g_stream, g_event, g_pool, g_blas;
+static char g_ctx, g_module, g_function, g_stream, g_event, g_pool, g_blas, g_graph, g_exec;
 
 static void report(void)
 {
-    fprintf(stderr, "null_cuda: %ld kernel launches, %ld GEMMs, %ld allocations\n",
-            atomic_load(&g_launches), atomic_load(&g_gemms), atomic_load(&g_allocs));
+    fprintf(stderr, "null_cuda: %ld kernel launches, %ld GEMMs, %ld allocations, %ld graph launches\n",
+            atomic_load(&g_launches), atomic_load(&g_gemms), atomic_load(&g_allocs),
+            atomic_load(&g_graph_launches));
 }
 
 NC_EXPORT CUresult cuInit(unsigned int flags)
@@ -191,6 +194,55 @@ NC_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy
     atomic_fetch_add(&g_launches, 1);
     return CUDA_SUCCESS;
 }
+
+/* ---- graphs: one capture at a time (one stream handle), nothing recorded ---- */
+static _Thread_local int t_capturing;
+NC_EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode m)
+{
+    (void)s; (void)m;
+    if (t_capturing) return CUDA_ERROR_INVALID_VALUE;
+    t_capturing = 1;
+    return CUDA_SUCCESS;
+}
+NC_EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph *g)
+{
+    (void)s;
+    if (!t_capturing) return CUDA_ERROR_INVALID_VALUE;
+    t_capturing = 0;
+    *g = (CUgraph)&g_graph;
+    return CUDA_SUCCESS;
+}
+NC_EXPORT CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *st)
+{
+    (void)s;
+    *st = t_capturing ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+    return CUDA_SUCCESS;
+}
+NC_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *m)
+{
+    static _Thread_local CUstreamCaptureMode t_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+    CUstreamCaptureMode old = t_mode;
+    t_mode = *m;
+    *m = old;
+    return CUDA_SUCCESS;
+}
+NC_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *e, CUgraph g, unsigned long long f)
+{
+    (void)g; (void)f;
+    *e = (CUgraphExec)&g_exec;
+    return CUDA_SUCCESS;
+}
+NC_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec e, CUgraph g, CUgraphExecUpdateResultInfo *info)
+{
+    (void)e; (void)g;
+    info->result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
+    info->errorNode = NULL;
+    info->errorFromNode = NULL;
+    return CUDA_SUCCESS;
+}
+NC_EXPORT CUresult cuGraphLaunch(CUgraphExec e, CUstream s) { (void)e; (void)s; atomic_fetch_add(&g_graph_launches, 1); return CUDA_SUCCESS; }
+NC_EXPORT CUresult cuGraphExecDestroy(CUgraphExec e) { (void)e; return CUDA_SUCCESS; }
+NC_EXPORT CUresult cuGraphDestroy(CUgraph g) { (void)g; return CUDA_SUCCESS; }
 
 /* ---- cuBLAS ---- */
 NC_EXPORT cublasStatus_t cublasCreate_v2(cublasHandle_t *h) { *h = (cublasHandle_t)&g_blas; return CUBLAS_STATUS_SUCCESS; }

@@ -73,6 +73,20 @@ const OPTIONAL: &[&str] = &[
     "hipDeviceCanAccessPeer",
     "hipDeviceEnablePeerAccess",
     "hipMemcpyPeerAsync",
+    // Stream capture and graphs (HIP 4.3+, hipGraphExecUpdate 4.5+; "beta" in the headers):
+    // optional so a runtime without them runs plain launches (rocm-safe's `graph` module).
+    // hipGraphInstantiate, not hipGraphInstantiateWithFlags: ROCm 5.2's library lacks the latter.
+    "hipStreamBeginCapture",
+    "hipStreamEndCapture",
+    "hipStreamIsCapturing",
+    "hipGraphInstantiate",
+    "hipGraphExecUpdate",
+    "hipGraphLaunch",
+    "hipGraphExecDestroy",
+    "hipGraphDestroy",
+    // Lets the caching allocator make a raw allocation for a graph pool while capturing
+    // (relaxed mode around hipMalloc, as PyTorch does around cudaMalloc). HIP 5.0+.
+    "hipThreadExchangeStreamCaptureMode",
 ];
 
 /// Types and constants used by the safe layer.
@@ -82,6 +96,9 @@ const TYPES: &[&str] = &[
     "hipFunction_attribute",
     "hipMemPoolAttr",
     "hipDeviceProp_t",
+    "hipStreamCaptureMode",
+    "hipStreamCaptureStatus",
+    "hipGraphExecUpdateResult",
 ];
 const VARS: &[&str] = &[
     "hipStreamDefault",

@@ -1,7 +1,7 @@
 //! `cargo xtask device-bundle`: everything the HIP-on-CUDA harness runs, in one folder.
 //!
 //! Builds stripped release binaries of the GPU test targets (rocm-safe's `gpu`, `gpu_faults`,
-//! `miopen_gpu`, `peer_gpu` and the RCCL ones, candle-rocm's `gpu`, `parity` and `robustness`), the launch-overhead and
+//! `graph_gpu`, `miopen_gpu`, `peer_gpu` and the RCCL ones, candle-rocm's `gpu`, `parity` and `robustness`), the launch-overhead and
 //! bandwidth benchmarks, `rocm-info`, and the integration tests of the Tensor-level test
 //! workspace `tests/` (candle-rocm-tests, the generated candle-suite and the demo's GPU tests),
 //! packs them stripped and xz-compressed into `.device-bundle/bin` (ignored by git, well under
@@ -24,6 +24,8 @@ const BUILDS: &[(&str, &[&str])] = &[
             "gpu",
             "--test",
             "gpu_faults",
+            "--test",
+            "graph_gpu",
             "--test",
             "miopen_gpu",
             "--test",

@@ -1760,6 +1760,79 @@ impl hipMemPoolAttr {
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct hipMemPoolAttr(pub ::core::ffi::c_uint);
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct ihipGraph {
+    _unused: [u8; 0],
+}
+pub type hipGraph_t = *mut ihipGraph;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct hipGraphNode {
+    _unused: [u8; 0],
+}
+pub type hipGraphNode_t = *mut hipGraphNode;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct hipGraphExec {
+    _unused: [u8; 0],
+}
+pub type hipGraphExec_t = *mut hipGraphExec;
+impl hipGraphExecUpdateResult {
+    pub const hipGraphExecUpdateSuccess: hipGraphExecUpdateResult = hipGraphExecUpdateResult(
+        0,
+    );
+    pub const hipGraphExecUpdateError: hipGraphExecUpdateResult = hipGraphExecUpdateResult(
+        1,
+    );
+    pub const hipGraphExecUpdateErrorTopologyChanged: hipGraphExecUpdateResult = hipGraphExecUpdateResult(
+        2,
+    );
+    pub const hipGraphExecUpdateErrorNodeTypeChanged: hipGraphExecUpdateResult = hipGraphExecUpdateResult(
+        3,
+    );
+    pub const hipGraphExecUpdateErrorFunctionChanged: hipGraphExecUpdateResult = hipGraphExecUpdateResult(
+        4,
+    );
+    pub const hipGraphExecUpdateErrorParametersChanged: hipGraphExecUpdateResult = hipGraphExecUpdateResult(
+        5,
+    );
+    pub const hipGraphExecUpdateErrorNotSupported: hipGraphExecUpdateResult = hipGraphExecUpdateResult(
+        6,
+    );
+    pub const hipGraphExecUpdateErrorUnsupportedFunctionChange: hipGraphExecUpdateResult = hipGraphExecUpdateResult(
+        7,
+    );
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct hipGraphExecUpdateResult(pub ::core::ffi::c_uint);
+impl hipStreamCaptureMode {
+    pub const hipStreamCaptureModeGlobal: hipStreamCaptureMode = hipStreamCaptureMode(0);
+    pub const hipStreamCaptureModeThreadLocal: hipStreamCaptureMode = hipStreamCaptureMode(
+        1,
+    );
+    pub const hipStreamCaptureModeRelaxed: hipStreamCaptureMode = hipStreamCaptureMode(
+        2,
+    );
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct hipStreamCaptureMode(pub ::core::ffi::c_uint);
+impl hipStreamCaptureStatus {
+    pub const hipStreamCaptureStatusNone: hipStreamCaptureStatus = hipStreamCaptureStatus(
+        0,
+    );
+    pub const hipStreamCaptureStatusActive: hipStreamCaptureStatus = hipStreamCaptureStatus(
+        1,
+    );
+    pub const hipStreamCaptureStatusInvalidated: hipStreamCaptureStatus = hipStreamCaptureStatus(
+        2,
+    );
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct hipStreamCaptureStatus(pub ::core::ffi::c_uint);
 
 crate::table::api_table! {
     /// Entry points of the HIP runtime, resolved from `libamdhip64` at run time.
@@ -1818,5 +1891,14 @@ crate::table::api_table! {
         pub fn hipDeviceCanAccessPeer(canAccessPeer: *mut ::core::ffi::c_int, deviceId: ::core::ffi::c_int, peerDeviceId: ::core::ffi::c_int) -> hipError_t;
         pub fn hipDeviceEnablePeerAccess(peerDeviceId: ::core::ffi::c_int, flags: ::core::ffi::c_uint) -> hipError_t;
         pub fn hipMemcpyPeerAsync(dst: *mut ::core::ffi::c_void, dstDeviceId: ::core::ffi::c_int, src: *const ::core::ffi::c_void, srcDevice: ::core::ffi::c_int, sizeBytes: usize, stream: hipStream_t) -> hipError_t;
+        pub fn hipStreamBeginCapture(stream: hipStream_t, mode: hipStreamCaptureMode) -> hipError_t;
+        pub fn hipStreamEndCapture(stream: hipStream_t, pGraph: *mut hipGraph_t) -> hipError_t;
+        pub fn hipStreamIsCapturing(stream: hipStream_t, pCaptureStatus: *mut hipStreamCaptureStatus) -> hipError_t;
+        pub fn hipGraphInstantiate(pGraphExec: *mut hipGraphExec_t, graph: hipGraph_t, pErrorNode: *mut hipGraphNode_t, pLogBuffer: *mut ::core::ffi::c_char, bufferSize: usize) -> hipError_t;
+        pub fn hipGraphExecUpdate(hGraphExec: hipGraphExec_t, hGraph: hipGraph_t, hErrorNode_out: *mut hipGraphNode_t, updateResult_out: *mut hipGraphExecUpdateResult) -> hipError_t;
+        pub fn hipGraphLaunch(graphExec: hipGraphExec_t, stream: hipStream_t) -> hipError_t;
+        pub fn hipGraphExecDestroy(graphExec: hipGraphExec_t) -> hipError_t;
+        pub fn hipGraphDestroy(graph: hipGraph_t) -> hipError_t;
+        pub fn hipThreadExchangeStreamCaptureMode(mode: *mut hipStreamCaptureMode) -> hipError_t;
     }
 }

@@ -13,10 +13,22 @@
 //! - When the device is out of memory, the cache is trimmed and the allocation retried once;
 //!   if it still fails the error gives the requested size and the device's free/total bytes.
 //!
+//! - Graph pools (see [`crate::graph`]): while a stream captures a graph, its allocations come
+//!   from a private pool of the capture, and blocks of a pool return only to that pool. A pool
+//!   lives while a graph or executable graph made from it does, so memory a graph uses as
+//!   scratch is never handed to other work that a later launch of the graph would overwrite.
+//!   When the last owner drops the pool, its blocks go to the general cache of the capture's
+//!   stream. While any capture is in progress the cache is not trimmed (trimming synchronises
+//!   the device, which a capture forbids); an allocation that finds the device full then fails.
+//!
 //! The raw memory source is the [`RawMemory`] trait, implemented by [`DeviceMemory`] for HIP and
 //! by a fake in the unit tests.
 
+mod pool;
+
 use std::collections::HashMap;
+
+use pool::Pool;
 use std::ffi::c_void;
 
 use parking_lot::Mutex;
@@ -40,6 +52,12 @@ pub enum RawAllocError {
 pub trait RawMemory: Send + Sync + 'static {
     /// Allocates `bytes` (> 0) bytes.
     fn alloc(&self, bytes: usize) -> std::result::Result<usize, RawAllocError>;
+    /// Allocates `bytes` (> 0) bytes for a graph pool while the calling thread captures a
+    /// stream. The default is [`RawMemory::alloc`]; HIP's switches the thread to relaxed
+    /// capture mode around the call, since `hipMalloc` is otherwise refused while capturing.
+    fn alloc_capturing(&self, bytes: usize) -> std::result::Result<usize, RawAllocError> {
+        self.alloc(bytes)
+    }
     /// Frees a block returned by [`RawMemory::alloc`]. Called only after [`RawMemory::synchronize`],
     /// so no queued work can still use it.
     fn free(&self, addr: usize) -> Result<()>;
@@ -84,6 +102,23 @@ impl RawMemory for DeviceMemory {
         }
         check(hip, "hipMalloc", code).map_err(RawAllocError::Other)?;
         Ok(p as usize)
+    }
+
+    fn alloc_capturing(&self, bytes: usize) -> std::result::Result<usize, RawAllocError> {
+        let Some(exchange) = self.rt.hip().hipThreadExchangeStreamCaptureMode else {
+            return self.alloc(bytes);
+        };
+        let mut mode = rocm_sys::hipStreamCaptureMode::hipStreamCaptureModeRelaxed;
+        // SAFETY: `mode` is a valid in/out pointer holding a defined capture mode; the call
+        // only swaps the calling thread's mode.
+        let code = unsafe { exchange(&mut mode) };
+        if !code.is_success() {
+            return self.alloc(bytes);
+        }
+        let result = self.alloc(bytes);
+        // SAFETY: as above; `mode` now holds the thread's previous mode, restored here.
+        let _ = unsafe { exchange(&mut mode) };
+        result
     }
 
     fn free(&self, addr: usize) -> Result<()> {
@@ -136,6 +171,11 @@ pub struct AllocatorStats {
     pub raw_frees: u64,
     /// Times the cache was trimmed (by request or on out-of-memory).
     pub trims: u64,
+    /// Bytes held free in graph pools (reserved for their graphs, not in `cached_bytes`).
+    pub pool_cached_bytes: usize,
+    /// Graph pools alive (owned by a capture, graph or executable graph, or waiting for their
+    /// last blocks to come back).
+    pub pools: usize,
 }
 
 #[derive(Default)]
@@ -143,6 +183,13 @@ struct State {
     /// Free blocks by (stream id, bucket size).
     free: HashMap<(u64, usize), Vec<usize>>,
     stats: AllocatorStats,
+    /// Streams whose allocations go to a graph pool: stream id -> pool id.
+    capturing: HashMap<u64, u64>,
+    /// Graph pools by id.
+    pools: HashMap<u64, Pool>,
+    /// Blocks handed out from a pool: address -> pool id.
+    pool_blocks: HashMap<usize, u64>,
+    next_pool: u64,
 }
 
 /// The caching allocator of one device. See the module documentation for its policy.
@@ -186,6 +233,10 @@ impl<B: RawMemory> CachingAllocator<B> {
         let size = bucket_size(bytes);
         {
             let mut st = self.state.lock();
+            if let Some(&pool) = st.capturing.get(&stream_id) {
+                drop(st);
+                return self.allocate_in_pool(bytes, size, pool);
+            }
             if let Some(addr) = st.free.get_mut(&(stream_id, size)).and_then(Vec::pop) {
                 st.stats.hits += 1;
                 st.stats.cached_bytes -= size;
@@ -198,22 +249,15 @@ impl<B: RawMemory> CachingAllocator<B> {
         let addr = match self.backend.alloc(size) {
             Ok(a) => a,
             Err(RawAllocError::Other(e)) => return Err(e),
-            Err(RawAllocError::OutOfMemory) => {
+            Err(RawAllocError::OutOfMemory) if self.state.lock().capturing.is_empty() => {
                 self.trim()?;
                 match self.backend.alloc(size) {
                     Ok(a) => a,
                     Err(RawAllocError::Other(e)) => return Err(e),
-                    Err(RawAllocError::OutOfMemory) => {
-                        let (free, total) = self.backend.mem_info().unwrap_or((0, 0));
-                        return Err(RocmError::OutOfMemory {
-                            ordinal: self.backend.ordinal(),
-                            requested: bytes,
-                            free,
-                            total,
-                        });
-                    }
+                    Err(RawAllocError::OutOfMemory) => return Err(self.out_of_memory(bytes)),
                 }
             }
+            Err(RawAllocError::OutOfMemory) => return Err(self.out_of_memory(bytes)),
         };
         let mut st = self.state.lock();
         st.stats.raw_allocs += 1;
@@ -230,6 +274,14 @@ impl<B: RawMemory> CachingAllocator<B> {
         }
         let mut st = self.state.lock();
         st.stats.live_bytes = st.stats.live_bytes.saturating_sub(block.bytes);
+        let mut stream_id = stream_id;
+        if !st.pool_blocks.is_empty() {
+            match pool::release(&mut st, block) {
+                pool::Released::Kept => return,
+                pool::Released::ToCache(s) => stream_id = s,
+                pool::Released::NotPooled => {}
+            }
+        }
         st.stats.cached_bytes += block.bytes;
         st.free
             .entry((stream_id, block.bytes))
@@ -237,10 +289,28 @@ impl<B: RawMemory> CachingAllocator<B> {
             .push(block.addr);
     }
 
-    /// Synchronises the device and frees every cached block. Returns the bytes released.
+    fn out_of_memory(&self, requested: usize) -> RocmError {
+        let (free, total) = self.backend.mem_info().unwrap_or((0, 0));
+        RocmError::OutOfMemory {
+            ordinal: self.backend.ordinal(),
+            requested,
+            free,
+            total,
+        }
+    }
+
+    /// Synchronises the device and frees every cached block (not those reserved in graph
+    /// pools). Returns the bytes released. Refused while a capture is in progress.
     pub fn trim(&self) -> Result<usize> {
         let blocks: Vec<(usize, usize)> = {
             let mut st = self.state.lock();
+            if let Some(&stream) = st.capturing.keys().next() {
+                return Err(RocmError::NotCapturable {
+                    op: "CachingAllocator::trim",
+                    stream,
+                    why: "trimming synchronises the device",
+                });
+            }
             st.stats.trims += 1;
             let taken = std::mem::take(&mut st.free);
             st.stats.cached_bytes = 0;
@@ -290,16 +360,16 @@ mod tests {
     use std::sync::Arc;
 
     /// Fake device memory with a capacity, counting calls.
-    struct Fake {
+    pub(super) struct Fake {
         capacity: usize,
         used: AtomicUsize,
         next: AtomicUsize,
-        syncs: AtomicUsize,
+        pub(super) syncs: AtomicUsize,
         sizes: Mutex<HashMap<usize, usize>>,
     }
 
     impl Fake {
-        fn new(capacity: usize) -> Self {
+        pub(super) fn new(capacity: usize) -> Self {
             Fake {
                 capacity,
                 used: AtomicUsize::new(0),
