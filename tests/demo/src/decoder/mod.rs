@@ -56,6 +56,7 @@ pub use error::DecoderError;
 pub use gguf::GgufDecoder;
 pub use llama::{LlamaDecoder, LLAMA_FILES};
 pub use tokenizer::{tokenizer_from_gguf, GgufTokenizer};
+pub(crate) use tokenizer::{decode, encode};
 
 /// The result of [`GgufDecoder::generate`] or [`LlamaDecoder::generate`].
 #[derive(Debug, Clone, PartialEq)]
