@@ -87,7 +87,12 @@ struct Args {
     /// With --gpus: a TinyLlama-1.1B-shaped llama (32 heads, 4 key-value heads) of LAYERS
     /// layers (the real one has 22) with random weights, written once into the weights cache;
     /// no tokenizer (the output is token ids): for speed, and for 2, 4 or 8 GPUs.
-    #[arg(long, value_name = "LAYERS", requires = "gpus", conflicts_with = "decoder_model")]
+    #[arg(
+        long,
+        value_name = "LAYERS",
+        requires = "gpus",
+        conflicts_with = "decoder_model"
+    )]
     random_weights: Option<usize>,
     /// The sentences to compare (default: a built-in set).
     sentences: Vec<String>,
@@ -360,9 +365,7 @@ fn launch_ranks(args: Args, n: usize) -> Result<()> {
         rank_args = strip_random_weights(rank_args);
         rank_args.extend(["--decoder-model".to_string(), dir.display().to_string()]);
     }
-    println!(
-        "tensor parallel: {n} rank(s), one process per GPU, rendezvous on 127.0.0.1:{port}"
-    );
+    println!("tensor parallel: {n} rank(s), one process per GPU, rendezvous on 127.0.0.1:{port}");
     let exe = std::env::current_exe().context("finding this program to start its ranks")?;
     let ranks = spawn_ranks(&exe, &rank_args, 0..n, n, port, &[])?;
     wait_ranks(ranks, Duration::from_secs(60), None)?;

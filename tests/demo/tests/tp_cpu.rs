@@ -63,7 +63,10 @@ fn reference(dir: &std::path::Path, steps: usize) -> (Vec<u32>, Vec<Vec<f32>>) {
     let mut input = PROMPT.to_vec();
     let mut pos = 0;
     for _ in 0..steps {
-        let x = Tensor::new(input.as_slice(), dev).unwrap().unsqueeze(0).unwrap();
+        let x = Tensor::new(input.as_slice(), dev)
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap();
         let logits = model.forward(&x, pos, &mut cache).unwrap();
         let next = candle_rocm_demo::decoder::argmax(&logits).unwrap();
         pos += input.len();
@@ -75,7 +78,10 @@ fn reference(dir: &std::path::Path, steps: usize) -> (Vec<u32>, Vec<Vec<f32>>) {
     let mut input = PROMPT.to_vec();
     let mut pos = 0;
     for next in ids.iter().map(Some).chain([None]) {
-        let x = Tensor::new(input.as_slice(), dev).unwrap().unsqueeze(0).unwrap();
+        let x = Tensor::new(input.as_slice(), dev)
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap();
         let logits = model.forward(&x, pos, &mut cache).unwrap();
         rows.push(logits.flatten_all().unwrap().to_vec1::<f32>().unwrap());
         pos += input.len();
@@ -99,7 +105,10 @@ fn a_world_of_one_computes_candle_transformers_llama() {
     assert_eq!(ids, want_ids);
     let logits = forced_logits(&model, &PROMPT, &ids, DType::F32, dev).unwrap();
     let d = max_diff(&logits, &want_logits);
-    assert!(d <= 1e-5, "world of one against candle-transformers: max |diff| {d}");
+    assert!(
+        d <= 1e-5,
+        "world of one against candle-transformers: max |diff| {d}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -160,7 +169,10 @@ fn two_simulated_ranks_compute_the_whole_model() {
         let (ids, logits) = r.join().unwrap();
         assert_eq!(ids, want_ids, "rank {rank}");
         let d = max_diff(&logits, &want_logits);
-        assert!(d <= 1e-4, "rank {rank} of 2 against the whole model: max |diff| {d}");
+        assert!(
+            d <= 1e-4,
+            "rank {rank} of 2 against the whole model: max |diff| {d}"
+        );
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -175,7 +187,14 @@ fn splits_that_do_not_divide_are_typed_errors() {
     // 4 query heads over 3 ranks.
     let e = load_dir(&dir, &cfg, three, DType::F32, dev).unwrap_err();
     assert!(
-        matches!(e, TpError::Heads { what: "num_attention_heads", count: 4, world_size: 3 }),
+        matches!(
+            e,
+            TpError::Heads {
+                what: "num_attention_heads",
+                count: 4,
+                world_size: 3
+            }
+        ),
         "{e}"
     );
     // An intermediate size of 98 over 2 ranks: the first tensor split along it is named.

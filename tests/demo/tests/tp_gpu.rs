@@ -22,8 +22,8 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use candle_rocm::collective::Comm;
 use candle_rocm_demo::tp::{
-    forced_logits, generate, join, load_dir, read_config, spawn_ranks, tinyllama_1_1b,
-    wait_ranks, write_random_llama, Solo, TpLlama,
+    forced_logits, generate, join, load_dir, read_config, spawn_ranks, tinyllama_1_1b, wait_ranks,
+    write_random_llama, Solo, TpLlama,
 };
 use candle_transformers::models::llama::{Cache, Llama};
 use rocm_safe::rendezvous::{RankEnv, Rendezvous};
@@ -56,14 +56,18 @@ fn run(model: &TpLlama, dev: &Device, along: Option<&[u32]>) -> (Vec<u32>, Vec<V
 fn candle_llama_ids(dir: &Path, dev: &Device) -> Vec<u32> {
     let (cfg, _) = read_config(dir, false).unwrap();
     // SAFETY: the test's own file, not modified while mapped.
-    let vb =
-        unsafe { VarBuilder::from_mmaped_safetensors(&[dir.join("model.safetensors")], DTYPE, dev) }
-            .unwrap();
+    let vb = unsafe {
+        VarBuilder::from_mmaped_safetensors(&[dir.join("model.safetensors")], DTYPE, dev)
+    }
+    .unwrap();
     let model = Llama::load(vb, &cfg).unwrap();
     let mut cache = Cache::new(true, DTYPE, &cfg, dev).unwrap();
     let (mut ids, mut input, mut pos) = (Vec::new(), PROMPT.to_vec(), 0);
     for _ in 0..STEPS {
-        let x = Tensor::new(input.as_slice(), dev).unwrap().unsqueeze(0).unwrap();
+        let x = Tensor::new(input.as_slice(), dev)
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap();
         let next = candle_rocm_demo::decoder::argmax(&model.forward(&x, pos, &mut cache).unwrap())
             .unwrap();
         pos += input.len();
@@ -131,7 +135,10 @@ fn two_gpus_give_the_tokens_and_logits_of_one() {
     let dir = std::env::temp_dir().join(format!("tp-gpu-{}", std::process::id()));
     let t = std::time::Instant::now();
     let cfg = write_random_llama(&dir, &tinyllama_1_1b(2), DTYPE).unwrap();
-    eprintln!("random 1.1B-shape weights (2 layers, f16) written in {:?}", t.elapsed());
+    eprintln!(
+        "random 1.1B-shape weights (2 layers, f16) written in {:?}",
+        t.elapsed()
+    );
 
     // One GPU: the tensor-parallel llama with a world of one, and candle-transformers' llama.
     let dev0 = candle_rocm::device(0).unwrap();
@@ -139,7 +146,12 @@ fn two_gpus_give_the_tokens_and_logits_of_one() {
     let (want_ids, want_logits) = run(&solo, &dev0, None);
     drop(solo);
     let candle_ids = candle_llama_ids(&dir, &dev0);
-    same_tokens(&candle_ids, &want_ids, &want_logits, "candle-transformers' llama, 1 GPU");
+    same_tokens(
+        &candle_ids,
+        &want_ids,
+        &want_logits,
+        "candle-transformers' llama, 1 GPU",
+    );
     eprintln!("1 GPU: {want_ids:?}");
 
     // Two GPUs: rank 1 in a second process, rank 0 here.
@@ -162,7 +174,11 @@ fn two_gpus_give_the_tokens_and_logits_of_one() {
     ]
     .map(String::from)
     .to_vec();
-    let tokens = want_ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+    let tokens = want_ids
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
     let extra = [
         (ROLE_VAR, "rank1".to_string()),
         (DIR_VAR, dir.display().to_string()),

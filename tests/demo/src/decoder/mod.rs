@@ -55,8 +55,8 @@ pub use convert::{
 pub use error::DecoderError;
 pub use gguf::GgufDecoder;
 pub use llama::{LlamaDecoder, LLAMA_FILES};
-pub use tokenizer::{tokenizer_from_gguf, GgufTokenizer};
 pub(crate) use tokenizer::{decode, encode};
+pub use tokenizer::{tokenizer_from_gguf, GgufTokenizer};
 
 /// The result of [`GgufDecoder::generate`] or [`LlamaDecoder::generate`].
 #[derive(Debug, Clone, PartialEq)]

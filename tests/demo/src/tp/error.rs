@@ -72,7 +72,9 @@ pub enum TpError {
         reason: String,
     },
     /// `config.json` could not be read.
-    #[error("{path} is not a llama config.json ({reason}); pass a Hugging Face llama model directory")]
+    #[error(
+        "{path} is not a llama config.json ({reason}); pass a Hugging Face llama model directory"
+    )]
     Config {
         /// The file.
         path: PathBuf,

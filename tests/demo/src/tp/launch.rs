@@ -180,7 +180,10 @@ mod tests {
         let env = rank_env(1, 2, 29500);
         let get = |k: &str| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone());
         let parsed = RankEnv::from_lookup(get).unwrap();
-        assert_eq!((parsed.rank, parsed.world_size, parsed.master_port), (1, 2, 29500));
+        assert_eq!(
+            (parsed.rank, parsed.world_size, parsed.master_port),
+            (1, 2, 29500)
+        );
         assert_eq!(parsed.local_rank, Some(1));
         assert_eq!(get("NCCL_NVLS_ENABLE").as_deref(), Some("0"));
     }
@@ -197,11 +200,19 @@ mod tests {
         ranks.extend(spawn_ranks(sh, &args("sleep 60"), 1..2, 2, 1, &[]).unwrap());
         let start = Instant::now();
         let e = wait_ranks(ranks, Duration::from_millis(300), None).unwrap_err();
-        assert!(start.elapsed() < Duration::from_secs(20), "{:?}", start.elapsed());
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            start.elapsed()
+        );
         assert!(matches!(&e, TpError::Rank { rank: 0, .. }), "{e}");
         let hung = spawn_ranks(sh, &args("sleep 60"), 0..1, 1, 1, &[]).unwrap();
-        let e = wait_ranks(hung, Duration::from_secs(1), Some(Duration::from_millis(300)))
-            .unwrap_err();
+        let e = wait_ranks(
+            hung,
+            Duration::from_secs(1),
+            Some(Duration::from_millis(300)),
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("killed"), "{e}");
     }
 }

@@ -71,7 +71,8 @@ fn llama3_scaled(s: &Llama3RopeConfig, freq: f32) -> f32 {
     } else if wavelen > low {
         freq / s.factor
     } else {
-        let smooth = (orig / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+        let smooth =
+            (orig / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
         (1. - smooth) * freq / s.factor + smooth * freq
     }
 }
@@ -232,10 +233,16 @@ impl TpLlama {
             blocks.push(Block {
                 norm_1: norm(&format!("{p}input_layernorm.weight"))?,
                 attn: Attention {
-                    q: col("self_attn.q_proj.weight", &[head_dim * config.num_attention_heads, h])?,
+                    q: col(
+                        "self_attn.q_proj.weight",
+                        &[head_dim * config.num_attention_heads, h],
+                    )?,
                     k: col("self_attn.k_proj.weight", &[kv, h])?,
                     v: col("self_attn.v_proj.weight", &[kv, h])?,
-                    o: row("self_attn.o_proj.weight", &[h, head_dim * config.num_attention_heads])?,
+                    o: row(
+                        "self_attn.o_proj.weight",
+                        &[h, head_dim * config.num_attention_heads],
+                    )?,
                     heads,
                     kv_heads,
                     head_dim,
@@ -289,7 +296,9 @@ impl TpLlama {
         let (_, seq) = tokens.dims2()?;
         let mut x = self.embed.forward(tokens)?;
         for (l, block) in self.blocks.iter().enumerate() {
-            let y = block.attn.forward(&block.norm_1.forward(&x)?, pos, l, cache)?;
+            let y = block
+                .attn
+                .forward(&block.norm_1.forward(&x)?, pos, l, cache)?;
             let x1 = (y + &x)?;
             x = (block.mlp.forward(&block.norm_2.forward(&x1)?)? + x1)?;
         }

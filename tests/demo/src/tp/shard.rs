@@ -46,7 +46,7 @@ impl Shard {
     /// [`TpError::UnevenSplit`] naming the tensor when `len` is not a multiple of the world
     /// size.
     pub fn range(&self, tensor: &str, dim: usize, len: usize) -> Result<Range<usize>, TpError> {
-        if len % self.world_size != 0 {
+        if !len.is_multiple_of(self.world_size) {
             return Err(TpError::UnevenSplit {
                 tensor: tensor.to_string(),
                 dim,
@@ -60,7 +60,7 @@ impl Shard {
 
     /// `count` heads (of the config key `what`) per rank, or [`TpError::Heads`].
     pub fn heads(&self, what: &'static str, count: usize) -> Result<usize, TpError> {
-        if count % self.world_size != 0 {
+        if !count.is_multiple_of(self.world_size) {
             return Err(TpError::Heads {
                 what,
                 count,
@@ -205,8 +205,7 @@ impl ShardedWeights {
             path: self.path.clone(),
             reason: format!("{name}: {reason}"),
         };
-        let file_dtype =
-            DType::try_from(view.dtype()).map_err(|e| weights_err(e.to_string()))?;
+        let file_dtype = DType::try_from(view.dtype()).map_err(|e| weights_err(e.to_string()))?;
         let (shape, range) = split.local(self.shard, name, full)?;
         let tensor = match (split, range) {
             (Split::Rows, Some(r)) => slice_of(&view, view.slice(r), file_dtype, &shape),
@@ -277,7 +276,9 @@ mod tests {
         assert_eq!(w(0).range("t", 0, 8).unwrap(), 0..2);
         assert_eq!(w(3).range("t", 0, 8).unwrap(), 6..8);
         assert_eq!(Shard::SOLO.range("t", 1, 7).unwrap(), 0..7);
-        let e = w(1).range("model.layers.0.mlp.down_proj.weight", 1, 10).unwrap_err();
+        let e = w(1)
+            .range("model.layers.0.mlp.down_proj.weight", 1, 10)
+            .unwrap_err();
         assert!(
             matches!(&e, TpError::UnevenSplit { tensor, dim: 1, len: 10, world_size: 4 }
                 if tensor == "model.layers.0.mlp.down_proj.weight"),
@@ -289,7 +290,14 @@ mod tests {
         assert_eq!(w(0).heads("num_key_value_heads", 8).unwrap(), 2);
         let e = Shard::new(0, 2).unwrap().heads("num_attention_heads", 9);
         assert!(
-            matches!(e, Err(TpError::Heads { count: 9, world_size: 2, .. })),
+            matches!(
+                e,
+                Err(TpError::Heads {
+                    count: 9,
+                    world_size: 2,
+                    ..
+                })
+            ),
             "{e:?}"
         );
     }
@@ -356,10 +364,16 @@ mod tests {
                 for name in ["a", "b"] {
                     let rows = w.get(name, &[6, 10], Split::Rows).unwrap();
                     let want = whole.narrow(0, rank * 6 / world, 6 / world).unwrap();
-                    assert_eq!(rows.to_vec2::<f32>().unwrap(), want.to_vec2::<f32>().unwrap());
+                    assert_eq!(
+                        rows.to_vec2::<f32>().unwrap(),
+                        want.to_vec2::<f32>().unwrap()
+                    );
                     let cols = w.get(name, &[6, 10], Split::Cols).unwrap();
                     let want = whole.narrow(1, rank * 10 / world, 10 / world).unwrap();
-                    assert_eq!(cols.to_vec2::<f32>().unwrap(), want.to_vec2::<f32>().unwrap());
+                    assert_eq!(
+                        cols.to_vec2::<f32>().unwrap(),
+                        want.to_vec2::<f32>().unwrap()
+                    );
                 }
                 assert!(matches!(
                     w.get("a", &[6, 11], Split::Rows),
@@ -379,7 +393,10 @@ mod tests {
         )
         .unwrap();
         let e = w.get("a", &[6, 10], Split::Rows).unwrap_err();
-        assert!(matches!(&e, TpError::UnevenSplit { tensor, .. } if tensor == "a"), "{e}");
+        assert!(
+            matches!(&e, TpError::UnevenSplit { tensor, .. } if tensor == "a"),
+            "{e}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
