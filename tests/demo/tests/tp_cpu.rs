@@ -197,8 +197,8 @@ fn splits_that_do_not_divide_are_typed_errors() {
         ),
         "{e}"
     );
-    // An intermediate size of 98 over 2 ranks: the first tensor split along it is named.
-    let cfg = write_random_llama(&dir, &config(1, 98), DType::F32).unwrap();
+    // An intermediate size of 99 over 2 ranks: the first tensor split along it is named.
+    let cfg = write_random_llama(&dir, &config(1, 99), DType::F32).unwrap();
     let shared = Arc::new((Barrier::new(2), Mutex::new(vec![None; 2])));
     let two: Arc<dyn World> = Arc::new(Threads { rank: 0, shared });
     let e = load_dir(&dir, &cfg, two, DType::F32, dev).unwrap_err();
@@ -206,7 +206,7 @@ fn splits_that_do_not_divide_are_typed_errors() {
         TpError::UnevenSplit {
             tensor,
             dim: 0,
-            len: 98,
+            len: 99,
             world_size: 2,
         } => assert_eq!(tensor, "model.layers.0.mlp.gate_proj.weight"),
         other => panic!("{other}"),
