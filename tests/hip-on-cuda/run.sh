@@ -59,7 +59,7 @@ for t in "$BUNDLE"/*; do
         *.rocm-info|*.launch_overhead|*.gpu_faults|*.bandwidth) ;;
         # RCCL's tests need the RCCL double (and two GPUs for the multi-process one), the
         # peer-copy tests two GPUs: below.
-        rocm-safe.rccl_*|rocm-safe.peer_gpu|candle-rocm-tests.multi_gpu) ;;
+        rocm-safe.rccl_*|rocm-safe.peer_gpu|candle-rocm-tests.multi_gpu|candle-rocm-demo.tp_gpu) ;;
         # The demo's GPU tests need real weights, which the device cannot fetch: carried
         # separately (see the README) and named by these variables.
         candle-rocm-demo.embed) [ -n "${CANDLE_ROCM_BERT_DIR:-}" ] && [[ -z "${ONLY:-}" || "$(basename "$t")" =~ $ONLY ]] \
@@ -204,6 +204,23 @@ for t in rocm-safe.peer_gpu candle-rocm-tests.multi_gpu; do
         row "tests $t" "$(results "$OUT/test-$t.log") (exit ${PIPESTATUS[0]})"
     fi
 done
+# The tensor-parallel llama (issue 29): random 1.1B-shape weights, 2 ranks in 2 processes
+# over RCCL (the double, NCCL underneath) against 1 GPU. Needs both.
+t=candle-rocm-demo.tp_gpu
+if [[ -n "${ONLY:-}" && ! "$t" =~ $ONLY ]]; then
+    :
+elif [ ! -x "$BUNDLE/$t" ]; then
+    row "tests $t" "skipped: not in the bundle (rebuild it: cargo xtask device-bundle)"
+elif [ -z "${ROCM_SYS_RCCL_LIB:-}" ]; then
+    row "tests $t" "skipped: the RCCL double was not built (no NCCL found)"
+elif [ "$gpus" -lt 2 ]; then
+    row "tests $t" "skipped: needs 2 GPUs, this machine has $gpus (device kind nvidia-h100-x2)"
+else
+    echo "== $t --include-ignored"
+    timeout "${TEST_TIMEOUT:-300}" env CANDLE_ROCM_STRICT=1 NCCL_NVLS_ENABLE=0 "$BUNDLE/$t" \
+        --include-ignored --nocapture --test-threads=1 2>&1 | tee "$OUT/test-$t.log"
+    row "tests $t" "$(results "$OUT/test-$t.log") (exit ${PIPESTATUS[0]})"
+fi
 # candle-rocm's MIOpen path of the convolutions and pools (CANDLE_ROCM_CONV=miopen) through the MIOpen
 # double, against the same references: the parity cases (which assert that MIOpen ran) and
 # candle-core's conv and pool tests.

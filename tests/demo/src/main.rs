@@ -7,13 +7,22 @@
 //! candle-rocm-demo [--cpu] [--model DIR] [--dtype f32|f16|bf16] [--no-decoder]
 //!                  [--decoder-model DIR | --gguf [FILE]] [--prompt TEXT] [--max-tokens N]
 //!                  [--attention flash|matmul] [SENTENCES...]
+//! candle-rocm-demo --gpus N [--decoder-model DIR | --random-weights LAYERS] [--dtype ...]
+//!                  [--prompt TEXT] [--max-tokens N] [--attention flash|matmul]
 //! ```
+//!
+//! With `--gpus N` only the decoder runs, split over N GPUs (tensor parallelism): this program
+//! starts N copies of itself, rank r on GPU r, with torchrun's `RANK`, `WORLD_SIZE`,
+//! `MASTER_ADDR`, `MASTER_PORT` set; rank 0 serves the rendezvous store and prints the text.
+//! A process started with `RANK` already set (by torchrun, or by hand on several hosts) is
+//! one rank.
 //!
 //! The first line printed says which device it runs on and, on the CPU, why. Logs go through
 //! `tracing` (`RUST_LOG=debug`).
 
 use std::path::PathBuf;
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use candle_core::{DType, Device};
@@ -21,7 +30,11 @@ use candle_rocm_demo::bert::{cosine_matrix, Embedder};
 use candle_rocm_demo::decoder::{
     smollm2_gguf, smollm2_safetensors_dir, Generation, GgufDecoder, LlamaDecoder,
 };
-use candle_rocm_demo::weights::ALL_MINILM_L6_V2;
+use candle_rocm_demo::tp::{
+    check_split, free_port, join, spawn_ranks, tinyllama_1_1b, wait_ranks, write_random_llama,
+    TpDecoder,
+};
+use candle_rocm_demo::weights::{cache_dir, ALL_MINILM_L6_V2};
 use clap::{Parser, ValueEnum};
 
 /// Sentence embeddings with candle-transformers' BERT, then text generation with its llama, on
@@ -65,6 +78,22 @@ struct Args {
     /// `--gguf` decoder always runs its own (matmul) attention.
     #[arg(long, value_enum)]
     attention: Option<Attention>,
+    /// Run only the decoder, split over N GPUs (tensor parallelism, one process per GPU, rank
+    /// r on GPU r; rank 0 prints the text and tokens/s). The model's head counts and
+    /// intermediate size must divide by N (SmolLM2-135M's 9 heads split over 1 or 3 GPUs
+    /// only: use --random-weights or --decoder-model for 2). Safetensors only.
+    #[arg(long, value_name = "N", conflicts_with_all = ["gguf", "cpu"])]
+    gpus: Option<usize>,
+    /// With --gpus: a TinyLlama-1.1B-shaped llama (32 heads, 4 key-value heads) of LAYERS
+    /// layers (the real one has 22) with random weights, written once into the weights cache;
+    /// no tokenizer (the output is token ids): for speed, and for 2, 4 or 8 GPUs.
+    #[arg(
+        long,
+        value_name = "LAYERS",
+        requires = "gpus",
+        conflicts_with = "decoder_model"
+    )]
+    random_weights: Option<usize>,
     /// The sentences to compare (default: a built-in set).
     sentences: Vec<String>,
 }
@@ -125,6 +154,13 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run(args: Args) -> Result<()> {
+    if let Some(n) = args.gpus {
+        return if std::env::var_os("RANK").is_some() {
+            run_rank(args)
+        } else {
+            launch_ranks(args, n)
+        };
+    }
     let device = if args.cpu {
         println!("device: CPU (--cpu given)");
         Device::Cpu
@@ -292,5 +328,107 @@ fn generate_gguf(device: &Device, file: PathBuf, prompt: &str, max_tokens: usize
     let load = t.elapsed();
     let g = decoder.generate(prompt, max_tokens)?;
     print_generation(&format!("{} (quantized)", file.display()), load, prompt, &g);
+    Ok(())
+}
+
+/// `--gpus N` without `RANK` set: prepares the model directory, checks that it splits over N
+/// ranks, and runs N copies of this program as ranks 0..N on this host (see [`run_rank`]);
+/// when one fails, the others get a minute to notice before they are killed.
+fn launch_ranks(args: Args, n: usize) -> Result<()> {
+    if n == 0 {
+        anyhow::bail!("--gpus 0: give at least one GPU");
+    }
+    let dtype = DType::from(args.dtype);
+    let dir = match (&args.decoder_model, args.random_weights) {
+        (Some(dir), _) => dir.clone(),
+        (None, Some(layers)) => {
+            let dir = cache_dir()?.join(format!("tp-random-tinyllama-1.1b-{layers}l-{dtype:?}"));
+            if !dir.join("config.json").is_file() {
+                tracing::info!(dir = %dir.display(), "tp: writing random weights");
+                let tmp = dir.with_extension("partial");
+                write_random_llama(&tmp, &tinyllama_1_1b(layers), dtype)?;
+                std::fs::rename(&tmp, &dir)
+                    .with_context(|| format!("moving {} to {}", tmp.display(), dir.display()))?;
+            }
+            dir
+        }
+        (None, None) => smollm2_safetensors_dir().context("preparing SmolLM2-135M")?,
+    };
+    check_split(&dir, n).with_context(|| format!("splitting {} over {n} GPUs", dir.display()))?;
+    let port = free_port()?;
+    let mut rank_args: Vec<String> = std::env::args_os()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    if args.decoder_model.is_none() {
+        // Every rank reads the directory prepared here (none fetches or writes weights).
+        rank_args = strip_random_weights(rank_args);
+        rank_args.extend(["--decoder-model".to_string(), dir.display().to_string()]);
+    }
+    println!("tensor parallel: {n} rank(s), one process per GPU, rendezvous on 127.0.0.1:{port}");
+    let exe = std::env::current_exe().context("finding this program to start its ranks")?;
+    let ranks = spawn_ranks(&exe, &rank_args, 0..n, n, port, &[])?;
+    wait_ranks(ranks, Duration::from_secs(60), None)?;
+    Ok(())
+}
+
+/// `args` without `--random-weights LAYERS` (or `--random-weights=LAYERS`).
+fn strip_random_weights(args: Vec<String>) -> Vec<String> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut skip = false;
+    for a in args {
+        if skip {
+            skip = false;
+        } else if a == "--random-weights" {
+            skip = true;
+        } else if !a.starts_with("--random-weights=") {
+            out.push(a);
+        }
+    }
+    out
+}
+
+/// One rank of `--gpus N` (`RANK` set): joins the others (rank 0 serves the store and makes
+/// RCCL's unique id), loads its share of the model on GPU `LOCAL_RANK` (else `RANK`), runs the
+/// same greedy decoding as every rank, and on rank 0 prints it.
+fn run_rank(args: Args) -> Result<()> {
+    let (rdzv, comm) = join(rocm_safe::rendezvous::DEFAULT_TIMEOUT)?;
+    let rank = rdzv.rank();
+    let dir = args
+        .decoder_model
+        .clone()
+        .context("a rank needs --decoder-model DIR (the launcher passes it)")?;
+    let dtype = DType::from(args.dtype);
+    let flash = args.attention.is_none_or(|a| a == Attention::Flash);
+    let device = comm.device().clone();
+    if rank == 0 {
+        println!(
+            "device: {} ROCm GPUs, rank 0 on {:?}",
+            rdzv.world_size(),
+            device.location()
+        );
+    }
+    let t = Instant::now();
+    let decoder = TpDecoder::load(&dir, Arc::new(comm.clone()), dtype, &device, flash)?;
+    let load = t.elapsed();
+    tracing::info!(rank, load_ms = load.as_millis() as u64, "tp: loaded");
+    let g = decoder.generate(&args.prompt, args.max_tokens)?;
+    if rank == 0 {
+        print_generation(
+            &format!(
+                "{} ({dtype:?}, {}, tensor parallel over {} GPUs)",
+                dir.display(),
+                attention_name(flash),
+                rdzv.world_size()
+            ),
+            load,
+            &args.prompt,
+            &g,
+        );
+    }
+    rdzv.barrier("done")?;
+    // Both ranks tear their communicators down together.
+    drop(decoder);
+    drop(comm);
     Ok(())
 }

@@ -55,6 +55,7 @@ pub use convert::{
 pub use error::DecoderError;
 pub use gguf::GgufDecoder;
 pub use llama::{LlamaDecoder, LLAMA_FILES};
+pub(crate) use tokenizer::{decode, encode};
 pub use tokenizer::{tokenizer_from_gguf, GgufTokenizer};
 
 /// The result of [`GgufDecoder::generate`] or [`LlamaDecoder::generate`].

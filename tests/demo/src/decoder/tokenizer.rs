@@ -151,7 +151,7 @@ pub fn tokenizer_from_gguf(
 }
 
 /// Tokenizes `prompt` (adding the special tokens the tokenizer's post-processor adds).
-pub(super) fn encode(tokenizer: &Tokenizer, prompt: &str) -> Result<Vec<u32>, DecoderError> {
+pub(crate) fn encode(tokenizer: &Tokenizer, prompt: &str) -> Result<Vec<u32>, DecoderError> {
     let enc = tokenizer
         .encode(prompt, true)
         .map_err(|e| DecoderError::Encode(e.to_string()))?;
@@ -159,7 +159,7 @@ pub(super) fn encode(tokenizer: &Tokenizer, prompt: &str) -> Result<Vec<u32>, De
 }
 
 /// Detokenizes `ids`, skipping special tokens.
-pub(super) fn decode(tokenizer: &Tokenizer, ids: &[u32]) -> Result<String, DecoderError> {
+pub(crate) fn decode(tokenizer: &Tokenizer, ids: &[u32]) -> Result<String, DecoderError> {
     tokenizer
         .decode(ids, true)
         .map_err(|e| DecoderError::Encode(e.to_string()))

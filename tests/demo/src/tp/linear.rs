@@ -1,0 +1,186 @@
+//! Column- and row-parallel linear layers (Megatron-LM's split, as in Candle's
+//! `llama_multiprocess` example) and the all-reduce they end with.
+//!
+//! A column-parallel layer holds a block of the weight's rows and computes a block of the
+//! output features; no communication. A row-parallel layer holds a block of the weight's
+//! columns, takes the matching block of the input features (a column-parallel layer's output)
+//! and computes a partial sum of the whole output; an all-reduce (sum) over the ranks completes
+//! it. So an attention or MLP block costs one all-reduce.
+
+use std::sync::Arc;
+
+use candle_core::{Module, Tensor};
+use candle_nn::Linear;
+use candle_rocm::collective::{Comm, ReduceOp};
+
+/// The ranks a model is split over, as the model sees them: its place, and the sum of a tensor
+/// over every rank.
+pub trait World: Send + Sync + std::fmt::Debug {
+    /// This rank.
+    fn rank(&self) -> usize;
+
+    /// The number of ranks.
+    fn world_size(&self) -> usize;
+
+    /// The element-wise sum of `x` (same shape on every rank) over every rank.
+    fn all_reduce_sum(&self, x: &Tensor) -> candle_core::Result<Tensor>;
+
+    /// Waits, bounded by a timeout, for the collectives queued so far: a rank that died is an
+    /// error here, not a hang. A world without collectives returns at once.
+    fn wait(&self) -> candle_core::Result<()> {
+        Ok(())
+    }
+}
+
+/// A world of one rank: every tensor whole, the sum the tensor itself.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Solo;
+
+impl World for Solo {
+    fn rank(&self) -> usize {
+        0
+    }
+
+    fn world_size(&self) -> usize {
+        1
+    }
+
+    fn all_reduce_sum(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        Ok(x.clone())
+    }
+}
+
+/// One process per GPU: the ranks of an RCCL communicator (candle-rocm's [`Comm`]).
+impl World for Comm {
+    fn rank(&self) -> usize {
+        Comm::rank(self)
+    }
+
+    fn world_size(&self) -> usize {
+        Comm::world_size(self)
+    }
+
+    fn all_reduce_sum(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        self.all_reduce(&x.contiguous()?, ReduceOp::Sum)
+    }
+
+    fn wait(&self) -> candle_core::Result<()> {
+        Comm::wait(self)
+    }
+}
+
+/// A linear layer (no bias) whose weight rows (output features) are split over the ranks:
+/// this rank computes its block of the outputs.
+#[derive(Debug, Clone)]
+pub struct ColumnParallelLinear {
+    linear: Linear,
+}
+
+impl ColumnParallelLinear {
+    /// The layer from this rank's block of rows of the weight, `(out / world, in)`.
+    pub fn new(weight: Tensor) -> Self {
+        ColumnParallelLinear {
+            linear: Linear::new(weight, None),
+        }
+    }
+
+    /// This rank's block of the weight.
+    pub fn weight(&self) -> &Tensor {
+        self.linear.weight()
+    }
+}
+
+impl Module for ColumnParallelLinear {
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        self.linear.forward(x)
+    }
+}
+
+/// A linear layer (no bias) whose weight columns (input features) are split over the ranks:
+/// this rank multiplies its block of the inputs, and an all-reduce sums the ranks' partial
+/// outputs into the whole output on every rank.
+#[derive(Debug, Clone)]
+pub struct RowParallelLinear {
+    linear: Linear,
+    world: Arc<dyn World>,
+}
+
+impl RowParallelLinear {
+    /// The layer from this rank's block of columns of the weight, `(out, in / world)`.
+    pub fn new(weight: Tensor, world: Arc<dyn World>) -> Self {
+        RowParallelLinear {
+            linear: Linear::new(weight, None),
+            world,
+        }
+    }
+
+    /// This rank's partial output, before the all-reduce (for tests that sum it themselves).
+    pub fn partial(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        self.linear.forward(x)
+    }
+}
+
+impl Module for RowParallelLinear {
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        self.world.all_reduce_sum(&self.linear.forward(x)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::tp::{Shard, Split};
+    use candle_core::{DType, Device};
+
+    /// A world of two simulated in one process: each rank's layers from its blocks, the
+    /// row-parallel partials summed here; equal to the unsharded layers.
+    #[test]
+    fn two_ranks_simulated_equal_the_whole_layers() {
+        let dev = &Device::Cpu;
+        let (hidden, inner, tokens) = (8, 12, 5);
+        let up = Tensor::randn(0f32, 1., (inner, hidden), dev).unwrap();
+        let down = Tensor::randn(0f32, 1., (hidden, inner), dev).unwrap();
+        let x = Tensor::randn(0f32, 1., (1, tokens, hidden), dev).unwrap();
+        let whole = Linear::new(down.clone(), None)
+            .forward(&Linear::new(up.clone(), None).forward(&x).unwrap())
+            .unwrap();
+        let world = 2;
+        let mut sum: Option<Tensor> = None;
+        let mut blocks = Vec::new();
+        for rank in 0..world {
+            let shard = Shard::new(rank, world).unwrap();
+            let block = |w: &Tensor, split: Split| {
+                let (_, r) = split.local(shard, "w", w.dims()).unwrap();
+                let r = r.unwrap();
+                let dim = if split == Split::Rows { 0 } else { 1 };
+                w.narrow(dim, r.start, r.len()).unwrap()
+            };
+            let col = ColumnParallelLinear::new(block(&up, Split::Rows));
+            let row = RowParallelLinear::new(block(&down, Split::Cols), Arc::new(Solo));
+            let h = col.forward(&x).unwrap();
+            assert_eq!(h.dims(), &[1, tokens, inner / world]);
+            blocks.push(h.clone());
+            let p = row.partial(&h).unwrap();
+            sum = Some(match sum {
+                None => p,
+                Some(s) => (s + p).unwrap(),
+            });
+        }
+        // The column-parallel blocks side by side are the whole first layer's output.
+        let cat = Tensor::cat(&blocks, 2).unwrap();
+        let first = Linear::new(up, None).forward(&x).unwrap();
+        let diff = (cat - first).unwrap().abs().unwrap().max_all().unwrap();
+        assert_eq!(diff.to_scalar::<f32>().unwrap(), 0.0);
+        let diff = (sum.unwrap() - &whole)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        assert!(diff < 1e-4, "{diff}");
+        assert_eq!(whole.dtype(), DType::F32);
+    }
+}

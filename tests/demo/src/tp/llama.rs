@@ -1,0 +1,311 @@
+//! [`TpLlama`]: candle-transformers' llama with its attention and MLP split over ranks.
+//!
+//! The same computation as `candle_transformers::models::llama::Llama` (its [`Config`], its
+//! rotary tables including llama-3 frequency scaling, candle-nn's `RmsNorm`, `rope`, `silu`,
+//! candle-transformers' causal mask and `repeat_kv`, the f32 matmul attention or flash
+//! attention), with each rank holding `1 / world` of the heads: q, k and v projections
+//! column-parallel (whole heads: `num_attention_heads / world` query heads and
+//! `num_key_value_heads / world` key-value heads per rank, so every query head finds its
+//! key-value head on its own rank), o projection row-parallel; gate and up projections
+//! column-parallel, down projection row-parallel. Two all-reduces per layer. Embeddings, norms
+//! and the output head are whole on every rank, so every rank computes the same logits.
+
+use std::f32::consts::PI;
+use std::sync::Arc;
+
+use candle_core::{DType, Device, IndexOp, Module, Tensor};
+use candle_nn::{Embedding, Linear, RmsNorm};
+use candle_transformers::models::llama::{Config, Llama3RopeConfig, Llama3RopeType};
+
+use super::linear::{ColumnParallelLinear, RowParallelLinear, World};
+use super::shard::{ShardedWeights, Split};
+use super::TpError;
+
+/// One rank's KV cache and rotary tables for [`TpLlama::forward`].
+#[derive(Debug, Clone)]
+pub struct TpCache {
+    kvs: Vec<Option<(Tensor, Tensor)>>,
+    cos: Tensor,
+    sin: Tensor,
+}
+
+impl TpCache {
+    /// An empty cache for `config`, its rotary tables in `dtype` on `device` (as
+    /// candle-transformers' `llama::Cache::new` computes them).
+    pub fn new(config: &Config, dtype: DType, device: &Device) -> candle_core::Result<TpCache> {
+        let head_dim = config.hidden_size / config.num_attention_heads;
+        let base: Vec<f32> = (0..head_dim)
+            .step_by(2)
+            .map(|i| 1f32 / config.rope_theta.powf(i as f32 / head_dim as f32))
+            .collect();
+        let theta = match &config.rope_scaling {
+            None
+            | Some(Llama3RopeConfig {
+                rope_type: Llama3RopeType::Default,
+                ..
+            }) => base,
+            Some(s) => base.into_iter().map(|f| llama3_scaled(s, f)).collect(),
+        };
+        let n = theta.len();
+        let theta = Tensor::new(theta, device)?;
+        let idx_theta = Tensor::arange(0, config.max_position_embeddings as u32, device)?
+            .to_dtype(DType::F32)?
+            .reshape((config.max_position_embeddings, 1))?
+            .matmul(&theta.reshape((1, n))?)?;
+        Ok(TpCache {
+            kvs: vec![None; config.num_hidden_layers],
+            cos: idx_theta.cos()?.to_dtype(dtype)?,
+            sin: idx_theta.sin()?.to_dtype(dtype)?,
+        })
+    }
+}
+
+/// Llama 3's frequency scaling of one rotary frequency.
+fn llama3_scaled(s: &Llama3RopeConfig, freq: f32) -> f32 {
+    let orig = s.original_max_position_embeddings as f32;
+    let low = orig / s.low_freq_factor;
+    let high = orig / s.high_freq_factor;
+    let wavelen = 2. * PI / freq;
+    if wavelen < high {
+        freq
+    } else if wavelen > low {
+        freq / s.factor
+    } else {
+        let smooth =
+            (orig / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+        (1. - smooth) * freq / s.factor + smooth * freq
+    }
+}
+
+/// One rank's share of a layer's attention.
+#[derive(Debug, Clone)]
+struct Attention {
+    q: ColumnParallelLinear,
+    k: ColumnParallelLinear,
+    v: ColumnParallelLinear,
+    o: RowParallelLinear,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    flash: bool,
+}
+
+impl Attention {
+    fn forward(
+        &self,
+        x: &Tensor,
+        pos: usize,
+        layer: usize,
+        cache: &mut TpCache,
+    ) -> candle_core::Result<Tensor> {
+        let (b, seq, _) = x.dims3()?;
+        let split = |t: Tensor, heads| {
+            t.reshape((b, seq, heads, self.head_dim))?
+                .transpose(1, 2)?
+                .contiguous()
+        };
+        let q = split(self.q.forward(x)?, self.heads)?;
+        let k = split(self.k.forward(x)?, self.kv_heads)?;
+        let mut v = self
+            .v
+            .forward(x)?
+            .reshape((b, seq, self.kv_heads, self.head_dim))?
+            .transpose(1, 2)?;
+        let cos = cache.cos.narrow(0, pos, seq)?;
+        let sin = cache.sin.narrow(0, pos, seq)?;
+        let q = candle_nn::rotary_emb::rope(&q, &cos, &sin)?;
+        let mut k = candle_nn::rotary_emb::rope(&k, &cos, &sin)?;
+        if let Some((ck, cv)) = &cache.kvs[layer] {
+            k = Tensor::cat(&[ck, &k], 2)?.contiguous()?;
+            v = Tensor::cat(&[cv, &v], 2)?.contiguous()?;
+        }
+        cache.kvs[layer] = Some((k.clone(), v.clone()));
+        let rep = self.heads / self.kv_heads;
+        let k = candle_transformers::utils::repeat_kv(k, rep)?;
+        let v = candle_transformers::utils::repeat_kv(v, rep)?;
+        let scale = 1f32 / (self.head_dim as f32).sqrt();
+        let y = if self.flash {
+            let (q, k, v) = (q.transpose(1, 2)?, k.transpose(1, 2)?, v.transpose(1, 2)?);
+            candle_flash_attn::flash_attn(&q, &k, &v, scale, seq > 1)?.transpose(1, 2)?
+        } else {
+            let dtype = q.dtype();
+            let (q, k, v) = (
+                q.to_dtype(DType::F32)?,
+                k.to_dtype(DType::F32)?,
+                v.to_dtype(DType::F32)?,
+            );
+            let att = (q.matmul(&k.t()?)? / (self.head_dim as f64).sqrt())?;
+            let att = if seq == 1 {
+                att
+            } else {
+                let mask = candle_transformers::utils::build_causal_mask(seq, pos, x.device())?
+                    .broadcast_as(att.shape())?;
+                let ninf = Tensor::new(f32::NEG_INFINITY, x.device())?.broadcast_as(att.shape())?;
+                mask.where_cond(&ninf, &att)?
+            };
+            let att = candle_nn::ops::softmax_last_dim(&att)?;
+            att.matmul(&v.contiguous()?)?.to_dtype(dtype)?
+        };
+        let y = y
+            .transpose(1, 2)?
+            .reshape((b, seq, self.heads * self.head_dim))?;
+        self.o.forward(&y)
+    }
+}
+
+/// One rank's share of a layer's MLP.
+#[derive(Debug, Clone)]
+struct Mlp {
+    gate: ColumnParallelLinear,
+    up: ColumnParallelLinear,
+    down: RowParallelLinear,
+}
+
+impl Module for Mlp {
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let h = (candle_nn::ops::silu(&self.gate.forward(x)?)? * self.up.forward(x)?)?;
+        self.down.forward(&h)
+    }
+}
+
+/// One decoder layer.
+#[derive(Debug, Clone)]
+struct Block {
+    norm_1: RmsNorm,
+    attn: Attention,
+    norm_2: RmsNorm,
+    mlp: Mlp,
+}
+
+/// One rank's share of a llama model (see the module comment).
+#[derive(Debug, Clone)]
+pub struct TpLlama {
+    embed: Embedding,
+    blocks: Vec<Block>,
+    norm: RmsNorm,
+    lm_head: Linear,
+    config: Config,
+    world: Arc<dyn World>,
+}
+
+impl TpLlama {
+    /// Loads this rank's share of a llama in the Hugging Face layout from `weights` (each
+    /// split tensor read as this rank's block only). The head counts must divide evenly over
+    /// the world ([`TpError::Heads`]), and so must the split tensors ([`TpError::UnevenSplit`]
+    /// names the first that does not).
+    pub fn load(
+        weights: &ShardedWeights,
+        config: &Config,
+        world: Arc<dyn World>,
+    ) -> Result<TpLlama, TpError> {
+        let shard = weights.shard();
+        if (shard.rank, shard.world_size) != (world.rank(), world.world_size()) {
+            return Err(TpError::BadRank {
+                rank: world.rank(),
+                world_size: world.world_size(),
+            });
+        }
+        let heads = shard.heads("num_attention_heads", config.num_attention_heads)?;
+        let kv_heads = shard.heads("num_key_value_heads", config.num_key_value_heads)?;
+        let (h, i, v) = (
+            config.hidden_size,
+            config.intermediate_size,
+            config.vocab_size,
+        );
+        let head_dim = h / config.num_attention_heads;
+        let kv = head_dim * config.num_key_value_heads;
+        let get = |name: &str, full: &[usize]| weights.get(name, full, Split::of_llama(name));
+        let norm = |name: &str| -> Result<RmsNorm, TpError> {
+            Ok(RmsNorm::new(get(name, &[h])?, config.rms_norm_eps))
+        };
+        let mut blocks = Vec::with_capacity(config.num_hidden_layers);
+        for l in 0..config.num_hidden_layers {
+            let p = format!("model.layers.{l}.");
+            let col = |t: &str, full: &[usize]| -> Result<ColumnParallelLinear, TpError> {
+                Ok(ColumnParallelLinear::new(get(&format!("{p}{t}"), full)?))
+            };
+            let row = |t: &str, full: &[usize]| -> Result<RowParallelLinear, TpError> {
+                Ok(RowParallelLinear::new(
+                    get(&format!("{p}{t}"), full)?,
+                    world.clone(),
+                ))
+            };
+            blocks.push(Block {
+                norm_1: norm(&format!("{p}input_layernorm.weight"))?,
+                attn: Attention {
+                    q: col(
+                        "self_attn.q_proj.weight",
+                        &[head_dim * config.num_attention_heads, h],
+                    )?,
+                    k: col("self_attn.k_proj.weight", &[kv, h])?,
+                    v: col("self_attn.v_proj.weight", &[kv, h])?,
+                    o: row(
+                        "self_attn.o_proj.weight",
+                        &[h, head_dim * config.num_attention_heads],
+                    )?,
+                    heads,
+                    kv_heads,
+                    head_dim,
+                    flash: config.use_flash_attn,
+                },
+                norm_2: norm(&format!("{p}post_attention_layernorm.weight"))?,
+                mlp: Mlp {
+                    gate: col("mlp.gate_proj.weight", &[i, h])?,
+                    up: col("mlp.up_proj.weight", &[i, h])?,
+                    down: row("mlp.down_proj.weight", &[h, i])?,
+                },
+            });
+            tracing::debug!(layer = l, rank = shard.rank, "tp llama: layer loaded");
+        }
+        let embed_w = get("model.embed_tokens.weight", &[v, h])?;
+        let lm_head = if config.tie_word_embeddings {
+            Linear::new(embed_w.clone(), None)
+        } else {
+            Linear::new(get("lm_head.weight", &[v, h])?, None)
+        };
+        Ok(TpLlama {
+            embed: Embedding::new(embed_w, h),
+            blocks,
+            norm: norm("model.norm.weight")?,
+            lm_head,
+            config: config.clone(),
+            world,
+        })
+    }
+
+    /// The config the model was loaded with.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The world the model is split over.
+    pub fn world(&self) -> &Arc<dyn World> {
+        &self.world
+    }
+
+    /// The f32 logits `(batch, vocab)` of the last position of `tokens` `(batch, seq)` at
+    /// position `pos`, through the KV cache; the same on every rank. Every rank must call it
+    /// with the same tokens (the collectives pair up call by call). Waits for this step's
+    /// collectives with their timeout, so a rank that died is an error here.
+    pub fn forward(
+        &self,
+        tokens: &Tensor,
+        pos: usize,
+        cache: &mut TpCache,
+    ) -> candle_core::Result<Tensor> {
+        let (_, seq) = tokens.dims2()?;
+        let mut x = self.embed.forward(tokens)?;
+        for (l, block) in self.blocks.iter().enumerate() {
+            let y = block
+                .attn
+                .forward(&block.norm_1.forward(&x)?, pos, l, cache)?;
+            let x1 = (y + &x)?;
+            x = (block.mlp.forward(&block.norm_2.forward(&x1)?)? + x1)?;
+        }
+        let x = self.norm.forward(&x)?;
+        let x = x.i((.., seq - 1, ..))?.contiguous()?;
+        let logits = self.lm_head.forward(&x)?.to_dtype(DType::F32)?;
+        self.world.wait()?;
+        Ok(logits)
+    }
+}
