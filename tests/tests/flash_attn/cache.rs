@@ -35,7 +35,10 @@ fn rows_land_in_their_slots_on_the_cpu_and_ext_cpu() -> Result<()> {
             fa::reshape_and_cache(&key, &value, &kc, &vc, &slots)?;
             let cpu = |t: &Tensor| t.to_device(&Device::Cpu)?.to_dtype(DType::F32);
             let (kc, vc, key, value) = (cpu(&kc)?, cpu(&vc)?, cpu(&key)?, cpu(&value)?);
-            let (kc, vc) = (kc.reshape((BLOCKS * PAGE, HK, HD))?, vc.reshape((BLOCKS * PAGE, HK, HD))?);
+            let (kc, vc) = (
+                kc.reshape((BLOCKS * PAGE, HK, HD))?,
+                vc.reshape((BLOCKS * PAGE, HK, HD))?,
+            );
             for slot in 0..BLOCKS * PAGE {
                 let owner = SLOTS.iter().position(|s| *s == slot as i64);
                 let (want_k, want_v) = match owner {
@@ -46,8 +49,16 @@ fn rows_land_in_their_slots_on_the_cpu_and_ext_cpu() -> Result<()> {
                     }
                 };
                 let what = format!("{dtype:?} on {dev:?}, slot {slot}");
-                assert_eq!(kc.i(slot)?.to_vec2::<f32>()?, want_k.to_vec2::<f32>()?, "keys, {what}");
-                assert_eq!(vc.i(slot)?.to_vec2::<f32>()?, want_v.to_vec2::<f32>()?, "values, {what}");
+                assert_eq!(
+                    kc.i(slot)?.to_vec2::<f32>()?,
+                    want_k.to_vec2::<f32>()?,
+                    "keys, {what}"
+                );
+                assert_eq!(
+                    vc.i(slot)?.to_vec2::<f32>()?,
+                    want_v.to_vec2::<f32>()?,
+                    "values, {what}"
+                );
             }
         }
     }
@@ -66,7 +77,9 @@ fn attention_over_the_filled_cache_equals_attention_over_the_rows() -> Result<()
     let kc = Tensor::zeros((blocks, page, HK, HD), DType::F32, &dev)?;
     let vc = kc.zeros_like()?;
     // The sequence's rows in block 2, then block 0: slots 64.. and 0..
-    let slots: Vec<i64> = (0..n as i64).map(|j| if j < 5 { 64 + j } else { j - 5 }).collect();
+    let slots: Vec<i64> = (0..n as i64)
+        .map(|j| if j < 5 { 64 + j } else { j - 5 })
+        .collect();
     fa::reshape_and_cache(&k, &v, &kc, &vc, &Tensor::new(slots.as_slice(), &dev)?)?;
     let table = Tensor::new(&[[2u32, 0]], &dev)?;
     let cu_q = Tensor::new(&[0u32, 1], &dev)?;
@@ -84,18 +97,51 @@ fn bad_calls_name_the_argument_and_write_nothing() -> Result<()> {
     let dev = Device::Cpu;
     let (key, value, kc, vc) = operands(&dev, DType::F32)?;
     let cases: Vec<(&str, Tensor, Tensor, Tensor)> = vec![
-        ("slot_mapping", Tensor::new(&[0i64, 1, 2, 3, 4, 20], &dev)?, value.clone(), vc.clone()),
-        ("slot_mapping", Tensor::new(&[0u32, 1, 2, 3, 4, 5], &dev)?, value.clone(), vc.clone()),
-        ("slot_mapping", Tensor::new(&[0i64, 1], &dev)?, value.clone(), vc.clone()),
-        ("value", Tensor::new(&SLOTS, &dev)?, value.to_dtype(DType::F16)?, vc.clone()),
-        ("value", Tensor::new(&SLOTS, &dev)?, value.i(..3)?, vc.clone()),
-        ("value_cache", Tensor::new(&SLOTS, &dev)?, value.clone(), vc.i(..2)?),
+        (
+            "slot_mapping",
+            Tensor::new(&[0i64, 1, 2, 3, 4, 20], &dev)?,
+            value.clone(),
+            vc.clone(),
+        ),
+        (
+            "slot_mapping",
+            Tensor::new(&[0u32, 1, 2, 3, 4, 5], &dev)?,
+            value.clone(),
+            vc.clone(),
+        ),
+        (
+            "slot_mapping",
+            Tensor::new(&[0i64, 1], &dev)?,
+            value.clone(),
+            vc.clone(),
+        ),
+        (
+            "value",
+            Tensor::new(&SLOTS, &dev)?,
+            value.to_dtype(DType::F16)?,
+            vc.clone(),
+        ),
+        (
+            "value",
+            Tensor::new(&SLOTS, &dev)?,
+            value.i(..3)?,
+            vc.clone(),
+        ),
+        (
+            "value_cache",
+            Tensor::new(&SLOTS, &dev)?,
+            value.clone(),
+            vc.i(..2)?,
+        ),
     ];
     for (what, slots, value, vc) in cases {
         let err = fa::reshape_and_cache(&key, &value, &kc, &vc, &slots).expect_err(what);
         assert!(err.to_string().contains(what), "{what}: {err}");
     }
     let kc_after = kc.flatten_all()?.to_vec1::<f32>()?;
-    assert!(kc_after.iter().all(|x| *x == POISON as f32), "a rejected call wrote the key cache");
+    assert!(
+        kc_after.iter().all(|x| *x == POISON as f32),
+        "a rejected call wrote the key cache"
+    );
     Ok(())
 }

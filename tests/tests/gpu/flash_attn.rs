@@ -193,10 +193,29 @@ fn reshape_and_cache_then_paged_decode() -> Result<()> {
         let (wc, wg) = pair(&dev, 700, &[tokens, 2 * hk, d], dtype)?;
         let (kc, kg) = (wc.narrow(1, 0, hk)?, wg.narrow(1, 0, hk)?);
         let (vc, vg) = pair(&dev, 701, &[tokens, hk, d], dtype)?;
-        let slots: Vec<i64> = (0..tokens as i64).map(|t| if t == 3 { -1 } else { (t * 37 + 5) % (page * blocks) as i64 }).collect();
+        let slots: Vec<i64> = (0..tokens as i64)
+            .map(|t| {
+                if t == 3 {
+                    -1
+                } else {
+                    (t * 37 + 5) % (page * blocks) as i64
+                }
+            })
+            .collect();
         let cache = |dev: &Device| Tensor::zeros((blocks, page, hk, d), dtype, dev);
-        let (kcc, vcc, kcg, vcg) = (cache(&Device::Cpu)?, cache(&Device::Cpu)?, cache(&dev)?, cache(&dev)?);
-        fa::reshape_and_cache(&kc, &vc, &kcc, &vcc, &Tensor::new(slots.as_slice(), &Device::Cpu)?)?;
+        let (kcc, vcc, kcg, vcg) = (
+            cache(&Device::Cpu)?,
+            cache(&Device::Cpu)?,
+            cache(&dev)?,
+            cache(&dev)?,
+        );
+        fa::reshape_and_cache(
+            &kc,
+            &vc,
+            &kcc,
+            &vcc,
+            &Tensor::new(slots.as_slice(), &Device::Cpu)?,
+        )?;
         fa::reshape_and_cache(&kg, &vg, &kcg, &vcg, &Tensor::new(slots.as_slice(), &dev)?)?;
         assert_gpu_close(&kcg, &kcc, 0.0, &format!("key cache {dtype:?}"))?;
         assert_gpu_close(&vcg, &vcc, 0.0, &format!("value cache {dtype:?}"))?;
@@ -207,12 +226,30 @@ fn reshape_and_cache_then_paged_decode() -> Result<()> {
             let cu_q = Tensor::new(&[0u32, 1, 2], dev)?;
             let cu_k = Tensor::new(&[0u32, 100, 200], dev)?;
             fa::flash_attn_varlen_paged_windowed(
-                q, k, v, &cu_q, &cu_k, &Tensor::new(&table, dev)?, None, 1, 100, 0.088, None, Some(0), page, None,
+                q,
+                k,
+                v,
+                &cu_q,
+                &cu_k,
+                &Tensor::new(&table, dev)?,
+                None,
+                1,
+                100,
+                0.088,
+                None,
+                Some(0),
+                page,
+                None,
             )
         };
         let got = run(&dev, &qg, &kcg, &vcg)?;
         let want = run(&Device::Cpu, &qc, &kcc, &vcc)?;
-        assert_gpu_close(&got, &want, tol(dtype), &format!("paged decode after the write {dtype:?}"))?;
+        assert_gpu_close(
+            &got,
+            &want,
+            tol(dtype),
+            &format!("paged decode after the write {dtype:?}"),
+        )?;
     }
     Ok(())
 }

@@ -43,26 +43,50 @@ pub fn reshape_and_cache(
 }
 
 /// The checked geometry of a call (strides filled in per operand by the op).
-fn check(key: &Tensor, value: &Tensor, kc: &Tensor, vc: &Tensor, slots: &Tensor) -> Result<CacheWrite> {
+fn check(
+    key: &Tensor,
+    value: &Tensor,
+    kc: &Tensor,
+    vc: &Tensor,
+    slots: &Tensor,
+) -> Result<CacheWrite> {
     let (tokens, kv_heads, d) = match key.dims() {
         [t, h, d] => (*t, *h, *d),
-        dims => return Err(shape_error(OP, format_args!("key must be (tokens, kv_heads, head_dim), got {dims:?}")).into()),
-    };
-    if value.dims() != key.dims() {
-        return Err(shape_error(OP, format_args!("value has shape {:?}, key {:?}", value.dims(), key.dims())).into());
-    }
-    let (blocks, page) = match kc.dims() {
-        [b, p, h, e] if *h == kv_heads && *e == d => (*b, *p),
         dims => {
             return Err(shape_error(
                 OP,
-                format_args!("key_cache must be (num_blocks, page_block_size, {kv_heads}, {d}), got {dims:?}"),
+                format_args!("key must be (tokens, kv_heads, head_dim), got {dims:?}"),
             )
             .into())
         }
     };
+    if value.dims() != key.dims() {
+        return Err(shape_error(
+            OP,
+            format_args!("value has shape {:?}, key {:?}", value.dims(), key.dims()),
+        )
+        .into());
+    }
+    let (blocks, page) = match kc.dims() {
+        [b, p, h, e] if *h == kv_heads && *e == d => (*b, *p),
+        dims => return Err(shape_error(
+            OP,
+            format_args!(
+                "key_cache must be (num_blocks, page_block_size, {kv_heads}, {d}), got {dims:?}"
+            ),
+        )
+        .into()),
+    };
     if vc.dims() != kc.dims() {
-        return Err(shape_error(OP, format_args!("value_cache has shape {:?}, key_cache {:?}", vc.dims(), kc.dims())).into());
+        return Err(shape_error(
+            OP,
+            format_args!(
+                "value_cache has shape {:?}, key_cache {:?}",
+                vc.dims(),
+                kc.dims()
+            ),
+        )
+        .into());
     }
     if page == 0 && blocks > 0 {
         return Err(shape_error(OP, "key_cache has blocks of 0 rows").into());
@@ -70,7 +94,11 @@ fn check(key: &Tensor, value: &Tensor, kc: &Tensor, vc: &Tensor, slots: &Tensor)
     if slots.dims() != [tokens] || slots.dtype() != DType::I64 {
         return Err(parameter_error(
             OP,
-            format_args!("slot_mapping must be i64 of shape ({tokens}), got {:?} of shape {:?}", slots.dtype(), slots.dims()),
+            format_args!(
+                "slot_mapping must be i64 of shape ({tokens}), got {:?} of shape {:?}",
+                slots.dtype(),
+                slots.dims()
+            ),
         )
         .into());
     }
@@ -80,17 +108,39 @@ fn check(key: &Tensor, value: &Tensor, kc: &Tensor, vc: &Tensor, slots: &Tensor)
     }
     for (what, t) in [("value", value), ("key_cache", kc), ("value_cache", vc)] {
         if t.dtype() != dtype {
-            return Err(parameter_error(OP, format_args!("{what} is {:?}, key {dtype:?}", t.dtype())).into());
+            return Err(parameter_error(
+                OP,
+                format_args!("{what} is {:?}, key {dtype:?}", t.dtype()),
+            )
+            .into());
         }
     }
-    for (what, t) in [("value", value), ("key_cache", kc), ("value_cache", vc), ("slot_mapping", slots)] {
+    for (what, t) in [
+        ("value", value),
+        ("key_cache", kc),
+        ("value_cache", vc),
+        ("slot_mapping", slots),
+    ] {
         if !t.device().same_device(key.device()) {
-            return Err(parameter_error(OP, format_args!("{what} is on {:?}, key on {:?}", t.device(), key.device())).into());
+            return Err(parameter_error(
+                OP,
+                format_args!("{what} is on {:?}, key on {:?}", t.device(), key.device()),
+            )
+            .into());
         }
     }
-    for (what, t) in [("key", key), ("value", value), ("key_cache", kc), ("value_cache", vc)] {
+    for (what, t) in [
+        ("key", key),
+        ("value", value),
+        ("key_cache", kc),
+        ("value_cache", vc),
+    ] {
         if t.rank() > 0 && t.stride().last() != Some(&1) && d > 1 {
-            return Err(parameter_error(OP, format_args!("{what}'s last dimension must be contiguous")).into());
+            return Err(parameter_error(
+                OP,
+                format_args!("{what}'s last dimension must be contiguous"),
+            )
+            .into());
         }
     }
     let capacity = blocks * page;
@@ -132,7 +182,14 @@ impl CacheWriteOp {
 }
 
 /// The host write for one dtype: token t's row into its slot.
-fn write_host<T: Copy>(w: &CacheWrite, dst: &mut [T], dl: &Layout, src: &[T], sl: &Layout, slots: &[i64]) {
+fn write_host<T: Copy>(
+    w: &CacheWrite,
+    dst: &mut [T],
+    dl: &Layout,
+    src: &[T],
+    sl: &Layout,
+    slots: &[i64],
+) {
     let (d0, s0) = (dl.start_offset(), sl.start_offset());
     for (t, &slot) in slots.iter().enumerate().take(w.tokens) {
         if slot < 0 || slot as usize >= w.slots {
@@ -156,7 +213,13 @@ fn write_device<T: RocmDType>(
     at: (usize, usize),
     slots: &impl DeviceSlice<i64>,
 ) -> std::result::Result<(), BackendError> {
-    cache_write(dev, w, &src.slice(at.1..)?, &mut cache.slice_mut(at.0..)?, slots)
+    cache_write(
+        dev,
+        w,
+        &src.slice(at.1..)?,
+        &mut cache.slice_mut(at.0..)?,
+        slots,
+    )
 }
 
 impl InplaceOp3 for CacheWriteOp {
@@ -176,13 +239,25 @@ impl InplaceOp3 for CacheWriteOp {
         let w = self.geometry(dl, sl);
         let slots = match slots {
             CpuStorage::I64(v) => &v[tl.start_offset()..],
-            s => return Err(BackendError::UnsupportedDtype { op: OP, dtype: s.dtype() }.into()),
+            s => {
+                return Err(BackendError::UnsupportedDtype {
+                    op: OP,
+                    dtype: s.dtype(),
+                }
+                .into())
+            }
         };
         match (dst, src) {
             (CpuStorage::F32(d), CpuStorage::F32(s)) => write_host(&w, d, dl, s, sl, slots),
             (CpuStorage::F16(d), CpuStorage::F16(s)) => write_host(&w, d, dl, s, sl, slots),
             (CpuStorage::BF16(d), CpuStorage::BF16(s)) => write_host(&w, d, dl, s, sl, slots),
-            (_, s) => return Err(BackendError::UnsupportedDtype { op: OP, dtype: s.dtype() }.into()),
+            (_, s) => {
+                return Err(BackendError::UnsupportedDtype {
+                    op: OP,
+                    dtype: s.dtype(),
+                }
+                .into())
+            }
         }
         Ok(())
     }
@@ -208,19 +283,33 @@ impl InplaceOp3 for CacheWriteOp {
         let w = self.geometry(dl, sl);
         let dev = dst.device.clone();
         let S::I64(slots) = &slots.slice else {
-            return Err(BackendError::UnsupportedDtype { op: OP, dtype: BackendStorage::dtype(slots) }.into());
+            return Err(BackendError::UnsupportedDtype {
+                op: OP,
+                dtype: BackendStorage::dtype(slots),
+            }
+            .into());
         };
-        let slots = slots.slice(tl.start_offset()..).map_err(BackendError::from)?;
+        let slots = slots
+            .slice(tl.start_offset()..)
+            .map_err(BackendError::from)?;
         let (d0, s0) = (dl.start_offset(), sl.start_offset());
         if !src.device.same_device(&dev) {
-            return Err(parameter_error(OP, "the new rows and the cache are on different devices").into());
+            return Err(
+                parameter_error(OP, "the new rows and the cache are on different devices").into(),
+            );
         }
         let at = (d0, s0);
         match (&mut dst.slice, &src.slice) {
             (S::F32(c), S::F32(s)) => write_device(&dev, &w, c, s, at, &slots)?,
             (S::F16(c), S::F16(s)) => write_device(&dev, &w, c, s, at, &slots)?,
             (S::BF16(c), S::BF16(s)) => write_device(&dev, &w, c, s, at, &slots)?,
-            _ => return Err(BackendError::UnsupportedDtype { op: OP, dtype: BackendStorage::dtype(src) }.into()),
+            _ => {
+                return Err(BackendError::UnsupportedDtype {
+                    op: OP,
+                    dtype: BackendStorage::dtype(src),
+                }
+                .into())
+            }
         }
         Ok(true)
     }
