@@ -178,7 +178,11 @@ fn a_graphs_scratch_memory_is_not_handed_to_other_work() {
     let victim = s.clone_htod(&host(42.0)).unwrap();
     // SAFETY: x and y are alive; tmp is the pool's.
     unsafe { exec.launch(&s).unwrap() };
-    close(&s.clone_dtoh(&y).unwrap(), |i| 3.0 * host(1.0)[i], "output");
+    close(
+        &s.clone_dtoh(&y).unwrap(),
+        |i| host(0.0)[i] + 3.0 * host(1.0)[i],
+        "output",
+    );
     assert_eq!(
         s.clone_dtoh(&victim).unwrap(),
         host(42.0),

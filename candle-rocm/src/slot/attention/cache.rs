@@ -69,13 +69,15 @@ fn check(
     }
     let (blocks, page) = match kc.dims() {
         [b, p, h, e] if *h == kv_heads && *e == d => (*b, *p),
-        dims => return Err(shape_error(
-            OP,
-            format_args!(
+        dims => {
+            return Err(shape_error(
+                OP,
+                format_args!(
                 "key_cache must be (num_blocks, page_block_size, {kv_heads}, {d}), got {dims:?}"
             ),
-        )
-        .into()),
+            )
+            .into())
+        }
     };
     if vc.dims() != kc.dims() {
         return Err(shape_error(
