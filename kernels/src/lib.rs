@@ -165,9 +165,10 @@ impl Module {
 }
 
 /// Kernels that only some targets' code objects define, by name prefix: the matrix-unit tiles of
-/// flash attention (`fa_mma_*`), built where the target has matrix units and the tier compiles
-/// without spills. candle-rocm looks them up as optional and falls back to the FMA kernels.
-pub const OPTIONAL_KERNEL_PREFIXES: &[&str] = &["fa_mma_"];
+/// flash attention (`fa_mma_*` prefill, `fa_mdec_*` decode), built where the target has matrix
+/// units and the tier compiles without spills. candle-rocm looks them up as optional and falls
+/// back to the FMA kernels.
+pub const OPTIONAL_KERNEL_PREFIXES: &[&str] = &["fa_mma_", "fa_mdec_"];
 
 /// Whether kernel `name` is one that only some targets define ([`OPTIONAL_KERNEL_PREFIXES`]).
 pub fn is_optional_kernel(name: &str) -> bool {

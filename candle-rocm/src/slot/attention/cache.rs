@@ -16,7 +16,7 @@ use crate::error::BackendError;
 use crate::launch::attention::{cache_write, CacheWrite};
 use crate::layout::{parameter_error, shape_error};
 use crate::storage::RocmStorage;
-use crate::RocmStorageSlice as S;
+use crate::dtype::RocmStorageSlice as S;
 
 const OP: &str = "reshape_and_cache";
 
