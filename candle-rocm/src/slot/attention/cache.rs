@@ -12,11 +12,11 @@ use rocm_safe::{DeviceBuffer, DeviceSlice};
 
 use crate::device::RocmDevice;
 use crate::dtype::RocmDType;
+use crate::dtype::RocmStorageSlice as S;
 use crate::error::BackendError;
 use crate::launch::attention::{cache_write, CacheWrite};
 use crate::layout::{parameter_error, shape_error};
 use crate::storage::RocmStorage;
-use crate::dtype::RocmStorageSlice as S;
 
 const OP: &str = "reshape_and_cache";
 
