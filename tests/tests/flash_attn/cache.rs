@@ -68,7 +68,7 @@ fn rows_land_in_their_slots_on_the_cpu_and_ext_cpu() -> Result<()> {
 #[test]
 fn attention_over_the_filled_cache_equals_attention_over_the_rows() -> Result<()> {
     let dev = Device::Cpu;
-    let (n, h) = (9usize, 4usize);
+    let (n, h) = (40usize, 4usize);
     let q = randn(&dev, 40, &[1, h, HD], DType::F32)?;
     let k = randn(&dev, 41, &[n, HK, HD], DType::F32)?;
     let v = randn(&dev, 42, &[n, HK, HD], DType::F32)?;
@@ -76,9 +76,10 @@ fn attention_over_the_filled_cache_equals_attention_over_the_rows() -> Result<()
     let blocks = 3;
     let kc = Tensor::zeros((blocks, page, HK, HD), DType::F32, &dev)?;
     let vc = kc.zeros_like()?;
-    // The sequence's rows in block 2, then block 0: slots 64.. and 0..
+    // Key j is row j % page of block table[j / page]: keys 0..32 in block 2 (slots 64..),
+    // keys 32..40 in block 0 (slots 0..).
     let slots: Vec<i64> = (0..n as i64)
-        .map(|j| if j < 5 { 64 + j } else { j - 5 })
+        .map(|j| if j < 32 { 64 + j } else { j - 32 })
         .collect();
     fa::reshape_and_cache(&k, &v, &kc, &vc, &Tensor::new(slots.as_slice(), &dev)?)?;
     let table = Tensor::new(&[[2u32, 0]], &dev)?;
