@@ -23,7 +23,7 @@ use std::time::Duration;
 use candle_core::backend::BackendStorage;
 use candle_core::ext::{ExtStorage, FusedResult};
 use candle_core::{CpuStorage, CustomOp1, Device, Layout, Shape, Tensor};
-use rocm_safe::rccl::{Communicator, UniqueId};
+use rocm_safe::rccl::Communicator;
 use rocm_safe::rendezvous::Rendezvous;
 
 use crate::device::RocmDevice;
@@ -31,7 +31,14 @@ use crate::error::{BackendError, WrapErr};
 use crate::ops::collective::{run, Collective};
 use crate::storage::RocmStorage;
 
-pub use rocm_safe::rccl::ReduceOp;
+pub use rocm_safe::rccl::{ReduceOp, UniqueId};
+
+/// A new RCCL unique id (rank 0 makes it and shares it with the others; [`Comm::from_rendezvous`]
+/// does both), for ranks that meet another way: threads of one process, or a file.
+pub fn unique_id() -> candle_core::Result<UniqueId> {
+    let rt = rocm_safe::Runtime::get().map_err(BackendError::from)?;
+    Ok(UniqueId::new(&rt).map_err(BackendError::from)?)
+}
 
 /// One rank's RCCL communicator, on the stream of its candle-rocm device. Cheap to clone.
 #[derive(Clone)]

@@ -297,10 +297,19 @@ impl Communicator {
         let mut state = self.state.lock();
         self.settle(&mut state, op, self.timeout)?;
         let code = f(&self.rccl, state.raw);
-        // A non-blocking communicator may answer ncclInProgress: the operation goes on in
-        // the background, and the next call (or `wait`) settles it first.
-        if code.is_success() || code == ncclResult_t::ncclInProgress {
+        if code.is_success() {
             return Ok(());
+        }
+        // A non-blocking communicator may answer ncclInProgress: RCCL enqueues the operation's
+        // kernels from a background thread. Until it has, work the caller queues next on the
+        // stream would run first and read the output unwritten, so the call settles here
+        // (bounded by the communicator's timeout). Inside a group nothing is enqueued before
+        // the group ends, which settles every member (`group::leave`).
+        if code == ncclResult_t::ncclInProgress {
+            if group::active() {
+                return Ok(());
+            }
+            return self.settle(&mut state, op, self.timeout);
         }
         state.failed = true;
         let last = self.last_error(state.raw);
@@ -493,6 +502,54 @@ impl Communicator {
 }
 
 /// `ncclCommAbort` on `state`'s handle unless already aborted (the caller holds the lock).
+/// Polls `ncclCommGetAsyncError` until the communicator's queued operations are enqueued
+/// (no longer ncclInProgress), for at most `timeout`: `Ok(())` when settled and healthy, the
+/// typed error otherwise (the caller aborts). Used at the end of a group, whose members' work
+/// RCCL enqueues in the background on non-blocking communicators.
+pub(super) fn settle_state(
+    rccl: &Rccl,
+    state: &mut State,
+    rank: c_int,
+    timeout: Duration,
+) -> Result<()> {
+    let start = Instant::now();
+    let mut pause = Duration::from_micros(20);
+    loop {
+        if state.aborted {
+            return Err(RcclError::Aborted {
+                op: "ncclGroupEnd",
+                rank: rank.max(0) as usize,
+            }
+            .into());
+        }
+        let mut async_code = ncclResult_t::ncclSuccess;
+        // SAFETY: `raw` is live (not aborted, checked above, under the caller's lock);
+        // `async_code` is a valid out-pointer.
+        let code = unsafe { (rccl.ncclCommGetAsyncError)(state.raw, &mut async_code) };
+        if !code.is_success() {
+            return Err(RcclError::call(rccl, "ncclCommGetAsyncError", rank, code, None).into());
+        }
+        if async_code.is_success() {
+            return Ok(());
+        }
+        if async_code != ncclResult_t::ncclInProgress {
+            return Err(RcclError::call(rccl, "ncclGroupEnd", rank, async_code, None).into());
+        }
+        let waited = start.elapsed();
+        if waited >= timeout {
+            return Err(RcclError::invalid(
+                "ncclGroupEnd",
+                format!(
+                    "the grouped operations of rank {rank} were not enqueued within {waited:?}:                      a peer may be gone; the communicator is aborted, create new ones on every rank"
+                ),
+            )
+            .into());
+        }
+        std::thread::sleep(pause.min(timeout - waited));
+        pause = (pause * 2).min(Duration::from_millis(2));
+    }
+}
+
 pub(super) fn abort_state(rccl: &Rccl, state: &mut State, rank: c_int) -> Result<()> {
     if state.aborted {
         return Ok(());

@@ -17,7 +17,7 @@ use rocm_sys::rccl::{ncclResult_t, Rccl};
 use crate::error::Result;
 use crate::runtime::Runtime;
 
-use super::comm::{abort_state, State};
+use super::comm::{abort_state, settle_state, State, DEFAULT_TIMEOUT};
 use super::error::RcclError;
 
 /// One communicator a group queued work on (or saw fail).
@@ -73,9 +73,10 @@ pub(super) fn register(
 
 /// Closes the innermost group after `ncclGroupEnd`. A nested group hands its members (and
 /// its failure) to the enclosing one, whose `ncclGroupEnd` is the one that launches. The
-/// outermost aborts every member when anything inside failed, and returns whether a nested
-/// group had failed.
-fn leave(failed: bool) -> bool {
+/// outermost settles every member (non-blocking communicators enqueue grouped work in the
+/// background), aborts every member when anything inside failed or a member does not settle
+/// (that member's error), and returns whether a nested group had failed.
+fn leave(failed: bool) -> Result<bool> {
     let (frame, outer) = GROUPS.with(|g| {
         let mut groups = g.borrow_mut();
         let frame = groups.pop().unwrap_or_default();
@@ -98,9 +99,20 @@ fn leave(failed: bool) -> bool {
                 }
             }
         });
-        return false;
+        return Ok(false);
     }
-    if failed || poisoned {
+    let mut settle_err = None;
+    if !(failed || poisoned) {
+        // Non-blocking communicators enqueue the group's work in the background: every member
+        // settles here, so that work queued on the streams after the group runs after it.
+        for m in &frame.members {
+            let mut state = m.state.lock();
+            if let Err(e) = settle_state(&m.rccl, &mut state, m.rank, DEFAULT_TIMEOUT) {
+                settle_err.get_or_insert(e);
+            }
+        }
+    }
+    if failed || poisoned || settle_err.is_some() {
         for m in &frame.members {
             let mut state = m.state.lock();
             if let Err(e) = abort_state(&m.rccl, &mut state, m.rank) {
@@ -108,7 +120,10 @@ fn leave(failed: bool) -> bool {
             }
         }
     }
-    poisoned
+    match settle_err {
+        Some(e) => Err(e),
+        None => Ok(poisoned),
+    }
 }
 
 /// Runs `f` between `ncclGroupStart` and `ncclGroupEnd`, so the collectives and transfers it
@@ -137,9 +152,10 @@ pub fn group<R>(rt: &Runtime, f: impl FnOnce() -> Result<R>) -> Result<R> {
     } else {
         Err(RcclError::call(&rccl, "ncclGroupEnd", -1, code, None).into())
     };
-    let nested_failed = leave(out.is_err() || end.is_err());
+    let left = leave(out.is_err() || end.is_err());
     let value = out?;
     end?;
+    let nested_failed = left?;
     if nested_failed {
         return Err(RcclError::invalid(
             "ncclGroupEnd",
@@ -167,15 +183,18 @@ mod tests {
         GROUPS.with(|g| g.borrow_mut().push(Frame::default()));
         GROUPS.with(|g| g.borrow_mut().push(Frame::default()));
         assert!(active());
-        assert!(!leave(true), "a nested group never reports by itself");
+        assert!(
+            !leave(true).unwrap(),
+            "a nested group never reports by itself"
+        );
         assert_eq!(depth(), 1);
         assert!(
-            leave(false),
+            leave(false).unwrap(),
             "the outermost group learns the nested failure"
         );
         assert_eq!(depth(), 0);
         assert!(!active());
         // Leaving with nothing open is harmless.
-        assert!(!leave(false));
+        assert!(!leave(false).unwrap());
     }
 }

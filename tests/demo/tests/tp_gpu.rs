@@ -199,6 +199,13 @@ fn two_gpus_give_the_tokens_and_logits_of_one() {
     rank1.unwrap();
 
     let d = max_diff(&logits, &want_logits);
+    let bad = logits.iter().flatten().filter(|x| !x.is_finite()).count();
+    let first: Vec<f32> = logits[0].iter().take(4).copied().collect();
+    eprintln!(
+        "2 GPUs: {bad} non-finite logits; the first row starts {first:?} (1 GPU: {:?})",
+        &want_logits[0][..4]
+    );
+    assert_eq!(bad, 0, "non-finite logits on 2 GPUs");
     eprintln!(
         "2 GPUs: {ids:?}; logits max |diff| against 1 GPU {d} (tolerance {LOGIT_TOL}); \
          {STEPS} tokens + forced logits in {elapsed:?}"
