@@ -39,9 +39,12 @@ pub struct Extras<'a> {
 
 /// Blocks a prefill call should have (per compute unit) before its keys are not split further.
 const BLOCKS_PER_CU: usize = 2;
-/// The same for the decode kernels: they stream K and V with little arithmetic, so it takes
+/// The same for the FMA decode kernels: they stream K and V with little arithmetic, so it takes
 /// more blocks in flight per compute unit to keep memory busy.
 const DECODE_BLOCKS_PER_CU: usize = 4;
+/// The same for the matrix-unit decode kernel, whose waves each stream their own tiles: fewer,
+/// longer splits run faster (a sweep of 2, 4 and 8: bench/results, 2026-11-26 decode blocks).
+const MDEC_BLOCKS_PER_CU: usize = 2;
 /// The most splits of one call (the combine reads every split of a row).
 const MAX_SPLITS: usize = 128;
 
@@ -227,10 +230,10 @@ fn run<T: RocmDType>(
     let key_tiles = max_k.div_ceil(kernel.key_tile()).max(1);
     let cus = dev.device().info().compute_units as usize;
     let blocks = tiles * hk * batch;
-    let per_cu = if decode {
-        DECODE_BLOCKS_PER_CU
-    } else {
-        BLOCKS_PER_CU
+    let per_cu = match kernel {
+        TileKernel::MmaDecode => MDEC_BLOCKS_PER_CU,
+        TileKernel::Decode4 | TileKernel::Decode8 => DECODE_BLOCKS_PER_CU,
+        TileKernel::Prefill | TileKernel::Mma => BLOCKS_PER_CU,
     };
     let want = (per_cu * cus.max(1)).div_ceil(blocks.max(1));
     let mut splits = want.clamp(1, MAX_SPLITS).min(key_tiles);
