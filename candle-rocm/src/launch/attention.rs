@@ -204,33 +204,18 @@ pub struct TileGrid {
     pub batch: u32,
 }
 
-/// The matrix-unit tile of dtype index `i` and tier index `t`, where the device's code object
-/// has it.
-fn mma_function(
+/// The matrix-unit kernel of `names` (the tile's [`MMA_NAMES`] or the decode kernel's
+/// [`MDEC_NAMES`]) for dtype index `i` and tier index `t`, where the device's code object has
+/// it (f32, index 0, has none).
+fn matrix_function<const N: usize>(
     dev: &RocmDevice,
+    names: &[[&'static str; N]; 2],
     i: usize,
     t: usize,
 ) -> Result<Option<rocm_safe::Function>, BackendError> {
     let name = i
         .checked_sub(1)
-        .and_then(|i| MMA_NAMES.get(i))
-        .and_then(|n| n.get(t));
-    match name {
-        Some(name) => dev.function_optional(Module::Attention, name),
-        None => Ok(None),
-    }
-}
-
-/// The matrix-unit decode kernel of dtype index `i` and tier index `t`, where the device's code
-/// object has it.
-fn mdec_function(
-    dev: &RocmDevice,
-    i: usize,
-    t: usize,
-) -> Result<Option<rocm_safe::Function>, BackendError> {
-    let name = i
-        .checked_sub(1)
-        .and_then(|i| MDEC_NAMES.get(i))
+        .and_then(|i| names.get(i))
         .and_then(|n| n.get(t));
     match name {
         Some(name) => dev.function_optional(Module::Attention, name),
@@ -244,7 +229,7 @@ pub fn has_mma(dev: &RocmDevice, dtype: DType, tier: usize) -> Result<bool, Back
     let (Ok(i), Some(t)) = (dtype_index(dtype), TIERS.iter().position(|x| *x == tier)) else {
         return Ok(false);
     };
-    Ok(mma_function(dev, i, t)?.is_some())
+    Ok(matrix_function(dev, &MMA_NAMES, i, t)?.is_some())
 }
 
 /// Queues the tile kernel of `dtype` over `grid` with `p`. `Ok(false)` (nothing queued) when
@@ -281,12 +266,12 @@ pub unsafe fn tile(
     };
     let i = dtype_index(dtype)?;
     let f = match grid.kernel {
-        TileKernel::Mma => match mma_function(dev, i, t)? {
+        TileKernel::Mma => match matrix_function(dev, &MMA_NAMES, i, t)? {
             Some(f) => f,
             None => return Ok(false),
         },
         TileKernel::Prefill => dev.function_static(Module::Attention, FWD_NAMES[i][t])?,
-        TileKernel::MmaDecode => match mdec_function(dev, i, t)? {
+        TileKernel::MmaDecode => match matrix_function(dev, &MDEC_NAMES, i, t)? {
             Some(f) => f,
             None if TileKernel::for_rows(rows) == TileKernel::Decode4 => {
                 dev.function_static(Module::Attention, DEC4_NAMES[i][t])?
