@@ -8,6 +8,7 @@ use std::sync::Arc;
 use candle_core::Layout;
 use candle_rocm_kernels::Module;
 use parking_lot::Mutex;
+use rocm_safe::graph::{GraphMode, GraphModeStats};
 use rocm_safe::{
     BlasHandle, DeviceBuffer, DevicePtrArg, DeviceRepr, Function, LaunchConfig, MiopenHandle,
     PlanPolicy, Search, Stream,
@@ -63,6 +64,21 @@ impl RocmDevice {
         let stream = Stream::new(&device)?;
         let kernels = KernelRegistry::new(device.clone());
         kernels.module(Module::Fill)?;
+        if crate::settings::graphs() {
+            let mode = GraphMode {
+                max_nodes: crate::settings::graph_nodes(),
+                ..GraphMode::default()
+            };
+            match stream.set_graph_mode(Some(mode)) {
+                Ok(()) => tracing::info!(
+                    "candle-rocm: device {ordinal} records its work into HIP graphs ({mode:?})"
+                ),
+                Err(e) => tracing::warn!(
+                    "candle-rocm: device {ordinal} runs plain launches, graph mode could not \
+                     start: {e}"
+                ),
+            }
+        }
         Ok(RocmDevice {
             inner: Arc::new(Inner {
                 device,
@@ -91,6 +107,19 @@ impl RocmDevice {
     /// The stream all of this device's work is queued on.
     pub fn stream(&self) -> &Arc<Stream> {
         &self.inner.stream
+    }
+
+    /// Turns graph mode on (`Some`) or off (`None`) for this device's stream
+    /// (`rocm_safe::graph`'s batching; [`crate::settings::GRAPHS_VAR`] turns it on for every
+    /// device). Turning it off launches what was recorded. Fails when the runtime has no
+    /// graphs: the device then keeps running plain launches.
+    pub fn set_graph_mode(&self, mode: Option<GraphMode>) -> Result<(), BackendError> {
+        Ok(self.stream().set_graph_mode(mode)?)
+    }
+
+    /// What graph mode did so far (`None` when it is off).
+    pub fn graph_stats(&self) -> Option<GraphModeStats> {
+        self.stream().graph_stats()
     }
 
     /// Whether two handles are the same device.

@@ -55,6 +55,7 @@ const LEVELS: &[(&str, u32)] = &[
     ("slot::attention::op", 109),
     ("slot::attention", 110),
     ("slot::fused", 110),
+    ("slot::graphs", 110),
     ("slot", 111),
     // Above the slot: a `Comm` opens its device through `slot::device`.
     ("slot::collective", 112),

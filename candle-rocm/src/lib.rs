@@ -68,5 +68,7 @@ pub use slot::attention as flash_attn;
 #[cfg(feature = "candle")]
 pub use slot::collective;
 #[cfg(feature = "candle")]
+pub use slot::graphs;
+#[cfg(feature = "candle")]
 pub use slot::{device, device_or_cpu};
 pub use storage::RocmStorage;

@@ -67,6 +67,17 @@ pub const CONV_VAR: &str = "CANDLE_ROCM_CONV";
 /// find-db has it) instead of taking its immediate-mode ranking (the default, off).
 pub const MIOPEN_FIND_VAR: &str = "CANDLE_ROCM_MIOPEN_FIND";
 
+/// `1` turns graph mode on for every device: each device's stream records its kernels into
+/// HIP graphs and launches each recorded stretch with one call when the host next needs a
+/// result (a decode step of an LLM becomes one graph launch; see `rocm_safe::graph`'s
+/// batching). Off by default.
+pub const GRAPHS_VAR: &str = "CANDLE_ROCM_GRAPHS";
+
+/// With [`GRAPHS_VAR`] on: launch a recorded stretch after this many operations even when no
+/// result is needed yet, so the GPU starts while the host records the rest: 0 (no limit, the
+/// default) to 100000.
+pub const GRAPH_NODES_VAR: &str = "CANDLE_ROCM_GRAPH_NODES";
+
 /// One setting, as the README's table shows it.
 #[derive(Clone, Copy, Debug)]
 pub struct Setting {
@@ -79,7 +90,7 @@ pub struct Setting {
 }
 
 /// Every setting of the library.
-pub const SETTINGS: [Setting; 10] = [
+pub const SETTINGS: [Setting; 12] = [
     Setting {
         var: STRICT_VAR,
         values: SWITCH_VALUES,
@@ -124,6 +135,16 @@ pub const SETTINGS: [Setting; 10] = [
         var: MIOPEN_FIND_VAR,
         values: SWITCH_VALUES,
         default: "0",
+    },
+    Setting {
+        var: GRAPHS_VAR,
+        values: SWITCH_VALUES,
+        default: "0",
+    },
+    Setting {
+        var: GRAPH_NODES_VAR,
+        values: "0 to 100000",
+        default: "0 (no limit)",
     },
     Setting {
         var: KERNELS_DIR_VAR,
@@ -229,6 +250,28 @@ pub fn flash_mma() -> bool {
             tracing::info!("{FLASH_MMA_VAR}: flash attention's prefill stays on the FMA tile");
         }
         on
+    })
+}
+
+/// Whether devices start in graph mode ([`GRAPHS_VAR`]).
+pub fn graphs() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| switch(GRAPHS_VAR, false))
+}
+
+/// Graph mode's node limit ([`GRAPH_NODES_VAR`]; 0: none).
+pub fn graph_nodes() -> usize {
+    static NODES: OnceLock<usize> = OnceLock::new();
+    *NODES.get_or_init(|| {
+        let Some(v) = value(GRAPH_NODES_VAR) else {
+            return 0;
+        };
+        parse_rows(&v, 0, 100_000).unwrap_or_else(|| {
+            tracing::warn!(
+                "{GRAPH_NODES_VAR}={v:?} is not a number from 0 to 100000: keeping no limit"
+            );
+            0
+        })
     })
 }
 

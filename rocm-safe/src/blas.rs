@@ -290,6 +290,8 @@ impl BlasHandle {
         if cfg.m == 0 || cfg.n == 0 || cfg.batch == 0 {
             return Ok(());
         }
+        // rocBLAS calls are not recorded by graph mode: launch what it recorded first.
+        self.stream.flush_graph()?;
         for s in [a.stream(), b.stream(), c.stream()] {
             self.stream.join(s)?;
         }

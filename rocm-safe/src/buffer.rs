@@ -119,6 +119,8 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
                 Origin::Malloc,
             ));
         }
+        // Direct allocations are not recorded by graph mode: launch what it recorded first.
+        stream.flush_graph()?;
         device.bind_to_thread()?;
         let hip = device.hip();
         let mut p: *mut c_void = std::ptr::null_mut();
@@ -264,6 +266,13 @@ impl<T: DeviceRepr> Drop for DeviceBuffer<T> {
         }
         let device = self.stream.device();
         let hip = device.hip();
+        if !matches!(self.origin, Origin::Cached(..)) {
+            // A direct free is not recorded by graph mode: the recorded work that may still
+            // use this memory is launched first, so the free is ordered after it.
+            if let Err(e) = self.stream.flush_graph() {
+                device.runtime().record_err(e);
+            }
+        }
         let result = match &self.origin {
             Origin::Cached(allocator, block) => {
                 allocator.release(*block, self.stream.id());

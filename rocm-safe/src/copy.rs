@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use crate::buffer::{byte_len, DeviceBuffer, DeviceRepr, DeviceSlice, DeviceSliceMut};
 use crate::error::{check, Result, RocmError};
+use crate::graph::batch::NodeKind;
 use crate::stream::Stream;
 
 /// Why a copy from pageable host memory is refused while capturing.
@@ -66,7 +67,13 @@ impl Stream {
     }
 
     /// Copies `src` into a new buffer and waits for the copy.
+    ///
+    /// In graph mode a small copy is recorded through pinned staging memory instead (the data
+    /// is copied before this returns, so the host slice may be reused at once all the same).
     pub fn clone_htod<T: DeviceRepr>(self: &Arc<Self>, src: &[T]) -> Result<DeviceBuffer<T>> {
+        if let Some(b) = self.stage_upload(src)? {
+            return Ok(b);
+        }
         self.ensure_not_capturing("Stream::clone_htod", PAGEABLE)?;
         let mut b = DeviceBuffer::alloc_cached(self, src.len())?;
         self.memcpy_htod(src, &mut b)?;
@@ -77,7 +84,12 @@ impl Stream {
     /// alive until the copy has run. For small host-made arguments of a kernel launched next
     /// on this stream (shapes, strides), where [`Stream::clone_htod`] would wait for all queued
     /// work.
+    ///
+    /// In graph mode a small upload is recorded through pinned staging memory.
     pub fn upload<T: DeviceRepr>(self: &Arc<Self>, src: Vec<T>) -> Result<DeviceBuffer<T>> {
+        if let Some(b) = self.stage_upload(&src)? {
+            return Ok(b);
+        }
         self.ensure_not_capturing("Stream::upload", PAGEABLE)?;
         /// Host copies kept at most before the oldest is waited for.
         const MAX_IN_FLIGHT: usize = 4096;
@@ -124,8 +136,8 @@ impl Stream {
         src: &[T],
         dst: &mut impl DeviceSliceMut<T>,
     ) -> Result<()> {
-        self.ensure_not_capturing("Stream::memcpy_htod", PAGEABLE)?;
         same_len("memcpy_htod", src.len(), dst.len())?;
+        self.ensure_not_capturing("Stream::memcpy_htod", PAGEABLE)?;
         // SAFETY: we synchronise before returning, so `src` outlives the copy.
         unsafe { self.memcpy_htod_async(src, dst)? };
         self.synchronize()
@@ -221,12 +233,15 @@ impl Stream {
         let hip = self.device().hip();
         let (s, d) = (src.stream().clone(), dst.stream().clone());
         self.ordered_with(&[&s, &d], || {
-            // SAFETY: both ranges are `bytes` long and live (borrowed); `dst` is exclusive, so
-            // the ranges cannot overlap unless the caller split one buffer into disjoint views.
-            let code = unsafe {
-                (hip.hipMemcpyDtoDAsync)(dst.device_ptr(), src.device_ptr(), bytes, self.raw())
-            };
-            check(hip, "hipMemcpyDtoDAsync", code)
+            self.record(NodeKind::Copy, || {
+                // SAFETY: both ranges are `bytes` long and live (borrowed); `dst` is exclusive,
+                // so the ranges cannot overlap unless the caller split one buffer into disjoint
+                // views.
+                let code = unsafe {
+                    (hip.hipMemcpyDtoDAsync)(dst.device_ptr(), src.device_ptr(), bytes, self.raw())
+                };
+                check(hip, "hipMemcpyDtoDAsync", code)
+            })
         })
     }
 
@@ -281,7 +296,7 @@ impl Stream {
         let hip = self.device().hip();
         let d = dst.stream().clone();
         let ptr = dst.device_ptr();
-        self.ordered_with(&[&d], || {
+        self.ordered_with(&[&d], || self.record(NodeKind::Fill, || {
             let stream = self.raw();
             // SAFETY: `ptr` is exclusively borrowed device memory holding `count` units of the
             // fill width (count derived from its length by the callers), ordered on `stream`.
@@ -302,7 +317,7 @@ impl Stream {
                 }
             };
             check(hip, op, code)
-        })
+        }))
     }
 }
 

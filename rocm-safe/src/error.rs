@@ -177,6 +177,22 @@ pub enum RocmError {
         /// Why it cannot be captured.
         why: &'static str,
     },
+    /// Graph mode ([`crate::graph::GraphMode`]) recorded work that it then could not launch:
+    /// the runtime invalidated the capture or refused the graph. The recorded operations did
+    /// not run, so results that depend on them are missing.
+    #[error(
+        "{nodes} operations recorded in graph mode on stream #{stream} could not be launched \
+         ({cause}); their results are missing. To fix: rerun the step with graph mode off \
+         (CANDLE_ROCM_GRAPHS=0) and report the operation that broke the capture"
+    )]
+    GraphWorkLost {
+        /// The stream's id ([`crate::Stream::id`]).
+        stream: u64,
+        /// Operations recorded and lost.
+        nodes: usize,
+        /// What the runtime said.
+        cause: Box<RocmError>,
+    },
     /// An argument that can never be valid (length mismatch, zero-sized launch, ...).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

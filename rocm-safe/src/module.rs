@@ -9,6 +9,7 @@ use rocm_sys::{hipFunction_t, hipModule_t};
 use crate::buffer::{DeviceBuffer, DeviceRepr};
 use crate::device::Device;
 use crate::error::{check, Result, RocmError};
+use crate::graph::batch::NodeKind;
 use crate::stream::Stream;
 
 struct ModuleInner {
@@ -285,13 +286,18 @@ impl<'a> LaunchArgs<'a> {
         // double) rejects a function and stream of another device.
         self.stream.device().bind_to_thread()?;
         let hip = self.stream.device().hip();
+        let (func, stream, args) = (self.func.raw, self.stream, &mut self.args);
+        // In graph mode the launch is recorded; the graph that holds it is launched before
+        // the host next waits for this stream (contract 2 holds until then as it would for a
+        // plain launch: the caller's buffers are ordered on this stream).
+        stream.record(NodeKind::Kernel(func as usize), || {
         // SAFETY: handles are live; `args[..len]` holds one pointer per parameter, each
         // pointing to memory borrowed for 'a (the caller guarantees they match the kernel,
         // contract 1-3); the runtime reads only as many entries as the kernel has parameters;
         // `extra` is null so only kernelParams is used.
         let code = unsafe {
             (hip.hipModuleLaunchKernel)(
-                self.func.raw,
+                func,
                 gx as c_uint,
                 gy as c_uint,
                 gz as c_uint,
@@ -299,11 +305,12 @@ impl<'a> LaunchArgs<'a> {
                 by as c_uint,
                 bz as c_uint,
                 cfg.shared_mem_bytes as c_uint,
-                self.stream.raw(),
-                self.args.as_mut_ptr(),
+                stream.raw(),
+                args.as_mut_ptr(),
                 std::ptr::null_mut(),
             )
         };
         check(hip, "hipModuleLaunchKernel", code)
+        })
     }
 }

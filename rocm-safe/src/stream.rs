@@ -12,6 +12,7 @@ use rocm_sys::{hipError_t, hipEvent_t, hipStream_t};
 
 use crate::device::Device;
 use crate::error::{check, Result};
+use crate::graph::batch::Batch;
 
 static NEXT_STREAM_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -26,6 +27,11 @@ pub struct Stream {
     /// Set while a [`crate::graph::Capture`] records this stream's work into a graph: the
     /// operations that cannot be captured check it and refuse ([`Stream::ensure_not_capturing`]).
     pub(crate) capturing: AtomicBool,
+    /// Set while graph mode is on ([`Stream::set_graph_mode`]): a quick check before taking
+    /// `batch`'s lock.
+    pub(crate) batching: AtomicBool,
+    /// Graph mode's state (`crate::graph`'s batching), when on.
+    pub(crate) batch: Mutex<Option<Batch>>,
 }
 
 /// Host data an asynchronous copy still reads.
@@ -56,6 +62,8 @@ impl Stream {
             id: NEXT_STREAM_ID.fetch_add(1, Ordering::Relaxed),
             in_flight: Mutex::new(VecDeque::new()),
             capturing: AtomicBool::new(false),
+            batching: AtomicBool::new(false),
+            batch: Mutex::new(None),
         }))
     }
 
@@ -86,7 +94,11 @@ impl Stream {
     /// Called before anything that would break or corrupt a capture: host synchronisation
     /// (the runtime rejects it and invalidates the capture), copies from pageable host memory
     /// (a graph would read the host address again at every launch), cache trims.
+    ///
+    /// In graph mode ([`Stream::set_graph_mode`]) this first launches what was recorded, so
+    /// the operation runs after it as it would have without graphs.
     pub fn ensure_not_capturing(&self, op: &'static str, why: &'static str) -> Result<()> {
+        self.flush_graph()?;
         if self.is_capturing() {
             return Err(crate::RocmError::NotCapturable {
                 op,
@@ -126,6 +138,8 @@ impl Stream {
 
     /// Makes later work on this stream wait until `event` has completed.
     pub fn wait(&self, event: &Event) -> Result<()> {
+        // A recorded stretch cannot wait on an event of work outside it: launch it first.
+        self.flush_graph()?;
         // The event may belong to another device (cross-device ordering): the waiting
         // stream's device is the one to make current.
         self.device.bind_to_thread()?;
@@ -154,6 +168,11 @@ impl Stream {
 
 impl Drop for Stream {
     fn drop(&mut self) {
+        if let Some(mut b) = self.batch.get_mut().take() {
+            if let Err(e) = b.close(self) {
+                self.device.runtime().record_err(e);
+            }
+        }
         let hip = self.device.hip();
         // Wait for queued work first: the caching allocator may hand this stream's blocks to
         // nobody else until the device is synchronised, and kernels may still read memory
@@ -218,7 +237,16 @@ impl Event {
     }
 
     /// Captures the current end of `stream`.
+    /// In graph mode, what `stream` recorded is launched first, so the event marks work that
+    /// runs.
     pub fn record(&self, stream: &Stream) -> Result<()> {
+        stream.flush_graph()?;
+        self.record_raw(stream)
+    }
+
+    /// [`Event::record`] without launching graph mode's recorded work (graph mode itself uses
+    /// it, holding its lock).
+    pub(crate) fn record_raw(&self, stream: &Stream) -> Result<()> {
         let hip = self.device.hip();
         // SAFETY: both handles are live and belong to the same runtime.
         let code = unsafe { (hip.hipEventRecord)(self.raw, stream.raw()) };

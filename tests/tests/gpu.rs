@@ -20,6 +20,8 @@ mod flash_attn;
 mod flash_attn_long;
 #[path = "gpu/fused.rs"]
 mod fused;
+#[path = "gpu/graphs.rs"]
+mod graphs;
 // The tiny llama of the flash-attn tests, shared with tests/flash_attn.rs.
 #[path = "flash_attn/llama.rs"]
 mod llama;

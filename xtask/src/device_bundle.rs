@@ -27,6 +27,8 @@ const BUILDS: &[(&str, &[&str])] = &[
             "--test",
             "graph_gpu",
             "--test",
+            "graph_mode_gpu",
+            "--test",
             "miopen_gpu",
             "--test",
             "rccl_gpu",

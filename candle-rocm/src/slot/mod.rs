@@ -24,6 +24,7 @@ use crate::storage::RocmStorage;
 
 pub mod attention;
 pub mod collective;
+pub mod graphs;
 mod fused;
 
 impl ExtBackendDevice for RocmDevice {

@@ -93,6 +93,12 @@ impl Stream {
             }
             None => GraphPool::new(self),
         };
+        if self.batching.load(Ordering::Acquire) {
+            return Err(RocmError::InvalidArgument(format!(
+                "{self:?} is in graph mode, which records its work itself: turn it off \
+                 (set_graph_mode(None)) before capturing explicitly"
+            )));
+        }
         if self
             .capturing
             .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)

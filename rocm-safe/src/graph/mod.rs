@@ -61,9 +61,11 @@
 //!    as plain launches; so does [`RocmError::GraphsUnavailable`]. Results never depend on
 //!    which path ran.
 
+pub(crate) mod batch;
 mod capture;
 mod exec;
 
+pub use batch::{GraphMode, GraphModeStats};
 pub use capture::{Capture, GraphPool};
 pub use exec::{Graph, GraphExec};
 

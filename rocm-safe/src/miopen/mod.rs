@@ -315,6 +315,8 @@ impl MiopenHandle {
         let Some(Plan::Pool(plan)) = self.plans.get(&key) else {
             return Err(unsupported(format!("no pooling plan for {key:?}")));
         };
+        // MIOpen calls are not recorded by graph mode: launch what it recorded first.
+        self.stream.flush_graph()?;
         for s in [x.stream(), y.stream()] {
             self.stream.join(s)?;
         }
@@ -379,6 +381,8 @@ impl MiopenHandle {
         out: &mut impl DeviceSliceMut<T>,
     ) -> Result<()> {
         self.stream.device().bind_to_thread()?;
+        // MIOpen calls are not recorded by graph mode: launch what it recorded first.
+        self.stream.flush_graph()?;
         for s in [a.stream(), w.stream(), out.stream()] {
             self.stream.join(s)?;
         }

@@ -1,0 +1,569 @@
+//! Graph mode: a [`Stream`] that records its own work into graphs and launches each recorded
+//! stretch with one call, instead of one submission per kernel.
+//!
+//! Turned on with [`Stream::set_graph_mode`], it needs nothing from the code that queues the
+//! work (a Candle model runs unmodified):
+//! - kernel launches, device-to-device copies, fills and small host-to-device uploads are
+//!   recorded into a capture that begins with the first of them;
+//! - anything that needs the recorded work to have *run* (a read-back to the host, a
+//!   synchronisation, an event for another stream, a library call: rocBLAS, MIOpen, RCCL, a
+//!   copy between devices) first ends the capture and launches it ([`Stream::flush_graph`]),
+//!   then runs as usual. So does reaching [`GraphMode::max_nodes`].
+//!
+//! A decode step of an LLM is then one graph: the token's upload starts it and reading the
+//! logits (or the sampled token) ends it. The next step records the same kernels with other
+//! arguments (the KV cache grew, the position moved): the executable graph of the last stretch
+//! with the same kernels in the same order is *updated* (`hipGraphExecUpdate`) rather than
+//! instantiated again, and a few are kept ([`GraphMode::max_execs`]) for stretches that
+//! alternate.
+//!
+//! # Why results cannot differ from plain launches
+//!
+//! Each recorded stretch is launched on its own stream as soon as it ends, before any other
+//! work of that stream is queued, so the stream runs the same work in the same order as it
+//! would have without graphs. Memory the recorded work allocates comes from a graph pool of
+//! the caching allocator (`crate::allocator`), so a block freed by the host while its work is
+//! only recorded is handed to nothing but later work of the same stream. Uploads are copied
+//! into pinned staging memory owned here at once (the caller's data may go away), and that
+//! memory is reused only after an event recorded behind the graph that read it has completed.
+//!
+//! If the runtime refuses a call while recording (it should not: only calls known to be
+//! capturable are recorded), what was recorded so far is launched before the error is
+//! returned; if the capture itself was invalidated, that work is lost and the error says so
+//! ([`RocmError::GraphWorkLost`]), never a silent wrong result.
+
+use std::ffi::c_void;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use rocm_sys::{hipError_t, hipGraphExecUpdateResult, hipGraphExec_t, hipGraphNode_t, hipGraph_t};
+
+use super::{update_outcome, CaptureMode, GraphApi, UpdateOutcome};
+use crate::allocator::CachingAllocator;
+use crate::buffer::{byte_len, DeviceBuffer, DeviceRepr};
+use crate::error::{check, HipError, Result, RocmError};
+use crate::host::PinnedHostBuffer;
+use crate::stream::{Event, Stream};
+
+/// How a stream in graph mode batches its work ([`Stream::set_graph_mode`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GraphMode {
+    /// Launch the recorded work after this many operations even when nothing needs its
+    /// results yet, so the device starts while the host records the rest (0: no limit).
+    pub max_nodes: usize,
+    /// Executable graphs kept for reuse, keyed by the kernels they run (at least 1).
+    pub max_execs: usize,
+}
+
+impl Default for GraphMode {
+    fn default() -> Self {
+        GraphMode {
+            max_nodes: 0,
+            max_execs: 8,
+        }
+    }
+}
+
+/// What graph mode did on a stream so far ([`Stream::graph_stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GraphModeStats {
+    /// Graphs launched.
+    pub launches: u64,
+    /// Operations recorded into them.
+    pub nodes: u64,
+    /// Executable graphs made (`hipGraphInstantiate`).
+    pub instantiations: u64,
+    /// Launches that reused an executable graph through `hipGraphExecUpdate`.
+    pub updates: u64,
+    /// Updates the runtime refused (the graph was instantiated instead).
+    pub refused_updates: u64,
+    /// Host-to-device uploads recorded through the pinned staging memory.
+    pub staged_uploads: u64,
+}
+
+/// The largest upload recorded through staging memory; larger ones end the graph and run as
+/// plain copies.
+pub(crate) const MAX_STAGED_BYTES: usize = 1 << 20;
+/// Bytes of one staging arena (an upload larger than this gets an arena of its size).
+const ARENA_BYTES: usize = 64 << 10;
+/// Arenas kept; beyond this the oldest busy one is waited for.
+const MAX_ARENAS: usize = 32;
+/// Alignment of a staged upload inside an arena.
+const STAGE_ALIGN: usize = 256;
+
+/// The kind of a recorded operation, folded into the stretch's key.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum NodeKind {
+    /// A kernel launch of this function handle.
+    Kernel(usize),
+    /// A device-to-device copy.
+    Copy,
+    /// A fill.
+    Fill,
+    /// A staged host-to-device upload.
+    Upload,
+}
+
+impl NodeKind {
+    fn code(self) -> u64 {
+        match self {
+            NodeKind::Kernel(f) => f as u64,
+            NodeKind::Copy => 1,
+            NodeKind::Fill => 2,
+            NodeKind::Upload => 3,
+        }
+    }
+}
+
+/// An executable graph and the key of the stretch it was made from.
+struct CachedExec {
+    key: (u64, usize),
+    raw: hipGraphExec_t,
+    last_used: u64,
+}
+
+/// One block of pinned host memory that staged uploads are copied into.
+struct Arena {
+    buf: PinnedHostBuffer<u8>,
+    used: usize,
+    /// Recorded behind the launch of the last graph that read this arena.
+    busy_until: Option<Arc<Event>>,
+}
+
+/// The state of graph mode on one stream (in [`Stream`]'s `batch` slot).
+pub(crate) struct Batch {
+    mode: GraphMode,
+    api: GraphApi,
+    allocator: Arc<CachingAllocator>,
+    pool: u64,
+    /// A capture is in progress.
+    active: bool,
+    nodes: usize,
+    key: u64,
+    execs: Vec<CachedExec>,
+    clock: u64,
+    arenas: Vec<Arena>,
+    /// Arenas written by the stretch being recorded, the last one still open.
+    in_use: Vec<usize>,
+    stats: GraphModeStats,
+}
+
+// SAFETY: the raw exec handles are owned by this value and used by one thread at a time (the
+// stream's `batch` mutex); HIP allows executable graphs to be used from any thread.
+unsafe impl Send for Batch {}
+
+impl Stream {
+    /// Turns graph mode on (`Some`) or off (`None`) for this stream (see the
+    /// [module documentation](self)). Turning it off launches what was recorded. Fails with
+    /// [`RocmError::GraphsUnavailable`] when the runtime lacks graphs, and with
+    /// [`RocmError::InvalidArgument`] while a [`crate::graph::Capture`] records this stream.
+    pub fn set_graph_mode(&self, mode: Option<GraphMode>) -> Result<()> {
+        let mut slot = self.batch.lock();
+        let Some(mode) = mode else {
+            self.batching.store(false, Ordering::Release);
+            return match slot.take() {
+                Some(mut b) => b.close(self),
+                None => Ok(()),
+            };
+        };
+        let mode = GraphMode {
+            max_execs: mode.max_execs.max(1),
+            ..mode
+        };
+        if let Some(b) = slot.as_mut() {
+            b.mode = mode;
+            return Ok(());
+        }
+        if self.capturing.load(Ordering::Acquire) {
+            return Err(RocmError::InvalidArgument(format!(
+                "{self:?} is capturing a graph: end the capture before turning graph mode on"
+            )));
+        }
+        let api = *self.device().runtime().graphs()?;
+        // Two arenas up front, so the first steps allocate no pinned memory while recording.
+        let mut arenas = Vec::with_capacity(2);
+        for _ in 0..2 {
+            arenas.push(Arena {
+                buf: PinnedHostBuffer::new(self.device(), ARENA_BYTES)?,
+                used: 0,
+                busy_until: None,
+            });
+        }
+        let allocator = self.device().allocator();
+        let pool = allocator.create_pool(self.id());
+        *slot = Some(Batch {
+            mode,
+            api,
+            allocator,
+            pool,
+            active: false,
+            nodes: 0,
+            key: 0,
+            execs: Vec::new(),
+            clock: 0,
+            arenas,
+            in_use: Vec::new(),
+            stats: GraphModeStats::default(),
+        });
+        self.batching.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// This stream's graph mode, when on.
+    pub fn graph_mode(&self) -> Option<GraphMode> {
+        self.batch.lock().as_ref().map(|b| b.mode)
+    }
+
+    /// What graph mode did on this stream (`None` when it is off).
+    pub fn graph_stats(&self) -> Option<GraphModeStats> {
+        self.batch.lock().as_ref().map(|b| b.stats)
+    }
+
+    /// Launches the work graph mode has recorded on this stream so far (no-op when it is off
+    /// or nothing is recorded). Called by every operation that needs the work to have run.
+    pub fn flush_graph(&self) -> Result<()> {
+        if !self.batching.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        match self.batch.lock().as_mut() {
+            Some(b) => b.flush(self),
+            None => Ok(()),
+        }
+    }
+
+    /// Queues one capturable operation (`queue` submits it to this stream): recorded when
+    /// graph mode is on, else submitted as is.
+    pub(crate) fn record(&self, kind: NodeKind, queue: impl FnOnce() -> Result<()>) -> Result<()> {
+        if !self.batching.load(Ordering::Acquire) {
+            return queue();
+        }
+        let mut slot = self.batch.lock();
+        match slot.as_mut() {
+            Some(b) => b.record(self, kind, queue),
+            None => queue(),
+        }
+    }
+
+    /// In graph mode, records the upload of `src` into a new buffer through pinned staging
+    /// memory (the host data is copied before this returns). `None` when graph mode is off or
+    /// the upload is too large to stage: the caller copies as usual.
+    pub(crate) fn stage_upload<T: DeviceRepr>(
+        self: &Arc<Self>,
+        src: &[T],
+    ) -> Result<Option<DeviceBuffer<T>>> {
+        if !self.batching.load(Ordering::Acquire) {
+            return Ok(None);
+        }
+        let bytes = byte_len::<T>(src.len())?;
+        if bytes == 0 || bytes > MAX_STAGED_BYTES {
+            return Ok(None);
+        }
+        let mut slot = self.batch.lock();
+        let Some(b) = slot.as_mut() else {
+            return Ok(None);
+        };
+        if !b.active {
+            b.begin(self)?;
+        }
+        let dst = DeviceBuffer::<T>::alloc_cached(self, src.len())?;
+        let host = b.stage(self, bytes)?;
+        // SAFETY: `host` points to `bytes` writable bytes of an arena that no queued or
+        // recorded work reads (stage() hands out only free space of an idle arena); `src` holds
+        // `bytes` initialised bytes (T: DeviceRepr has no padding); the ranges cannot overlap
+        // (pinned arena memory against a caller's slice).
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr().cast::<u8>(), host, bytes) };
+        let hip = self.device().hip();
+        let dst_ptr = dst.device_ptr();
+        b.record(self, NodeKind::Upload, || {
+            // SAFETY: `dst_ptr` is a fresh device buffer of `bytes` bytes on this stream;
+            // `host` is pinned memory that stays allocated and unwritten until an event
+            // recorded after the graph's launch has completed (Batch::flush).
+            let code = unsafe {
+                (hip.hipMemcpyHtoDAsync)(dst_ptr, host.cast::<c_void>(), bytes, self.raw())
+            };
+            check(hip, "hipMemcpyHtoDAsync", code)
+        })?;
+        b.stats.staged_uploads += 1;
+        Ok(Some(dst))
+    }
+}
+
+impl Batch {
+    /// Begins recording this stream's work.
+    fn begin(&mut self, stream: &Stream) -> Result<()> {
+        stream.device().bind_to_thread()?;
+        self.allocator.begin_pool_capture(stream.id(), self.pool)?;
+        let hip = stream.device().hip();
+        // SAFETY: the stream handle is live; Relaxed is one of HIP's defined modes (it lets
+        // other threads allocate and load modules while this stream records).
+        let code = unsafe { (self.api.begin)(stream.raw(), CaptureMode::Relaxed.raw()) };
+        if let Err(e) = check(hip, "hipStreamBeginCapture", code) {
+            self.allocator.end_pool_capture(stream.id());
+            return Err(e);
+        }
+        self.active = true;
+        self.nodes = 0;
+        self.key = 0xcbf2_9ce4_8422_2325;
+        Ok(())
+    }
+
+    /// Records one operation; launches the stretch at `max_nodes`, or before returning an
+    /// error of `queue`.
+    fn record(
+        &mut self,
+        stream: &Stream,
+        kind: NodeKind,
+        queue: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
+        if !self.active {
+            self.begin(stream)?;
+        }
+        if let Err(e) = queue() {
+            return match self.flush(stream) {
+                Ok(()) => Err(e),
+                Err(lost) => Err(lost),
+            };
+        }
+        self.nodes += 1;
+        self.key = (self.key ^ kind.code()).wrapping_mul(0x0100_0000_01b3);
+        if self.mode.max_nodes > 0 && self.nodes >= self.mode.max_nodes {
+            self.flush(stream)?;
+        }
+        Ok(())
+    }
+
+    /// Space for `bytes` of staged upload in an idle arena, marked as read by the stretch
+    /// being recorded.
+    fn stage(&mut self, stream: &Stream, bytes: usize) -> Result<*mut u8> {
+        if let Some(&i) = self.in_use.last() {
+            let a = &mut self.arenas[i];
+            let at = a.used.next_multiple_of(STAGE_ALIGN);
+            if at + bytes <= a.buf.len() {
+                a.used = at + bytes;
+                // SAFETY: `at + bytes` is within the arena's allocation.
+                return Ok(unsafe { a.buf.as_mut_ptr().add(at) });
+            }
+        }
+        let i = self.idle_arena(stream, bytes)?;
+        self.in_use.push(i);
+        let a = &mut self.arenas[i];
+        a.used = bytes;
+        Ok(a.buf.as_mut_ptr())
+    }
+
+    /// An arena of at least `bytes` that no launched graph still reads (waiting for the oldest
+    /// when [`MAX_ARENAS`] are busy).
+    fn idle_arena(&mut self, stream: &Stream, bytes: usize) -> Result<usize> {
+        for (i, a) in self.arenas.iter_mut().enumerate() {
+            if self.in_use.contains(&i) || a.buf.len() < bytes {
+                continue;
+            }
+            let idle = match &a.busy_until {
+                None => true,
+                Some(e) => e.is_complete()?,
+            };
+            if idle {
+                a.busy_until = None;
+                a.used = 0;
+                return Ok(i);
+            }
+        }
+        if self.arenas.len() >= MAX_ARENAS {
+            if let Some(i) = (0..self.arenas.len())
+                .find(|&i| !self.in_use.contains(&i) && self.arenas[i].buf.len() >= bytes)
+            {
+                let a = &mut self.arenas[i];
+                if let Some(e) = a.busy_until.take() {
+                    e.synchronize()?;
+                }
+                a.used = 0;
+                return Ok(i);
+            }
+        }
+        let buf = PinnedHostBuffer::new(stream.device(), bytes.max(ARENA_BYTES))?;
+        self.arenas.push(Arena {
+            buf,
+            used: 0,
+            busy_until: None,
+        });
+        Ok(self.arenas.len() - 1)
+    }
+
+    /// Ends the capture and launches what it recorded (no-op when nothing is recorded).
+    fn flush(&mut self, stream: &Stream) -> Result<()> {
+        if !self.active {
+            return Ok(());
+        }
+        self.active = false;
+        let _ = stream.device().bind_to_thread();
+        let hip = stream.device().hip();
+        let mut graph: hipGraph_t = std::ptr::null_mut();
+        // SAFETY: the stream is live and capturing (begun by `begin`, ended only here, once);
+        // `graph` is a valid out-pointer.
+        let code = unsafe { (self.api.end)(stream.raw(), &mut graph) };
+        self.allocator.end_pool_capture(stream.id());
+        let graph = OwnedGraph {
+            raw: graph,
+            api: self.api,
+        };
+        let nodes = self.nodes;
+        if let Err(e) = check(hip, "hipStreamEndCapture", code) {
+            return Err(lost(stream, nodes, e));
+        }
+        if graph.raw.is_null() {
+            return Err(lost(
+                stream,
+                nodes,
+                RocmError::InvalidArgument("hipStreamEndCapture returned no graph".into()),
+            ));
+        }
+        let launched = self.launch(stream, &graph, (self.key, nodes));
+        drop(graph);
+        launched.map_err(|e| lost(stream, nodes, e))?;
+        self.stats.launches += 1;
+        self.stats.nodes += nodes as u64;
+        if !self.in_use.is_empty() {
+            let event = Arc::new(Event::new(stream.device(), false)?);
+            event.record_raw(stream)?;
+            for i in std::mem::take(&mut self.in_use) {
+                self.arenas[i].busy_until = Some(event.clone());
+            }
+        }
+        Ok(())
+    }
+
+    /// Updates (or instantiates) the executable graph for stretch `key` from `graph` and
+    /// launches it on `stream`.
+    fn launch(&mut self, stream: &Stream, graph: &OwnedGraph, key: (u64, usize)) -> Result<()> {
+        let hip = stream.device().hip();
+        self.clock += 1;
+        let found = self.execs.iter().position(|e| e.key == key);
+        let index = match found {
+            Some(i) => {
+                let mut node: hipGraphNode_t = std::ptr::null_mut();
+                let mut result = hipGraphExecUpdateResult::hipGraphExecUpdateError;
+                // SAFETY: both handles are live; `node` and `result` are valid out-pointers.
+                let code = unsafe {
+                    (self.api.exec_update)(self.execs[i].raw, graph.raw, &mut node, &mut result)
+                };
+                match update_outcome(code, result) {
+                    Ok(UpdateOutcome::Updated) => {
+                        self.stats.updates += 1;
+                        i
+                    }
+                    Ok(UpdateOutcome::NeedsInstantiate(_)) => {
+                        self.stats.refused_updates += 1;
+                        let old = self.execs.swap_remove(i);
+                        self.destroy_exec(stream, old.raw);
+                        self.instantiate(stream, graph, key)?
+                    }
+                    Err(code) => {
+                        return Err(RocmError::Hip(HipError::new(hip, "hipGraphExecUpdate", code)));
+                    }
+                }
+            }
+            None => self.instantiate(stream, graph, key)?,
+        };
+        let exec = &mut self.execs[index];
+        exec.last_used = self.clock;
+        // SAFETY: the exec and stream are live and of the same device; the recorded work uses
+        // memory that is alive: allocations made while recording are pooled for this stream
+        // (their blocks go to no other work), memory from before is still owned by its buffers
+        // (a buffer freed while recording returns to the stream's cache, which hands it out
+        // only to work queued after this launch), and staged uploads read arenas kept until an
+        // event behind this launch completes.
+        let code = unsafe { (self.api.launch)(exec.raw, stream.raw()) };
+        check(hip, "hipGraphLaunch", code)
+    }
+
+    /// Instantiates `graph`, evicting the least recently used exec beyond `max_execs`.
+    fn instantiate(
+        &mut self,
+        stream: &Stream,
+        graph: &OwnedGraph,
+        key: (u64, usize),
+    ) -> Result<usize> {
+        while self.execs.len() >= self.mode.max_execs {
+            let Some(oldest) = (0..self.execs.len()).min_by_key(|&i| self.execs[i].last_used)
+            else {
+                break;
+            };
+            let old = self.execs.swap_remove(oldest);
+            self.destroy_exec(stream, old.raw);
+        }
+        let mut raw: hipGraphExec_t = std::ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer; `graph.raw` is a live graph; the error node
+        // and log buffer are optional (null, size 0).
+        let code = unsafe {
+            (self.api.instantiate)(
+                &mut raw,
+                graph.raw,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                0,
+            )
+        };
+        check(stream.device().hip(), "hipGraphInstantiate", code)?;
+        self.stats.instantiations += 1;
+        self.execs.push(CachedExec {
+            key,
+            raw,
+            last_used: self.clock,
+        });
+        Ok(self.execs.len() - 1)
+    }
+
+    fn destroy_exec(&self, stream: &Stream, raw: hipGraphExec_t) {
+        // SAFETY: `raw` came from hipGraphInstantiate and was removed from `execs`, so it is
+        // destroyed once; launches already queued complete normally.
+        let code = unsafe { (self.api.exec_destroy)(raw) };
+        if let Err(e) = check(stream.device().hip(), "hipGraphExecDestroy", code) {
+            stream.device().runtime().record_err(e);
+        }
+    }
+
+    /// Launches what is recorded, then releases everything graph mode holds.
+    pub(crate) fn close(&mut self, stream: &Stream) -> Result<()> {
+        let flushed = self.flush(stream);
+        for e in std::mem::take(&mut self.execs) {
+            self.destroy_exec(stream, e.raw);
+        }
+        // The arenas may still be read by launched graphs: wait for them before freeing.
+        for a in &mut self.arenas {
+            if let Some(e) = a.busy_until.take() {
+                if let Err(err) = e.synchronize() {
+                    stream.device().runtime().record_err(err);
+                }
+            }
+        }
+        self.arenas.clear();
+        self.allocator.retire_pool(self.pool);
+        flushed
+    }
+}
+
+/// A graph ended by [`Batch::flush`], destroyed on drop.
+struct OwnedGraph {
+    raw: hipGraph_t,
+    api: GraphApi,
+}
+
+impl Drop for OwnedGraph {
+    fn drop(&mut self) {
+        if !self.raw.is_null() {
+            // SAFETY: `raw` came from hipStreamEndCapture and is destroyed once, here;
+            // executable graphs made from it do not depend on it. A failure leaks the graph
+            // only.
+            let _: hipError_t = unsafe { (self.api.destroy)(self.raw) };
+        }
+    }
+}
+
+/// The error for recorded work that could not be launched.
+fn lost(stream: &Stream, nodes: usize, cause: RocmError) -> RocmError {
+    RocmError::GraphWorkLost {
+        stream: stream.id(),
+        nodes,
+        cause: Box::new(cause),
+    }
+}

@@ -1,0 +1,213 @@
+//! Graph mode on a real device (`Stream::set_graph_mode`): recorded work gives the results of
+//! plain launches, executable graphs are reused through updates, staged uploads, the node
+//! limit, work left recorded when the mode is turned off, and what it saves in host time.
+//! Ignored in CI (no GPU); the HIP-on-CUDA harness runs them with `--include-ignored`.
+//! Kernels come from rocm-safe/tests/kernels/test_kernels.hip ($ROCM_SAFE_TEST_MODULE).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Instant;
+
+use rocm_safe::graph::{CaptureMode, GraphMode};
+use rocm_safe::{
+    Device, DeviceBuffer, DevicePtrArg, Function, LaunchConfig, Module, RocmError, Stream,
+};
+
+fn device() -> Device {
+    Device::new(0).unwrap_or_else(|e| panic!("no HIP device for a GPU test: {e}"))
+}
+
+fn module(d: &Device) -> Module {
+    let path = std::env::var("ROCM_SAFE_TEST_MODULE").unwrap_or_else(|_| {
+        panic!(
+            "set ROCM_SAFE_TEST_MODULE to a code object built from rocm-safe/tests/kernels/test_kernels.hip"
+        )
+    });
+    Module::load(d, &std::fs::read(&path).unwrap()).unwrap()
+}
+
+const N: u32 = 4099;
+
+/// Queues `y += a * x` (axpy_f32(float, const float*, float*, unsigned)) on `s`.
+fn axpy(s: &Stream, f: &Function, a: f32, x: &DevicePtrArg, y: &DevicePtrArg) {
+    let n = N;
+    let mut l = s.launch_builder(f);
+    l.arg(&a).arg(x).arg(y).arg(&n);
+    // SAFETY: the arguments match axpy_f32's parameters; both buffers hold N floats and outlive
+    // the launch (the tests read y back, which launches the recorded work, before dropping).
+    unsafe { l.launch(LaunchConfig::for_num_elems(n, 256)).unwrap() };
+}
+
+fn host(v: f32) -> Vec<f32> {
+    (0..N).map(|i| v + (i % 13) as f32).collect()
+}
+
+fn assert_close(got: &[f32], want: &[f32], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+            "{what}: index {i}: {g} vs {w}"
+        );
+    }
+}
+
+/// One step as a decoder makes it: uploads, kernels with a per-step scalar, a fill, a copy,
+/// then a read-back. Returns y and the host's expectation.
+fn step(s: &std::sync::Arc<Stream>, f: &Function, k: usize, keep: &mut Vec<DeviceBuffer<f32>>) {
+    let x = s.upload(host(1.0 + k as f32)).unwrap();
+    let y0 = host(0.5);
+    let y = s.clone_htod(&y0).unwrap();
+    let a = 0.25 * (k + 1) as f32;
+    for _ in 0..8 {
+        axpy(s, f, a, &x.as_arg(), &y.as_arg());
+    }
+    let mut z = s.alloc::<f32>(N as usize).unwrap();
+    s.memset_zeros(&mut z).unwrap();
+    axpy(s, f, 1.0, &y.as_arg(), &z.as_arg());
+    let mut w = s.alloc::<f32>(N as usize).unwrap();
+    s.memcpy_dtod(&z, &mut w).unwrap();
+    let got = s.clone_dtoh(&w).unwrap();
+    let xs = host(1.0 + k as f32);
+    let want: Vec<f32> = (0..N as usize).map(|i| y0[i] + 8.0 * a * xs[i]).collect();
+    assert_close(&got, &want, &format!("step {k}"));
+    // Keep every other step's buffers alive, so the next step's addresses differ and the
+    // executable graph's update has new addresses to apply.
+    if k % 2 == 0 {
+        keep.extend([x, y, z, w]);
+    }
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn recorded_steps_match_plain_launches_and_reuse_one_exec() {
+    let d = device();
+    let m = module(&d);
+    let f = m.function("axpy_f32").unwrap();
+    let s = Stream::new(&d).unwrap();
+    let mut keep = Vec::new();
+    step(&s, &f, 0, &mut keep);
+    s.set_graph_mode(Some(GraphMode::default())).unwrap();
+    assert_eq!(s.graph_mode(), Some(GraphMode::default()));
+    for k in 1..=6 {
+        step(&s, &f, k, &mut keep);
+    }
+    let st = s.graph_stats().unwrap();
+    println!("graph mode over 6 steps: {st:?}");
+    assert_eq!(st.launches, 6, "one graph a step: {st:?}");
+    assert_eq!(st.nodes, 6 * 13, "13 operations a step: {st:?}");
+    assert_eq!(st.staged_uploads, 12, "{st:?}");
+    assert_eq!(
+        st.instantiations + st.updates,
+        6,
+        "every launch instantiated or updated: {st:?}"
+    );
+    assert!(st.updates >= 4, "the same kernels reuse the exec: {st:?}");
+    s.set_graph_mode(None).unwrap();
+    assert_eq!(s.graph_stats(), None);
+    step(&s, &f, 7, &mut keep);
+    d.runtime().check_err().unwrap();
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn the_node_limit_launches_in_stretches() {
+    let d = device();
+    let m = module(&d);
+    let f = m.function("axpy_f32").unwrap();
+    let s = Stream::new(&d).unwrap();
+    let x = s.clone_htod(&host(1.0)).unwrap();
+    let y = s.clone_htod(&host(0.0)).unwrap();
+    s.set_graph_mode(Some(GraphMode {
+        max_nodes: 5,
+        max_execs: 2,
+    }))
+    .unwrap();
+    for _ in 0..16 {
+        axpy(&s, &f, 0.5, &x.as_arg(), &y.as_arg());
+    }
+    let got = s.clone_dtoh(&y).unwrap();
+    let want: Vec<f32> = host(1.0).iter().map(|v| 8.0 * v).collect();
+    assert_close(&got, &want, "16 launches in stretches of 5");
+    let st = s.graph_stats().unwrap();
+    assert_eq!((st.launches, st.nodes), (4, 16), "5 + 5 + 5 + 1: {st:?}");
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn turning_the_mode_off_launches_what_was_recorded() {
+    let d = device();
+    let m = module(&d);
+    let f = m.function("axpy_f32").unwrap();
+    let s = Stream::new(&d).unwrap();
+    let x = s.clone_htod(&host(2.0)).unwrap();
+    let y = s.clone_htod(&host(0.0)).unwrap();
+    s.set_graph_mode(Some(GraphMode::default())).unwrap();
+    axpy(&s, &f, 1.0, &x.as_arg(), &y.as_arg());
+    // An explicit capture is refused while graph mode records the stream itself.
+    match s.begin_capture(CaptureMode::default(), None) {
+        Err(RocmError::InvalidArgument(_)) => {}
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+    s.set_graph_mode(None).unwrap();
+    assert_close(&s.clone_dtoh(&y).unwrap(), &host(2.0), "after turning off");
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn a_large_upload_ends_the_stretch_and_is_copied_plainly() {
+    let d = device();
+    let m = module(&d);
+    let f = m.function("axpy_f32").unwrap();
+    let s = Stream::new(&d).unwrap();
+    s.set_graph_mode(Some(GraphMode::default())).unwrap();
+    let x = s.clone_htod(&host(1.0)).unwrap();
+    let y = s.clone_htod(&host(0.0)).unwrap();
+    axpy(&s, &f, 1.0, &x.as_arg(), &y.as_arg());
+    // 4 MiB: above the staging limit, so the recorded work is launched and the copy is plain.
+    let big: Vec<f32> = (0..(1 << 20)).map(|i| i as f32).collect();
+    let b = s.clone_htod(&big).unwrap();
+    axpy(&s, &f, 1.0, &x.as_arg(), &y.as_arg());
+    assert_close(
+        &s.clone_dtoh(&y).unwrap(),
+        &host(1.0).iter().map(|v| 2.0 * v).collect::<Vec<_>>(),
+        "around a plain upload",
+    );
+    assert_eq!(s.clone_dtoh(&b).unwrap(), big);
+    let st = s.graph_stats().unwrap();
+    assert_eq!(st.launches, 2, "{st:?}");
+}
+
+/// Not an assertion: host time of 200 small launches a step, plain and in graph mode.
+#[test]
+#[ignore = "needs a HIP device"]
+fn timing_plain_launches_against_graph_mode() {
+    const LAUNCHES: usize = 200;
+    const STEPS: usize = 50;
+    let d = device();
+    let m = module(&d);
+    let f = m.function("axpy_f32").unwrap();
+    let s = Stream::new(&d).unwrap();
+    let x = s.clone_htod(&host(1.0)).unwrap();
+    let y = s.clone_htod(&host(0.0)).unwrap();
+    let run = |label: &str| {
+        let t = Instant::now();
+        for _ in 0..STEPS {
+            for _ in 0..LAUNCHES {
+                axpy(&s, &f, 1e-6, &x.as_arg(), &y.as_arg());
+            }
+            s.synchronize().unwrap();
+        }
+        let us = t.elapsed().as_secs_f64() * 1e6 / STEPS as f64;
+        println!(
+            "{label:>12}: {us:.1} us a step of {LAUNCHES} launches, {:.2} us a launch",
+            us / LAUNCHES as f64
+        );
+    };
+    run("plain");
+    run("plain");
+    s.set_graph_mode(Some(GraphMode::default())).unwrap();
+    run("graph mode");
+    run("graph mode");
+    println!("{:?}", s.graph_stats().unwrap());
+}

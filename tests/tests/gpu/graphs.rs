@@ -1,0 +1,88 @@
+//! Graph mode (`candle_rocm::graphs`): a tiny candle-transformers llama decoding greedily on a
+//! device in graph mode gives the tokens and the f32 logits (bit for bit) of the same model on a
+//! device running plain launches, on both attention paths, while the KV cache grows past the
+//! sizes where kernels change their grids; and the decode steps reuse executable graphs.
+
+use std::collections::HashMap;
+
+use candle_core::{DType, Device, Result, Tensor};
+use candle_nn::{VarBuilder, VarMap};
+use candle_rocm::graphs::{graph_stats, set_graph_mode, GraphMode};
+use candle_rocm::RocmDevice;
+use candle_transformers::models::llama::{Cache, Llama};
+
+/// A device of its own (its own stream), so graph mode does not reach the other tests.
+fn own_device() -> Result<Device> {
+    Ok(Device::new_ext(
+        RocmDevice::new(0).map_err(candle_core::Error::wrap)?,
+    ))
+}
+
+/// Greedy decode of `steps` tokens after a prompt; the logits of every step, on the host.
+fn decode(dev: &Device, weights: &HashMap<String, Tensor>, flash: bool, steps: usize) -> Result<(Vec<u32>, Vec<Vec<f32>>)> {
+    let on_dev = weights
+        .iter()
+        .map(|(k, v)| Ok((k.clone(), v.to_device(dev)?)))
+        .collect::<Result<HashMap<_, _>>>()?;
+    let cfg = crate::llama::tiny_config(flash);
+    let model = Llama::load(VarBuilder::from_tensors(on_dev, DType::F32, dev), &cfg)?;
+    let mut cache = Cache::new(true, DType::F32, &cfg, dev)?;
+    let mut tokens = vec![1u32, 17, 42, 99, 3];
+    let mut logits = Vec::new();
+    let mut pos = 0;
+    let mut input = tokens.clone();
+    for _ in 0..steps {
+        let x = Tensor::new(input.as_slice(), dev)?.unsqueeze(0)?;
+        let out = model.forward(&x, pos, &mut cache)?.squeeze(0)?;
+        pos += input.len();
+        let next = out.argmax(0)?.to_scalar::<u32>()?;
+        logits.push(out.to_vec1::<f32>()?);
+        tokens.push(next);
+        input = vec![next];
+    }
+    Ok((tokens, logits))
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn graph_mode_decodes_the_tokens_and_logits_of_plain_launches() -> Result<()> {
+    // 58 steps: the cache passes 64 positions' worth of sizes where the attention kernels
+    // change their split and the allocator its buckets (tiny_config allows 64 positions).
+    const STEPS: usize = 58;
+    let varmap = VarMap::new();
+    // Initialise the weights once, on the CPU.
+    Llama::load(
+        VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu),
+        &crate::llama::tiny_config(false),
+    )?;
+    let weights: HashMap<String, Tensor> = varmap
+        .data()
+        .lock()
+        .map_err(|e| candle_core::Error::Msg(e.to_string()))?
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_tensor().clone()))
+        .collect();
+    for flash in [false, true] {
+        let plain = own_device()?;
+        let graphs = own_device()?;
+        set_graph_mode(&graphs, Some(GraphMode::default())).map_err(candle_core::Error::wrap)?;
+        let (want_tokens, want) = decode(&plain, &weights, flash, STEPS)?;
+        let (got_tokens, got) = decode(&graphs, &weights, flash, STEPS)?;
+        assert_eq!(got_tokens, want_tokens, "flash {flash}: tokens");
+        for (step, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                g.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "flash {flash}: step {step}: logits differ from plain launches"
+            );
+        }
+        let st = graph_stats(&graphs).expect("graph mode is on");
+        println!("flash {flash}: {st:?}");
+        assert!(st.launches >= STEPS as u64, "a graph a step at least: {st:?}");
+        assert!(
+            st.updates > st.instantiations,
+            "decode steps reuse their executable graphs: {st:?}"
+        );
+        assert_eq!(graph_stats(&plain), None);
+    }
+    Ok(())
+}
