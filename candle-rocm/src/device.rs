@@ -67,6 +67,7 @@ impl RocmDevice {
         if crate::settings::graphs() {
             let mode = GraphMode {
                 max_nodes: crate::settings::graph_nodes(),
+                record_blas: crate::settings::graph_blas(),
                 ..GraphMode::default()
             };
             match stream.set_graph_mode(Some(mode)) {

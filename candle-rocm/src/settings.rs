@@ -78,6 +78,10 @@ pub const GRAPHS_VAR: &str = "CANDLE_ROCM_GRAPHS";
 /// default) to 100000.
 pub const GRAPH_NODES_VAR: &str = "CANDLE_ROCM_GRAPH_NODES";
 
+/// With [`GRAPHS_VAR`] on: record rocBLAS calls into the graphs too (by default a rocBLAS
+/// call launches what was recorded and runs on its own).
+pub const GRAPH_BLAS_VAR: &str = "CANDLE_ROCM_GRAPH_BLAS";
+
 /// One setting, as the README's table shows it.
 #[derive(Clone, Copy, Debug)]
 pub struct Setting {
@@ -90,7 +94,7 @@ pub struct Setting {
 }
 
 /// Every setting of the library.
-pub const SETTINGS: [Setting; 12] = [
+pub const SETTINGS: [Setting; 13] = [
     Setting {
         var: STRICT_VAR,
         values: SWITCH_VALUES,
@@ -145,6 +149,11 @@ pub const SETTINGS: [Setting; 12] = [
         var: GRAPH_NODES_VAR,
         values: "0 to 100000",
         default: "0 (no limit)",
+    },
+    Setting {
+        var: GRAPH_BLAS_VAR,
+        values: SWITCH_VALUES,
+        default: "0",
     },
     Setting {
         var: KERNELS_DIR_VAR,
@@ -257,6 +266,12 @@ pub fn flash_mma() -> bool {
 pub fn graphs() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| switch(GRAPHS_VAR, false))
+}
+
+/// Whether graph mode records rocBLAS calls ([`GRAPH_BLAS_VAR`]).
+pub fn graph_blas() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| switch(GRAPH_BLAS_VAR, false))
 }
 
 /// Graph mode's node limit ([`GRAPH_NODES_VAR`]; 0: none).

@@ -13,6 +13,7 @@ use rocm_sys::Rocblas;
 
 use crate::buffer::{DeviceRepr, DeviceSlice, DeviceSliceMut};
 use crate::error::{check_blas, Result, RocmError};
+use crate::graph::batch::NodeKind;
 use crate::stream::Stream;
 
 /// Element types rocBLAS's `gemm_ex` family accepts, with the compute type used for them.
@@ -290,8 +291,12 @@ impl BlasHandle {
         if cfg.m == 0 || cfg.n == 0 || cfg.batch == 0 {
             return Ok(());
         }
-        // rocBLAS calls are not recorded by graph mode: launch what it recorded first.
-        self.stream.flush_graph()?;
+        // rocBLAS calls are recorded by graph mode only when it says so
+        // (`GraphMode::record_blas`); otherwise what it recorded is launched first.
+        let record = self.stream.graph_mode().is_some_and(|m| m.record_blas);
+        if !record {
+            self.stream.flush_graph()?;
+        }
         for s in [a.stream(), b.stream(), c.stream()] {
             self.stream.join(s)?;
         }
@@ -303,7 +308,7 @@ impl BlasHandle {
         // `T::COMPUTE` (pointer mode host), which is also `C`'s type or f32 with an f32 `C`
         // (rocBLAS's f16/bf16-in, f32-out mixed-precision form); the handle is bound to `self.stream`, on which the operands are
         // now ordered; `c` is borrowed exclusively, so D (= C, in place) is not aliased.
-        let code = unsafe {
+        let call = || unsafe {
             (lib.rocblas_gemm_strided_batched_ex)(
                 self.raw,
                 cfg.trans_a.raw(),
@@ -336,7 +341,13 @@ impl BlasHandle {
                 rocblas_gemm_flags_none,
             )
         };
-        check_blas(lib, "rocblas_gemm_strided_batched_ex", code)?;
+        if record {
+            self.stream.record(NodeKind::Library, || {
+                check_blas(lib, "rocblas_gemm_strided_batched_ex", call())
+            })?;
+        } else {
+            check_blas(lib, "rocblas_gemm_strided_batched_ex", call())?;
+        }
         for s in [a.stream(), b.stream(), c.stream()] {
             s.join(&self.stream)?;
         }

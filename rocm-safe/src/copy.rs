@@ -161,6 +161,9 @@ impl Stream {
         if bytes == 0 {
             return Ok(());
         }
+        // Graph mode does not record copies from the caller's host memory (it may be
+        // pageable, or change before a launch): what it recorded is launched first.
+        self.flush_graph()?;
         let hip = self.device().hip();
         let dst_stream = dst.stream().clone();
         self.ordered_with(&[&dst_stream], || {
@@ -209,6 +212,8 @@ impl Stream {
         if bytes == 0 {
             return Ok(());
         }
+        // Graph mode does not record read-backs: what it recorded is launched first.
+        self.flush_graph()?;
         let hip = self.device().hip();
         let src_stream = src.stream().clone();
         self.ordered_with(&[&src_stream], || {

@@ -121,6 +121,7 @@ fn the_node_limit_launches_in_stretches() {
     s.set_graph_mode(Some(GraphMode {
         max_nodes: 5,
         max_execs: 2,
+        record_blas: false,
     }))
     .unwrap();
     for _ in 0..16 {

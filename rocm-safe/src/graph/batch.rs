@@ -53,6 +53,10 @@ pub struct GraphMode {
     pub max_nodes: usize,
     /// Executable graphs kept for reuse, keyed by the kernels they run (at least 1).
     pub max_execs: usize,
+    /// Record rocBLAS calls too (rocBLAS documents most of its functions as capturable; the
+    /// HIP-on-CUDA harness's double calls cuBLAS, which is). Off: a rocBLAS call launches
+    /// what was recorded and runs as usual.
+    pub record_blas: bool,
 }
 
 impl Default for GraphMode {
@@ -60,6 +64,7 @@ impl Default for GraphMode {
         GraphMode {
             max_nodes: 0,
             max_execs: 8,
+            record_blas: false,
         }
     }
 }
@@ -102,6 +107,8 @@ pub(crate) enum NodeKind {
     Fill,
     /// A staged host-to-device upload.
     Upload,
+    /// A library call (rocBLAS).
+    Library,
 }
 
 impl NodeKind {
@@ -111,6 +118,7 @@ impl NodeKind {
             NodeKind::Copy => 1,
             NodeKind::Fill => 2,
             NodeKind::Upload => 3,
+            NodeKind::Library => 4,
         }
     }
 }
@@ -409,6 +417,10 @@ impl Batch {
         let nodes = self.nodes;
         if let Err(e) = check(hip, "hipStreamEndCapture", code) {
             return Err(lost(stream, nodes, e));
+        }
+        if nodes == 0 {
+            // Begun for an operation that then failed before queueing anything.
+            return Ok(());
         }
         if graph.raw.is_null() {
             return Err(lost(
