@@ -67,16 +67,20 @@ pub const CONV_VAR: &str = "CANDLE_ROCM_CONV";
 /// find-db has it) instead of taking its immediate-mode ranking (the default, off).
 pub const MIOPEN_FIND_VAR: &str = "CANDLE_ROCM_MIOPEN_FIND";
 
-/// `1` turns graph mode on for every device: each device's stream records its kernels into
-/// HIP graphs and launches each recorded stretch with one call when the host next needs a
-/// result (a decode step of an LLM becomes one graph launch; see `rocm_safe::graph`'s
-/// batching). Off by default.
+/// Graph mode for every device (on by default; `0` turns it off): each device's stream
+/// records its kernels into HIP graphs and launches each recorded stretch with one call when
+/// the host next needs a result, or after [`GRAPH_NODES_VAR`] operations (see
+/// `rocm_safe::graph`'s batching). Results are those of plain launches.
 pub const GRAPHS_VAR: &str = "CANDLE_ROCM_GRAPHS";
 
 /// With [`GRAPHS_VAR`] on: launch a recorded stretch after this many operations even when no
-/// result is needed yet, so the GPU starts while the host records the rest: 0 (no limit, the
-/// default) to 100000.
+/// result is needed yet, so the GPU starts while the host records the rest: 0 (no limit) to
+/// 100000, default [`GRAPH_NODES_DEFAULT`].
 pub const GRAPH_NODES_VAR: &str = "CANDLE_ROCM_GRAPH_NODES";
+
+/// Default of [`GRAPH_NODES_VAR`] (measured on the H100 harness: 48 beat 128 and no limit on
+/// every decoder row; see bench/results).
+pub const GRAPH_NODES_DEFAULT: usize = 48;
 
 /// With [`GRAPHS_VAR`] on: record rocBLAS calls into the graphs too (by default a rocBLAS
 /// call launches what was recorded and runs on its own).
@@ -143,12 +147,12 @@ pub const SETTINGS: [Setting; 13] = [
     Setting {
         var: GRAPHS_VAR,
         values: SWITCH_VALUES,
-        default: "0",
+        default: "1",
     },
     Setting {
         var: GRAPH_NODES_VAR,
         values: "0 to 100000",
-        default: "0 (no limit)",
+        default: "48",
     },
     Setting {
         var: GRAPH_BLAS_VAR,
@@ -265,7 +269,13 @@ pub fn flash_mma() -> bool {
 /// Whether devices start in graph mode ([`GRAPHS_VAR`]).
 pub fn graphs() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| switch(GRAPHS_VAR, false))
+    *ON.get_or_init(|| {
+        let on = switch(GRAPHS_VAR, true);
+        if !on {
+            tracing::info!("{GRAPHS_VAR}: devices run plain kernel launches");
+        }
+        on
+    })
 }
 
 /// Whether graph mode records rocBLAS calls ([`GRAPH_BLAS_VAR`]).
@@ -279,13 +289,14 @@ pub fn graph_nodes() -> usize {
     static NODES: OnceLock<usize> = OnceLock::new();
     *NODES.get_or_init(|| {
         let Some(v) = value(GRAPH_NODES_VAR) else {
-            return 0;
+            return GRAPH_NODES_DEFAULT;
         };
         parse_rows(&v, 0, 100_000).unwrap_or_else(|| {
             tracing::warn!(
-                "{GRAPH_NODES_VAR}={v:?} is not a number from 0 to 100000: keeping no limit"
+                "{GRAPH_NODES_VAR}={v:?} is not a number from 0 to 100000: keeping \
+                 {GRAPH_NODES_DEFAULT}"
             );
-            0
+            GRAPH_NODES_DEFAULT
         })
     })
 }

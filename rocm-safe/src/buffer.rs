@@ -169,7 +169,16 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
                 "the allocator and the stream belong to different devices".into(),
             ));
         }
-        let block = allocator.allocate(byte_len::<T>(len)?, stream.id())?;
+        let bytes = byte_len::<T>(len)?;
+        let block = match allocator.allocate(bytes, stream.id()) {
+            // The cache is not trimmed while graph mode records this stream: launch what it
+            // recorded, then try again (the allocator trims before it gives up).
+            Err(RocmError::OutOfMemory { .. }) if stream.graph_mode().is_some() => {
+                stream.flush_graph()?;
+                allocator.allocate(bytes, stream.id())?
+            }
+            other => other?,
+        };
         Ok(Self::from_parts(
             block.addr as *mut c_void,
             len,

@@ -301,28 +301,30 @@ impl Stream {
         let hip = self.device().hip();
         let d = dst.stream().clone();
         let ptr = dst.device_ptr();
-        self.ordered_with(&[&d], || self.record(NodeKind::Fill, || {
-            let stream = self.raw();
-            // SAFETY: `ptr` is exclusively borrowed device memory holding `count` units of the
-            // fill width (count derived from its length by the callers), ordered on `stream`.
-            let (op, code) = unsafe {
-                match fill {
-                    Fill::U8(v) => (
-                        "hipMemsetD8Async",
-                        (hip.hipMemsetD8Async)(ptr, v, count, stream),
-                    ),
-                    Fill::U16(v) => (
-                        "hipMemsetD16Async",
-                        (hip.hipMemsetD16Async)(ptr, v, count, stream),
-                    ),
-                    Fill::U32(v) => (
-                        "hipMemsetD32Async",
-                        (hip.hipMemsetD32Async)(ptr, v as i32, count, stream),
-                    ),
-                }
-            };
-            check(hip, op, code)
-        }))
+        self.ordered_with(&[&d], || {
+            self.record(NodeKind::Fill, || {
+                let stream = self.raw();
+                // SAFETY: `ptr` is exclusively borrowed device memory holding `count` units of the
+                // fill width (count derived from its length by the callers), ordered on `stream`.
+                let (op, code) = unsafe {
+                    match fill {
+                        Fill::U8(v) => (
+                            "hipMemsetD8Async",
+                            (hip.hipMemsetD8Async)(ptr, v, count, stream),
+                        ),
+                        Fill::U16(v) => (
+                            "hipMemsetD16Async",
+                            (hip.hipMemsetD16Async)(ptr, v, count, stream),
+                        ),
+                        Fill::U32(v) => (
+                            "hipMemsetD32Async",
+                            (hip.hipMemsetD32Async)(ptr, v as i32, count, stream),
+                        ),
+                    }
+                };
+                check(hip, op, code)
+            })
+        })
     }
 }
 

@@ -291,26 +291,26 @@ impl<'a> LaunchArgs<'a> {
         // the host next waits for this stream (contract 2 holds until then as it would for a
         // plain launch: the caller's buffers are ordered on this stream).
         stream.record(NodeKind::Kernel(func as usize), || {
-        // SAFETY: handles are live; `args[..len]` holds one pointer per parameter, each
-        // pointing to memory borrowed for 'a (the caller guarantees they match the kernel,
-        // contract 1-3); the runtime reads only as many entries as the kernel has parameters;
-        // `extra` is null so only kernelParams is used.
-        let code = unsafe {
-            (hip.hipModuleLaunchKernel)(
-                func,
-                gx as c_uint,
-                gy as c_uint,
-                gz as c_uint,
-                bx as c_uint,
-                by as c_uint,
-                bz as c_uint,
-                cfg.shared_mem_bytes as c_uint,
-                stream.raw(),
-                args.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        };
-        check(hip, "hipModuleLaunchKernel", code)
+            // SAFETY: handles are live; `args[..len]` holds one pointer per parameter, each
+            // pointing to memory borrowed for 'a (the caller guarantees they match the kernel,
+            // contract 1-3); the runtime reads only as many entries as the kernel has parameters;
+            // `extra` is null so only kernelParams is used.
+            let code = unsafe {
+                (hip.hipModuleLaunchKernel)(
+                    func,
+                    gx as c_uint,
+                    gy as c_uint,
+                    gz as c_uint,
+                    bx as c_uint,
+                    by as c_uint,
+                    bz as c_uint,
+                    cfg.shared_mem_bytes as c_uint,
+                    stream.raw(),
+                    args.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                )
+            };
+            check(hip, "hipModuleLaunchKernel", code)
         })
     }
 }

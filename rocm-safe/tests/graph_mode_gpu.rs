@@ -128,7 +128,11 @@ fn the_node_limit_launches_in_stretches() {
         axpy(&s, &f, 0.5, &x.as_arg(), &y.as_arg());
     }
     let got = s.clone_dtoh(&y).unwrap();
-    let want: Vec<f32> = host(1.0).iter().map(|v| 8.0 * v).collect();
+    let want: Vec<f32> = host(0.0)
+        .iter()
+        .zip(host(1.0))
+        .map(|(y, x)| y + 8.0 * x)
+        .collect();
     assert_close(&got, &want, "16 launches in stretches of 5");
     let st = s.graph_stats().unwrap();
     assert_eq!((st.launches, st.nodes), (4, 16), "5 + 5 + 5 + 1: {st:?}");
@@ -151,7 +155,12 @@ fn turning_the_mode_off_launches_what_was_recorded() {
         other => panic!("expected InvalidArgument, got {other:?}"),
     }
     s.set_graph_mode(None).unwrap();
-    assert_close(&s.clone_dtoh(&y).unwrap(), &host(2.0), "after turning off");
+    let want: Vec<f32> = host(0.0)
+        .iter()
+        .zip(host(2.0))
+        .map(|(y, x)| y + x)
+        .collect();
+    assert_close(&s.clone_dtoh(&y).unwrap(), &want, "after turning off");
 }
 
 #[test]
@@ -171,7 +180,11 @@ fn a_large_upload_ends_the_stretch_and_is_copied_plainly() {
     axpy(&s, &f, 1.0, &x.as_arg(), &y.as_arg());
     assert_close(
         &s.clone_dtoh(&y).unwrap(),
-        &host(1.0).iter().map(|v| 2.0 * v).collect::<Vec<_>>(),
+        &host(0.0)
+            .iter()
+            .zip(host(1.0))
+            .map(|(y, x)| y + 2.0 * x)
+            .collect::<Vec<_>>(),
         "around a plain upload",
     );
     assert_eq!(s.clone_dtoh(&b).unwrap(), big);

@@ -183,8 +183,10 @@ struct State {
     /// Free blocks by (stream id, bucket size).
     free: HashMap<(u64, usize), Vec<usize>>,
     stats: AllocatorStats,
-    /// Streams whose allocations go to a graph pool: stream id -> pool id.
-    capturing: HashMap<u64, u64>,
+    /// Streams being captured: stream id -> the graph pool their allocations go to (`None`:
+    /// graph mode's captures, which use the stream's general cache; see
+    /// [`CachingAllocator::begin_unpooled_capture`]).
+    capturing: HashMap<u64, Option<u64>>,
     /// Graph pools by id.
     pools: HashMap<u64, Pool>,
     /// Blocks handed out from a pool: address -> pool id.
@@ -231,12 +233,16 @@ impl<B: RawMemory> CachingAllocator<B> {
             return Ok(Block { addr: 0, bytes: 0 });
         }
         let size = bucket_size(bytes);
-        {
+        let capturing = {
             let mut st = self.state.lock();
-            if let Some(&pool) = st.capturing.get(&stream_id) {
-                drop(st);
-                return self.allocate_in_pool(bytes, size, pool);
-            }
+            let capturing = match st.capturing.get(&stream_id) {
+                Some(&Some(pool)) => {
+                    drop(st);
+                    return self.allocate_in_pool(bytes, size, pool);
+                }
+                Some(None) => true,
+                None => false,
+            };
             if let Some(addr) = st.free.get_mut(&(stream_id, size)).and_then(Vec::pop) {
                 st.stats.hits += 1;
                 st.stats.cached_bytes -= size;
@@ -245,8 +251,14 @@ impl<B: RawMemory> CachingAllocator<B> {
                 return Ok(Block { addr, bytes: size });
             }
             st.stats.misses += 1;
-        }
-        let addr = match self.backend.alloc(size) {
+            capturing
+        };
+        let raw = if capturing {
+            self.backend.alloc_capturing(size)
+        } else {
+            self.backend.alloc(size)
+        };
+        let addr = match raw {
             Ok(a) => a,
             Err(RawAllocError::Other(e)) => return Err(e),
             Err(RawAllocError::OutOfMemory) if self.state.lock().capturing.is_empty() => {

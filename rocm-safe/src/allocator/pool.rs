@@ -132,13 +132,29 @@ impl<B: RawMemory> CachingAllocator<B> {
                 "stream #{stream_id} is already capturing into a graph pool"
             )));
         }
-        st.capturing.insert(stream_id, pool);
+        st.capturing.insert(stream_id, Some(pool));
         Ok(())
     }
 
     /// Stops routing stream `stream_id`'s allocations to a pool (no-op when none is).
     pub fn end_pool_capture(&self, stream_id: u64) {
         self.state.lock().capturing.remove(&stream_id);
+    }
+
+    /// Marks stream `stream_id` as captured by graph mode until
+    /// [`CachingAllocator::end_pool_capture`]: its allocations keep coming from its general
+    /// cache (graph mode launches each recorded stretch before any other work of the stream,
+    /// so stream order protects reuse), raw allocations switch the thread to relaxed capture
+    /// mode, and the cache is not trimmed meanwhile.
+    pub fn begin_unpooled_capture(&self, stream_id: u64) -> Result<()> {
+        let mut st = self.state.lock();
+        if st.capturing.contains_key(&stream_id) {
+            return Err(RocmError::InvalidArgument(format!(
+                "stream #{stream_id} is already being captured"
+            )));
+        }
+        st.capturing.insert(stream_id, None);
+        Ok(())
     }
 
     /// Whether any stream is capturing into a pool (the cache is not trimmed meanwhile).
@@ -152,7 +168,7 @@ impl<B: RawMemory> CachingAllocator<B> {
     pub fn retire_pool(&self, pool: u64) {
         let mut st = self.state.lock();
         let st = &mut *st;
-        st.capturing.retain(|_, p| *p != pool);
+        st.capturing.retain(|_, p| *p != Some(pool));
         let Some(p) = st.pools.get_mut(&pool) else {
             return;
         };

@@ -21,9 +21,12 @@
 //!
 //! Each recorded stretch is launched on its own stream as soon as it ends, before any other
 //! work of that stream is queued, so the stream runs the same work in the same order as it
-//! would have without graphs. Memory the recorded work allocates comes from a graph pool of
-//! the caching allocator (`crate::allocator`), so a block freed by the host while its work is
-//! only recorded is handed to nothing but later work of the same stream. Uploads are copied
+//! would have without graphs. Memory comes from the stream's own cache of the caching
+//! allocator (`crate::allocator`) as without graphs: a block freed by the host while its work
+//! is only recorded is handed to nothing but later work of the same stream, which is recorded
+//! after it or queued after the graph's launch (a graph pool would keep a second cache beside
+//! the stream's and raise peak memory). The cache is not trimmed while a stream records, and
+//! raw allocations then switch the thread to relaxed capture mode. Uploads are copied
 //! into pinned staging memory owned here at once (the caller's data may go away), and that
 //! memory is reused only after an event recorded behind the graph that read it has completed.
 //!
@@ -143,7 +146,6 @@ pub(crate) struct Batch {
     mode: GraphMode,
     api: GraphApi,
     allocator: Arc<CachingAllocator>,
-    pool: u64,
     /// A capture is in progress.
     active: bool,
     nodes: usize,
@@ -198,12 +200,10 @@ impl Stream {
             });
         }
         let allocator = self.device().allocator();
-        let pool = allocator.create_pool(self.id());
         *slot = Some(Batch {
             mode,
             api,
             allocator,
-            pool,
             active: false,
             nodes: 0,
             key: 0,
@@ -266,6 +266,9 @@ impl Stream {
         if bytes == 0 || bytes > MAX_STAGED_BYTES {
             return Ok(None);
         }
+        // Allocated before taking graph mode's lock: an allocation may launch what was
+        // recorded to free memory.
+        let dst = DeviceBuffer::<T>::alloc_cached(self, src.len())?;
         let mut slot = self.batch.lock();
         let Some(b) = slot.as_mut() else {
             return Ok(None);
@@ -273,7 +276,6 @@ impl Stream {
         if !b.active {
             b.begin(self)?;
         }
-        let dst = DeviceBuffer::<T>::alloc_cached(self, src.len())?;
         let host = b.stage(self, bytes)?;
         // SAFETY: `host` points to `bytes` writable bytes of an arena that no queued or
         // recorded work reads (stage() hands out only free space of an idle arena); `src` holds
@@ -300,7 +302,7 @@ impl Batch {
     /// Begins recording this stream's work.
     fn begin(&mut self, stream: &Stream) -> Result<()> {
         stream.device().bind_to_thread()?;
-        self.allocator.begin_pool_capture(stream.id(), self.pool)?;
+        self.allocator.begin_unpooled_capture(stream.id())?;
         let hip = stream.device().hip();
         // SAFETY: the stream handle is live; Relaxed is one of HIP's defined modes (it lets
         // other threads allocate and load modules while this stream records).
@@ -470,7 +472,11 @@ impl Batch {
                         self.instantiate(stream, graph, key)?
                     }
                     Err(code) => {
-                        return Err(RocmError::Hip(HipError::new(hip, "hipGraphExecUpdate", code)));
+                        return Err(RocmError::Hip(HipError::new(
+                            hip,
+                            "hipGraphExecUpdate",
+                            code,
+                        )));
                     }
                 }
             }
@@ -479,11 +485,10 @@ impl Batch {
         let exec = &mut self.execs[index];
         exec.last_used = self.clock;
         // SAFETY: the exec and stream are live and of the same device; the recorded work uses
-        // memory that is alive: allocations made while recording are pooled for this stream
-        // (their blocks go to no other work), memory from before is still owned by its buffers
-        // (a buffer freed while recording returns to the stream's cache, which hands it out
-        // only to work queued after this launch), and staged uploads read arenas kept until an
-        // event behind this launch completes.
+        // memory that is alive: blocks of buffers freed while recording went back to this
+        // stream's cache, which hands them only to work recorded after their last use or
+        // queued after this launch (the cache is not trimmed while recording), and staged
+        // uploads read arenas kept until an event behind this launch completes.
         let code = unsafe { (self.api.launch)(exec.raw, stream.raw()) };
         check(hip, "hipGraphLaunch", code)
     }
@@ -549,7 +554,6 @@ impl Batch {
             }
         }
         self.arenas.clear();
-        self.allocator.retire_pool(self.pool);
         flushed
     }
 }

@@ -19,7 +19,12 @@ fn own_device() -> Result<Device> {
 }
 
 /// Greedy decode of `steps` tokens after a prompt; the logits of every step, on the host.
-fn decode(dev: &Device, weights: &HashMap<String, Tensor>, flash: bool, steps: usize) -> Result<(Vec<u32>, Vec<Vec<f32>>)> {
+fn decode(
+    dev: &Device,
+    weights: &HashMap<String, Tensor>,
+    flash: bool,
+    steps: usize,
+) -> Result<(Vec<u32>, Vec<Vec<f32>>)> {
     let on_dev = weights
         .iter()
         .map(|(k, v)| Ok((k.clone(), v.to_device(dev)?)))
@@ -77,7 +82,10 @@ fn graph_mode_decodes_the_tokens_and_logits_of_plain_launches() -> Result<()> {
         }
         let st = graph_stats(&graphs).expect("graph mode is on");
         println!("flash {flash}: {st:?}");
-        assert!(st.launches >= STEPS as u64, "a graph a step at least: {st:?}");
+        assert!(
+            st.launches >= STEPS as u64,
+            "a graph a step at least: {st:?}"
+        );
         assert!(
             st.updates > st.instantiations,
             "decode steps reuse their executable graphs: {st:?}"
