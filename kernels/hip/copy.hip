@@ -1,4 +1,4 @@
-// copy.hip - batched 2-D copies: the copies of candle-core's `cat` (one per input) in a single
+// copy.hip - batched 2-D copies (and, below, the convolutions' im2col rows): the copies of candle-core's `cat` (one per input) in a single
 // launch, through the out-of-tree slot's `copy2d_many` hook. candle's own `copy2d` kernel takes
 // one launch per input, and a grouped-query attention's `repeat_kv` concatenates one tensor 8
 // times: in a decoder's token step these copies were 44% of all launches, and the step is bound
@@ -20,6 +20,20 @@
 // integer of W bytes). Blocks of any size, any grid (candle-rocm: 256 threads, one thread per
 // element up to the grid limit). The batch is passed by value: no upload, no device
 // allocation per launch.
+//
+// Also here, the column matrix of the convolutions' GEMM path (candle-rocm's launch/conv.rs):
+// im2col_rows_b<W>(Im2colArgs a, const T* src, T* dst) writes, for a tile of images and output
+// positions, row r = ((image * c_in + ci) * k_h + ky) * k_w + kx and column i (output position
+// p = p0 + i, row-major over (h_out, w_out)) as dst[r * cols + i] = the input element at
+// (image, ci, oy * stride_h + ky * dil_h - pad_h, ox * stride_w + kx * dil_w - pad_w), or zero
+// outside the input. Each row is one (image, channel, tap) and its columns are the output
+// positions in order, so a row is written with consecutive stores, and a GEMM of the kernel
+// (c_out, c_in * k_h * k_w) by a tile's rows writes the NCHW output directly. The input is
+// read through its four strides (any layout: a channel slice of a grouped convolution too).
+// Grid: blocks of any size in x stride over the columns, gridDim.y over the rows (grid-stride
+// loops both ways). Sizes (rows, cols, p0 + cols, the dims) fit 32 bits, checked on the host;
+// element offsets are 64-bit. Zero is the all-zero bit pattern, which is 0 in every dtype, so
+// the kernels move bits like the copies above.
 #include <stdint.h>
 
 #define CP_MAX 8
@@ -62,3 +76,53 @@ CP_KERNEL(1, uint8_t)
 CP_KERNEL(2, uint16_t)
 CP_KERNEL(4, uint32_t)
 CP_KERNEL(8, uint64_t)
+
+// Kernel parameter of im2col_rows_b<W>, by value. Mirrors candle-rocm's `Im2colArgs`
+// (#[repr(C)], 96 bytes): 64-bit strides first, then 32-bit fields, no padding.
+struct Im2colArgs {
+    uint64_t s_b, s_c, s_h, s_w;         // input strides, elements (image, channel, row, column)
+    uint32_t c_in, h_in, w_in, w_out;    // input channels and size, output width
+    uint32_t k_h, k_w, stride_h, stride_w;
+    uint32_t pad_h, pad_w, dil_h, dil_w;
+    uint32_t rows;                       // images * c_in * k_h * k_w
+    uint32_t cols;                       // output positions in the tile
+    uint32_t p0;                         // the tile's first output position
+    uint32_t unused;                     // keeps the size a multiple of 8 on both sides
+};
+static_assert(sizeof(Im2colArgs) == 96, "Im2colArgs must match candle-rocm's layout");
+
+template <typename T>
+__device__ __forceinline__ void im2col_rows(const Im2colArgs &a, const T *src, T *dst) {
+    const uint32_t taps = a.k_h * a.k_w;
+    const uint32_t step = gridDim.x * blockDim.x;
+    for (uint32_t r = blockIdx.y; r < a.rows; r += gridDim.y) {
+        const uint32_t plane = r / taps; // image * c_in + ci
+        const uint32_t tap = r - plane * taps;
+        const uint32_t ky = tap / a.k_w, kx = tap - ky * a.k_w;
+        const uint32_t img = plane / a.c_in, ci = plane - img * a.c_in;
+        const T *in = src + (uint64_t)img * a.s_b + (uint64_t)ci * a.s_c;
+        const int64_t y0 = (int64_t)ky * a.dil_h - (int64_t)a.pad_h;
+        const int64_t x0 = (int64_t)kx * a.dil_w - (int64_t)a.pad_w;
+        T *out = dst + (uint64_t)r * a.cols;
+        for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < a.cols; i += step) {
+            const uint32_t p = a.p0 + i;
+            const uint32_t oy = p / a.w_out, ox = p - oy * a.w_out;
+            const int64_t iy = (int64_t)oy * a.stride_h + y0;
+            const int64_t ix = (int64_t)ox * a.stride_w + x0;
+            T v = 0;
+            if (iy >= 0 && iy < (int64_t)a.h_in && ix >= 0 && ix < (int64_t)a.w_in)
+                v = in[(uint64_t)iy * a.s_h + (uint64_t)ix * a.s_w];
+            out[i] = v;
+        }
+    }
+}
+
+#define IM2COL_KERNEL(W, T)                                                                      \
+    extern "C" __global__ void im2col_rows_b##W(const Im2colArgs a, const T *src, T *dst) {       \
+        im2col_rows<T>(a, src, dst);                                                             \
+    }
+
+IM2COL_KERNEL(1, uint8_t)
+IM2COL_KERNEL(2, uint16_t)
+IM2COL_KERNEL(4, uint32_t)
+IM2COL_KERNEL(8, uint64_t)
