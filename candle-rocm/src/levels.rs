@@ -27,6 +27,7 @@ const LEVELS: &[(&str, u32)] = &[
     ("launch::rows", 61),
     ("launch::strides", 61),
     ("launch::elementwise", 62),
+    ("launch::conv", 62),
     ("launch::gemm", 62),
     ("launch::transpose", 62),
     ("ops", 70),

@@ -8,6 +8,7 @@ use candle_rocm_kernels::Module;
 
 pub mod attention;
 pub mod candle;
+pub mod conv;
 pub mod copy;
 pub mod elementwise;
 pub mod gemm;
