@@ -30,8 +30,9 @@
 // positions in order, so a row is written with consecutive stores, and a GEMM of the kernel
 // (c_out, c_in * k_h * k_w) by a tile's rows writes the NCHW output directly. The input is
 // read through its four strides (any layout: a channel slice of a grouped convolution too).
-// Grid: blocks of any size in x stride over the columns, gridDim.y over the rows (grid-stride
-// loops both ways). Sizes (rows, cols, p0 + cols, the dims) fit 32 bits, checked on the host;
+// A thread takes one column (one output position: one division) of one (image, channel) plane
+// and writes its k_h * k_w taps down the plane's rows. Grid: blocks of any size in x stride
+// over the columns, gridDim.y over the planes (images * c_in; grid-stride loops both ways). Sizes (rows, cols, p0 + cols, the dims) fit 32 bits, checked on the host;
 // element offsets are 64-bit. Zero is the all-zero bit pattern, which is 0 in every dtype, so
 // the kernels move bits like the copies above.
 #include <stdint.h>
@@ -94,25 +95,31 @@ static_assert(sizeof(Im2colArgs) == 96, "Im2colArgs must match candle-rocm's lay
 template <typename T>
 __device__ __forceinline__ void im2col_rows(const Im2colArgs &a, const T *src, T *dst) {
     const uint32_t taps = a.k_h * a.k_w;
+    const uint32_t planes = a.rows / taps; // images * c_in; the host passes rows = planes * taps
     const uint32_t step = gridDim.x * blockDim.x;
-    for (uint32_t r = blockIdx.y; r < a.rows; r += gridDim.y) {
-        const uint32_t plane = r / taps; // image * c_in + ci
-        const uint32_t tap = r - plane * taps;
-        const uint32_t ky = tap / a.k_w, kx = tap - ky * a.k_w;
+    for (uint32_t plane = blockIdx.y; plane < planes; plane += gridDim.y) {
         const uint32_t img = plane / a.c_in, ci = plane - img * a.c_in;
         const T *in = src + (uint64_t)img * a.s_b + (uint64_t)ci * a.s_c;
-        const int64_t y0 = (int64_t)ky * a.dil_h - (int64_t)a.pad_h;
-        const int64_t x0 = (int64_t)kx * a.dil_w - (int64_t)a.pad_w;
-        T *out = dst + (uint64_t)r * a.cols;
+        T *out = dst + (uint64_t)plane * taps * a.cols;
         for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < a.cols; i += step) {
             const uint32_t p = a.p0 + i;
             const uint32_t oy = p / a.w_out, ox = p - oy * a.w_out;
-            const int64_t iy = (int64_t)oy * a.stride_h + y0;
-            const int64_t ix = (int64_t)ox * a.stride_w + x0;
-            T v = 0;
-            if (iy >= 0 && iy < (int64_t)a.h_in && ix >= 0 && ix < (int64_t)a.w_in)
-                v = in[(uint64_t)iy * a.s_h + (uint64_t)ix * a.s_w];
-            out[i] = v;
+            const int64_t y0 = (int64_t)oy * a.stride_h - (int64_t)a.pad_h;
+            const int64_t x0 = (int64_t)ox * a.stride_w - (int64_t)a.pad_w;
+            T *o = out + i;
+            // This position's k_h * k_w taps, one per row of the plane's block of rows.
+            for (uint32_t ky = 0; ky < a.k_h; ky++) {
+                const int64_t iy = y0 + (int64_t)ky * a.dil_h;
+                const bool row_in = iy >= 0 && iy < (int64_t)a.h_in;
+                const T *line = in + (uint64_t)(row_in ? iy : 0) * a.s_h;
+                for (uint32_t kx = 0; kx < a.k_w; kx++) {
+                    const int64_t ix = x0 + (int64_t)kx * a.dil_w;
+                    T v = 0;
+                    if (row_in && ix >= 0 && ix < (int64_t)a.w_in) v = line[(uint64_t)ix * a.s_w];
+                    *o = v;
+                    o += a.cols;
+                }
+            }
         }
     }
 }

@@ -8,7 +8,8 @@
 //!   one strided-batched GEMM over the input as it lies ([`ConvPlan::Direct`]).
 //! - Every other shape runs in tiles ([`ConvPlan::Tiled`]): `copy.hip`'s `im2col_rows_b<W>`
 //!   writes the column matrix of a few images (or, for one large image, of a range of its
-//!   output positions) into a workspace of at most [`WORKSPACE_BYTES`], one row per (image,
+//!   output positions) into a workspace of at most [`crate::settings::conv_tile_bytes`] (16 MiB
+//!   by default, [`WORKSPACE_BYTES`]), one row per (image,
 //!   channel, tap) and one column per output position, and one strided-batched GEMM
 //!   multiplies the kernel (c_out x c_in k_h k_w) by it into the tile's place in the output.
 //!   The workspace is reused by every tile (the stream orders them), so a batch-32 ResNet layer
@@ -30,14 +31,15 @@ use crate::dtype::RocmDType;
 use crate::error::BackendError;
 use crate::layout::{checked_product, checked_view, invalid};
 
-/// The most bytes of column matrix one tile writes (the workspace's size bound): 32 MiB, below
-/// an H100's 50 MB L2 and an MI300's 256 MB last-level cache, and a small fraction of any GPU's
-/// memory.
-pub const WORKSPACE_BYTES: usize = 32 << 20;
+/// The default bound on the bytes of column matrix one tile writes: 16 MiB, well inside an
+/// H100's 50 MB L2 and an MI300's 256 MB last-level cache, so a tile written by the im2col is
+/// read back by the GEMM from cache (and the next tile overwrites the same lines), and a small
+/// fraction of any GPU's memory. [`crate::settings::conv_tile_bytes`] is the value in force.
+pub const WORKSPACE_BYTES: usize = crate::settings::CONV_TILE_MIB_DEFAULT << 20;
 
 /// Threads per block of the im2col kernel.
 const BLOCK: u32 = 256;
-/// Most blocks along the columns (x) and the rows (y); the kernel loops over the rest. 64 *
+/// Most blocks along the columns (x) and the planes (y); the kernel loops over the rest. 64 *
 /// 65535 blocks of 256 threads stay below 2^32 work items (AMD's dispatch limit).
 const GRID_X: usize = 64;
 /// See [`GRID_X`]; 65535 is CUDA's and HIP's limit on gridDim.y.
@@ -158,12 +160,19 @@ pub fn plan(g: &ConvGeometry, strides: [usize; 4], elem: usize, budget: usize) -
         return None;
     }
     if image_bytes <= budget {
-        let images = (budget / image_bytes).clamp(1, g.batch).min(max_images);
+        // As many images as fit, spread evenly over the tiles (32 at 9 a tile: 4 tiles of 8).
+        let most = (budget / image_bytes).clamp(1, g.batch).min(max_images);
+        let images = g.batch.div_ceil(g.batch.div_ceil(most));
         return Some(ConvPlan::Tiled { images, positions });
     }
-    // One image per tile, its output positions in runs of a multiple of 64 (at least 64).
-    let runs = (budget / row_bytes / 64).max(1);
-    let per_tile = runs.saturating_mul(64).min(positions);
+    // One image per tile, its output positions in runs of a multiple of 64 (at least 64),
+    // spread evenly (4096 at most 3584 a tile: 2 tiles of 2048, not 3584 and 512).
+    let most = (budget / row_bytes / 64)
+        .max(1)
+        .saturating_mul(64)
+        .min(positions);
+    let even = positions.div_ceil(positions.div_ceil(most));
+    let per_tile = even.div_ceil(64).saturating_mul(64).min(most);
     Some(ConvPlan::Tiled {
         images: 1,
         positions: per_tile,
@@ -214,10 +223,11 @@ fn im2col_name(size: usize) -> Option<&'static str> {
     }
 }
 
-/// The kernel's launch shape for a tile of `rows` rows and `cols` columns.
-fn im2col_launch(rows: usize, cols: usize) -> LaunchConfig {
+/// The kernel's launch shape for a tile of `planes` (image, channel) planes (each k_h * k_w
+/// rows) and `cols` columns: a thread writes one column's taps of one plane.
+fn im2col_launch(planes: usize, cols: usize) -> LaunchConfig {
     let gx = cols.div_ceil(BLOCK as usize).clamp(1, GRID_X);
-    let gy = rows.clamp(1, GRID_Y);
+    let gy = planes.clamp(1, GRID_Y);
     // Both fit u32: GRID_X and GRID_Y do.
     LaunchConfig {
         grid_dim: (gx as u32, gy as u32, 1),
@@ -229,7 +239,7 @@ fn im2col_launch(rows: usize, cols: usize) -> LaunchConfig {
 /// Runs the convolution `g` of `x` (4-D layout `x_l`, (batch, c_in, h_in, w_in)) with the
 /// contiguous kernel `w[w_off..]` (c_out, c_in, k_h, k_w) on the GEMM path: the new NCHW
 /// output, or `None` when [`plan`] refuses the shape. `budget` bounds the workspace in bytes
-/// (callers pass [`WORKSPACE_BYTES`]).
+/// (callers pass [`crate::settings::conv_tile_bytes`]).
 pub fn conv_gemm<T: GemmType + RocmDType>(
     dev: &RocmDevice,
     g: &ConvGeometry,
@@ -330,13 +340,14 @@ pub fn conv_gemm<T: GemmType + RocmDType>(
                     }
                     // SAFETY: im2col_rows_b<W>(Im2colArgs a, const T* src, T* dst) with W =
                     // size_of::<T>(): it writes dst[r * np + i] for r < rows, i < np, and
-                    // rows * np <= ws.len() (checked above); it reads src at img * s_b + c * s_c
+                    // rows * np <= ws.len() (checked above); rows = ni * c_in * k_h * k_w, a
+                    // whole number of planes as the kernel takes it; it reads src at img * s_b + c * s_c
                     // + y * s_h + x * s_w for img < ni (i0 + ni <= batch), c < c_in, y < h_in,
                     // x < w_in only (positions outside the input are zeros, not reads): all
                     // elements of the input layout, which `checked_view` proved lie inside the
                     // buffer; every field fits its type (`plan`); `ws` is ours alone and all
                     // three are ordered on the device's stream.
-                    unsafe { l.launch(im2col_launch(rows, np))? };
+                    unsafe { l.launch(im2col_launch(ni * g.c_in, np))? };
                     let cfg = gemm(np, np, k * np, ni);
                     let off = i0 * g.c_out * positions + p0;
                     let mut c = out.slice_mut(off..)?;
@@ -351,6 +362,9 @@ pub fn conv_gemm<T: GemmType + RocmDType>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A 32 MiB budget (the expectations below were worked out for it).
+    const MIB32: usize = 32 << 20;
 
     fn geo(
         b: usize,
@@ -389,29 +403,29 @@ mod tests {
     fn one_by_one_convolutions_need_no_columns() {
         let g = geo(32, 256, 56, 64, 1, 0, 1);
         assert_eq!(
-            plan(&g, dense(&g), 2, WORKSPACE_BYTES),
+            plan(&g, dense(&g), 2, MIB32),
             Some(ConvPlan::Direct { ld: 3136 })
         );
         // A channel slice of a grouped convolution keeps its larger channel stride.
         let sliced = [512 * 3136, 3136, 56, 1];
         assert_eq!(
-            plan(&g, sliced, 2, WORKSPACE_BYTES),
+            plan(&g, sliced, 2, MIB32),
             Some(ConvPlan::Direct { ld: 3136 })
         );
         let s2 = geo(32, 256, 56, 64, 1, 0, 2);
         assert!(matches!(
-            plan(&s2, dense(&s2), 2, WORKSPACE_BYTES),
+            plan(&s2, dense(&s2), 2, MIB32),
             Some(ConvPlan::Tiled { .. })
         ));
         let padded = geo(1, 8, 10, 4, 1, 1, 1);
         assert!(matches!(
-            plan(&padded, dense(&padded), 4, WORKSPACE_BYTES),
+            plan(&padded, dense(&padded), 4, MIB32),
             Some(ConvPlan::Tiled { .. })
         ));
         // Channels last: pixels are not dense in a channel.
         let nhwc = [3136 * 256, 1, 56 * 256, 256];
         assert!(matches!(
-            plan(&g, nhwc, 2, WORKSPACE_BYTES),
+            plan(&g, nhwc, 2, MIB32),
             Some(ConvPlan::Tiled { .. })
         ));
     }
@@ -420,46 +434,83 @@ mod tests {
     /// when one does not, and never exceed the budget.
     #[test]
     fn tiles_stay_inside_the_workspace_budget() {
-        // ResNet-50 3x3, batch 32, f16: 576 x 3136 x 2 bytes = 3.6 MB per image, 9 per tile.
+        // ResNet-50 3x3, batch 32, f16: 576 x 3136 x 2 bytes = 3.6 MB per image, 9 fit a
+        // tile: 4 tiles of 8.
         let g = geo(32, 64, 56, 64, 3, 1, 1);
-        let p = plan(&g, dense(&g), 2, WORKSPACE_BYTES).unwrap();
+        let p = plan(&g, dense(&g), 2, MIB32).unwrap();
         assert_eq!(
             p,
             ConvPlan::Tiled {
-                images: 9,
+                images: 8,
                 positions: 3136
             }
         );
-        assert!(p.workspace(&g) * 2 <= WORKSPACE_BYTES);
+        assert!(p.workspace(&g) * 2 <= MIB32);
+        // 5 images at 2 a tile stay 2 a tile (3 tiles: 2, 2, 1).
+        let g5 = geo(5, 64, 56, 64, 3, 1, 1);
+        assert_eq!(
+            plan(&g5, dense(&g5), 2, 2 * 576 * 3136 * 2 + 1),
+            Some(ConvPlan::Tiled {
+                images: 2,
+                positions: 3136
+            })
+        );
+        // At the default 16 MiB: 4 a tile, 8 tiles.
+        assert_eq!(
+            plan(&g, dense(&g), 2, WORKSPACE_BYTES),
+            Some(ConvPlan::Tiled {
+                images: 4,
+                positions: 3136
+            })
+        );
         // Batch 1 takes one tile.
         let g1 = geo(1, 64, 56, 64, 3, 1, 1);
         assert_eq!(
-            plan(&g1, dense(&g1), 2, WORKSPACE_BYTES),
+            plan(&g1, dense(&g1), 2, MIB32),
             Some(ConvPlan::Tiled {
                 images: 1,
                 positions: 3136
             })
         );
         // The VAE's 512-channel 3x3 at 64x64 in f16: 4608 x 4096 x 2 = 37.7 MB, over the
-        // budget: runs of 3584 positions (a multiple of 64).
-        let vae = geo(1, 512, 64, 512, 3, 1, 1);
-        let p = plan(&vae, dense(&vae), 2, WORKSPACE_BYTES).unwrap();
+        // budget (at most 3584 positions a tile): 2 tiles of 2048.
+        let vae = geo(1, 512, 64, 64 * 8, 3, 1, 1);
+        let p = plan(&vae, dense(&vae), 2, MIB32).unwrap();
         assert_eq!(
             p,
             ConvPlan::Tiled {
                 images: 1,
-                positions: 3584
+                positions: 2048
             }
         );
-        assert!(p.workspace(&vae) * 2 <= WORKSPACE_BYTES);
+        assert!(p.workspace(&vae) * 2 <= MIB32);
+        // At the default 16 MiB: at most 1792 positions a tile, so 3 tiles of 1408.
+        assert_eq!(
+            plan(&vae, dense(&vae), 2, WORKSPACE_BYTES),
+            Some(ConvPlan::Tiled {
+                images: 1,
+                positions: 1408
+            })
+        );
+        // 100 positions at most 64 a tile: 2 tiles, 50 rounded up to 64 (64 and 36).
+        let small = geo(1, 3, 10, 4, 3, 1, 1);
+        let row = 27 * 4;
+        let p = plan(&small, dense(&small), 4, row * 64).unwrap();
+        assert_eq!(
+            p,
+            ConvPlan::Tiled {
+                images: 1,
+                positions: 64
+            }
+        );
         // In f32 at 512x512 (a VAE's full-resolution 128-channel layer): still bounded.
         let big = geo(1, 128, 512, 128, 3, 1, 1);
-        let p = plan(&big, dense(&big), 4, WORKSPACE_BYTES).unwrap();
-        assert!(p.workspace(&big) * 4 <= WORKSPACE_BYTES, "{p:?}");
+        let p = plan(&big, dense(&big), 4, MIB32).unwrap();
+        assert!(p.workspace(&big) * 4 <= MIB32, "{p:?}");
         // A row longer than the budget still gets 64 positions per tile.
         let huge = geo(1, 1 << 20, 8, 1, 3, 1, 1);
         assert_eq!(
-            plan(&huge, dense(&huge), 4, WORKSPACE_BYTES),
+            plan(&huge, dense(&huge), 4, MIB32),
             Some(ConvPlan::Tiled {
                 images: 1,
                 positions: 64
@@ -472,24 +523,25 @@ mod tests {
     fn sizes_past_the_limits_get_no_plan() {
         let mut g = geo(1, 4, 8, 4, 3, 1, 1);
         let s = dense(&g);
-        assert!(plan(&g, s, 4, WORKSPACE_BYTES).is_some());
+        assert!(plan(&g, s, 4, MIB32).is_some());
         g.c_out = 0;
-        assert_eq!(plan(&g, s, 4, WORKSPACE_BYTES), None);
+        assert_eq!(plan(&g, s, 4, MIB32), None);
         g.c_out = 1 << 31;
-        assert_eq!(plan(&g, s, 4, WORKSPACE_BYTES), None);
+        assert_eq!(plan(&g, s, 4, MIB32), None);
         g.c_out = 4;
         g.c_in = 1 << 30;
         // c_in * 9 taps passes i32.
-        assert_eq!(plan(&g, s, 4, WORKSPACE_BYTES), None);
+        assert_eq!(plan(&g, s, 4, MIB32), None);
         g.c_in = 4;
         g.w_out = usize::MAX;
-        assert_eq!(plan(&g, s, 4, WORKSPACE_BYTES), None);
+        assert_eq!(plan(&g, s, 4, MIB32), None);
     }
 
     #[test]
     fn launch_shapes_cover_the_tile_within_the_grid_limits() {
-        let c = im2col_launch(4608, 3136);
-        assert_eq!(c.grid_dim, (13, 4608, 1));
+        // 8 images of 64 channels at 56x56.
+        let c = im2col_launch(512, 3136);
+        assert_eq!(c.grid_dim, (13, 512, 1));
         let c = im2col_launch(1 << 20, 1 << 20);
         assert_eq!(c.grid_dim, (64, 65535, 1));
         let work = c.grid_dim.0 as u64 * c.grid_dim.1 as u64 * BLOCK as u64;

@@ -1,11 +1,12 @@
 // Runs kernels/hip/copy.hip's convolution column kernels (im2col_rows_b1/2/4/8) on the host
 // through emu.h and checks them element by element against a host reference written from the
 // convolution's definition (input position = output position * stride + tap * dilation -
-// padding, zero outside the input): 3x3 padded, strided and dilated 2-D shapes, a 1x1 stride-2
-// subsample, a 1-D shape (h = 1), an input read through permuted and sliced strides (a grouped
-// convolution's channel slice), tiles of output positions that start inside the image (p0 > 0)
-// and of several images, with candle-rocm's launch geometry (256 threads, gridDim.x over the
-// columns capped at 64, gridDim.y one row per block up to 65535) and with tiny grids (the
+// padding, zero outside the input): 3x3 padded, strided and dilated 2-D shapes (one with every
+// parameter different along h and w), a 1x1 stride-2 subsample, a 1-D shape (h = 1), an input
+// read through permuted and sliced strides (a grouped convolution's channel slice), tiles of
+// output positions that start inside the image (p0 > 0) and of several images, with
+// candle-rocm's launch geometry (256 threads, gridDim.x over the columns capped at 64,
+// gridDim.y one (image, channel) plane per block up to 65535) and with tiny grids (the
 // grid-stride loops both ways). Destination elements past the tile must keep their poison.
 // Prints bad=<mismatches> and exits non-zero on any.
 #include "emu.h"
@@ -68,7 +69,8 @@ static void run_tile(const char *what, void (*kernel)(Im2colArgs, const T *, T *
     a.rows = rows, a.cols = cols, a.p0 = p0;
     if (grid.x == 0) {
         unsigned gx = (cols + 255) / 256;
-        grid = dim3(gx < 64 ? gx : 64, rows < 65535 ? rows : 65535);
+        unsigned planes = imgs * g.c;
+        grid = dim3(gx < 64 ? gx : 64, planes < 65535 ? planes : 65535);
     }
     launches++;
     // The host passes the tile's first image as the source pointer.
@@ -99,6 +101,9 @@ template <typename T> static void run_all(void (*kernel)(Im2colArgs, const T *, 
         run_tile<T>("3x3 pad 1, second image, positions 7..", kernel, g, 1, 1, 7, 20, grid);
         g = dense(2, 2, 9, 7, 3, 2, 2, 2); // strided, dilated, padded past the reach
         run_tile<T>("3x3 s2 p2 d2", kernel, g, 0, 2, 0, g.out_h() * g.out_w(), grid);
+        // Every parameter different along h and w (candle-rocm passes equal ones today).
+        Geo r = Geo{2, 3, 9, 8, 3, 2, 2, 1, 1, 2, 2, 1, 216, 72, 8, 1, 432};
+        run_tile<T>("3x2 sh2 sw1 ph1 pw2 dh2 dw1", kernel, r, 0, 2, 0, r.out_h() * r.out_w(), grid);
         g = dense(3, 4, 6, 6, 1, 2, 0, 1); // ResNet's 1x1 stride-2 downsample
         run_tile<T>("1x1 s2", kernel, g, 1, 2, 0, g.out_h() * g.out_w(), grid);
         // 1-D (conv1d as h = 1): Whisper's k = 3, padding 1, over 300 positions.
@@ -112,10 +117,10 @@ template <typename T> static void run_all(void (*kernel)(Im2colArgs, const T *, 
                                                         s.dw, s.s_b, s.s_c, s.s_h, s.s_w, s.len},
                     0, 2, 0, 5 * 3, grid);
     }
-    // More than one block of columns and rows past gridDim.y's reach in a small grid.
+    // More than one block of columns, and planes past gridDim.y's reach in a small grid.
     Geo big = dense(1, 40, 20, 30, 3, 1, 1, 1);
-    run_tile<T>("600 positions, 360 rows", kernel, big, 0, 1, 0, 600, dim3(0, 0));
-    run_tile<T>("600 positions, 360 rows, small grid", kernel, big, 0, 1, 0, 600, dim3(2, 7));
+    run_tile<T>("600 positions, 40 planes", kernel, big, 0, 1, 0, 600, dim3(0, 0));
+    run_tile<T>("600 positions, 40 planes, small grid", kernel, big, 0, 1, 0, 600, dim3(2, 7));
 }
 
 int main() {

@@ -14,7 +14,7 @@ use crate::device::RocmDevice;
 use crate::dispatch::{same_dtype, Map1};
 use crate::dtype::RocmStorageSlice as S;
 use crate::error::BackendError;
-use crate::launch::conv::{conv_gemm, ConvGeometry, WORKSPACE_BYTES};
+use crate::launch::conv::{conv_gemm, ConvGeometry};
 use crate::layout::checked_product;
 use crate::ops::copy::contiguous;
 use crate::ops::matmul::matmul;
@@ -47,7 +47,8 @@ fn patches_times_kernel(
 
 /// The GEMM path ([`conv_gemm`]) for `g` with input `x` through the 4-D layout `x_l`: the
 /// output, or `None` for a dtype it does not take (or differing dtypes, which the caller's
-/// other path reports) or a shape [`crate::launch::conv::plan`] refuses. Its plan is logged once
+/// other path reports), a shape [`crate::launch::conv::plan`] refuses, or when
+/// `CANDLE_ROCM_CONV_TILE_MIB=0` turns it off. Its plan is logged once
 /// per shape and dtype at debug level.
 fn gemm_path(
     op: &str,
@@ -63,6 +64,10 @@ fn gemm_path(
     {
         return Ok(None);
     }
+    let b = crate::settings::conv_tile_bytes();
+    if b == 0 {
+        return Ok(None);
+    }
     let kernel_c;
     let (kernel, k_off) = if kernel_l.is_contiguous() {
         (kernel, kernel_l.start_offset())
@@ -70,7 +75,6 @@ fn gemm_path(
         kernel_c = contiguous(dev, kernel, kernel_l)?;
         (&kernel_c, 0)
     };
-    let b = WORKSPACE_BYTES;
     let run = match (x, kernel) {
         (S::F32(x), S::F32(k)) => {
             conv_gemm(dev, g, (x, x_l), (k, k_off), b)?.map(|(o, p)| (S::F32(o), p))
