@@ -1,8 +1,8 @@
-// copy.hip - batched 2-D copies (and, below, the convolutions' im2col rows): the copies of candle-core's `cat` (one per input) in a single
-// launch, through the out-of-tree slot's `copy2d_many` hook. candle's own `copy2d` kernel takes
-// one launch per input, and a grouped-query attention's `repeat_kv` concatenates one tensor 8
-// times: in a decoder's token step these copies were 44% of all launches, and the step is bound
-// by the host's launch rate.
+// copy.hip - batched 2-D copies, and the convolutions' im2col rows (below): the copies of
+// candle-core's `cat` (one per input) in a single launch, through the out-of-tree slot's
+// `copy2d_many` hook. candle's own `copy2d` kernel takes one launch per input, and a
+// grouped-query attention's `repeat_kv` concatenates one tensor 8 times: in a decoder's token
+// step these copies were 44% of all launches, and the step is bound by the host's launch rate.
 //
 // Written for candle-rocm (not from candle-kernels). Plain CUDA syntax, so the same file builds
 // for AMD (clang, kernels/include headers) and for the HIP-on-CUDA harness (nvcc).
@@ -32,9 +32,10 @@
 // read through its four strides (any layout: a channel slice of a grouped convolution too).
 // A thread takes one column (one output position: one division) of one (image, channel) plane
 // and writes its k_h * k_w taps down the plane's rows. Grid: blocks of any size in x stride
-// over the columns, gridDim.y over the planes (images * c_in; grid-stride loops both ways). Sizes (rows, cols, p0 + cols, the dims) fit 32 bits, checked on the host;
-// element offsets are 64-bit. Zero is the all-zero bit pattern, which is 0 in every dtype, so
-// the kernels move bits like the copies above.
+// over the columns, gridDim.y over the planes (images * c_in; grid-stride loops both ways).
+// Sizes (rows, cols, p0 + cols, the dims) fit 32 bits, checked on the host; element offsets
+// are 64-bit. Zero is the all-zero bit pattern, which is 0 in every dtype, so the kernels move
+// bits like the copies above.
 #include <stdint.h>
 
 #define CP_MAX 8

@@ -341,12 +341,12 @@ pub fn conv_gemm<T: GemmType + RocmDType>(
                     // SAFETY: im2col_rows_b<W>(Im2colArgs a, const T* src, T* dst) with W =
                     // size_of::<T>(): it writes dst[r * np + i] for r < rows, i < np, and
                     // rows * np <= ws.len() (checked above); rows = ni * c_in * k_h * k_w, a
-                    // whole number of planes as the kernel takes it; it reads src at img * s_b + c * s_c
-                    // + y * s_h + x * s_w for img < ni (i0 + ni <= batch), c < c_in, y < h_in,
-                    // x < w_in only (positions outside the input are zeros, not reads): all
-                    // elements of the input layout, which `checked_view` proved lie inside the
-                    // buffer; every field fits its type (`plan`); `ws` is ours alone and all
-                    // three are ordered on the device's stream.
+                    // whole number of planes as the kernel takes it. It reads src at
+                    // img * s_b + c * s_c + y * s_h + x * s_w for img < ni (i0 + ni <= batch),
+                    // c < c_in, y < h_in, x < w_in only (positions outside the input are zeros,
+                    // not reads): elements of the input layout, which `checked_view` proved lie
+                    // inside the buffer. Every field fits its type (`plan`); `ws` is ours alone
+                    // and all three are ordered on the device's stream.
                     unsafe { l.launch(im2col_launch(ni * g.c_in, np))? };
                     let cfg = gemm(np, np, k * np, ni);
                     let off = i0 * g.c_out * positions + p0;
