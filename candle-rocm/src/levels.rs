@@ -22,6 +22,7 @@ const LEVELS: &[(&str, u32)] = &[
     ("launch", 60),
     ("launch::attention", 61),
     ("launch::candle", 61),
+    ("launch::conv_plan", 61),
     ("launch::copy", 61),
     ("launch::gemv", 61),
     ("launch::rows", 61),
