@@ -90,10 +90,13 @@ fn gemm_path(
         }
         _ => None,
     };
-    let plan = run.as_ref().map(|(_, p)| *p);
-    let what = format!("{op} {g:?} {dtype:?}: GEMM path plan {plan:?}");
-    if miopen::first_time(&what) {
-        tracing::debug!("{what}");
+    // Formatted only when someone listens: this runs on every convolution.
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        let plan = run.as_ref().map(|(_, p)| *p);
+        let what = format!("{op} {g:?} {dtype:?}: GEMM path plan {plan:?}");
+        if miopen::first_time(&what) {
+            tracing::debug!("{what}");
+        }
     }
     Ok(run.map(|(out, _)| out))
 }
