@@ -320,6 +320,7 @@ mod tests {
     /// A 32 MiB budget (the expectations below were worked out for it).
     const MIB32: usize = 32 << 20;
 
+    /// (b, c_in, hw x hw) -> c_out with a k x k kernel, padding `pad`, stride `s`.
     fn geo(
         b: usize,
         c: usize,
@@ -366,22 +367,13 @@ mod tests {
             plan(&g, sliced, 2, MIB32),
             Some(ConvPlan::Direct { ld: 3136 })
         );
-        let s2 = geo(32, 256, 56, 64, 1, 0, 2);
-        assert!(matches!(
-            plan(&s2, dense(&s2), 2, MIB32),
-            Some(ConvPlan::Tiled { .. })
-        ));
-        let padded = geo(1, 8, 10, 4, 1, 1, 1);
-        assert!(matches!(
-            plan(&padded, dense(&padded), 4, MIB32),
-            Some(ConvPlan::Tiled { .. })
-        ));
-        // Channels last: pixels are not dense in a channel.
-        let nhwc = [3136 * 256, 1, 56 * 256, 256];
-        assert!(matches!(
-            plan(&g, nhwc, 2, MIB32),
-            Some(ConvPlan::Tiled { .. })
-        ));
+        // Strided, padded, channels last (pixels not dense in a channel): columns.
+        let tiled_plan = |g: &ConvGeometry, s: [usize; 4]| {
+            matches!(plan(g, s, 2, MIB32), Some(ConvPlan::Tiled { .. }))
+        };
+        let (s2, padded) = (geo(32, 256, 56, 64, 1, 0, 2), geo(1, 8, 10, 4, 1, 1, 1));
+        assert!(tiled_plan(&s2, dense(&s2)) && tiled_plan(&padded, dense(&padded)));
+        assert!(tiled_plan(&g, [3136 * 256, 1, 56 * 256, 256]));
     }
 
     /// Tiles hold as many whole images as fit the budget, or runs of positions of one image
@@ -651,6 +643,41 @@ mod tests {
         };
         check(&l, ([200, 40, 0, 1], 0, 400), 1 << 20);
         check(&l, ([200, 40, 0, 1], 0, 400), 1);
+    }
+
+    /// `Im2colArgs` names its fields in copy.hip's order (the sizes are asserted on both
+    /// sides; this keeps two fields of one type from trading places).
+    #[test]
+    fn the_kernel_argument_matches_copy_hip() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let src = std::fs::read_to_string(root.join("../kernels/hip/copy.hip")).unwrap();
+        let body = src
+            .split_once("struct Im2colArgs {")
+            .and_then(|(_, rest)| rest.split_once("};"))
+            .map(|(body, _)| body)
+            .unwrap();
+        let c_fields: Vec<String> = body
+            .lines()
+            .map(|l| l.split("//").next().unwrap_or(""))
+            .filter_map(|l| {
+                l.trim()
+                    .strip_prefix("uint64_t ")
+                    .or(l.trim().strip_prefix("uint32_t "))
+            })
+            .flat_map(|l| {
+                l.trim_end_matches(';')
+                    .split(',')
+                    .map(|f| f.trim().to_string())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let debug = format!("{:?}", Im2colArgs::default());
+        let rust_fields: Vec<String> = debug
+            .split([',', '{'])
+            .filter_map(|kv| kv.split_once(':').map(|(k, _)| k.trim().to_string()))
+            .collect();
+        assert_eq!(c_fields, rust_fields);
+        assert_eq!(rust_fields.len(), 20);
     }
 
     #[test]

@@ -24,8 +24,8 @@ use crate::storage::RocmStorage;
 
 pub mod attention;
 pub mod collective;
-pub mod graphs;
 mod fused;
+pub mod graphs;
 
 impl ExtBackendDevice for RocmDevice {
     fn ext_cpu_fallback(&self, op: &str) -> candle_core::Result<()> {
