@@ -62,6 +62,16 @@ pub const QMATMUL_ROWS_DEFAULT: usize = 8;
 /// for the pools), `im2col` or `miopen` (see `ops::conv::miopen`).
 pub const CONV_VAR: &str = "CANDLE_ROCM_CONV";
 
+/// The most column matrix, in MiB, one tile of the convolutions' GEMM path writes
+/// (`launch::conv`): 0 to 1024, default [`CONV_TILE_MIB_DEFAULT`]; smaller tiles stay in the GPU's
+/// cache between the im2col and the GEMM, larger ones take fewer launches. `0` turns the GEMM
+/// path off: candle's whole-tensor im2col, then one GEMM and a permuting copy (the path before
+/// 2026-11-26, for comparisons).
+pub const CONV_TILE_VAR: &str = "CANDLE_ROCM_CONV_TILE_MIB";
+
+/// Default of [`CONV_TILE_VAR`].
+pub const CONV_TILE_MIB_DEFAULT: usize = 16;
+
 /// Whether MIOpen times its candidates the first time it sees a convolution shape
 /// (`miopenFindConvolution*Algorithm`; seconds per new shape on an AMD GPU unless MIOpen's
 /// find-db has it) instead of taking its immediate-mode ranking (the default, off).
@@ -98,7 +108,7 @@ pub struct Setting {
 }
 
 /// Every setting of the library.
-pub const SETTINGS: [Setting; 13] = [
+pub const SETTINGS: [Setting; 14] = [
     Setting {
         var: STRICT_VAR,
         values: SWITCH_VALUES,
@@ -138,6 +148,11 @@ pub const SETTINGS: [Setting; 13] = [
         var: CONV_VAR,
         values: "auto, im2col, miopen",
         default: "auto",
+    },
+    Setting {
+        var: CONV_TILE_VAR,
+        values: "0 to 1024",
+        default: "16",
     },
     Setting {
         var: MIOPEN_FIND_VAR,
@@ -329,6 +344,35 @@ pub fn qmatmul_max_rows() -> usize {
     static ROWS: OnceLock<usize> = OnceLock::new();
     *ROWS.get_or_init(|| {
         rows(QMATMUL_ROWS_VAR, 0, 4096, "the tiled kernels").unwrap_or(QMATMUL_ROWS_DEFAULT)
+    })
+}
+
+/// The bytes of column matrix one tile of the convolutions' GEMM path may write
+/// ([`CONV_TILE_VAR`]); 0 when the GEMM path is off.
+pub fn conv_tile_bytes() -> usize {
+    static BYTES: OnceLock<usize> = OnceLock::new();
+    *BYTES.get_or_init(|| {
+        let mib = match value(CONV_TILE_VAR) {
+            None => CONV_TILE_MIB_DEFAULT,
+            Some(v) => match parse_rows(&v, 0, 1024) {
+                Some(0) => {
+                    tracing::info!("{CONV_TILE_VAR}=0: the convolutions' GEMM path is off");
+                    0
+                }
+                Some(m) => {
+                    tracing::info!("{CONV_TILE_VAR}={m}: convolution tiles of up to {m} MiB");
+                    m
+                }
+                None => {
+                    tracing::warn!(
+                        "{CONV_TILE_VAR}={v:?} is not a number from 0 to 1024: keeping the \
+                         default ({CONV_TILE_MIB_DEFAULT})"
+                    );
+                    CONV_TILE_MIB_DEFAULT
+                }
+            },
+        };
+        mib << 20
     })
 }
 

@@ -13,6 +13,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod conv_paths;
 mod fast_paths;
 
 use candle_core::backend::{BackendDevice, BackendStorage};

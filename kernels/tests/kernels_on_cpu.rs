@@ -2,9 +2,10 @@
 //! model in plain C++ (blocks one after another, the threads of a block as cooperative fibers
 //! that meet at `__syncthreads` and wave shuffles, `__shared__` as static storage), and the
 //! drivers in `tests/emu/` launch `hip/elementwise.hip`, `hip/rows.hip`, `hip/index.hip`,
-//! `hip/qmatvec.hip`, `hip/copy.hip`, `hip/gemv.hip` and `hip/attention.hip` with candle-rocm's
-//! launch geometry and argument structs and check every result against host references. `rows.hip`, `qmatvec.hip`,
-//! `gemv.hip` and `attention.hip` run three ways: their CUDA path
+//! `hip/qmatvec.hip`, `hip/copy.hip` (batched copies, im2col rows), `hip/gemv.hip` and
+//! `hip/attention.hip` with candle-rocm's launch geometry and argument structs and check every
+//! result against host references. `rows.hip`, `qmatvec.hip`, `gemv.hip` and `attention.hip`
+//! run three ways: their CUDA path
 //! (32-lane `__shfl_xor_sync`) and their AMD path (`ds_bpermute`) with wave 32 and wave 64.
 //! `hip/mma/tile.h` (the matrix-unit tiles) runs once per family on `tests/emu/matrix.h`'s
 //! emulated MFMA / WMMA instructions, which follow AMD's documented lane layouts, and so do
@@ -72,6 +73,11 @@ fn gemv_kernels_match_references_on_cpu_amd_wave64() {
 #[test]
 fn batched_copy_kernels_match_references_on_cpu() {
     build_and_run("copy_test.cpp", "copy", &[]);
+}
+
+#[test]
+fn im2col_kernels_match_references_on_cpu() {
+    build_and_run("im2col_test.cpp", "im2col", &[]);
 }
 
 #[test]

@@ -1,7 +1,7 @@
-//! Tensor-level GPU tests: candle-nn's fused ops, candle-flash-attn's API, `cat`'s batched
-//! copies, decode-shaped matrix products, autograd, quantized (GGML) tensors, many
-//! threads on one device and the device handle itself, each result compared with the same
-//! candle API on the CPU.
+//! Tensor-level GPU tests: candle-nn's fused ops, candle-flash-attn's API, convolutions on
+//! the GEMM path, `cat`'s batched copies, decode-shaped matrix products, autograd, quantized
+//! (GGML) tensors, many threads on one device and the device handle itself, each result
+//! compared with the same candle API on the CPU.
 //!
 //! Every test needs a HIP device and is `#[ignore]`d; the HIP-on-CUDA harness runs them with
 //! `--include-ignored` and `CANDLE_ROCM_STRICT=1`, so an op that would silently fall back to
@@ -10,6 +10,8 @@
 // A crate root looks for `mod x;` beside itself; the modules live in `gpu/`.
 #[path = "gpu/autograd.rs"]
 mod autograd;
+#[path = "gpu/conv.rs"]
+mod conv;
 #[path = "gpu/copy.rs"]
 mod copy;
 #[path = "gpu/device.rs"]

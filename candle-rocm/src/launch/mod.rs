@@ -8,6 +8,8 @@ use candle_rocm_kernels::Module;
 
 pub mod attention;
 pub mod candle;
+pub mod conv;
+pub mod conv_plan;
 pub mod copy;
 pub mod elementwise;
 pub mod gemm;

@@ -1,7 +1,10 @@
 //! The convolutions (`conv1d`, `conv2d`, `conv_transpose1d`, `conv_transpose2d`) over
 //! storage slices: their parameters checked against the operands, then MIOpen when
-//! `CANDLE_ROCM_CONV` asks for it and it applies ([`super::miopen`]), else im2col patches times
-//! the kernel on the GEMM, col2im, or candle's direct transposed-convolution kernels.
+//! `CANDLE_ROCM_CONV` asks for it and it applies ([`super::miopen`]), else, for the forward
+//! convolutions in f32/f64/f16/bf16, the GEMM path of [`crate::launch::conv`] (one GEMM for a
+//! 1x1, im2col tiles bounded in memory feeding rocBLAS for the rest, the output written in
+//! place); the other dtypes and shapes past its limits take candle's whole-tensor im2col
+//! times the kernel; the transposed ones col2im or candle's direct kernels.
 
 use candle_core::{Layout, Shape};
 
@@ -11,6 +14,7 @@ use crate::device::RocmDevice;
 use crate::dispatch::{same_dtype, Map1};
 use crate::dtype::RocmStorageSlice as S;
 use crate::error::BackendError;
+use crate::launch::conv::{conv_gemm, ConvGeometry};
 use crate::layout::checked_product;
 use crate::ops::copy::contiguous;
 use crate::ops::matmul::matmul;
@@ -41,6 +45,62 @@ fn patches_times_kernel(
     contiguous(dev, &res, res_l)
 }
 
+/// The GEMM path ([`conv_gemm`]) for `g` with input `x` through the 4-D layout `x_l`: the
+/// output, or `None` for a dtype it does not take (or differing dtypes, which the caller's
+/// other path reports), a shape [`crate::launch::conv::plan`] refuses, or when
+/// `CANDLE_ROCM_CONV_TILE_MIB=0` turns it off. Its plan is logged once
+/// per shape and dtype at debug level.
+fn gemm_path(
+    op: &str,
+    dev: &RocmDevice,
+    (x, x_l): (&S, &Layout),
+    (kernel, kernel_l): (&S, &Layout),
+    g: &ConvGeometry,
+) -> Result<Option<S>, BackendError> {
+    use candle_core::DType;
+    let dtype = x.dtype();
+    if dtype != kernel.dtype()
+        || !matches!(dtype, DType::F32 | DType::F64 | DType::F16 | DType::BF16)
+    {
+        return Ok(None);
+    }
+    let b = crate::settings::conv_tile_bytes();
+    if b == 0 {
+        return Ok(None);
+    }
+    let kernel_c;
+    let (kernel, k_off) = if kernel_l.is_contiguous() {
+        (kernel, kernel_l.start_offset())
+    } else {
+        kernel_c = contiguous(dev, kernel, kernel_l)?;
+        (&kernel_c, 0)
+    };
+    let run = match (x, kernel) {
+        (S::F32(x), S::F32(k)) => {
+            conv_gemm(dev, g, (x, x_l), (k, k_off), b)?.map(|(o, p)| (S::F32(o), p))
+        }
+        (S::F64(x), S::F64(k)) => {
+            conv_gemm(dev, g, (x, x_l), (k, k_off), b)?.map(|(o, p)| (S::F64(o), p))
+        }
+        (S::F16(x), S::F16(k)) => {
+            conv_gemm(dev, g, (x, x_l), (k, k_off), b)?.map(|(o, p)| (S::F16(o), p))
+        }
+        (S::BF16(x), S::BF16(k)) => {
+            conv_gemm(dev, g, (x, x_l), (k, k_off), b)?.map(|(o, p)| (S::BF16(o), p))
+        }
+        _ => None,
+    };
+    // Formatted only when someone listens: this runs on every convolution.
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        let plan = run.as_ref().map(|(_, p)| *p);
+        let what = format!("{op} {g:?} {dtype:?}: GEMM path plan {plan:?}");
+        if miopen::first_time(&what) {
+            tracing::debug!("{what}");
+        }
+    }
+    Ok(run.map(|(out, _)| out))
+}
+
 /// `conv1d` with parameters by name (see [`ConvParams`]): input (b, c_in, l_in), kernel
 /// (c_out, c_in, k).
 pub fn conv1d(
@@ -67,6 +127,29 @@ pub fn conv1d(
         rocm_safe::Conv2dConfig::conv1d(b, c_in, l_in, c_out, k_size, 1, padding, stride, dilation);
     let problem = miopen::ConvProblem::Forward(cfg);
     if let Some(out) = miopen::conv(OP, dev, (x, l), (kernel, kernel_l), &problem)? {
+        return Ok(out);
+    }
+    let g = ConvGeometry {
+        batch: b,
+        c_in,
+        h_in: 1,
+        w_in: l_in,
+        c_out,
+        k_h: 1,
+        k_w: k_size,
+        h_out: 1,
+        w_out: l_out,
+        padding: (0, padding),
+        stride: (1, stride),
+        dilation: (1, dilation),
+    };
+    let s = l.stride();
+    let l4 = Layout::new(
+        Shape::from((b, c_in, 1, l_in)),
+        vec![s[0], s[1], 0, s[2]],
+        l.start_offset(),
+    );
+    if let Some(out) = gemm_path(OP, dev, (x, &l4), (kernel, kernel_l), &g)? {
         return Ok(out);
     }
     let col = Im2Col1D {
@@ -123,6 +206,23 @@ pub fn conv2d(
     );
     let problem = miopen::ConvProblem::Forward(cfg);
     if let Some(out) = miopen::conv(OP, dev, (x, l), (kernel, kernel_l), &problem)? {
+        return Ok(out);
+    }
+    let g = ConvGeometry {
+        batch: b,
+        c_in,
+        h_in: i_h,
+        w_in: i_w,
+        c_out,
+        k_h,
+        k_w,
+        h_out,
+        w_out,
+        padding: (padding, padding),
+        stride: (stride, stride),
+        dilation: (dilation, dilation),
+    };
+    if let Some(out) = gemm_path(OP, dev, (x, l), (kernel, kernel_l), &g)? {
         return Ok(out);
     }
     let col = Im2Col {

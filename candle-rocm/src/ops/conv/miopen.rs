@@ -77,7 +77,7 @@ impl ConvProblem {
 }
 
 /// Whether `what` is logged for the first time (each distinct message is logged once).
-fn first_time(what: &str) -> bool {
+pub(super) fn first_time(what: &str) -> bool {
     static SEEN: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
     SEEN.get_or_init(Default::default)
         .lock()

@@ -1,0 +1,108 @@
+//! The convolutions' GEMM path over typed buffers: a forward convolution (conv2d, and conv1d
+//! as h = 1) as rocBLAS GEMMs of the kernel by the input's patches, writing the NCHW output
+//! directly, with f16/bf16 accumulated in f32 (rocBLAS's `gemm_ex`, see
+//! [`rocm_safe::GemmType`]).
+//!
+//! - A 1x1, stride-1, unpadded convolution over an input whose pixels are dense in each
+//!   channel needs no patches: `out[b] (c_out x hw) = W (c_out x c_in) * x[b] (c_in x hw)` is
+//!   one strided-batched GEMM over the input as it lies ([`ConvPlan::Direct`]).
+//! - Every other shape runs in tiles ([`ConvPlan::Tiled`]): `copy.hip`'s `im2col_rows_b<W>`
+//!   writes the column matrix of a few images (or, for one large image, of a range of its
+//!   output positions) into a workspace of at most [`crate::settings::conv_tile_bytes`] (16 MiB
+//!   by default, [`WORKSPACE_BYTES`]), one row per (image,
+//!   channel, tap) and one column per output position, and one strided-batched GEMM
+//!   multiplies the kernel (c_out x c_in k_h k_w) by it into the tile's place in the output.
+//!   The workspace is reused by every tile (the stream orders them), so a batch-32 ResNet layer
+//!   never materialises its whole 100+ MB column matrix, and the tile stays in the GPU's L2
+//!   or last-level cache between the two launches where that is large enough.
+//!
+//! [`plan`] and the tiles are host arithmetic ([`crate::launch::conv_plan`], tested there);
+//! [`conv_gemm`] checks the buffers and queues the launches. Shapes past the kernel's 32-bit
+//! sizes or rocBLAS's `i32` dims get `None` from [`plan`], and the caller runs its other path.
+
+use candle_core::Layout;
+use candle_rocm_kernels::Module;
+use rocm_safe::{DeviceBuffer, DevicePtrArg, GemmType};
+
+use crate::device::RocmDevice;
+use crate::dtype::RocmDType;
+use crate::error::BackendError;
+use crate::launch::conv_plan::{gemm_config, im2col_launch, im2col_name, patch, tiles};
+pub use crate::launch::conv_plan::{plan, ConvGeometry, ConvPlan, WORKSPACE_BYTES};
+use crate::layout::{checked_product, checked_view, invalid};
+
+/// Runs the convolution `g` of `x` (4-D layout `x_l`, (batch, c_in, h_in, w_in)) with the
+/// contiguous kernel `w[w_off..]` (c_out, c_in, k_h, k_w) on the GEMM path: the new NCHW
+/// output, or `None` when [`plan`] refuses the shape. `budget` bounds the workspace in bytes
+/// (callers pass [`crate::settings::conv_tile_bytes`]).
+pub fn conv_gemm<T: GemmType + RocmDType>(
+    dev: &RocmDevice,
+    g: &ConvGeometry,
+    (x, x_l): (&DeviceBuffer<T>, &Layout),
+    (w, w_off): (&DeviceBuffer<T>, usize),
+    budget: usize,
+) -> Result<Option<(DeviceBuffer<T>, ConvPlan)>, BackendError> {
+    const OP: &str = "conv (GEMM path)";
+    if x_l.dims() != [g.batch, g.c_in, g.h_in, g.w_in] {
+        return Err(invalid(
+            OP,
+            format_args!("input dims {:?} do not match {g:?}", x_l.dims()),
+        ));
+    }
+    let st = x_l.stride();
+    let strides = [st[0], st[1], st[2], st[3]];
+    let Some(p) = plan(g, strides, std::mem::size_of::<T>(), budget) else {
+        return Ok(None);
+    };
+    let positions = g.h_out * g.w_out;
+    let k = patch(g);
+    let out_el = checked_product(OP, "output element count", &[g.batch, g.c_out, positions])?;
+    let (xb, x) = (x, checked_view(OP, x, x_l)?);
+    let w_end = w_off
+        .checked_add(g.c_out * k)
+        .ok_or_else(|| invalid(OP, "the kernel's offset overflows"))?;
+    let w = w.slice(w_off..w_end)?;
+    let mut out = dev.alloc::<T>(out_el)?;
+    match p {
+        ConvPlan::Direct { ld } => {
+            let cfg = gemm_config(g, (positions, ld, strides[0]), g.batch);
+            // `gemm_strided_batched` checks every matrix of the batch against its operand.
+            dev.blas(|h| h.gemm_strided_batched(&cfg, &x, &w, &mut out))?;
+        }
+        ConvPlan::Tiled {
+            images,
+            positions: per_tile,
+        } => {
+            let name = im2col_name(std::mem::size_of::<T>())
+                .ok_or_else(|| invalid(OP, "elements of this size have no im2col kernel"))?;
+            let f = dev.function_static(Module::Copy, name)?;
+            let ws = dev.alloc::<T>(p.workspace(g))?;
+            for t in tiles(g, strides, images, per_tile) {
+                let (rows, cols) = (t.args.rows as usize, t.args.cols as usize);
+                if rows * cols > ws.len() || rows != t.planes * g.k_h * g.k_w {
+                    return Err(invalid(OP, "a tile does not fit its workspace"));
+                }
+                // The tile's first image; `checked_view` proved the layout's last element lies
+                // inside the buffer, and the tile's first image starts before it.
+                let src = xb.slice(x_l.start_offset() + t.src_offset..)?;
+                let (psrc, pws) = (DevicePtrArg::of(&src), DevicePtrArg::of(&ws));
+                let mut l = dev.stream().launch_builder(&f);
+                l.arg(&t.args).arg(&psrc).arg(&pws);
+                // SAFETY: im2col_rows_b<W>(Im2colArgs a, const T* src, T* dst) with W =
+                // size_of::<T>(): it writes dst[r * cols + i] for r < rows, i < cols, and
+                // rows * cols <= ws.len() (checked above); rows = planes * k_h * k_w, a whole
+                // number of planes as the kernel takes it. It reads src at img * s_b + c * s_c +
+                // y * s_h + x * s_w for the tile's images (inside the batch), c < c_in,
+                // y < h_in, x < w_in only (positions outside the input are zeros, not reads):
+                // elements of the input layout, which `checked_view` proved lie inside the
+                // buffer. Every field fits its type (`plan`); `ws` is ours alone and all three
+                // are ordered on the device's stream.
+                unsafe { l.launch(im2col_launch(t.planes, cols))? };
+                let mut c = out.slice_mut(t.out_offset..)?;
+                // `gemm_strided_batched` checks every matrix of the batch against its operand.
+                dev.blas(|h| h.gemm_strided_batched(&t.gemm, &ws, &w, &mut c))?;
+            }
+        }
+    }
+    Ok(Some((out, p)))
+}

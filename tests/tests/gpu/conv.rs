@@ -1,0 +1,135 @@
+//! Convolutions through candle-core's `Tensor` API on the GPU against the same call on the CPU
+//! in f64 (rounded to the dtype at the end), in f32, f16 and bf16: the shapes that take
+//! candle-rocm's GEMM path (`candle_rocm::launch::conv`) in each of its forms, kept under
+//! `auto`'s MIOpen threshold (2 GFLOP) so that they run on our path whatever
+//! `CANDLE_ROCM_CONV` says in the default harness pass:
+//!
+//! - grouped convolutions (2 and 4 groups, and depthwise), which candle-core runs as one
+//!   convolution per group over channel slices of the input;
+//! - a 1x1 at batch 1 and 32 (one GEMM from the input) and a 1x1 with stride 2 (columns);
+//! - a ResNet-like 3x3 at batch 32 (several images per column tile);
+//! - one image whose column matrix passes the default 16 MiB tile (runs of output positions):
+//!   256 channels at 64x64, and 512 in f16 and bf16 (the VAE's layer, fewer outputs);
+//! - conv1d like Whisper's front end, strided and dilated, and grouped.
+
+use candle_core::{DType, Result, Tensor};
+use candle_rocm_tests::{assert_gpu_close, gpu, host_pair, normal, rng, tolerance};
+
+/// One conv2d case: (b, c_in, c_out, h, w), kernel size, padding, stride, dilation, groups.
+type Case2d = (
+    &'static str,
+    (usize, usize, usize, usize, usize),
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+);
+
+/// `f` on the CPU in f64 from the same rounded values, back in the dtype of `x`.
+fn reference(
+    f: impl Fn(&Tensor, &Tensor) -> Result<Tensor>,
+    x: &Tensor,
+    k: &Tensor,
+) -> Result<Tensor> {
+    let dtype = x.dtype();
+    f(&x.to_dtype(DType::F64)?, &k.to_dtype(DType::F64)?)?.to_dtype(dtype)
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn conv2d_on_the_gemm_path_matches_the_cpu() -> Result<()> {
+    let dev = gpu()?;
+    let cases: [Case2d; 9] = [
+        ("grouped 2", (2, 8, 12, 9, 11), 3, 1, 1, 1, 2),
+        ("grouped 4 strided", (3, 16, 8, 10, 10), 3, 1, 2, 1, 4),
+        ("depthwise", (2, 6, 6, 12, 12), 3, 1, 1, 1, 6),
+        ("1x1 b1", (1, 64, 32, 28, 28), 1, 0, 1, 1, 1),
+        ("1x1 b32", (32, 64, 32, 14, 14), 1, 0, 1, 1, 1),
+        ("1x1 stride 2", (4, 32, 16, 15, 15), 1, 0, 2, 1, 1),
+        ("3x3 b32", (32, 32, 32, 28, 28), 3, 1, 1, 1, 1),
+        ("3x3 dilated", (2, 8, 8, 20, 20), 3, 2, 1, 2, 1),
+        ("3x3 one large image", (1, 256, 64, 64, 64), 3, 1, 1, 1, 1),
+    ];
+    let mut seed = 500;
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        for (name, (b, c_in, c_out, h, w), k, pad, stride, dil, groups) in cases {
+            seed += 1;
+            let (xc, xg) = host_pair(
+                normal(&mut rng(seed), b * c_in * h * w, 1.0),
+                (b, c_in, h, w),
+                dtype,
+                &dev,
+            )?;
+            let kn = c_out * (c_in / groups) * k * k;
+            let (kc, kg) = host_pair(
+                normal(&mut rng(seed + 1), kn, 0.1),
+                (c_out, c_in / groups, k, k),
+                dtype,
+                &dev,
+            )?;
+            let what = format!("conv2d {name} {dtype:?}");
+            let want = reference(|x, k| x.conv2d(k, pad, stride, dil, groups), &xc, &kc)?;
+            let got = xg.conv2d(&kg, pad, stride, dil, groups)?;
+            assert_gpu_close(&got, &want, tolerance(dtype), &what)?;
+        }
+        // The VAE decoder's 512-channel 3x3 at 64x64 (16 outputs, to keep the CPU quick): in
+        // the halves its 37.7 MB column matrix runs in three tiles of positions.
+        if dtype != DType::F32 {
+            seed += 1;
+            let (xc, xg) = host_pair(
+                normal(&mut rng(seed), 512 * 64 * 64, 1.0),
+                (1, 512, 64, 64),
+                dtype,
+                &dev,
+            )?;
+            let (kc, kg) = host_pair(
+                normal(&mut rng(seed + 1), 16 * 512 * 9, 0.05),
+                (16, 512, 3, 3),
+                dtype,
+                &dev,
+            )?;
+            let want = reference(|x, k| x.conv2d(k, 1, 1, 1, 1), &xc, &kc)?;
+            let got = xg.conv2d(&kg, 1, 1, 1, 1)?;
+            assert_gpu_close(&got, &want, tolerance(dtype), &format!("vae {dtype:?}"))?;
+        }
+    }
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn conv1d_on_the_gemm_path_matches_the_cpu() -> Result<()> {
+    let dev = gpu()?;
+    // (name, (b, c_in, c_out, len), k, padding, stride, dilation, groups)
+    let cases = [
+        ("whisper-like", (1, 80, 96, 3000), 3, 1, 1, 1, 1),
+        ("whisper second", (2, 48, 48, 600), 3, 1, 2, 1, 1),
+        ("dilated", (3, 8, 5, 100), 4, 3, 1, 3, 1),
+        ("1x1", (2, 32, 16, 77), 1, 0, 1, 1, 1),
+        ("grouped", (2, 12, 8, 64), 5, 2, 1, 1, 4),
+    ];
+    let mut seed = 900;
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        for (name, (b, c_in, c_out, len), k, pad, stride, dil, groups) in cases {
+            seed += 1;
+            let (xc, xg) = host_pair(
+                normal(&mut rng(seed), b * c_in * len, 1.0),
+                (b, c_in, len),
+                dtype,
+                &dev,
+            )?;
+            let (kc, kg) = host_pair(
+                normal(&mut rng(seed + 1), c_out * (c_in / groups) * k, 0.1),
+                (c_out, c_in / groups, k),
+                dtype,
+                &dev,
+            )?;
+            let what = format!("conv1d {name} {dtype:?}");
+            let want = reference(|x, k| x.conv1d(k, pad, stride, dil, groups), &xc, &kc)?;
+            let got = xg.conv1d(&kg, pad, stride, dil, groups)?;
+            assert_gpu_close(&got, &want, tolerance(dtype), &what)?;
+        }
+    }
+    Ok(())
+}
