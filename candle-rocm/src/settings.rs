@@ -77,10 +77,12 @@ pub const CONV_TILE_MIB_DEFAULT: usize = 16;
 /// find-db has it) instead of taking its immediate-mode ranking (the default, off).
 pub const MIOPEN_FIND_VAR: &str = "CANDLE_ROCM_MIOPEN_FIND";
 
-/// Graph mode for every device (on by default; `0` turns it off): each device's stream
-/// records its kernels into HIP graphs and launches each recorded stretch with one call when
-/// the host next needs a result, or after [`GRAPH_NODES_VAR`] operations (see
-/// `rocm_safe::graph`'s batching). Results are those of plain launches.
+/// `1` turns graph mode on for every device (off by default): each device's stream records its
+/// kernels into HIP graphs and launches each recorded stretch with one call when the host next
+/// needs a result, or after [`GRAPH_NODES_VAR`] operations (see `rocm_safe::graph`'s
+/// batching). Results are those of plain launches. Off by default because a capture is
+/// invalidated when another stream of the same device synchronises the device or frees memory
+/// meanwhile (e.g. another `RocmDevice` of the same GPU dropped on another thread).
 pub const GRAPHS_VAR: &str = "CANDLE_ROCM_GRAPHS";
 
 /// With [`GRAPHS_VAR`] on: launch a recorded stretch after this many operations even when no
@@ -162,7 +164,7 @@ pub const SETTINGS: [Setting; 14] = [
     Setting {
         var: GRAPHS_VAR,
         values: SWITCH_VALUES,
-        default: "1",
+        default: "0",
     },
     Setting {
         var: GRAPH_NODES_VAR,
@@ -285,9 +287,9 @@ pub fn flash_mma() -> bool {
 pub fn graphs() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| {
-        let on = switch(GRAPHS_VAR, true);
-        if !on {
-            tracing::info!("{GRAPHS_VAR}: devices run plain kernel launches");
+        let on = switch(GRAPHS_VAR, false);
+        if on {
+            tracing::info!("{GRAPHS_VAR}: devices record their work into HIP graphs");
         }
         on
     })

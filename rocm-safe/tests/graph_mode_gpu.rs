@@ -6,12 +6,18 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::sync::Mutex;
 use std::time::Instant;
 
 use rocm_safe::graph::{CaptureMode, GraphMode};
 use rocm_safe::{
     Device, DeviceBuffer, DevicePtrArg, Function, LaunchConfig, Module, RocmError, Stream,
 };
+
+/// The tests take turns: a test that ends drops its device, whose allocator synchronises the
+/// device and frees memory, and that invalidates a capture another test's stream has open
+/// (graph mode's documented limit: nothing else may synchronise the device while it records).
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 fn device() -> Device {
     Device::new(0).unwrap_or_else(|e| panic!("no HIP device for a GPU test: {e}"))
@@ -81,6 +87,7 @@ fn step(s: &std::sync::Arc<Stream>, f: &Function, k: usize, keep: &mut Vec<Devic
 #[test]
 #[ignore = "needs a HIP device"]
 fn recorded_steps_match_plain_launches_and_reuse_one_exec() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let d = device();
     let m = module(&d);
     let f = m.function("axpy_f32").unwrap();
@@ -112,6 +119,7 @@ fn recorded_steps_match_plain_launches_and_reuse_one_exec() {
 #[test]
 #[ignore = "needs a HIP device"]
 fn the_node_limit_launches_in_stretches() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let d = device();
     let m = module(&d);
     let f = m.function("axpy_f32").unwrap();
@@ -141,6 +149,7 @@ fn the_node_limit_launches_in_stretches() {
 #[test]
 #[ignore = "needs a HIP device"]
 fn turning_the_mode_off_launches_what_was_recorded() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let d = device();
     let m = module(&d);
     let f = m.function("axpy_f32").unwrap();
@@ -166,6 +175,7 @@ fn turning_the_mode_off_launches_what_was_recorded() {
 #[test]
 #[ignore = "needs a HIP device"]
 fn a_large_upload_ends_the_stretch_and_is_copied_plainly() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let d = device();
     let m = module(&d);
     let f = m.function("axpy_f32").unwrap();
@@ -196,6 +206,7 @@ fn a_large_upload_ends_the_stretch_and_is_copied_plainly() {
 #[test]
 #[ignore = "needs a HIP device"]
 fn timing_plain_launches_against_graph_mode() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     const LAUNCHES: usize = 200;
     const STEPS: usize = 50;
     let d = device();
