@@ -220,8 +220,8 @@ def multi_gpu_table(title, dev_o, ours, dev_t, torch):
         lines.append("")
     tp = {k: v for k, v in ours.items() if k[0] == "mgpu_tp" and gpus_of(k[2])}
     if tp:
-        lines += ["### The tensor-parallel llama (random f16 weights, flash attention), ours "
-                  "on N GPUs against 1\n",
+        lines += ["### The tensor-parallel llama (random f16 weights; flash attention, or the "
+                  "matmul path where the op ends in _matmul), ours on N GPUs against 1\n",
                   "| op | layers | dtype | 1 GPU | N GPUs | N | unit | N GPUs / 1 GPU | target |",
                   "|---|---|---|---|---|---|---|---|---|"]
         for k, v in tp.items():

@@ -37,6 +37,7 @@
 # bounds its build and runs (seconds, 480 by default). The rows of several GPUs: BENCH_MGPU=0
 # skips them, BENCH_ONLY=mgpu runs only them (after the setup; every single-GPU pass then
 # selects no row), BENCH_TP_LAYERS sets the llama's layers (32, the 7B model, by default),
+# BENCH_TP_ATTENTION its attention (flash by default, or matmul),
 # BENCH_MGPU_TIMEOUT bounds each of the two runs (seconds, 300 by default).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -172,7 +173,8 @@ else
     # timeout signals its process group: rank 0 and the ranks it starts end together.
     t0=$SECONDS
     timeout -k 10 "$mgpu_limit" "$BUILD/bin/candle-rocm-bench" --gpus 2 "${only[@]}" \
-        --tp-layers "${BENCH_TP_LAYERS:-32}" > "$OUT/ours-mgpu.tsv" 2> "$OUT/ours-mgpu.err"
+        --tp-layers "${BENCH_TP_LAYERS:-32}" --tp-attention "${BENCH_TP_ATTENTION:-flash}" \
+        > "$OUT/ours-mgpu.tsv" 2> "$OUT/ours-mgpu.err"
     rc=$?
     row "candle-rocm-bench --gpus 2 exit" "$rc ($(grep -c '^bench' "$OUT/ours-mgpu.tsv") rows, $((SECONDS - t0)) s)"
     tail -3 "$OUT/ours-mgpu.err"

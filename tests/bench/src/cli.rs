@@ -51,6 +51,10 @@ pub(crate) struct Cli {
     /// The tensor-parallel llama's layers (32 in the 7B model; fewer for a quick look).
     #[arg(long, default_value_t = 32)]
     pub(crate) tp_layers: usize,
+    /// The tensor-parallel llama's attention: flash (the default on a GPU) or matmul (the
+    /// default on the CPU; its rows' op names end in `_matmul`).
+    #[arg(long, value_enum)]
+    pub(crate) tp_attention: Option<TpAttention>,
     /// Set by rank 0 on the ranks it starts for --gpus N (not for hand use).
     #[arg(long, hide = true, requires = "gpus")]
     pub(crate) rank_worker: bool,
@@ -68,4 +72,13 @@ pub(crate) enum TpModel {
     Llama7b,
     /// 128 hidden, 4 heads, 344 intermediate, 1024 tokens: a run on the CPU.
     Tiny,
+}
+
+/// The tensor-parallel llama's attention path (`--tp-attention`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum TpAttention {
+    /// candle-flash-attn's API on candle-rocm's kernels.
+    Flash,
+    /// Matmul, causal mask and softmax in f32.
+    Matmul,
 }

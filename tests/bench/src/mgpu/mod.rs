@@ -77,16 +77,44 @@ pub(crate) fn run(b: &Bench, cli: &Cli, gpus: usize) -> Result<()> {
         );
     }
     let spec = tp::Spec::from_cli(cli, !cpu)?;
+    // The rows of this process alone: a failure is reported and the later rows still run.
+    let mut failed = Vec::new();
     if gpus > 1 && p2p::wanted(b) {
-        let dev1 = candle_rocm::device(1).context("opening GPU 1 for the peer copies")?;
-        p2p::rows(b, &dev1)?;
+        let r = candle_rocm::device(1)
+            .context("opening GPU 1 for the peer copies")
+            .and_then(|dev1| p2p::rows(b, &dev1));
+        note_failure(&mut failed, p2p::GROUP, r);
     }
     let solo: Arc<dyn World> = Arc::new(candle_rocm_demo::tp::Solo);
-    tp::rows(b, &solo, &spec, true)?;
-    if gpus == 1 || !wanted_by_ranks(b, gpus, &spec) {
-        return Ok(());
+    note_failure(
+        &mut failed,
+        "mgpu_tp (1 GPU)",
+        tp::rows(b, &solo, &spec, true),
+    );
+    if gpus > 1 && wanted_by_ranks(b, gpus, &spec) {
+        note_failure(
+            &mut failed,
+            "the rows of several ranks",
+            ranks(b, gpus, &spec),
+        );
     }
+    if !failed.is_empty() {
+        bail!("these rows failed (see above): {}", failed.join(", "));
+    }
+    Ok(())
+}
 
+/// Reports `r`'s error, if any, as `what`'s, and keeps its name in `failed`.
+fn note_failure(failed: &mut Vec<String>, what: &str, r: Result<()>) {
+    if let Err(e) = r {
+        eprintln!("mgpu: {what} failed: {e:#}");
+        failed.push(what.to_string());
+    }
+}
+
+/// Rank 0's part of the rows of `gpus` ranks: starts ranks 1.., serves their rendezvous,
+/// joins the communicator on GPU 0, runs the rows with them and waits for them to exit.
+fn ranks(b: &Bench, gpus: usize, spec: &tp::Spec) -> Result<()> {
     let env = RankEnv {
         rank: 0,
         world_size: gpus,
@@ -106,7 +134,7 @@ pub(crate) fn run(b: &Bench, cli: &Cli, gpus: usize) -> Result<()> {
     eprintln!("mgpu: ranks 1..{gpus} started, rendezvous on 127.0.0.1:{port}");
     let result = Comm::from_rendezvous(&rdzv, 0)
         .context("joining the communicator on GPU 0")
-        .and_then(|comm| ranked_rows(b, &comm, &rdzv, &spec, true));
+        .and_then(|comm| ranked_rows(b, &comm, &rdzv, spec, true));
     // On a failure the others get a few seconds to notice (their collectives fail with ours)
     // before they are killed; after the last row they leave together with this rank.
     let limit = if result.is_ok() {

@@ -1,7 +1,9 @@
 //! `mgpu_tp` rows: the demo's tensor-parallel llama (`candle_rocm_demo::tp::TpLlama`) at Llama
 //! 2 7B's shape (4096 hidden, 32 layers, 32 heads, 11008 intermediate, 32000 tokens; 13.5 GB
 //! of f16 weights) with random f16 weights drawn on each rank's GPU
-//! (`ShardedWeights::random`, no files), flash attention; on 1 GPU (a world of one) and on N.
+//! (`ShardedWeights::random`, no files), flash attention (`--tp-attention matmul`: the matmul
+//! path, whose op names end in `_matmul`, the CPU's default); on 1 GPU (a world of one) and on
+//! N.
 //!
 //! - `prefill_llama_7b`: one forward pass over a [`PREFILL`]-token prompt (fresh cache), to the
 //!   last position's logits; tokens/s = prompt tokens / time;
@@ -24,7 +26,7 @@ use candle_rocm_demo::tp::{
 };
 use candle_transformers::models::llama::Config;
 
-use crate::cli::{Cli, TpModel};
+use crate::cli::{Cli, TpAttention, TpModel};
 use crate::runner::{median, Bench};
 
 /// The rows' group.
@@ -51,7 +53,8 @@ pub(crate) struct Spec {
 }
 
 impl Spec {
-    /// From the command line; `gpu`: flash attention (the matmul path on the CPU).
+    /// From the command line; `gpu`: flash attention unless `--tp-attention` says otherwise
+    /// (the matmul path on the CPU).
     pub(crate) fn from_cli(cli: &Cli, gpu: bool) -> Result<Spec> {
         anyhow::ensure!(cli.tp_layers >= 1, "--tp-layers must be at least 1");
         anyhow::ensure!(cli.decode_tokens >= 1, "--decode-tokens must be at least 1");
@@ -59,7 +62,10 @@ impl Spec {
             model: cli.tp_model,
             layers: cli.tp_layers,
             steps: cli.decode_tokens,
-            flash: gpu,
+            flash: match cli.tp_attention {
+                Some(a) => a == TpAttention::Flash,
+                None => gpu,
+            },
         })
     }
 
@@ -71,10 +77,14 @@ impl Spec {
         }
     }
 
-    /// The prefill and decode ops.
+    /// The prefill and decode ops (`_matmul` after them on the matmul attention path).
     fn ops(&self) -> (String, String) {
         let t = self.tag();
-        (format!("prefill_llama_{t}"), format!("decode_llama_{t}"))
+        let path = if self.flash { "" } else { "_matmul" };
+        (
+            format!("prefill_llama_{t}{path}"),
+            format!("decode_llama_{t}{path}"),
+        )
     }
 
     /// The model's `config.json`.
