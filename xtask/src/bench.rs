@@ -54,6 +54,8 @@ pub fn run(no_cuda: bool, no_llamacpp: bool) -> Result<()> {
 
     let mut total = 0;
     eprintln!("== candle-rocm-bench (tests/bench, release, no embedded kernels)");
+    // The executable's path from cargo's messages, wherever CARGO_TARGET_DIR puts it (a fixed
+    // tests/target/release path would pack a stale binary when the variable is set).
     cargo(
         &root,
         &[
@@ -63,16 +65,17 @@ pub fn run(no_cuda: bool, no_llamacpp: bool) -> Result<()> {
             "tests/Cargo.toml",
             "-p",
             "candle-rocm-bench",
+            "--bin",
+            "candle-rocm-bench",
             "--no-default-features",
             "--features",
             "rocm",
+            "--message-format=json-render-diagnostics",
         ],
-    )?;
-    total += pack(
-        &root.join("tests/target/release/candle-rocm-bench"),
-        &bin,
-        "candle-rocm-bench",
-    )?;
+    )
+    .and_then(|out| executable(&out, "candle-rocm-bench"))
+    .and_then(|exe| pack(&exe, &bin, "candle-rocm-bench"))
+    .map(|size| total += size)?;
     eprintln!("== rocm-safe launch_overhead");
     cargo(
         &root,
