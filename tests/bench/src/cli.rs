@@ -51,6 +51,10 @@ pub(crate) struct Cli {
     /// The tensor-parallel llama's layers (32 in the 7B model; fewer for a quick look).
     #[arg(long, default_value_t = 32)]
     pub(crate) tp_layers: usize,
+    /// The prompt tokens of the tensor-parallel llama's prefill rows (at most the model's
+    /// positions: 4096 in the 7B model, 1024 in the tiny one).
+    #[arg(long, default_value_t = 512)]
+    pub(crate) tp_prefill: usize,
     /// The tensor-parallel llama's attention: flash (the default on a GPU) or matmul (the
     /// default on the CPU; its rows' op names end in `_matmul`).
     #[arg(long, value_enum)]

@@ -177,6 +177,8 @@ fn tensor_parallel_rows_run_on_the_cpu() {
         "2",
         "--decode-tokens",
         "3",
+        "--tp-prefill",
+        "40",
     ]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -205,8 +207,8 @@ fn tensor_parallel_rows_run_on_the_cpu() {
         let secs: f64 = f[5].parse().expect("seconds");
         assert!(secs > 0.0 && secs.is_finite(), "{f:?}");
     }
-    // The prefill row counts its 512 prompt tokens, the decode row one token a step.
-    assert_eq!((rows[0][6], rows[1][6]), ("512", "1"));
+    // The prefill row counts its 40 prompt tokens, the decode row one token a step.
+    assert_eq!((rows[0][6], rows[1][6]), ("40", "1"));
 
     let out = bench(&["--cpu", "--gpus", "2", "--tp-model", "tiny"]);
     assert!(!out.status.success());

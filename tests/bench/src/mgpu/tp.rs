@@ -5,7 +5,7 @@
 //! path, whose op names end in `_matmul`, the CPU's default); on 1 GPU (a world of one) and on
 //! N.
 //!
-//! - `prefill_llama_7b`: one forward pass over a [`PREFILL`]-token prompt (fresh cache), to the
+//! - `prefill_llama_7b`: one forward pass over a 512-token prompt (`--tp-prefill`; fresh cache), to the
 //!   last position's logits; tokens/s = prompt tokens / time;
 //! - `decode_llama_7b`: after a 16-token prompt, greedy steps one token at a time through the
 //!   KV cache, each step's argmax read back to the host as a generation loop does; tokens/s.
@@ -31,8 +31,6 @@ use crate::runner::{median, Bench};
 
 /// The rows' group.
 pub(crate) const GROUP: &str = "mgpu_tp";
-/// Tokens of the prefill row's prompt.
-pub(crate) const PREFILL: usize = 512;
 /// Tokens of the decode row's prompt.
 const PROMPT: usize = 16;
 /// Timed runs per row (after one warm-up run).
@@ -48,6 +46,7 @@ const DTYPE: DType = DType::F16;
 pub(crate) struct Spec {
     model: TpModel,
     layers: usize,
+    prefill: usize,
     steps: usize,
     flash: bool,
 }
@@ -58,9 +57,11 @@ impl Spec {
     pub(crate) fn from_cli(cli: &Cli, gpu: bool) -> Result<Spec> {
         anyhow::ensure!(cli.tp_layers >= 1, "--tp-layers must be at least 1");
         anyhow::ensure!(cli.decode_tokens >= 1, "--decode-tokens must be at least 1");
+        anyhow::ensure!(cli.tp_prefill >= 1, "--tp-prefill must be at least 1");
         Ok(Spec {
             model: cli.tp_model,
             layers: cli.tp_layers,
+            prefill: cli.tp_prefill,
             steps: cli.decode_tokens,
             flash: match cli.tp_attention {
                 Some(a) => a == TpAttention::Flash,
@@ -124,6 +125,13 @@ pub(crate) fn rows(b: &Bench, world: &Arc<dyn World>, spec: &Spec, print: bool) 
     let n = world.world_size();
     let dev = &b.dev;
     let cfg = parse_config(&spec.config_json(), spec.flash)?;
+    let positions = cfg.max_position_embeddings;
+    anyhow::ensure!(
+        spec.prefill <= positions && PROMPT + spec.steps <= positions,
+        "--tp-prefill {} / {PROMPT} + --decode-tokens {}: the model has {positions} positions",
+        spec.prefill,
+        spec.steps
+    );
     if !dev.is_cpu() {
         dev.set_seed(SEED)?;
     }
@@ -146,9 +154,14 @@ pub(crate) fn rows(b: &Bench, world: &Arc<dyn World>, spec: &Spec, print: bool) 
         cfg: &cfg,
     };
     if want_pre {
-        let s = run.prefill().context(pre_op.clone())?;
+        let s = run.prefill(spec.prefill).context(pre_op.clone())?;
         if print {
-            b.print([GROUP, &pre_op, &shape, "f16"], s, PREFILL as f64, "tokens");
+            b.print(
+                [GROUP, &pre_op, &shape, "f16"],
+                s,
+                spec.prefill as f64,
+                "tokens",
+            );
         }
     }
     if want_dec {
@@ -188,10 +201,10 @@ impl Run<'_> {
         Ok(median(v))
     }
 
-    /// Seconds of a [`PREFILL`]-token forward pass.
-    fn prefill(&self) -> Result<f64> {
+    /// Seconds of a forward pass over a prompt of `len` tokens.
+    fn prefill(&self, len: usize) -> Result<f64> {
         let vocab = self.cfg.vocab_size as u32;
-        let tokens: Vec<u32> = (0..PREFILL as u32)
+        let tokens: Vec<u32> = (0..len as u32)
             .map(|i| 1 + (37 * i) % (vocab - 1))
             .collect();
         let x = Tensor::new(tokens.as_slice(), self.dev)?.unsqueeze(0)?;
