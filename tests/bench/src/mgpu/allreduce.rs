@@ -72,6 +72,11 @@ fn one(comm: &Comm, x: &Tensor, bytes: usize) -> Result<f64> {
         for _ in 0..iters {
             drop(comm.all_reduce(x, ReduceOp::Sum)?);
         }
+        // A blocking synchronize ends the batch, as nccl-tests and PyTorch's row time it (the
+        // wait's polls could end it later); then the wait, which returns at once on the idle
+        // stream, reports an asynchronous error. A dead peer hangs the synchronize: bench.sh
+        // bounds the run.
+        comm.device().synchronize()?;
         comm.wait()?;
         Ok(t.elapsed().as_secs_f64())
     })
