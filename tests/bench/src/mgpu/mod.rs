@@ -19,9 +19,10 @@
 //! # Method
 //! The all-reduce and copy rows time fixed schedules ([`iters_for`]: the same on every rank,
 //! since a rank must not decide alone how many collectives it queues): [`WARMUP`] calls, then
-//! [`SAMPLES`] batches of `iters` back-to-back calls closed by one wait, each batch started
-//! together on every rank (a one-element all-reduce and a wait) and counted at the slowest
-//! rank's time; the row is the median batch divided by `iters`.
+//! [`SAMPLES`] batches of `iters` back-to-back calls closed by one synchronize (of both
+//! devices for a copy), each all-reduce batch started together on every rank (a one-element
+//! all-reduce and a wait) and counted at the slowest rank's time; the row is the median batch
+//! divided by `iters`. The llama's rows: see [`tp`].
 
 pub(crate) mod allreduce;
 pub(crate) mod p2p;
