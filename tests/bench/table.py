@@ -3,12 +3,16 @@ torch_bench.py (PyTorch eager) into one Markdown table: `cargo xtask bench`'s re
 
 Usage: python3 tests/bench/table.py OURS CANDLE_CUDA TORCH [--title TEXT] [--baseline FILE]
        [--peer NAME=FILE ...]
+       python3 tests/bench/table.py --multi-gpu OURS TORCH [--title TEXT]
 (--baseline: ours again with CANDLE_ROCM_FAST_KERNELS=0, i.e. candle's own kernels; --peer: rows
 of another program in the same format, e.g. llama.cpp's from tests/bench/llamacpp_rows.py,
 printed after the main table as a table of their own: the peer's rows, with ours and Candle
 CUDA's of the same key beside them)
 A missing or partial file leaves its columns empty ("-"). Ratios are speed ratios (the other's
 time / ours): above 1 we are faster.
+--multi-gpu: the rows of several GPUs instead (candle-rocm-bench --gpus N and torch_mgpu.py,
+groups mgpu_*), one table per group with ours, PyTorch, their ratio and the issue's target, and
+the tensor-parallel llama's N-GPU rows against its 1-GPU rows (see multi_gpu_table).
 """
 
 import argparse
@@ -59,14 +63,22 @@ def fmt(x):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("ours")
-    p.add_argument("cuda")
-    p.add_argument("torch")
+    p.add_argument("ours", nargs="?")
+    p.add_argument("cuda", nargs="?")
+    p.add_argument("torch", nargs="?")
+    p.add_argument("--multi-gpu", nargs=2, metavar=("OURS", "TORCH"),
+                   help="the rows of several GPUs: candle-rocm-bench --gpus N and torch_mgpu.py")
     p.add_argument("--title", default="cargo xtask bench")
     p.add_argument("--baseline", help="ours with CANDLE_ROCM_FAST_KERNELS=0 (candle's kernels)")
     p.add_argument("--peer", action="append", default=[], metavar="NAME=FILE",
                    help="another program's rows (e.g. llama.cpp), a table of their own")
     a = p.parse_args()
+    if a.multi_gpu:
+        (dev_o, ours), (dev_t, torch) = read(a.multi_gpu[0]), read(a.multi_gpu[1])
+        print(multi_gpu_table(a.title, dev_o, ours, dev_t, torch))
+        return
+    if not (a.ours and a.cuda and a.torch):
+        p.error("give OURS CANDLE_CUDA TORCH, or --multi-gpu OURS TORCH")
     (dev_o, ours), (dev_c, cuda), (dev_t, torch) = read(a.ours), read(a.cuda), read(a.torch)
     _, base = read(a.baseline)
     copies = {k[3]: v for k, v in ours.items() if k[1] == "copy"}
@@ -138,6 +150,103 @@ def peer_table(ours, cuda, peers):
                      + " | ".join(fmt(v) for v in vals) + " | "
                      + " | ".join(fmt(r) for r in ratios) + " |")
     lines.append("\nRatios are the other's time over ours (above 1: ours is faster).")
+    return "\n".join(lines)
+
+
+# The issue's targets for the rows of several GPUs (issue 29): ours / PyTorch, speed.
+ALLREDUCE_TARGET, ALLREDUCE_FROM_MIB = 0.9, 64
+P2P_TARGET = 0.8
+# The tensor-parallel llama on 2 GPUs against 1: (op prefix, speed-up).
+TP_TARGETS = (("decode", 1.5), ("prefill", 1.7))
+
+
+def mib(shape):
+    """1024 of "1024MiB", or None."""
+    return int(shape[:-3]) if shape.endswith("MiB") and shape[:-3].isdigit() else None
+
+
+def gpus_of(shape):
+    """(2, "32l") of "2gpu_32l", or None."""
+    n, sep, rest = shape.partition("gpu_")
+    return (int(n), rest) if sep and n.isdigit() else None
+
+
+def verdict(ratio, target):
+    if target is None:
+        return "-"
+    if ratio is None:
+        return f">= {target:.2f}: not measured"
+    return f">= {target:.2f}: {'met' if ratio >= target else 'missed'}"
+
+
+def multi_gpu_table(title, dev_o, ours, dev_t, torch):
+    """The rows of several GPUs as Markdown: all-reduce bus bandwidth and device-to-device
+    copies, ours beside PyTorch's with the ratio (PyTorch's time / ours: above 1 ours is
+    faster) and the issue's target; the tensor-parallel llama's N-GPU tokens/s beside its 1-GPU
+    tokens/s (ours only) with the speed-up and its target at 2 GPUs."""
+    lines = [f"## {title}: several GPUs\n", f"- ours: {dev_o}", f"- PyTorch: {dev_t}", ""]
+    met = total = 0
+    sections = (
+        ("mgpu_allreduce", "All-reduce (sum) over the GPUs, bus bandwidth as nccl-tests "
+         "defines it (bytes / time x 2(n-1)/n); ours out of place through candle-rocm's Comm, "
+         "PyTorch's torch.distributed (NCCL) in place"),
+        ("mgpu_p2p", "Device-to-device copies, GPU 0 to GPU 1: ours Tensor::to_device, "
+         "PyTorch tensor.to(\"cuda:1\")"),
+    )
+    for group, heading in sections:
+        keys = [k for k in list(ours) + [k for k in torch if k not in ours] if k[0] == group]
+        if not keys:
+            continue
+        lines += [f"### {heading}\n",
+                  "| op | size | dtype | ours | PyTorch | unit | ours / PyTorch | target |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for k in keys:
+            _, op, shape, dtype = k
+            o, t = ours.get(k), torch.get(k)
+            unit = value(o or t)[1]
+            ratio = t[0] / o[0] if o and t else None
+            size = mib(shape)
+            target = None
+            if group == "mgpu_allreduce" and size is not None and size >= ALLREDUCE_FROM_MIB:
+                target = ALLREDUCE_TARGET
+            elif group == "mgpu_p2p":
+                target = P2P_TARGET
+            if target is not None:
+                total += 1
+                met += ratio is not None and ratio >= target
+            vo, vt = (value(r)[0] if r else None for r in (o, t))
+            lines.append(f"| {op} | {shape} | {dtype} | {fmt(vo)} | {fmt(vt)} | {unit} "
+                         f"| {fmt(ratio)} | {verdict(ratio, target)} |")
+        lines.append("")
+    tp = {k: v for k, v in ours.items() if k[0] == "mgpu_tp" and gpus_of(k[2])}
+    if tp:
+        lines += ["### The tensor-parallel llama (random f16 weights; flash attention, or the "
+                  "matmul path where the op ends in _matmul), ours on N GPUs against 1\n",
+                  "| op | layers | dtype | 1 GPU | N GPUs | N | unit | N GPUs / 1 GPU | target |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for k, v in tp.items():
+            _, op, shape, dtype = k
+            n, layers = gpus_of(shape)
+            if n == 1:
+                continue
+            one = tp.get((k[0], op, f"1gpu_{layers}", dtype))
+            speedup = one[0] / v[0] if one else None
+            target = next((x for p, x in TP_TARGETS if op.startswith(p)), None) if n == 2 else None
+            if target is not None:
+                total += 1
+                met += speedup is not None and speedup >= target
+            lines.append(f"| {op} | {layers} | {dtype} | {fmt(value(one)[0] if one else None)} "
+                         f"| {fmt(value(v)[0])} | {n} | {value(v)[1]} | {fmt(speedup)} "
+                         f"| {verdict(speedup, target)} |")
+        singles = [k for k in tp if gpus_of(k[2])[0] == 1
+                   and not any(gpus_of(j[2])[0] > 1 and j[1] == k[1] and j[3] == k[3]
+                               and gpus_of(j[2])[1] == gpus_of(k[2])[1] for j in tp)]
+        for k in singles:
+            lines.append(f"| {k[1]} | {gpus_of(k[2])[1]} | {k[3]} | {fmt(value(tp[k])[0])} "
+                         f"| - | - | {value(tp[k])[1]} | - | - |")
+        lines.append("")
+    lines.append(f"Ratios are speed ratios (above 1: ours, or N GPUs, faster). Targets met: "
+                 f"{met} of {total}.")
     return "\n".join(lines)
 
 

@@ -19,15 +19,26 @@
 #    tests/hip-on-cuda/llamacpp.sh builds llama-bench with CUDA for sm_90 (about 3 minutes on
 #    16 cores, once per machine) and runs pp512 and tg128 with flash attention on and off;
 # 4. runs the launch-overhead benchmark next to a raw cuLaunchKernel loop;
-# 5. joins them into one table (tests/bench/table.py), written to
+# 5. on a machine with two GPUs or more (nvidia-smi -L) and the RCCL double, the rows of
+#    several GPUs (issue 29): `candle-rocm-bench --gpus 2` (all-reduce 1 MiB-1 GiB in f32, f16
+#    and bf16, GPU 0 -> GPU 1 copies, the tensor-parallel llama at the 7B shape on 1 GPU and on
+#    2; one process per GPU) and tests/bench/torch_mgpu.py (torch.distributed's NCCL
+#    all-reduce and tensor.to("cuda:1") on the same schedule), NCCL_NVLS_ENABLE=0 in both;
+# 6. joins them into one table (tests/bench/table.py), written to
 #    $OUT/bench-<date>-<gpu>.md and printed last, llama.cpp's rows in a table of their own
-#    after the main one with ours and Candle CUDA's beside them; the raw outputs go in $OUT too.
+#    after the main one with ours and Candle CUDA's beside them, then the rows of several GPUs
+#    (table.py --multi-gpu: ours beside PyTorch, the llama's 2 GPUs against 1, the issue's
+#    targets); the raw outputs go in $OUT too.
 #
 # BENCH_ONLY=word,word picks rows (see candle-rocm-bench --help); BENCH_TIMEOUT bounds each of
 # the three runs (seconds, 200 by default); BENCH_GGUF="<file> ..." adds real GGUF decoders' rows;
 # BENCH_TILED=0 skips the tiled-kernel passes; BENCH_LLAMACPP=0 skips llama.cpp (it runs when
 # BENCH_ONLY is empty or names gguf, model, decode, prefill or llamacpp); LLAMACPP_TIMEOUT
-# bounds its build and runs (seconds, 480 by default).
+# bounds its build and runs (seconds, 480 by default). The rows of several GPUs: BENCH_MGPU=0
+# skips them, BENCH_ONLY=mgpu runs only them (after the setup; every single-GPU pass then
+# selects no row), BENCH_TP_LAYERS sets the llama's layers (32, the 7B model, by default),
+# BENCH_TP_ATTENTION its attention (flash by default, or matmul),
+# BENCH_MGPU_TIMEOUT bounds each of the two runs (seconds, 300 by default).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -146,6 +157,35 @@ else
     done
 fi
 
+echo "== several GPUs: all-reduce, GPU-to-GPU copies, the tensor-parallel llama (ours, then PyTorch)"
+ngpus=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU')
+export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off (setup.sh exports it too)
+mgpu=0
+if [ "${BENCH_MGPU:-1}" = 0 ]; then
+    row "several GPUs" "skipped (BENCH_MGPU=0)"
+elif [ "$ngpus" -lt 2 ]; then
+    row "several GPUs" "skipped: $ngpus GPU"
+elif [ -z "${ROCM_SYS_RCCL_LIB:-}" ]; then
+    row "several GPUs" "skipped: no RCCL double (no NCCL found; see build.log)"
+else
+    mgpu=1
+    mgpu_limit="${BENCH_MGPU_TIMEOUT:-300}"
+    # timeout signals its process group: rank 0 and the ranks it starts end together.
+    t0=$SECONDS
+    timeout -k 10 "$mgpu_limit" "$BUILD/bin/candle-rocm-bench" --gpus 2 "${only[@]}" \
+        --tp-layers "${BENCH_TP_LAYERS:-32}" --tp-attention "${BENCH_TP_ATTENTION:-flash}" \
+        > "$OUT/ours-mgpu.tsv" 2> "$OUT/ours-mgpu.err"
+    rc=$?
+    row "candle-rocm-bench --gpus 2 exit" "$rc ($(grep -c '^bench' "$OUT/ours-mgpu.tsv") rows, $((SECONDS - t0)) s)"
+    tail -3 "$OUT/ours-mgpu.err"
+    t0=$SECONDS
+    PYTHONUNBUFFERED=1 timeout -k 10 "$mgpu_limit" python3 tests/bench/torch_mgpu.py --gpus 2 \
+        "${only_py[@]}" > "$OUT/torch-mgpu.tsv" 2> "$OUT/torch-mgpu.err"
+    rc=$?
+    row "torch_mgpu.py exit" "$rc ($(grep -c '^bench' "$OUT/torch-mgpu.tsv") rows, $((SECONDS - t0)) s)"
+    tail -3 "$OUT/torch-mgpu.err"
+fi
+
 echo "== launch overhead"
 launch_overhead "$OUT/launch.txt"
 
@@ -192,6 +232,11 @@ if grep -q '^bench	conv' "$OUT/candle-cuda-cudnn.tsv" 2> /dev/null; then
             --title "the conv rows, $ours against Candle CUDA with its cudnn feature (in the Candle CUDA column)" \
             | awk -F'|' 'NF < 10 || ($5 != " - " && $8 != " - ")' >> "$result"
     done
+fi
+if [ "$mgpu" = 1 ]; then
+    echo >> "$result"
+    python3 tests/bench/table.py --multi-gpu "$OUT/ours-mgpu.tsv" "$OUT/torch-mgpu.tsv" \
+        --title "$ngpus x $gpu, $(date -u +%Y-%m-%dT%H:%MZ); ours via HIP-on-CUDA (RCCL on NCCL)" >> "$result"
 fi
 {
     echo

@@ -13,7 +13,10 @@
 //! 6. packs them (binaries xz-compressed) with candle-kernels' CUDA sources into
 //!    `.bench-bundle/` and prints the device call: `bash tests/hip-on-cuda/bench.sh`, which
 //!    runs ours, Candle CUDA, PyTorch eager and llama.cpp on the same GPU and prints one table
-//!    (`tests/bench/table.py`). Keep its `bench-<date>-<gpu>.md` under `bench/results/`.
+//!    (`tests/bench/table.py`), and on a machine with two GPUs (kind `nvidia-h100-x2`) the rows
+//!    of several GPUs too (`candle-rocm-bench --gpus 2`, whose tensor-parallel llama is the
+//!    demo's library, against `tests/bench/torch_mgpu.py`). Keep its `bench-<date>-<gpu>.md`
+//!    under `bench/results/`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -51,6 +54,8 @@ pub fn run(no_cuda: bool, no_llamacpp: bool) -> Result<()> {
 
     let mut total = 0;
     eprintln!("== candle-rocm-bench (tests/bench, release, no embedded kernels)");
+    // The executable's path from cargo's messages, wherever CARGO_TARGET_DIR puts it (a fixed
+    // tests/target/release path would pack a stale binary when the variable is set).
     cargo(
         &root,
         &[
@@ -60,16 +65,17 @@ pub fn run(no_cuda: bool, no_llamacpp: bool) -> Result<()> {
             "tests/Cargo.toml",
             "-p",
             "candle-rocm-bench",
+            "--bin",
+            "candle-rocm-bench",
             "--no-default-features",
             "--features",
             "rocm",
+            "--message-format=json-render-diagnostics",
         ],
-    )?;
-    total += pack(
-        &root.join("tests/target/release/candle-rocm-bench"),
-        &bin,
-        "candle-rocm-bench",
-    )?;
+    )
+    .and_then(|out| executable(&out, "candle-rocm-bench"))
+    .and_then(|exe| pack(&exe, &bin, "candle-rocm-bench"))
+    .map(|size| total += size)?;
     eprintln!("== rocm-safe launch_overhead");
     cargo(
         &root,
@@ -111,7 +117,9 @@ pub fn run(no_cuda: bool, no_llamacpp: bool) -> Result<()> {
     eprintln!(
         "\n{BUNDLE} ready ({:.1} MiB). Run it on the device with:\n\
          \n  device run  kind=nvidia-h100-x1  carry=[\"{BUNDLE}\"]\n  command:    bash tests/hip-on-cuda/bench.sh\n\
-         \nand keep the table it writes ($OUT/bench-<date>-<gpu>.md) under bench/results/.",
+         \nand keep the table it writes ($OUT/bench-<date>-<gpu>.md) under bench/results/.\n\
+         With kind=nvidia-h100-x2 it also runs the rows of several GPUs (only them:\n\
+         BENCH_ONLY=mgpu BENCH_TILED=0 BENCH_LLAMACPP=0 bash tests/hip-on-cuda/bench.sh).",
         total as f64 / (1 << 20) as f64
     );
     Ok(())

@@ -27,7 +27,7 @@
 //!    device, `tests/hip-on-cuda/cuda_libs.sh` puts PyTorch's copies on `LD_LIBRARY_PATH`.
 //! 3. **Package.** `target/candle-cuda-bench/Cargo.toml` (a workspace of its own): the bench
 //!    source as `[[bin]] candle-cuda-bench`, `tests/bench/Cargo.toml`'s `[dependencies]` minus
-//!    `candle-rocm` with Candle pinned to `=0.11.1`, and a default `cuda` feature turning on the
+//!    ours ([`ROCM_ONLY`]) with Candle pinned to `=0.11.1`, and a default `cuda` feature turning on the
 //!    three crates' `cuda` features (the source picks `Device::new_cuda(0)` under
 //!    `cfg(feature = "cuda")`). Its `Cargo.lock` is seeded from `tests/Cargo.lock`, so shared
 //!    dependencies keep their versions.
@@ -215,8 +215,13 @@ fn install_toolchain(dir: &Path) -> Result<PathBuf> {
     Ok(cuda_home)
 }
 
-/// The `[dependencies]` lines of the bench manifest, minus `candle-rocm`, with the Candle crates
-/// pinned to `=`[`CANDLE_VERSION`].
+/// The bench's dependencies that only its `rocm` build uses (our path crates: the backend, and
+/// for the rows of several GPUs the demo's tensor-parallel llama and rocm-safe's rendezvous),
+/// left out of the Candle-CUDA manifest.
+pub const ROCM_ONLY: &[&str] = &["candle-rocm", "candle-rocm-demo", "rocm-safe"];
+
+/// The `[dependencies]` lines of the bench manifest, minus [`ROCM_ONLY`], with the Candle
+/// crates pinned to `=`[`CANDLE_VERSION`].
 fn dependencies(manifest: &str) -> Result<Vec<String>> {
     let mut out = Vec::new();
     let mut section = String::new();
@@ -237,7 +242,7 @@ fn dependencies(manifest: &str) -> Result<Vec<String>> {
             bail!("unexpected line in [dependencies]: `{line}`");
         };
         let (name, value) = (name.trim(), value.trim());
-        if name == "candle-rocm" {
+        if ROCM_ONLY.contains(&name) {
             continue;
         }
         ensure!(
@@ -445,6 +450,8 @@ mod tests {
         let toml = "[package]\nname = \"x\"\n\n[dependencies]\nanyhow = \"1\"\n\
                     candle-core = \"0.11.1\"\n# c\ncandle-nn = { version = \"0.11\", features = [\"a\"] }\n\
                     candle-rocm = { path = \"../x\", optional = true }\n\
+                    candle-rocm-demo = { path = \"../demo\", default-features = false, optional = true }\n\
+                    rocm-safe = { path = \"../../rocm-safe\", optional = true }\n\
                     candle-transformers = \"0.11.1\"\n\n[lints.rust]\nx = \"warn\"\n";
         let deps = dependencies(toml)?;
         assert_eq!(

@@ -11,6 +11,7 @@ use crate::device::Device;
 use crate::error::{Result, RocmError};
 use crate::stream::Stream;
 
+use super::backoff::Backoff;
 use super::error::RcclError;
 use super::group;
 use super::id::UniqueId;
@@ -358,7 +359,7 @@ impl Communicator {
     /// settled. On an error or after `timeout`, aborts the communicator and returns why.
     fn settle(&self, state: &mut State, op: &'static str, timeout: Duration) -> Result<()> {
         let start = Instant::now();
-        let mut pause = Duration::from_micros(20);
+        let mut backoff = Backoff::new();
         loop {
             match self.poll(state, op) {
                 Ok(true) => return Ok(()),
@@ -379,8 +380,7 @@ impl Communicator {
                 }
                 .into());
             }
-            std::thread::sleep(pause.min(timeout - waited));
-            pause = (pause * 2).min(Duration::from_millis(2));
+            backoff.sleep(waited, timeout);
         }
     }
 
@@ -420,7 +420,7 @@ impl Communicator {
     /// on a dead peer.
     pub fn wait_timeout(&self, timeout: Duration) -> Result<()> {
         let start = Instant::now();
-        let mut pause = Duration::from_micros(20);
+        let mut backoff = Backoff::new();
         loop {
             let settled = {
                 let mut state = self.state.lock();
@@ -446,8 +446,7 @@ impl Communicator {
                 }
                 .into());
             }
-            std::thread::sleep(pause.min(timeout - waited));
-            pause = (pause * 2).min(Duration::from_millis(2));
+            backoff.sleep(waited, timeout);
         }
     }
 
@@ -515,7 +514,7 @@ pub(super) fn settle_state(
     timeout: Duration,
 ) -> Result<()> {
     let start = Instant::now();
-    let mut pause = Duration::from_micros(20);
+    let mut backoff = Backoff::new();
     loop {
         if state.aborted {
             return Err(RcclError::Aborted {
@@ -547,8 +546,7 @@ pub(super) fn settle_state(
             )
             .into());
         }
-        std::thread::sleep(pause.min(timeout - waited));
-        pause = (pause * 2).min(Duration::from_millis(2));
+        backoff.sleep(waited, timeout);
     }
 }
 

@@ -17,6 +17,7 @@
 //! checked before RCCL is called. The library is loaded on first use by [`crate::Runtime::rccl`]
 //! (`ROCM_SYS_RCCL_LIB` overrides where from).
 
+mod backoff;
 mod collective;
 mod comm;
 mod error;

@@ -1,6 +1,6 @@
 //! The command line of `candle-rocm-bench`.
 
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 
 // The arguments (`candle-rocm-bench --help`). No doc comment here: clap would make it the
 // long help's text.
@@ -38,8 +38,51 @@ pub(crate) struct Cli {
     /// needed): the files llama.cpp's llama-bench runs on (tests/hip-on-cuda/llamacpp.sh).
     #[arg(long, value_name = "DIR")]
     pub(crate) write_gguf: Option<std::path::PathBuf>,
+    /// The rows of several GPUs (this build of ours only): all-reduce over N GPUs, copies from
+    /// GPU 0 to GPU 1 and the tensor-parallel llama on 1 GPU and on N (groups mgpu_*; one
+    /// process per GPU, this one rank 0). With --cpu, 1: the llama's rows on the CPU. Only
+    /// these rows run.
+    #[arg(long, value_name = "N")]
+    pub(crate) gpus: Option<usize>,
+    /// The tensor-parallel llama's shape in the mgpu_tp rows: Llama 2 7B's, or a small one
+    /// (for the CPU).
+    #[arg(long, value_enum, default_value_t = TpModel::Llama7b)]
+    pub(crate) tp_model: TpModel,
+    /// The tensor-parallel llama's layers (32 in the 7B model; fewer for a quick look).
+    #[arg(long, default_value_t = 32)]
+    pub(crate) tp_layers: usize,
+    /// The prompt tokens of the tensor-parallel llama's prefill rows (at most the model's
+    /// positions: 4096 in the 7B model, 1024 in the tiny one).
+    #[arg(long, default_value_t = 512)]
+    pub(crate) tp_prefill: usize,
+    /// The tensor-parallel llama's attention: flash (the default on a GPU) or matmul (the
+    /// default on the CPU; its rows' op names end in `_matmul`).
+    #[arg(long, value_enum)]
+    pub(crate) tp_attention: Option<TpAttention>,
+    /// Set by rank 0 on the ranks it starts for --gpus N (not for hand use).
+    #[arg(long, hide = true, requires = "gpus")]
+    pub(crate) rank_worker: bool,
     /// With --write-gguf: a 2-layer model of the same kind (gguf-tiny-<mix>.gguf), to check the
     /// files quickly (e.g. with a CPU build of llama.cpp).
     #[arg(long, requires = "write_gguf")]
     pub(crate) tiny_gguf: bool,
+}
+
+/// The tensor-parallel llama's shape (`--tp-model`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum TpModel {
+    /// Llama 2 7B: 4096 hidden, 32 heads, 11008 intermediate, 32000 tokens.
+    #[value(name = "7b")]
+    Llama7b,
+    /// 128 hidden, 4 heads, 344 intermediate, 1024 tokens: a run on the CPU.
+    Tiny,
+}
+
+/// The tensor-parallel llama's attention path (`--tp-attention`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum TpAttention {
+    /// candle-flash-attn's API on candle-rocm's kernels.
+    Flash,
+    /// Matmul, causal mask and softmax in f32.
+    Matmul,
 }

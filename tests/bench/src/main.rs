@@ -19,6 +19,9 @@
 //! One line per row on stdout, tab-separated:
 //! `bench <group> <op> <shape> <dtype> <seconds> <work> <unit>`, `unit` one of `bytes`,
 //! `flops`, `calls`, `tokens`, `sequences`; and a first line `device <description>`.
+//! `--gpus N` runs only the rows of several GPUs instead (`mgpu`: all-reduce, copies between
+//! GPUs, the tensor-parallel llama; one process per GPU), which `tests/bench/torch_mgpu.py`
+//! times with PyTorch and `table.py --multi-gpu` tabulates.
 //! `--write-gguf DIR` instead writes the synthetic GGUF decoders to files and prints their
 //! paths (for llama.cpp's `llama-bench`, `tests/hip-on-cuda/llamacpp.sh`).
 
@@ -29,6 +32,8 @@ mod gguf;
 mod latency;
 mod matmul;
 mod memory;
+#[cfg(all(feature = "rocm", not(feature = "cuda")))]
+mod mgpu;
 mod models;
 mod quantized;
 mod runner;
@@ -87,18 +92,24 @@ fn main() -> Result<()> {
         };
         return gguf::write_gguf_files(dir, shape);
     }
+    if cli.rank_worker {
+        return rank_worker(&cli);
+    }
     let dev = if cli.cpu { Device::Cpu } else { device()? };
     println!("device\t{BACKEND}\t{:?}", dev.location());
     let b = Bench {
         dev,
-        only: cli.only,
-        shapes: cli.shape,
+        only: cli.only.clone(),
+        shapes: cli.shape.clone(),
         n: cli.elements,
         profile: cli.profile,
     };
     if b.profile {
         models::decode(&b, cli.decode_tokens)?;
         return Ok(());
+    }
+    if let Some(gpus) = cli.gpus {
+        return several_gpus(&b, &cli, gpus);
     }
     for dtype in [DType::F32, DType::BF16] {
         memory::memory_bound(&b, dtype)?;
@@ -114,4 +125,35 @@ fn main() -> Result<()> {
     gguf::gguf_decoder(&b, cli.decode_tokens)?;
     gguf::gguf_file_rows(&b, &cli.gguf, cli.decode_tokens)?;
     Ok(())
+}
+
+/// `--gpus N`: the rows of several GPUs (`mgpu`), this process rank 0.
+#[cfg(all(feature = "rocm", not(feature = "cuda")))]
+fn several_gpus(b: &Bench, cli: &Cli, gpus: usize) -> Result<()> {
+    mgpu::run(b, cli, gpus)
+}
+
+/// A rank of `--gpus N` that rank 0 started.
+#[cfg(all(feature = "rocm", not(feature = "cuda")))]
+fn rank_worker(cli: &Cli) -> Result<()> {
+    mgpu::worker(cli)
+}
+
+/// Candle CUDA's build (and one without a backend) has no collectives of ours: `--gpus` is
+/// the rocm build's.
+#[cfg(not(all(feature = "rocm", not(feature = "cuda"))))]
+fn several_gpus(_: &Bench, cli: &Cli, gpus: usize) -> Result<()> {
+    // Read here too, so this build does not call the rocm build's options unused.
+    let _ = (cli.tp_model, cli.tp_layers, cli.rank_worker);
+    anyhow::bail!(
+        "--gpus {gpus}: the rows of several GPUs are candle-rocm-bench's (the rocm build) only"
+    )
+}
+
+/// See [`several_gpus`].
+#[cfg(not(all(feature = "rocm", not(feature = "cuda"))))]
+fn rank_worker(_: &Cli) -> Result<()> {
+    anyhow::bail!(
+        "--rank-worker: the rows of several GPUs are candle-rocm-bench's (the rocm build) only"
+    )
 }

@@ -161,3 +161,57 @@ fn written_gguf_files_carry_what_llama_cpp_requires() {
     }
     std::fs::remove_dir_all(&dir).expect("removing the files");
 }
+
+/// `--gpus 1 --cpu`: the tensor-parallel llama's rows (a small llama, a world of one) on the
+/// CPU, in the table format with the shape column table.py pairs by (`1gpu_<layers>l`); the
+/// rows of several devices are refused on the CPU with the reason.
+#[test]
+fn tensor_parallel_rows_run_on_the_cpu() {
+    let out = bench(&[
+        "--cpu",
+        "--gpus",
+        "1",
+        "--tp-model",
+        "tiny",
+        "--tp-layers",
+        "2",
+        "--decode-tokens",
+        "3",
+        "--tp-prefill",
+        "40",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .filter(|l| l.starts_with("bench\t"))
+        .map(|l| l.split('\t').collect())
+        .collect();
+    let ops: Vec<&str> = rows.iter().map(|f| f[2]).collect();
+    // The CPU's attention is the matmul path.
+    assert_eq!(
+        ops,
+        ["prefill_llama_tiny_matmul", "decode_llama_tiny_matmul"],
+        "{text}"
+    );
+    for f in &rows {
+        assert_eq!(f.len(), 8, "{f:?}");
+        assert_eq!(
+            (f[1], f[3], f[4], f[7]),
+            ("mgpu_tp", "1gpu_2l", "f16", "tokens")
+        );
+        let secs: f64 = f[5].parse().expect("seconds");
+        assert!(secs > 0.0 && secs.is_finite(), "{f:?}");
+    }
+    // The prefill row counts its 40 prompt tokens, the decode row one token a step.
+    assert_eq!((rows[0][6], rows[1][6]), ("40", "1"));
+
+    let out = bench(&["--cpu", "--gpus", "2", "--tp-model", "tiny"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--gpus 1"), "{err}");
+}

@@ -41,7 +41,7 @@ pub use error::TpError;
 pub use launch::{free_port, join, rank_env, spawn_ranks, wait_ranks, RankProcess};
 pub use linear::{ColumnParallelLinear, RowParallelLinear, Solo, World};
 pub use llama::{TpCache, TpLlama};
-pub use random::{parse_config, tinyllama_1_1b, write_random_llama};
+pub use random::{llama2_7b, parse_config, tinyllama_1_1b, write_random_llama};
 pub use shard::{safetensors_files, Shard, ShardedWeights, Split};
 
 use crate::decoder::{decode, encode, forced_steps, greedy, DecoderError, Generation};

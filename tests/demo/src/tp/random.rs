@@ -1,5 +1,6 @@
 //! Llama checkpoints with random weights in the Hugging Face layout, for tests and speed runs
 //! of shapes no small package ships (the 1.1B shape of TinyLlama, the 7B shape of Llama 2).
+//! [`super::ShardedWeights::random`] draws the same kind of weights on the device instead.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -24,6 +25,26 @@ pub fn tinyllama_1_1b(layers: usize) -> serde_json::Value {
         "bos_token_id": 1,
         "eos_token_id": 2,
         "max_position_embeddings": 2048,
+        "tie_word_embeddings": false
+    })
+}
+
+/// The `config.json` of Llama 2 7B's shape (4096 hidden, 32 query and 32 key-value heads,
+/// 11008 intermediate, 32000 tokens) with `layers` layers (the real one has 32): 6.7 billion
+/// parameters at 32 layers, 13.5 GB in f16.
+pub fn llama2_7b(layers: usize) -> serde_json::Value {
+    serde_json::json!({
+        "hidden_size": 4096,
+        "intermediate_size": 11008,
+        "vocab_size": 32000,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 32,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "max_position_embeddings": 4096,
         "tie_word_embeddings": false
     })
 }

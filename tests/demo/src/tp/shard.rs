@@ -7,7 +7,9 @@
 //! (dimension 1). Rank `r` of `w` gets block `r` of `len / w` entries; a length that is not a
 //! multiple of `w` is an error naming the tensor, never a silent remainder. [`ShardedWeights`]
 //! slices the mapped file's tensor view (safetensors' `slice`), so a rank copies only its block
-//! out of the page cache and never materialises the whole weight.
+//! out of the page cache and never materialises the whole weight. [`ShardedWeights::random`]
+//! instead draws each rank's block on its device (speed runs of shapes no checkpoint is at
+//! hand for, such as the 7B llama: no file to write and read).
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -132,9 +134,18 @@ impl Split {
     }
 }
 
-/// One rank's view of safetensors files: memory-mapped, each tensor read as this rank's block.
+/// Where [`ShardedWeights`] takes its tensors from.
+enum Source {
+    /// Memory-mapped safetensors files.
+    Files(MmapedSafetensors),
+    /// Drawn on the device, as [`super::write_random_llama`] draws them on the host.
+    Random,
+}
+
+/// One rank's view of safetensors files: memory-mapped, each tensor read as this rank's block
+/// (or, from [`ShardedWeights::random`], random blocks of the same shapes).
 pub struct ShardedWeights {
-    st: MmapedSafetensors,
+    source: Source,
     path: PathBuf,
     shard: Shard,
     dtype: DType,
@@ -169,7 +180,7 @@ impl ShardedWeights {
             reason: e.to_string(),
         })?;
         Ok(ShardedWeights {
-            st,
+            source: Source::Files(st),
             path,
             shard,
             dtype,
@@ -177,19 +188,42 @@ impl ShardedWeights {
         })
     }
 
+    /// Random weights for rank `shard` in `dtype` on `device`, each tensor drawn on the device
+    /// with the block shape a file would give: norm weights (`*norm.weight`) 1, the embeddings
+    /// N(0, 1), every other (linear) weight N(0, 1 / in_features) of the whole tensor, so
+    /// activations keep their scale through the layers as with [`super::write_random_llama`].
+    /// The device's generator draws them in the order they are asked for: seeded alike
+    /// (`Device::set_seed`), ranks that load the same model get the same whole tensors.
+    pub fn random(shard: Shard, dtype: DType, device: &Device) -> ShardedWeights {
+        ShardedWeights {
+            source: Source::Random,
+            path: PathBuf::from("(random weights)"),
+            shard,
+            dtype,
+            device: device.clone(),
+        }
+    }
+
     /// This rank.
     pub fn shard(&self) -> Shard {
         self.shard
     }
 
-    /// Whether the files hold `name`.
+    /// Whether the files hold `name` (random weights hold every name).
     pub fn contains(&self, name: &str) -> bool {
-        self.st.get(name).is_ok()
+        match &self.source {
+            Source::Files(st) => st.get(name).is_ok(),
+            Source::Random => true,
+        }
     }
 
     /// This rank's block of `name` (split as `split`), whose whole shape must be `full`.
     pub fn get(&self, name: &str, full: &[usize], split: Split) -> Result<Tensor, TpError> {
-        let view = self.st.get(name).map_err(|_| TpError::MissingTensor {
+        let st = match &self.source {
+            Source::Files(st) => st,
+            Source::Random => return self.random_block(name, full, split),
+        };
+        let view = st.get(name).map_err(|_| TpError::MissingTensor {
             path: self.path.clone(),
             tensor: name.to_string(),
         })?;
@@ -214,6 +248,24 @@ impl ShardedWeights {
         }
         .map_err(|e| weights_err(e.to_string()))?;
         Ok(tensor.to_device(&self.device)?.to_dtype(self.dtype)?)
+    }
+
+    /// [`ShardedWeights::get`] for random weights: this rank's block, drawn on the device.
+    fn random_block(&self, name: &str, full: &[usize], split: Split) -> Result<Tensor, TpError> {
+        let (shape, _) = split.local(self.shard, name, full)?;
+        let dev = &self.device;
+        let tensor = if name.ends_with("norm.weight") {
+            Tensor::ones(shape, self.dtype, dev)?
+        } else {
+            let std = match full {
+                [_, inputs] if !name.ends_with("embed_tokens.weight") => {
+                    (1.0 / (*inputs).max(1) as f64).sqrt()
+                }
+                _ => 1.0,
+            };
+            Tensor::randn(0f32, std as f32, shape, dev)?.to_dtype(self.dtype)?
+        };
+        Ok(tensor)
     }
 }
 
@@ -331,6 +383,68 @@ mod tests {
         assert_eq!(Split::Whole.local(s, "n", &[5]).unwrap(), (vec![5], None));
         assert!(matches!(
             Split::Cols.local(s, "o", &[6, 5]),
+            Err(TpError::UnevenSplit { dim: 1, len: 5, .. })
+        ));
+    }
+
+    /// Random weights come in the block shape a file would give, in the asked dtype: norms 1,
+    /// linear weights with standard deviation 1/sqrt(in_features) of the whole tensor, the
+    /// embeddings 1; an uneven split is the same typed error.
+    #[test]
+    fn random_blocks_have_the_shard_shape_and_scale() {
+        let shard = Shard::new(1, 2).unwrap();
+        let w = ShardedWeights::random(shard, DType::F16, &Device::Cpu);
+        assert!(w.contains("anything"));
+        assert_eq!(w.shard(), shard);
+        let std_of = |t: &Tensor| -> f64 {
+            let v: Vec<f32> = t
+                .to_dtype(DType::F32)
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1()
+                .unwrap();
+            let n = v.len() as f64;
+            let mean = v.iter().map(|&x| f64::from(x)).sum::<f64>() / n;
+            (v.iter()
+                .map(|&x| (f64::from(x) - mean).powi(2))
+                .sum::<f64>()
+                / n)
+                .sqrt()
+        };
+        let norm = w
+            .get("model.layers.0.input_layernorm.weight", &[64], Split::Whole)
+            .unwrap();
+        assert_eq!(norm.dtype(), DType::F16);
+        assert_eq!(
+            norm.to_dtype(DType::F32).unwrap().to_vec1::<f32>().unwrap(),
+            vec![1.0; 64]
+        );
+        let down = w
+            .get(
+                "model.layers.0.mlp.down_proj.weight",
+                &[128, 400],
+                Split::Cols,
+            )
+            .unwrap();
+        assert_eq!(down.dims(), &[128, 200]);
+        let s = std_of(&down);
+        assert!((s - 0.05).abs() < 0.005, "std {s}, want 1/sqrt(400) = 0.05");
+        let q = w
+            .get(
+                "model.layers.0.self_attn.q_proj.weight",
+                &[64, 256],
+                Split::Rows,
+            )
+            .unwrap();
+        assert_eq!(q.dims(), &[32, 256]);
+        let embed = w
+            .get("model.embed_tokens.weight", &[100, 64], Split::Whole)
+            .unwrap();
+        let s = std_of(&embed);
+        assert!((s - 1.0).abs() < 0.1, "embedding std {s}");
+        assert!(matches!(
+            w.get("model.layers.0.mlp.down_proj.weight", &[4, 5], Split::Cols),
             Err(TpError::UnevenSplit { dim: 1, len: 5, .. })
         ));
     }
