@@ -3,6 +3,9 @@ tests/bench/src/ (candle-rocm-bench), printed in its line format so table.py can
 them. Runs on the device machine with its own python3 and PyTorch (CUDA); transformers' BERT
 and LLaMA with random weights for the model rows.
 
+The conv_models rows (ResNet-50, Whisper tiny's encoder, Stable Diffusion's VAE decoder and UNet,
+written in torch.nn) are in torch_conv_models.py beside this file.
+
 Usage: python3 tests/bench/torch_bench.py [--only WORD,...] [--decode-tokens N] [--elements N]
 """
 
@@ -12,6 +15,8 @@ import time
 
 import torch
 import torch.nn.functional as F
+
+import torch_conv_models
 
 SAMPLES = 5
 BATCH_SECONDS = 0.02
@@ -329,6 +334,7 @@ def main():
     latency(b)
     matmul(b)
     conv(b)
+    torch_conv_models.conv_models(b)
     bert(b)
     attention(b)
     decode(b, a.decode_tokens)

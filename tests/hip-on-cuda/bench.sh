@@ -10,7 +10,8 @@
 #    "H100 via HIP-on-CUDA"; its memory-bound rows a second time with
 #    CANDLE_ROCM_FAST_KERNELS=0, candle's own kernels, its quantized rows again with
 #    CANDLE_ROCM_QMATVEC=q8 and with the tiled kernels, CANDLE_ROCM_QMATMUL_ROWS=64, also from 2
-#    rows, its decoder rows in graph mode, CANDLE_ROCM_GRAPHS=1), Candle 0.11.1's own CUDA backend (candle-cuda-bench, built from
+#    rows, its decoder rows in graph mode, CANDLE_ROCM_GRAPHS=1, its conv_models rows once
+#    more with CANDLE_ROCM_CONV=im2col), Candle 0.11.1's own CUDA backend (candle-cuda-bench, built from
 #    the same source against crates.io Candle with its `cuda` feature) and PyTorch eager
 #    (tests/bench/torch_bench.py with the machine's own PyTorch);
 # 3. llama.cpp as a peer on the same GGUF files (when the bundle holds llama.cpp.tar.xz, see
@@ -98,6 +99,12 @@ echo "== ours in graph mode (CANDLE_ROCM_GRAPHS=1): the decoder rows"
 CANDLE_ROCM_GRAPHS=1 timeout "$limit" "$BUILD/bin/candle-rocm-bench" --only "${BENCH_ONLY:-decode,gguf}" "${gguf[@]}" \
     > "$OUT/ours-graphs.tsv" 2> "$OUT/ours-graphs.err"
 row "graph mode (decode, gguf) exit" "$? ($(grep -c '^bench' "$OUT/ours-graphs.tsv") rows)"
+
+echo "== ours on the im2col path (CANDLE_ROCM_CONV=im2col): the conv model rows"
+# (the MIOpen pass above runs them too: `conv` selects the group conv_models)
+CANDLE_ROCM_CONV=im2col timeout "$limit" "$BUILD/bin/candle-rocm-bench" --only "${BENCH_ONLY:-conv_models}" \
+    > "$OUT/ours-im2col.tsv" 2> "$OUT/ours-im2col.err"
+row "im2col path (conv_models rows) exit" "$? ($(grep -c '^bench' "$OUT/ours-im2col.tsv") rows)"
 
 echo "== Candle 0.11.1 CUDA: candle-cuda-bench"
 if [ -x "$BUILD/bin/candle-cuda-bench" ]; then
@@ -199,6 +206,12 @@ if grep -q '^bench	conv' "$OUT/ours-miopen.tsv" 2> /dev/null; then
     echo >> "$result"
     python3 tests/bench/table.py "$OUT/ours-miopen.tsv" "$OUT/candle-cuda.tsv" "$OUT/torch.tsv" \
         --title "the conv rows again, ours on the MIOpen path (CANDLE_ROCM_CONV=miopen; cuDNN under the MIOpen double on this card)" \
+        | awk -F'|' 'NF < 10 || $5 != " - "' >> "$result"  # only the rows ours ran
+fi
+if grep -q '^bench	conv_models' "$OUT/ours-im2col.tsv" 2> /dev/null; then
+    echo >> "$result"
+    python3 tests/bench/table.py "$OUT/ours-im2col.tsv" "$OUT/candle-cuda.tsv" "$OUT/torch.tsv" \
+        --title "the conv model rows again, ours on the im2col path (CANDLE_ROCM_CONV=im2col)" \
         | awk -F'|' 'NF < 10 || $5 != " - "' >> "$result"  # only the rows ours ran
 fi
 # Any row: the q8 pass runs the quantized rows and the GGUF decoder rows (group `model` for a

@@ -177,11 +177,19 @@ const ISOLATED_VAR: &str = "CANDLE_ROCM_TESTS_ISOLATED";
 /// fails unless it passed: the allocator's counters are per process, and other tests of a
 /// binary allocate on the same device in parallel.
 pub fn isolated(name: &str) -> Result<bool> {
+    isolated_with(name, &[])
+}
+
+/// [`isolated`] with environment variables set for the child process: the way to run a test
+/// under a setting that candle-rocm reads once per process (e.g. `CANDLE_ROCM_CONV`'s
+/// convolution path), whatever the parent's environment says.
+pub fn isolated_with(name: &str, env: &[(&str, &str)]) -> Result<bool> {
     if std::env::var_os(ISOLATED_VAR).is_some() {
         return Ok(true);
     }
     let exe = std::env::current_exe()?;
     let out = std::process::Command::new(exe)
+        .envs(env.iter().copied())
         .args([
             "--exact",
             name,

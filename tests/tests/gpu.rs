@@ -1,7 +1,8 @@
 //! Tensor-level GPU tests: candle-nn's fused ops, candle-flash-attn's API, convolutions on
-//! the GEMM path, `cat`'s batched copies, decode-shaped matrix products, autograd, quantized
-//! (GGML) tensors, many threads on one device and the device handle itself, each result
-//! compared with the same candle API on the CPU.
+//! the GEMM path, small Stable Diffusion models on each convolution path, `cat`'s batched
+//! copies, decode-shaped matrix products, autograd, quantized (GGML) tensors, many threads on
+//! one device and the device handle itself, each result compared with the same candle API on
+//! the CPU.
 //!
 //! Every test needs a HIP device and is `#[ignore]`d; the HIP-on-CUDA harness runs them with
 //! `--include-ignored` and `CANDLE_ROCM_STRICT=1`, so an op that would silently fall back to
@@ -12,6 +13,8 @@
 mod autograd;
 #[path = "gpu/conv.rs"]
 mod conv;
+#[path = "gpu/conv_models.rs"]
+mod conv_models;
 #[path = "gpu/copy.rs"]
 mod copy;
 #[path = "gpu/device.rs"]

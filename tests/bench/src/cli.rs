@@ -24,6 +24,10 @@ pub(crate) struct Cli {
     /// Run on the CPU (to try the bench itself on a machine without a GPU).
     #[arg(long)]
     pub(crate) cpu: bool,
+    /// The conv_models rows on small versions of their models (shapes prefixed `tiny`), to run
+    /// them end to end on the CPU in seconds.
+    #[arg(long)]
+    pub(crate) tiny_models: bool,
     /// A GGUF decoder file (llama or Gemma 3 architecture) for the `gguf_*_file` rows: prefill
     /// and decode tokens/s of the real model (skipped when not given; repeat for several).
     #[arg(long)]

@@ -28,6 +28,7 @@
 mod attention;
 mod cli;
 mod conv;
+mod conv_models;
 mod gguf;
 mod latency;
 mod matmul;
@@ -119,6 +120,7 @@ fn main() -> Result<()> {
     matmul::matmul(&b)?;
     quantized::quantized(&b)?;
     conv::conv(&b)?;
+    conv_models::conv_models(&b, cli.tiny_models)?;
     models::bert(&b)?;
     attention::attention(&b)?;
     models::decode(&b, cli.decode_tokens)?;

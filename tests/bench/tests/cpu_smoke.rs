@@ -62,6 +62,52 @@ fn cpu_rows_come_out_in_the_table_format() {
     );
 }
 
+/// `--tiny-models`: conv_models rows (small versions of the same models) run end to end on the
+/// CPU, with a positive time per call, the batch as the work and a shape marked `tiny`: the
+/// VAE decoder in f32 and f16, Whisper's encoder in f32 only (the cheapest rows in a debug
+/// build; the UNet and ResNet-50 rows run the same way).
+#[test]
+fn tiny_conv_model_rows_run_end_to_end() {
+    let out = bench(&[
+        "--cpu",
+        "--elements",
+        "262144",
+        "--tiny-models",
+        "--only",
+        "sd15_vae_decode,whisper_tiny_encoder",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut rows = Vec::new();
+    for line in text.lines().skip(1) {
+        let f: Vec<&str> = line.split('\t').collect();
+        assert_eq!(f.len(), 8, "{line}");
+        assert_eq!(
+            (f[0], f[1], f[7]),
+            ("bench", "conv_models", "sequences"),
+            "{line}"
+        );
+        assert!(f[3].starts_with("tiny"), "{line}");
+        let secs: f64 = f[5].parse().expect("seconds");
+        let work: f64 = f[6].parse().expect("work");
+        assert!(secs > 0.0 && secs.is_finite() && work >= 1.0, "{line}");
+        rows.push(format!("{} {}", f[2], f[4]));
+    }
+    assert_eq!(
+        rows,
+        [
+            "sd15_vae_decode f32",
+            "whisper_tiny_encoder f32",
+            "sd15_vae_decode f16"
+        ],
+        "{text}"
+    );
+}
+
 #[test]
 fn bad_sizes_are_refused_with_the_reason() {
     let out = bench(&["--cpu", "--elements", "1000"]);
