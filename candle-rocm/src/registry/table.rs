@@ -44,16 +44,29 @@ pub struct KernelTable<V> {
     overflow: Mutex<HashMap<(Module, Box<str>), V>>,
 }
 
-/// FNV-1a over the module's index and the name's bytes, folded so the low bits the table
-/// takes depend on every byte.
+/// A multiply-rotate hash (FxHash's step) over the module's index and the name, eight bytes
+/// at a time, the length mixed into the last word, then mixed so the low bits the table takes
+/// depend on every byte.
 fn hash(module: Module, name: &str) -> usize {
-    const PRIME: u64 = 0x0000_0100_0000_01b3;
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in std::iter::once(module as u8).chain(name.bytes()) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(PRIME);
+    const K: u64 = 0x517c_c1b7_2722_0a95;
+    let step = |h: u64, w: u64| (h.rotate_left(5) ^ w).wrapping_mul(K);
+    let bytes = name.as_bytes();
+    let mut h = step(0, module as u64);
+    let mut words = bytes.chunks_exact(8);
+    for w in &mut words {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(w);
+        h = step(h, u64::from_le_bytes(b));
     }
-    (h ^ (h >> 29)) as usize
+    let mut last = [0u8; 8];
+    for (d, s) in last.iter_mut().zip(words.remainder()) {
+        *d = *s;
+    }
+    h = step(h, u64::from_le_bytes(last) ^ ((bytes.len() as u64) << 56));
+    // MurmurHash3's finaliser: every input bit reaches the low bits.
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    (h ^ (h >> 33)) as usize
 }
 
 impl<V: Clone> KernelTable<V> {
@@ -160,6 +173,21 @@ mod tests {
             "the module is in the key"
         );
         assert_eq!(t.find(Module::Unary, "kernel_0_f1"), None);
+    }
+
+    #[test]
+    fn names_spread_over_the_slots() {
+        let mut used = std::collections::HashSet::new();
+        for n in names(1000) {
+            used.insert(hash(Module::Unary, &n) & (SLOTS - 1));
+        }
+        assert!(
+            used.len() > 700,
+            "{} of 1000 names in distinct slots",
+            used.len()
+        );
+        assert_ne!(hash(Module::Unary, "a"), hash(Module::Binary, "a"));
+        assert_ne!(hash(Module::Unary, "ab"), hash(Module::Unary, "ab\0"));
     }
 
     #[test]
