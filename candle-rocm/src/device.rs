@@ -3,6 +3,7 @@
 //! above errors and the registry: it knows nothing of storage or ops (`BackendDevice` is
 //! implemented in `backend_device.rs`).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use candle_core::Layout;
@@ -128,18 +129,14 @@ impl RocmDevice {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
-    /// Looks up a kernel (modules load once per device).
-    pub(crate) fn function(&self, module: Module, name: &str) -> Result<Function, BackendError> {
-        Ok(self.inner.kernels.function(module, name)?)
-    }
-
-    /// Looks up a kernel by a name known at compile time (no allocation once cached).
-    pub(crate) fn function_static(
+    /// Looks up a kernel (modules load once per device); after its first lookup it is
+    /// borrowed from the registry, with no lock and no allocation.
+    pub(crate) fn function(
         &self,
         module: Module,
-        name: &'static str,
-    ) -> Result<Function, BackendError> {
-        Ok(self.inner.kernels.function_static(module, name)?)
+        name: &str,
+    ) -> Result<Cow<'_, Function>, BackendError> {
+        Ok(self.inner.kernels.function(module, name)?)
     }
 
     /// Looks up a kernel that only some targets define; `None` when this device's code object
@@ -148,7 +145,7 @@ impl RocmDevice {
         &self,
         module: Module,
         name: &'static str,
-    ) -> Result<Option<Function>, BackendError> {
+    ) -> Result<Option<Cow<'_, Function>>, BackendError> {
         Ok(self.inner.kernels.optional_static(module, name)?)
     }
 

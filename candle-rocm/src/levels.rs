@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 /// level of its longest listed prefix.
 const LEVELS: &[(&str, u32)] = &[
     ("settings", 0),
+    ("registry::table", 9),
     ("registry", 10),
     ("error", 20),
     ("report", 20),

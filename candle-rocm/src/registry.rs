@@ -9,9 +9,12 @@
 //!    built for an unsupported GPU, or by nvcc for the HIP-on-CUDA harness);
 //! 4. else a typed error naming the processor, the embedded targets and the command that builds
 //!    for it.
+//!
+//! Kernels are found again by name in [`table::KernelTable`], without a lock or an allocation.
+
+pub mod table;
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
@@ -157,8 +160,8 @@ pub struct KernelRegistry {
     runtime_version: i32,
     modules: [OnceLock<Result<rocm_safe::Module, KernelError>>; Module::ALL.len()],
     /// Kernels looked up so far: every op launch asks by name, and a hit skips the runtime's
-    /// symbol lookup. Names known at compile time are kept borrowed (no allocation per launch).
-    functions: parking_lot::Mutex<HashMap<(Module, Cow<'static, str>), Function>>,
+    /// symbol lookup, with no lock and no allocation.
+    functions: table::KernelTable<Function>,
     /// Optional kernels a module was found not to have ([`KernelRegistry::optional_static`]),
     /// so a fallback costs one failed lookup per device, not one per launch.
     absent: parking_lot::Mutex<std::collections::HashSet<(Module, &'static str)>>,
@@ -174,7 +177,7 @@ impl KernelRegistry {
             dir,
             runtime_version,
             modules: std::array::from_fn(|_| OnceLock::new()),
-            functions: parking_lot::Mutex::new(HashMap::new()),
+            functions: table::KernelTable::new(),
             absent: parking_lot::Mutex::new(std::collections::HashSet::new()),
         })
     }
@@ -185,19 +188,18 @@ impl KernelRegistry {
         slot.get_or_init(|| self.load(module)).clone()
     }
 
-    /// Looks up one kernel of a module.
-    pub fn function(&self, module: Module, name: &str) -> Result<Function, KernelError> {
-        self.lookup(module, Cow::Owned(name.to_string()))
-    }
-
-    /// Looks up one kernel by a name known at compile time; a cached kernel costs no
-    /// allocation.
-    pub fn function_static(
-        &self,
-        module: Module,
-        name: &'static str,
-    ) -> Result<Function, KernelError> {
-        self.lookup(module, Cow::Borrowed(name))
+    /// Looks up one kernel of a module; once found, it is borrowed from the registry's table
+    /// (no lock, no allocation), or owned in the rare case the table had no room for it.
+    pub fn function(&self, module: Module, name: &str) -> Result<Cow<'_, Function>, KernelError> {
+        self.functions.get_or_try_insert(module, name, || {
+            self.module(module)?
+                .function(name)
+                .map_err(|source| KernelError::MissingKernel {
+                    module: module.name(),
+                    name: name.to_string(),
+                    source,
+                })
+        })
     }
 
     /// A kernel that only some targets' code objects define (e.g. a matrix-unit variant):
@@ -207,11 +209,14 @@ impl KernelRegistry {
         &self,
         module: Module,
         name: &'static str,
-    ) -> Result<Option<Function>, KernelError> {
+    ) -> Result<Option<Cow<'_, Function>>, KernelError> {
+        if let Some(f) = self.functions.find(module, name) {
+            return Ok(Some(Cow::Borrowed(f)));
+        }
         if self.absent.lock().contains(&(module, name)) {
             return Ok(None);
         }
-        match self.lookup(module, Cow::Borrowed(name)) {
+        match self.function(module, name) {
             Ok(f) => Ok(Some(f)),
             Err(KernelError::MissingKernel { .. }) => {
                 tracing::debug!(module = module.name(), name, "optional kernel absent");
@@ -220,23 +225,6 @@ impl KernelRegistry {
             }
             Err(e) => Err(e),
         }
-    }
-
-    fn lookup(&self, module: Module, name: Cow<'static, str>) -> Result<Function, KernelError> {
-        let key = (module, name);
-        if let Some(f) = self.functions.lock().get(&key) {
-            return Ok(f.clone());
-        }
-        let f =
-            self.module(module)?
-                .function(&key.1)
-                .map_err(|source| KernelError::MissingKernel {
-                    module: module.name(),
-                    name: key.1.to_string(),
-                    source,
-                })?;
-        self.functions.lock().insert(key, f.clone());
-        Ok(f)
     }
 
     fn load(&self, module: Module) -> Result<rocm_safe::Module, KernelError> {

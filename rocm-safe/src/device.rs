@@ -1,5 +1,33 @@
 //! [`Device`]: one visible HIP device, its properties, and binding it to the calling thread.
+//!
+//! # The current device
+//!
+//! HIP keeps a current device per host thread (`hipSetDevice`). rocm-safe makes a device
+//! current before every call that may depend on it, and remembers, per thread, which device it
+//! made current last (the HIP runtime's `hipSetDevice` entry point, which names the runtime
+//! whose per-thread state it is, and the ordinal), so the launches, copies and stream waits of a
+//! decode loop, a few hundred a token, skip the call when the device is already current.
+//!
+//! Two kinds of binding, and why each is safe:
+//! - [`Device::bind_to_thread`] skips `hipSetDevice` when this thread's remembered device is
+//!   this one. It serves the calls that name a stream or an event (launches, asynchronous
+//!   copies, event record and wait, stream and event creation and destruction).
+//! - [`Device::make_current`] (and the crate's allocation, synchronisation, memory-information,
+//!   peer-access and module-loading paths) always call `hipSetDevice` and refresh what is
+//!   remembered: the calls whose outcome does depend on the current device.
+//!
+//! A user thread that switches between devices through rocm-safe is always right: every bind
+//! compares against what rocm-safe itself set last on that thread. What rocm-safe cannot see is
+//! `hipSetDevice` called by other code on the same thread. The libraries rocm-safe drives
+//! (rocBLAS, MIOpen, RCCL) are entered with their handle's device just made current, so a
+//! device they set themselves is that same device. Code of the application that calls
+//! `hipSetDevice` itself, on a thread that goes on to use rocm-safe, must call
+//! [`Device::forget_thread_binding`] (or [`Device::make_current`]) afterwards. If it does not,
+//! AMD's runtime still runs every stream-carrying call on its stream's device (the remembered
+//! binding only spares a call there); a runtime that follows the current device instead (the
+//! CUDA driver under the HIP-on-CUDA test double) rejects the mismatched handle with an error.
 
+use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::{Arc, OnceLock};
 
@@ -101,10 +129,24 @@ impl Device {
         self.inner.rt.hip()
     }
 
-    /// Makes this device current on the calling thread (`hipSetDevice`). Every rocm-safe call
-    /// that depends on the current device does this first.
+    /// Makes this device current on the calling thread, skipping `hipSetDevice` when rocm-safe
+    /// made it current on this thread last (see the module documentation for when that is
+    /// safe). Every rocm-safe call that names a stream or an event does this first.
     pub fn bind_to_thread(&self) -> Result<()> {
+        bind_cached(self.hip(), self.ordinal())
+    }
+
+    /// Makes this device current on the calling thread with `hipSetDevice`, whatever was
+    /// current before, and remembers it for [`Device::bind_to_thread`].
+    pub fn make_current(&self) -> Result<()> {
         bind(self.hip(), self.ordinal())
+    }
+
+    /// Forgets which device rocm-safe made current on the calling thread, so the next
+    /// [`Device::bind_to_thread`] calls `hipSetDevice`. For a thread that changed its current
+    /// device by other means than rocm-safe (its own `hipSetDevice`).
+    pub fn forget_thread_binding() {
+        BOUND.with(|b| b.set(None));
     }
 
     /// Free and total device memory in bytes (`hipMemGetInfo`).
@@ -157,8 +199,48 @@ impl std::fmt::Debug for Device {
     }
 }
 
-/// `hipSetDevice(ordinal)`; the ordinal must be below `hipGetDeviceCount`.
+thread_local! {
+    /// The device rocm-safe made current on this thread last: the address of the runtime's
+    /// `hipSetDevice` (one per loaded HIP runtime, whose per-thread state the current device
+    /// is) and the ordinal. `None` before the first bind, after a failed one, and after
+    /// [`Device::forget_thread_binding`].
+    static BOUND: Cell<Option<(usize, usize)>> = const { Cell::new(None) };
+}
+
+/// What [`BOUND`] holds for `ordinal` of runtime `hip`.
+fn binding(hip: &Hip, ordinal: usize) -> (usize, usize) {
+    (hip.hipSetDevice as usize, ordinal)
+}
+
+/// `hipSetDevice(ordinal)`, always called, remembered for [`bind_cached`]; the ordinal must be
+/// below `hipGetDeviceCount`.
 pub(crate) fn bind(hip: &Hip, ordinal: usize) -> Result<()> {
+    set_and_remember(binding(hip, ordinal), || set_device(hip, ordinal))
+}
+
+/// [`bind`], skipped when rocm-safe made `ordinal` of this runtime current on this thread last.
+pub(crate) fn bind_cached(hip: &Hip, ordinal: usize) -> Result<()> {
+    bind_cached_with(binding(hip, ordinal), || set_device(hip, ordinal))
+}
+
+/// Runs `set` (and remembers `key`) unless `key` is this thread's binding already.
+fn bind_cached_with(key: (usize, usize), set: impl FnOnce() -> Result<()>) -> Result<()> {
+    if BOUND.with(Cell::get) == Some(key) {
+        return Ok(());
+    }
+    set_and_remember(key, set)
+}
+
+/// Runs `set` and remembers `key` as this thread's binding when it succeeds; a failed `set`
+/// leaves the current device unknown.
+fn set_and_remember(key: (usize, usize), set: impl FnOnce() -> Result<()>) -> Result<()> {
+    BOUND.with(|b| b.set(None));
+    set()?;
+    BOUND.with(|b| b.set(Some(key)));
+    Ok(())
+}
+
+fn set_device(hip: &Hip, ordinal: usize) -> Result<()> {
     // SAFETY: hipSetDevice takes an int by value and validates it (callers pass ordinals that
     // were checked against hipGetDeviceCount).
     let code = unsafe { (hip.hipSetDevice)(ordinal as c_int) };
@@ -289,4 +371,71 @@ fn arch_name(hip: &Hip, ordinal: c_int) -> Result<GfxArch> {
         what: "this device's architecture name",
         detail: e.to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    /// Binds `key` through the cache, recording the ordinals actually set.
+    fn bind_logged(log: &RefCell<Vec<usize>>, key: (usize, usize)) -> Result<()> {
+        bind_cached_with(key, || {
+            log.borrow_mut().push(key.1);
+            Ok(())
+        })
+    }
+
+    #[test]
+    fn a_bound_device_is_not_set_again_until_another_is() {
+        Device::forget_thread_binding();
+        let log = RefCell::new(Vec::new());
+        for key in [(1, 0), (1, 0), (1, 1), (1, 1), (1, 0), (2, 0), (1, 0)] {
+            bind_logged(&log, key).unwrap();
+        }
+        assert_eq!(
+            *log.borrow(),
+            [0, 1, 0, 0, 0],
+            "set on the first bind, on every switch of device, and of runtime"
+        );
+    }
+
+    #[test]
+    fn forgetting_or_a_failed_set_makes_the_next_bind_set() {
+        Device::forget_thread_binding();
+        let log = RefCell::new(Vec::new());
+        bind_logged(&log, (1, 3)).unwrap();
+        Device::forget_thread_binding();
+        bind_logged(&log, (1, 3)).unwrap();
+        assert_eq!(*log.borrow(), [3, 3]);
+        let failed = bind_cached_with((1, 4), || Err(RocmError::InvalidArgument("refused".into())));
+        assert!(failed.is_err());
+        bind_logged(&log, (1, 3)).unwrap();
+        assert_eq!(
+            *log.borrow(),
+            [3, 3, 3],
+            "after a failed set the current device is unknown"
+        );
+        // A forced set (`bind`) refreshes the cache like any other.
+        set_and_remember((1, 5), || Ok(())).unwrap();
+        bind_logged(&log, (1, 5)).unwrap();
+        assert_eq!(*log.borrow(), [3, 3, 3]);
+    }
+
+    #[test]
+    fn each_thread_has_its_own_binding() {
+        Device::forget_thread_binding();
+        let log = RefCell::new(Vec::new());
+        bind_logged(&log, (1, 2)).unwrap();
+        let other = std::thread::spawn(|| {
+            let log = RefCell::new(Vec::new());
+            bind_logged(&log, (1, 2)).unwrap();
+            log.into_inner()
+        })
+        .join()
+        .unwrap();
+        assert_eq!(other, [2], "a new thread sets the device itself");
+        bind_logged(&log, (1, 2)).unwrap();
+        assert_eq!(*log.borrow(), [2]);
+    }
 }

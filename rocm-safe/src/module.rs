@@ -47,7 +47,8 @@ impl Module {
         if image.is_empty() {
             return Err(RocmError::InvalidArgument("empty code object image".into()));
         }
-        device.bind_to_thread()?;
+        // The module loads onto the current device: set it whatever rocm-safe remembers.
+        device.make_current()?;
         let hip = device.hip();
         let mut raw: hipModule_t = std::ptr::null_mut();
         // SAFETY: `raw` is a valid out-pointer; `image` is readable for its whole length and
@@ -73,9 +74,11 @@ impl Module {
         let code = unsafe { (hip.hipModuleGetFunction)(&mut raw, self.inner.raw, cname.as_ptr()) };
         check(hip, "hipModuleGetFunction", code)?;
         Ok(Function {
-            module: self.inner.clone(),
-            raw,
-            name: name.to_string(),
+            inner: Arc::new(FunctionInner {
+                module: self.inner.clone(),
+                raw,
+                name: name.into(),
+            }),
         })
     }
 
@@ -85,24 +88,29 @@ impl Module {
     }
 }
 
-/// A kernel of a loaded [`Module`]; keeps the module loaded.
-#[derive(Clone)]
-pub struct Function {
+struct FunctionInner {
     module: Arc<ModuleInner>,
     raw: hipFunction_t,
-    name: String,
+    name: Box<str>,
 }
 
-// SAFETY: a hipFunction_t is an immutable handle into a loaded module (kept alive by the Arc);
-// launching it from several threads is allowed by HIP.
-unsafe impl Send for Function {}
-// SAFETY: see `Send`.
-unsafe impl Sync for Function {}
+// SAFETY: a hipFunction_t is an immutable handle into a loaded module (kept alive by the Arc
+// to the module); launching it from several threads is allowed by HIP.
+unsafe impl Send for FunctionInner {}
+// SAFETY: see `Send`; nothing in it is mutated after creation.
+unsafe impl Sync for FunctionInner {}
+
+/// A kernel of a loaded [`Module`]; keeps the module loaded. Cheap to clone: one shared
+/// handle, so a clone costs a reference count and no allocation.
+#[derive(Clone)]
+pub struct Function {
+    inner: Arc<FunctionInner>,
+}
 
 impl Function {
     /// The kernel's name.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.inner.name
     }
 
     /// Registers per thread (`HIP_FUNC_ATTRIBUTE_NUM_REGS`).
@@ -116,10 +124,10 @@ impl Function {
     }
 
     fn attribute(&self, attr: rocm_sys::hipFunction_attribute) -> Result<i32> {
-        let hip = self.module.device.hip();
+        let hip = self.inner.module.device.hip();
         let mut v = 0;
         // SAFETY: valid out-pointer; live function handle.
-        let code = unsafe { (hip.hipFuncGetAttribute)(&mut v, attr, self.raw) };
+        let code = unsafe { (hip.hipFuncGetAttribute)(&mut v, attr, self.inner.raw) };
         check(hip, "hipFuncGetAttribute", code)?;
         Ok(v)
     }
@@ -130,8 +138,8 @@ impl std::fmt::Debug for Function {
         write!(
             f,
             "Function({} on device {})",
-            self.name,
-            self.module.device.ordinal()
+            self.inner.name,
+            self.inner.module.device.ordinal()
         )
     }
 }
@@ -264,29 +272,36 @@ impl<'a> LaunchArgs<'a> {
         if self.overflow {
             return Err(RocmError::InvalidArgument(format!(
                 "kernel {} was given more than {MAX_KERNEL_ARGS} arguments",
-                self.func.name
+                self.func.inner.name
             )));
         }
         if gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 {
             return Err(RocmError::InvalidArgument(format!(
                 "kernel {} launched with an empty grid {:?} or block {:?}",
-                self.func.name, cfg.grid_dim, cfg.block_dim
+                self.func.inner.name, cfg.grid_dim, cfg.block_dim
             )));
         }
-        if !self.func.module.device.same_device(self.stream.device()) {
+        if !self
+            .func
+            .inner
+            .module
+            .device
+            .same_device(self.stream.device())
+        {
             return Err(RocmError::InvalidArgument(format!(
                 "kernel {} is loaded on device {} but launched on a stream of device {}",
-                self.func.name,
-                self.func.module.device.ordinal(),
+                self.func.inner.name,
+                self.func.inner.module.device.ordinal(),
                 self.stream.device().ordinal()
             )));
         }
         // The stream's device must be current: HIP's launch runs on the stream's device, but
         // a runtime that follows the current device (the CUDA driver under the harness's
-        // double) rejects a function and stream of another device.
+        // double) rejects a function and stream of another device. Skipped when rocm-safe
+        // made it current on this thread last (`crate::device`'s documentation).
         self.stream.device().bind_to_thread()?;
         let hip = self.stream.device().hip();
-        let (func, stream, args) = (self.func.raw, self.stream, &mut self.args);
+        let (func, stream, args) = (self.func.inner.raw, self.stream, &mut self.args);
         // In graph mode the launch is recorded; the graph that holds it is launched before
         // the host next waits for this stream (contract 2 holds until then as it would for a
         // plain launch: the caller's buffers are ordered on this stream).

@@ -12,7 +12,9 @@
  *
  * It reports one device, compute capability 9.0 ("sm_90", so candle-rocm looks for
  * `<module>.co` in CANDLE_ROCM_KERNELS_DIR: any bytes do, the module load is a no-op), with
- * NULL_CUDA_STATS=1 prints the launch and GEMM counts at exit. Graphs capture nothing (kernel
+ * NULL_CUDA_STATS=1 prints the launch and GEMM counts at exit; NULL_CUDA_STATS=2 also the launches
+ * of each kernel name (each cuModuleGetFunction gets its own handle; names past the first 4096
+ * lookups share one uncounted handle). Graphs capture nothing (kernel
  * launches during a capture are counted and dropped like any other); a graph launch counts as
  * one launch, so the host cost of a graph step can be measured next to plain launches.
  */
@@ -29,8 +31,21 @@ static atomic_long g_launches, g_gemms, g_allocs, g_graph_launches;
 /* Distinct, never-dereferenced handles. */
 static char g_ctx, g_module, g_function, g_stream, g_event, g_pool, g_blas, g_graph, g_exec;
 
+/* NULL_CUDA_STATS=2: launches per kernel name (a handle per cuModuleGetFunction). */
+#define NC_MAX_NAMES 4096
+struct nc_name { char name[128]; long launches; };
+static struct nc_name g_names[NC_MAX_NAMES];
+static atomic_int g_nnames;
+static int g_per_name;
+
 static void report(void)
 {
+    if (g_per_name) {
+        int n = atomic_load(&g_nnames);
+        for (int i = 0; i < n; i++)
+            if (g_names[i].launches)
+                fprintf(stderr, "null_cuda: %10ld %s\n", g_names[i].launches, g_names[i].name);
+    }
     fprintf(stderr, "null_cuda: %ld kernel launches, %ld GEMMs, %ld allocations, %ld graph launches\n",
             atomic_load(&g_launches), atomic_load(&g_gemms), atomic_load(&g_allocs),
             atomic_load(&g_graph_launches));
@@ -43,7 +58,8 @@ NC_EXPORT CUresult cuInit(unsigned int flags)
     if (!once) {
         once = 1;
         const char *s = getenv("NULL_CUDA_STATS");
-        if (s && strcmp(s, "1") == 0) atexit(report);
+        if (s && (strcmp(s, "1") == 0 || strcmp(s, "2") == 0)) atexit(report);
+        g_per_name = s && strcmp(s, "2") == 0;
     }
     return CUDA_SUCCESS;
 }
@@ -175,8 +191,14 @@ NC_EXPORT CUresult cuModuleLoadData(CUmodule *m, const void *image) { (void)imag
 NC_EXPORT CUresult cuModuleUnload(CUmodule m) { (void)m; return CUDA_SUCCESS; }
 NC_EXPORT CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name)
 {
-    (void)m; (void)name;
-    *f = (CUfunction)&g_function;
+    (void)m;
+    int i = atomic_fetch_add(&g_nnames, 1);
+    if (g_per_name && i < NC_MAX_NAMES) {
+        snprintf(g_names[i].name, sizeof g_names[i].name, "%s", name);
+        *f = (CUfunction)&g_names[i];
+    } else {
+        *f = (CUfunction)&g_function;
+    }
     return CUDA_SUCCESS;
 }
 NC_EXPORT CUresult cuFuncGetAttribute(int *v, CUfunction_attribute a, CUfunction f)
@@ -189,9 +211,11 @@ NC_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy
                                   unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
                                   CUstream s, void **params, void **extra)
 {
-    (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shared; (void)s;
+    (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shared; (void)s;
     (void)params; (void)extra;
     atomic_fetch_add(&g_launches, 1);
+    if (g_per_name && (char *)f >= (char *)g_names && (char *)f < (char *)(g_names + NC_MAX_NAMES))
+        ((struct nc_name *)f)->launches++;
     return CUDA_SUCCESS;
 }
 

@@ -6,6 +6,8 @@
 //! launchers cannot check those reaches themselves, so the tile and combine launchers are
 //! `unsafe` and [`crate::ops::attention`] proves them first.
 
+use std::borrow::Cow;
+
 use candle_core::DType;
 use candle_rocm_kernels::Module;
 use rocm_safe::{DevicePtrArg, DeviceRepr, DeviceSlice, DeviceSliceMut, LaunchConfig};
@@ -207,12 +209,12 @@ pub struct TileGrid {
 /// The matrix-unit kernel of `names` (the tile's [`MMA_NAMES`] or the decode kernel's
 /// [`MDEC_NAMES`]) for dtype index `i` and tier index `t`, where the device's code object has
 /// it (f32, index 0, has none).
-fn matrix_function<const N: usize>(
-    dev: &RocmDevice,
+fn matrix_function<'d, const N: usize>(
+    dev: &'d RocmDevice,
     names: &[[&'static str; N]; 2],
     i: usize,
     t: usize,
-) -> Result<Option<rocm_safe::Function>, BackendError> {
+) -> Result<Option<Cow<'d, rocm_safe::Function>>, BackendError> {
     let name = i
         .checked_sub(1)
         .and_then(|i| names.get(i))
@@ -270,16 +272,16 @@ pub unsafe fn tile(
             Some(f) => f,
             None => return Ok(false),
         },
-        TileKernel::Prefill => dev.function_static(Module::Attention, FWD_NAMES[i][t])?,
+        TileKernel::Prefill => dev.function(Module::Attention, FWD_NAMES[i][t])?,
         TileKernel::MmaDecode => match matrix_function(dev, &MDEC_NAMES, i, t)? {
             Some(f) => f,
             None if TileKernel::for_rows(rows) == TileKernel::Decode4 => {
-                dev.function_static(Module::Attention, DEC4_NAMES[i][t])?
+                dev.function(Module::Attention, DEC4_NAMES[i][t])?
             }
-            None => dev.function_static(Module::Attention, DEC8_NAMES[i][t])?,
+            None => dev.function(Module::Attention, DEC8_NAMES[i][t])?,
         },
-        TileKernel::Decode4 => dev.function_static(Module::Attention, DEC4_NAMES[i][t])?,
-        TileKernel::Decode8 => dev.function_static(Module::Attention, DEC8_NAMES[i][t])?,
+        TileKernel::Decode4 => dev.function(Module::Attention, DEC4_NAMES[i][t])?,
+        TileKernel::Decode8 => dev.function(Module::Attention, DEC8_NAMES[i][t])?,
     };
     let cfg = LaunchConfig {
         grid_dim: (grid.tiles, grid.heads_splits, grid.batch),
@@ -309,7 +311,7 @@ pub unsafe fn combine(dev: &RocmDevice, dtype: DType, p: &FaParams) -> Result<()
             format_args!("{} heads", p.heads),
         ));
     }
-    let f = dev.function_static(Module::Attention, name)?;
+    let f = dev.function(Module::Attention, name)?;
     let cfg = LaunchConfig {
         grid_dim: (p.total_q, p.heads, 1),
         block_dim: (THREADS, 1, 1),
@@ -377,7 +379,7 @@ pub fn cache_write<T: RocmDType>(
     let small = |v: usize| u32::try_from(v).map_err(|_| kernel_limit(OP, format_args!("{v}")));
     let (kv_heads, d, page) = (small(w.kv_heads)?, small(w.d)?, small(page)?);
     let grid = small(w.tokens)?;
-    let f = dev.function_static(Module::Attention, CACHE_NAMES[dtype_index(T::DTYPE)?])?;
+    let f = dev.function(Module::Attention, CACHE_NAMES[dtype_index(T::DTYPE)?])?;
     let cfg = LaunchConfig {
         grid_dim: (grid, 1, 1),
         block_dim: (THREADS, 1, 1),

@@ -75,7 +75,7 @@ pub fn conv_gemm<T: GemmType + RocmDType>(
         } => {
             let name = im2col_name(std::mem::size_of::<T>())
                 .ok_or_else(|| invalid(OP, "elements of this size have no im2col kernel"))?;
-            let f = dev.function_static(Module::Copy, name)?;
+            let f = dev.function(Module::Copy, name)?;
             let ws = dev.alloc::<T>(p.workspace(g))?;
             for t in tiles(g, strides, images, per_tile) {
                 let (rows, cols) = (t.args.rows as usize, t.args.cols as usize);

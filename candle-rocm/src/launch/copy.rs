@@ -139,7 +139,7 @@ pub fn copy2d_many<T: RocmDType>(
     if elems.iter().all(|&el| el == 0) {
         return Ok(());
     }
-    let func = dev.function_static(Module::Copy, name)?;
+    let func = dev.function(Module::Copy, name)?;
     for (chunk, counts) in copies.chunks(BATCH).zip(elems.chunks(BATCH)) {
         let mut b = CopyBatch::default();
         let mut total = 0u32;

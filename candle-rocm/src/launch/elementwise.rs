@@ -298,8 +298,8 @@ fn launch_map1<I: RocmDType, O: RocmDType>(
     let cfg = launch_config(n, vec)?;
     let (pin, pout) = (DevicePtrArg::of(&input), out.as_arg());
     let f = match plan {
-        Plan::Strided(_) => dev.function_static(Module::Elementwise, names[1])?,
-        _ => dev.function_static(Module::Elementwise, names[0])?,
+        Plan::Strided(_) => dev.function(Module::Elementwise, names[1])?,
+        _ => dev.function(Module::Elementwise, names[0])?,
     };
     let mut l = dev.stream().launch_builder(&f);
     l.arg(&n);
@@ -362,8 +362,8 @@ pub fn binary<T: RocmDType>(
     let cfg = launch_config(n, vec)?;
     let (pa, pb, pout) = (DevicePtrArg::of(&a), DevicePtrArg::of(&b), out.as_arg());
     let f = match plan {
-        Plan::Strided(_) => dev.function_static(Module::Elementwise, names[1])?,
-        _ => dev.function_static(Module::Elementwise, names[0])?,
+        Plan::Strided(_) => dev.function(Module::Elementwise, names[1])?,
+        _ => dev.function(Module::Elementwise, names[0])?,
     };
     let mut l = dev.stream().launch_builder(&f);
     l.arg(&n);
@@ -426,8 +426,8 @@ pub fn where_cond<C: RocmDType, T: RocmDType>(
         out.as_arg(),
     );
     let func = match plan {
-        Plan::Strided(_) => dev.function_static(Module::Elementwise, names[1])?,
-        _ => dev.function_static(Module::Elementwise, names[0])?,
+        Plan::Strided(_) => dev.function(Module::Elementwise, names[1])?,
+        _ => dev.function(Module::Elementwise, names[0])?,
     };
     let mut l = dev.stream().launch_builder(&func);
     l.arg(&n);

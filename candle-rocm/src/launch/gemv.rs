@@ -177,7 +177,7 @@ pub fn run<T: RocmDType>(
             )
         })?;
     let vec = vectorized(p, size, w.device_ptr() as usize, x.device_ptr() as usize);
-    let f = dev.function_static(Module::Gemv, if vec { vector } else { scalar })?;
+    let f = dev.function(Module::Gemv, if vec { vector } else { scalar })?;
     let gpr = groups_per_row(p.n, p.k, p.batch, size);
     debug_assert!(gpr.is_power_of_two() && gpr <= GROUPS_PER_BLOCK);
     let rows_per_block = GROUPS_PER_BLOCK / gpr;

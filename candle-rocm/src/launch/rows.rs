@@ -259,7 +259,7 @@ pub(crate) fn reduce<T: RocmDType, W: Fn(DeviceBuffer<T>) -> S>(
         return Err(out_of_bounds(root, "layout", o2, src.len()));
     }
     let input = src.slice(o1..o2)?;
-    let f = dev.function_static(Module::Rows, name)?;
+    let f = dev.function(Module::Rows, name)?;
     let pin = DevicePtrArg::of(&input);
     macro_rules! launch {
         ($out:expr) => {{
@@ -409,7 +409,7 @@ pub(crate) fn fused<T: RocmDType>(
     let shape = RowShape::new(rows, units, k.unwrap_or(4));
     let name = kernel_name(root, T::DTYPE, Some(k.unwrap_or(0)), vec)
         .ok_or_else(|| invalid(root, format_args!("no kernel for {:?}", T::DTYPE)))?;
-    let f = dev.function_static(Module::Rows, name)?;
+    let f = dev.function(Module::Rows, name)?;
     let (px, po) = (DevicePtrArg::of(x), out.as_arg());
     // Softmax reads no parameter and RMS norm no beta: any valid address stands in.
     let pa = params.first().unwrap_or(&px);
@@ -494,7 +494,7 @@ pub(crate) fn rope<T: RocmDType>(
         return Ok(false);
     }
     let packs = rows * (span / n);
-    let f = dev.function_static(Module::Rows, name)?;
+    let f = dev.function(Module::Rows, name)?;
     let (px, pc, ps, po) = (
         DevicePtrArg::of(x),
         DevicePtrArg::of(cos),

@@ -102,7 +102,7 @@ pub(crate) fn transpose<T: RocmDType>(
         .checked_mul(r.div_ceil(tile))
         .and_then(|t| t.checked_mul(c.div_ceil(tile)))
         .ok_or_else(|| invalid(OP, "tile count overflows"))?;
-    let f = dev.function_static(Module::Rows, bits)?;
+    let f = dev.function(Module::Rows, bits)?;
     let (pin, pout) = (DevicePtrArg::of(&input), DevicePtrArg::of(&out));
     let cfg = LaunchConfig {
         // At most MAX_BLOCKS (2^20), so it fits u32.

@@ -24,6 +24,7 @@ use crate::dtype::{RocmDType, RocmStorageSlice as S};
 use crate::error::BackendError;
 use crate::launch::candle::{launch_binary, launch_elementwise, Extra};
 use crate::launch::elementwise::{self, UnaryOp};
+use crate::launch::kname;
 use crate::launch::{bits_suffix, kernel_name, kernel_suffix, module_for};
 use crate::layout::{checked_view, shape_error};
 
@@ -205,7 +206,7 @@ impl<C: RocmDType> Map2 for WhereCond<'_, C> {
             if let Some(out) = elementwise::where_cond(dev, (cond, cond_l), (t, t_l), (f, f_l))? {
                 return Ok(out);
             }
-            let name = format!("where_{}_{}", C::DTYPE.as_str(), bits_suffix::<T>());
+            let name = kname!("where_{}_{}", C::DTYPE.as_str(), bits_suffix::<T>());
             if cond_l.dims() != t_l.dims() || cond_l.dims() != f_l.dims() {
                 return Err(shape_error(
                     &name,
@@ -278,7 +279,7 @@ pub fn cast<Src: RocmDType, Dst: RocmDType>(
         }
         _ => Module::Convert,
     };
-    let name = format!(
+    let name = kname!(
         "cast_{}_{}",
         kernel_suffix(from, "cast"),
         kernel_suffix(to, "cast")

@@ -24,6 +24,7 @@ use crate::dispatch::{Map1, Map2InPlace};
 use crate::dtype::{RocmDType, RocmStorageSlice as S};
 use crate::error::BackendError;
 use crate::launch::bits_suffix;
+use crate::launch::kname;
 use crate::layout::{checked_product, out_of_bounds, shape_error, size_overflow};
 use crate::layout::{contiguous_view, invalid};
 
@@ -234,7 +235,7 @@ impl Map1 for IndexSelect<'_> {
             })
             .filter(|_| crate::settings::fast_kernels());
         if let Some(plan) = plan {
-            let name = format!("is_rows_{}_v{}", ids.suffix, plan.bytes);
+            let name = kname!("is_rows_{}_v{}", ids.suffix, plan.bytes);
             let f = dev.function(Module::Index, &name)?;
             let (psrc, pout) = (DevicePtrArg::of(&src), out.as_arg());
             let mut l = dev.stream().launch_builder(&f);
@@ -258,7 +259,7 @@ impl Map1 for IndexSelect<'_> {
             unsafe { l.launch(plan.cfg())? };
             return Ok(out);
         }
-        let name = format!("is_{}_{}", ids.suffix, bits_suffix::<T>());
+        let name = kname!("is_{}_{}", ids.suffix, bits_suffix::<T>());
         let f = dev.function(Module::Index, &name)?;
         let (psrc, pout) = (DevicePtrArg::of(&src), out.as_arg());
         let mut l = dev.stream().launch_builder(&f);
@@ -306,7 +307,7 @@ impl Map1 for Gather<'_> {
             return Ok(out);
         }
         let ids = Ids::new(OP, self.0, ids_o1, el)?;
-        let name = format!("gather_{}_{}", ids.suffix, bits_suffix::<T>());
+        let name = kname!("gather_{}_{}", ids.suffix, bits_suffix::<T>());
         let f = dev.function(Module::Index, &name)?;
         let (psrc, pout) = (DevicePtrArg::of(&src), out.as_arg());
         let mut l = dev.stream().launch_builder(&f);
@@ -417,7 +418,7 @@ impl Map2InPlace for IndexedUpdate<'_> {
             Update::Scatter => bits_suffix::<T>(),
             Update::ScatterAdd | Update::IndexAdd => T::DTYPE.as_str(),
         };
-        let name = format!("{root}_{}_{value}", ids.suffix);
+        let name = kname!("{root}_{}_{value}", ids.suffix);
         let f = dev.function(Module::Index, &name)?;
         let out = dst.slice_mut(dst_o1..dst_o2)?;
         let (psrc, pdst) = (DevicePtrArg::of(&src), DevicePtrArg::of(&out));
