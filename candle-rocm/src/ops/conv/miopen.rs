@@ -126,12 +126,29 @@ pub(crate) fn conv_flops(p: &ConvProblem) -> Option<f64> {
     Some(2.0 * terms.iter().map(|&v| v as f64).product::<f64>())
 }
 
+/// Whether `p` is a 1x1 convolution with stride 1, no padding and one group: our GEMM path
+/// runs it as one GEMM straight from the input, with no column matrix.
+fn is_pointwise(p: &ConvProblem) -> bool {
+    matches!(p, ConvProblem::Forward(c)
+        if c.kernel_h == 1 && c.kernel_w == 1 && c.stride == [1, 1] && c.padding == [0, 0]
+            && c.groups == 1)
+}
+
 /// `auto`'s choice for one convolution: MIOpen for f32/f16/bf16 problems of at least
-/// [`AUTO_MIN_FLOPS`], with the reason.
+/// [`AUTO_MIN_FLOPS`] that are not pointwise, with the reason. Pointwise (1x1, stride 1,
+/// unpadded) convolutions stay on our path at any size: on the H100 harness (2026-11-26
+/// 14:46Z, f16, one call) ResNet-50's 1x1 at batch 32 ran at 118.9 TFLOP/s as one GEMM there
+/// against 16.9 on MIOpen (27.7 through `auto`'s MIOpen), PyTorch 117.4.
 pub(crate) fn auto_takes_miopen(p: &ConvProblem, dtype: candle_core::DType) -> (bool, String) {
     use candle_core::DType;
     if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
         return (false, format!("MIOpen takes f32/f16/bf16, not {dtype:?}"));
+    }
+    if is_pointwise(p) {
+        return (
+            false,
+            "a 1x1 stride-1 unpadded convolution is one GEMM on our path".into(),
+        );
     }
     match conv_flops(p) {
         Some(f) if f >= AUTO_MIN_FLOPS => (true, format!("{:.2} GFLOP", f / 1e9)),
@@ -374,8 +391,9 @@ mod tests {
     #[test]
     fn auto_sends_the_large_convolutions_to_miopen() {
         use candle_core::DType;
-        // The bench's model rows (tests/bench/src/conv.rs): batch 1 stays ours, batch 32 and
-        // the VAE's 512-channel layer go to MIOpen.
+        // The bench's conv rows (tests/bench/src/conv.rs): batch 1 stays ours, the 3x3 at
+        // batch 32 and the VAE's 512-channel layer go to MIOpen, the pointwise 1x1 stays ours
+        // at any batch (one GEMM).
         let row = |b, c_in, c_out, k, hw: (usize, usize), pad| {
             ConvProblem::Forward(conv2d_config(
                 (b, c_in, hw.0, hw.1),
@@ -390,7 +408,7 @@ mod tests {
             (row(1, 64, 64, 3, (56, 56), 1), false),
             (row(32, 64, 64, 3, (56, 56), 1), true),
             (row(1, 256, 64, 1, (56, 56), 0), false),
-            (row(32, 256, 64, 1, (56, 56), 0), true),
+            (row(32, 256, 64, 1, (56, 56), 0), false),
             (row(1, 512, 512, 3, (64, 64), 1), true),
             (whisper, false),
         ];
@@ -429,6 +447,8 @@ mod tests {
         });
         assert_eq!(conv_flops(&bad), None);
         assert!(!auto_takes_miopen(&bad, DType::F32).0);
+        // A strided or padded 1x1 is not pointwise: its size decides.
+        assert!(auto_takes_miopen(&row(32, 256, 64, 1, (56, 56), 1), DType::F16).0);
     }
 
     #[test]
