@@ -137,7 +137,7 @@ fn is_pointwise(p: &ConvProblem) -> bool {
 /// `auto`'s choice for one convolution: MIOpen for f32/f16/bf16 problems of at least
 /// [`AUTO_MIN_FLOPS`] that are not pointwise, with the reason. Pointwise (1x1, stride 1,
 /// unpadded) convolutions stay on our path at any size: on the H100 harness (2026-11-26
-/// 14:46Z, f16, one call) ResNet-50's 1x1 at batch 32 ran at 118.9 TFLOP/s as one GEMM there
+/// 14:43Z, f16, one call) ResNet-50's 1x1 at batch 32 ran at 118.9 TFLOP/s as one GEMM there
 /// against 16.9 on MIOpen (27.7 through `auto`'s MIOpen), PyTorch 117.4.
 pub(crate) fn auto_takes_miopen(p: &ConvProblem, dtype: candle_core::DType) -> (bool, String) {
     use candle_core::DType;
