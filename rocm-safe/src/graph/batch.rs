@@ -34,6 +34,16 @@
 //! capturable are recorded), what was recorded so far is launched before the error is
 //! returned; if the capture itself was invalidated, that work is lost and the error says so
 //! ([`RocmError::GraphWorkLost`]), never a silent wrong result.
+//!
+//! # Limits
+//!
+//! The runtime invalidates a capture when anything synchronises the device or frees device or
+//! pinned memory while it records (`hipDeviceSynchronize`, `hipFree`, `hipHostFree`), whichever
+//! stream or thread does it. This stream's own such calls launch the recording first; other
+//! streams' do not yet (another [`crate::Device`] of the same GPU dropped on another thread:
+//! its allocator synchronises and frees). Nor is a launch-then-plain-call sequence atomic
+//! against other threads queueing on the same stream. So graph mode suits one thread driving
+//! one stream per device; candle-rocm leaves it off by default.
 
 use std::ffi::c_void;
 use std::sync::atomic::Ordering;
