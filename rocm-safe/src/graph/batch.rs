@@ -59,6 +59,17 @@ use crate::host::PinnedHostBuffer;
 use crate::stream::{Event, Stream};
 
 /// How a stream in graph mode batches its work ([`Stream::set_graph_mode`]).
+///
+/// In graph mode the stream records its kernel launches, device-to-device copies, fills and
+/// uploads of up to 1 MiB (copied at once into pinned memory it owns) into HIP graphs, and
+/// launches what it recorded, as one graph, before anything that needs the work to have run
+/// (a read-back, a synchronisation, an event or wait, a library call, a direct allocation or
+/// free) and every [`GraphMode::max_nodes`] operations. Executable graphs are reused through
+/// `hipGraphExecUpdate` for stretches that run the same kernels in the same order. Results are
+/// those of plain launches. Limit: the runtime invalidates a capture when another stream or
+/// thread synchronises the device or frees device or pinned memory meanwhile (the recorded
+/// work is then lost, as [`RocmError::GraphWorkLost`]): use it with one thread driving one
+/// stream per device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GraphMode {
     /// Launch the recorded work after this many operations even when nothing needs its
@@ -173,8 +184,8 @@ pub(crate) struct Batch {
 unsafe impl Send for Batch {}
 
 impl Stream {
-    /// Turns graph mode on (`Some`) or off (`None`) for this stream (see the
-    /// [module documentation](self)). Turning it off launches what was recorded. Fails with
+    /// Turns graph mode on (`Some`) or off (`None`) for this stream (see [`GraphMode`]).
+    /// Turning it off launches what was recorded. Fails with
     /// [`RocmError::GraphsUnavailable`] when the runtime lacks graphs, and with
     /// [`RocmError::InvalidArgument`] while a [`crate::graph::Capture`] records this stream.
     pub fn set_graph_mode(&self, mode: Option<GraphMode>) -> Result<()> {
