@@ -293,7 +293,7 @@ impl BlasHandle {
         }
         // rocBLAS calls are recorded by graph mode only when it says so
         // (`GraphMode::record_blas`); otherwise what it recorded is launched first.
-        let record = self.stream.graph_mode().is_some_and(|m| m.record_blas);
+        let record = self.stream.records_blas();
         if !record {
             self.stream.flush_graph()?;
         }

@@ -5,42 +5,26 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Instant;
 
+use common::{device, module};
 use rocm_safe::graph::{CaptureMode, CaptureStatus, GraphExec, UpdateOutcome};
 use rocm_safe::{
-    Device, DeviceBuffer, DevicePtrArg, Event, Function, LaunchConfig, Module, RocmError, Runtime,
-    Stream,
+    DeviceBuffer, DevicePtrArg, Event, Function, LaunchConfig, RocmError, Runtime, Stream,
 };
-
-fn device() -> Device {
-    Device::new(0).unwrap_or_else(|e| panic!("no HIP device for a GPU test: {e}"))
-}
-
-fn module(d: &Device) -> Module {
-    let path = std::env::var("ROCM_SAFE_TEST_MODULE").unwrap_or_else(|_| {
-        panic!(
-            "set ROCM_SAFE_TEST_MODULE to a code object built from rocm-safe/tests/kernels/test_kernels.hip"
-        )
-    });
-    Module::load(d, &std::fs::read(&path).unwrap()).unwrap()
-}
 
 const N: u32 = 10_007;
 
-/// Queues `y += a * x` (axpy_f32(float, const float*, float*, unsigned)) on `s`.
+/// Queues `y += a * x` over N floats on `s`.
 fn axpy(s: &Stream, f: &Function, a: f32, x: &DevicePtrArg, y: &DevicePtrArg) {
-    let n = N;
-    let mut l = s.launch_builder(f);
-    l.arg(&a).arg(x).arg(y).arg(&n);
-    // SAFETY: the arguments match axpy_f32's parameters; both buffers hold N floats and outlive
-    // every launch of the work (the tests keep them until after the last synchronising read).
-    unsafe { l.launch(LaunchConfig::for_num_elems(n, 256)).unwrap() };
+    common::axpy(s, f, a, x, y, N);
 }
 
 fn host(v: f32) -> Vec<f32> {
-    (0..N).map(|i| v + (i % 13) as f32).collect()
+    common::host(v, N)
 }
 
 fn close(got: &[f32], want: impl Fn(usize) -> f32, what: &str) {

@@ -6,46 +6,29 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::sync::Mutex;
 use std::time::Instant;
 
+use common::{device, module};
 use rocm_safe::graph::{CaptureMode, GraphMode};
-use rocm_safe::{
-    Device, DeviceBuffer, DevicePtrArg, Function, LaunchConfig, Module, RocmError, Stream,
-};
+use rocm_safe::{DeviceBuffer, DevicePtrArg, Function, RocmError, Stream};
 
 /// The tests take turns: a test that ends drops its device, whose allocator synchronises the
 /// device and frees memory, and that invalidates a capture another test's stream has open
 /// (graph mode's documented limit: nothing else may synchronise the device while it records).
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-fn device() -> Device {
-    Device::new(0).unwrap_or_else(|e| panic!("no HIP device for a GPU test: {e}"))
-}
-
-fn module(d: &Device) -> Module {
-    let path = std::env::var("ROCM_SAFE_TEST_MODULE").unwrap_or_else(|_| {
-        panic!(
-            "set ROCM_SAFE_TEST_MODULE to a code object built from rocm-safe/tests/kernels/test_kernels.hip"
-        )
-    });
-    Module::load(d, &std::fs::read(&path).unwrap()).unwrap()
-}
-
 const N: u32 = 4099;
 
-/// Queues `y += a * x` (axpy_f32(float, const float*, float*, unsigned)) on `s`.
+/// Queues `y += a * x` over N floats on `s`.
 fn axpy(s: &Stream, f: &Function, a: f32, x: &DevicePtrArg, y: &DevicePtrArg) {
-    let n = N;
-    let mut l = s.launch_builder(f);
-    l.arg(&a).arg(x).arg(y).arg(&n);
-    // SAFETY: the arguments match axpy_f32's parameters; both buffers hold N floats and outlive
-    // the launch (the tests read y back, which launches the recorded work, before dropping).
-    unsafe { l.launch(LaunchConfig::for_num_elems(n, 256)).unwrap() };
+    common::axpy(s, f, a, x, y, N);
 }
 
 fn host(v: f32) -> Vec<f32> {
-    (0..N).map(|i| v + (i % 13) as f32).collect()
+    common::host(v, N)
 }
 
 fn assert_close(got: &[f32], want: &[f32], what: &str) {

@@ -243,6 +243,13 @@ impl Stream {
         self.batch.lock().as_ref().map(|b| b.mode)
     }
 
+    /// Whether graph mode is on and records rocBLAS calls ([`GraphMode::record_blas`]): one
+    /// atomic load when it is off (every GEMM asks).
+    pub(crate) fn records_blas(&self) -> bool {
+        self.batching.load(Ordering::Acquire)
+            && self.batch.lock().as_ref().is_some_and(|b| b.mode.record_blas)
+    }
+
     /// What graph mode did on this stream (`None` when it is off).
     pub fn graph_stats(&self) -> Option<GraphModeStats> {
         self.batch.lock().as_ref().map(|b| b.stats)

@@ -19,6 +19,20 @@ use crate::layout::checked_product;
 use crate::ops::copy::contiguous;
 use crate::ops::matmul::matmul;
 
+/// `s` as a packed operand: itself and its start offset when `l` is contiguous, else a
+/// contiguous copy (kept in `copy`) at offset 0 (copy_strided_src writes from offset 0).
+fn packed<'a>(
+    dev: &RocmDevice,
+    s: &'a S,
+    l: &Layout,
+    copy: &'a mut Option<S>,
+) -> Result<(&'a S, usize), BackendError> {
+    if l.is_contiguous() {
+        return Ok((s, l.start_offset()));
+    }
+    Ok((copy.insert(contiguous(dev, s, l)?), 0))
+}
+
 /// The GEMM half of an im2col convolution: `col` holds (b * m, k) patches, the kernel is
 /// (n = c_out, k); the (b * m, n) product is copied out through `res_l`, the layout that puts
 /// it in (b, c_out, spatial...) order.
@@ -32,14 +46,8 @@ fn patches_times_kernel(
 ) -> Result<S, BackendError> {
     let bm = checked_product(op, "patch count (b * m)", &[b, m])?;
     let col_l = Layout::contiguous((bm, k));
-    let kernel_c;
-    let (kernel, k_off) = if kernel_l.is_contiguous() {
-        (kernel, kernel_l.start_offset())
-    } else {
-        // copy_strided_src writes from offset 0, so the copy's layout starts there.
-        kernel_c = contiguous(dev, kernel, kernel_l)?;
-        (&kernel_c, 0)
-    };
+    let mut kernel_c = None;
+    let (kernel, k_off) = packed(dev, kernel, kernel_l, &mut kernel_c)?;
     let kernel_mm = Layout::contiguous_with_offset((n, k), k_off).transpose(0, 1)?;
     let res = matmul(dev, (col, &col_l), (kernel, &kernel_mm), (1, bm, n, k))?;
     contiguous(dev, &res, res_l)
@@ -68,13 +76,8 @@ fn gemm_path(
     if b == 0 {
         return Ok(None);
     }
-    let kernel_c;
-    let (kernel, k_off) = if kernel_l.is_contiguous() {
-        (kernel, kernel_l.start_offset())
-    } else {
-        kernel_c = contiguous(dev, kernel, kernel_l)?;
-        (&kernel_c, 0)
-    };
+    let mut kernel_c = None;
+    let (kernel, k_off) = packed(dev, kernel, kernel_l, &mut kernel_c)?;
     let run = match (x, kernel) {
         (S::F32(x), S::F32(k)) => {
             conv_gemm(dev, g, (x, x_l), (k, k_off), b)?.map(|(o, p)| (S::F32(o), p))
