@@ -247,7 +247,11 @@ impl Stream {
     /// atomic load when it is off (every GEMM asks).
     pub(crate) fn records_blas(&self) -> bool {
         self.batching.load(Ordering::Acquire)
-            && self.batch.lock().as_ref().is_some_and(|b| b.mode.record_blas)
+            && self
+                .batch
+                .lock()
+                .as_ref()
+                .is_some_and(|b| b.mode.record_blas)
     }
 
     /// What graph mode did on this stream (`None` when it is off).
