@@ -72,6 +72,12 @@ pub const CONV_TILE_VAR: &str = "CANDLE_ROCM_CONV_TILE_MIB";
 /// Default of [`CONV_TILE_VAR`].
 pub const CONV_TILE_MIB_DEFAULT: usize = 16;
 
+/// Whether f16/bf16 convolutions on our GEMM path that are not pointwise run the implicit GEMM
+/// (`launch::conv_igemm`: the patches gathered in shared memory, matrix units, no column
+/// matrix) where the device's code object has it (targets with matrix units); on by default.
+/// `0` keeps them on the im2col tiles feeding rocBLAS, for comparisons.
+pub const CONV_IGEMM_VAR: &str = "CANDLE_ROCM_CONV_IGEMM";
+
 /// Whether MIOpen times its candidates the first time it sees a convolution shape
 /// (`miopenFindConvolution*Algorithm`; seconds per new shape on an AMD GPU unless MIOpen's
 /// find-db has it) instead of taking its immediate-mode ranking (the default, off).
@@ -110,7 +116,7 @@ pub struct Setting {
 }
 
 /// Every setting of the library.
-pub const SETTINGS: [Setting; 14] = [
+pub const SETTINGS: [Setting; 15] = [
     Setting {
         var: STRICT_VAR,
         values: SWITCH_VALUES,
@@ -155,6 +161,11 @@ pub const SETTINGS: [Setting; 14] = [
         var: CONV_TILE_VAR,
         values: "0 to 1024",
         default: "16",
+    },
+    Setting {
+        var: CONV_IGEMM_VAR,
+        values: SWITCH_VALUES,
+        default: "1",
     },
     Setting {
         var: MIOPEN_FIND_VAR,
@@ -278,6 +289,20 @@ pub fn flash_mma() -> bool {
         let on = switch(FLASH_MMA_VAR, true);
         if !on {
             tracing::info!("{FLASH_MMA_VAR}: flash attention's prefill stays on the FMA tile");
+        }
+        on
+    })
+}
+
+/// Whether f16/bf16 convolutions may run the implicit GEMM ([`CONV_IGEMM_VAR`]).
+pub fn conv_igemm() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        let on = switch(CONV_IGEMM_VAR, true);
+        if !on {
+            tracing::info!(
+                "{CONV_IGEMM_VAR}: f16/bf16 convolutions stay on the im2col tiles (no implicit GEMM)"
+            );
         }
         on
     })

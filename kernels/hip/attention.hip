@@ -62,13 +62,7 @@
 #include "cuda_bf16.h"
 #include <stdint.h>
 
-#if defined(__HIP_DEVICE_COMPILE__)
-#define FA_WAVE __AMDGCN_WAVEFRONT_SIZE__
-typedef unsigned int fa_vec __attribute__((ext_vector_type(4)));
-#else
-#define FA_WAVE 32
-typedef uint4 fa_vec;
-#endif
+#include "mma/common.h" // FA_WAVE, fa_vec, fa_to/fa_from, fa_shfl_xor, FA_FENCE
 
 #define FA_THREADS 128
 // Launch bounds. On the CUDA path (HIP-on-CUDA harness) the decode kernels ask for
@@ -130,7 +124,7 @@ struct fa_params {
 #include "attention/combine.h"
 #include "attention/cache.h"
 #include "mma/tile.h"
-#include "attention/mma_frag.h"
+#include "mma/frag.h"
 #include "attention/mma.h"
 #include "attention/mma_pipe.h"
 #include "attention/mma_dec.h"

@@ -79,6 +79,10 @@ pub enum Module {
     /// and paged calls, split over the keys for decoding), the combine of the splits, and the
     /// paged-cache write, in f32, f16 and bf16.
     Attention,
+    /// Ours, `conv_igemm.hip`: forward convolutions as an implicit GEMM on matrix units (f16,
+    /// bf16; the patches gathered into shared memory, no column matrix), where the target has
+    /// matrix units (empty elsewhere).
+    ConvIgemm,
 }
 
 /// Where a module's source comes from.
@@ -92,7 +96,7 @@ pub enum Source {
 
 impl Module {
     /// Every module, in a fixed order (usable as an index).
-    pub const ALL: [Module; 22] = [
+    pub const ALL: [Module; 23] = [
         Module::Affine,
         Module::Binary,
         Module::Cast,
@@ -115,6 +119,7 @@ impl Module {
         Module::Copy,
         Module::Gemv,
         Module::Attention,
+        Module::ConvIgemm,
     ];
 
     /// The source file's stem, e.g. `binary`.
@@ -142,6 +147,7 @@ impl Module {
             Module::Copy => "copy",
             Module::Gemv => "gemv",
             Module::Attention => "attention",
+            Module::ConvIgemm => "conv_igemm",
         }
     }
 
@@ -158,7 +164,8 @@ impl Module {
             | Module::Qmatvec
             | Module::Copy
             | Module::Gemv
-            | Module::Attention => Source::Ours,
+            | Module::Attention
+            | Module::ConvIgemm => Source::Ours,
             _ => Source::Candle,
         }
     }
@@ -166,9 +173,10 @@ impl Module {
 
 /// Kernels that only some targets' code objects define, by name prefix: the matrix-unit tiles of
 /// flash attention (`fa_mma_*` prefill, `fa_mdec_*` decode), built where the target has matrix
-/// units and the tier compiles without spills. candle-rocm looks them up as optional and falls
-/// back to the FMA kernels.
-pub const OPTIONAL_KERNEL_PREFIXES: &[&str] = &["fa_mma_", "fa_mdec_"];
+/// units and the tier compiles without spills, and the implicit-GEMM convolutions
+/// (`conv_igemm_*`), built where the target has matrix units. candle-rocm looks them up as
+/// optional and falls back to the FMA kernels or the im2col-tile GEMM path.
+pub const OPTIONAL_KERNEL_PREFIXES: &[&str] = &["fa_mma_", "fa_mdec_", "conv_igemm_"];
 
 /// Whether kernel `name` is one that only some targets define ([`OPTIONAL_KERNEL_PREFIXES`]).
 pub fn is_optional_kernel(name: &str) -> bool {

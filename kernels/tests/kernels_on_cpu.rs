@@ -2,15 +2,16 @@
 //! model in plain C++ (blocks one after another, the threads of a block as cooperative fibers
 //! that meet at `__syncthreads` and wave shuffles, `__shared__` as static storage), and the
 //! drivers in `tests/emu/` launch `hip/elementwise.hip`, `hip/rows.hip`, `hip/index.hip`,
-//! `hip/qmatvec.hip`, `hip/copy.hip` (batched copies, im2col rows), `hip/gemv.hip` and
-//! `hip/attention.hip` with candle-rocm's launch geometry and argument structs and check every
-//! result against host references. `rows.hip`, `qmatvec.hip`, `gemv.hip` and `attention.hip`
+//! `hip/qmatvec.hip`, `hip/copy.hip` (batched copies, im2col rows), `hip/gemv.hip`,
+//! `hip/attention.hip` and `hip/conv_igemm.hip` with candle-rocm's launch geometry and
+//! argument structs and check every result against host references. `rows.hip`, `qmatvec.hip`, `gemv.hip` and `attention.hip`
 //! run three ways: their CUDA path
 //! (32-lane `__shfl_xor_sync`) and their AMD path (`ds_bpermute`) with wave 32 and wave 64.
 //! `hip/mma/tile.h` (the matrix-unit tiles) runs once per family on `tests/emu/matrix.h`'s
 //! emulated MFMA / WMMA instructions, which follow AMD's documented lane layouts, and so do
 //! attention's matrix-unit prefill tiles (`fa_mma_*`), plus once on the CUDA path with
-//! matrix.h's emulated `mma.sync` m16n8k16 (NVIDIA's documented layouts).
+//! matrix.h's emulated `mma.sync` m16n8k16 (NVIDIA's documented layouts), and so do the
+//! implicit-GEMM convolutions (`conv_igemm_*`).
 //!
 //! Needs the toolchain `cargo xtask kernels` uses (`bash kernels/install-toolchain.sh`, or a
 //! ROCm install's clang via `ROCM_PATH`); `.ci/run` installs it.
@@ -78,6 +79,123 @@ fn batched_copy_kernels_match_references_on_cpu() {
 #[test]
 fn im2col_kernels_match_references_on_cpu() {
     build_and_run("im2col_test.cpp", "im2col", &[]);
+}
+
+/// Builds the implicit-GEMM convolution driver (`conv_igemm_*` against the exact reference)
+/// for one matrix-unit family. -O1, as the attention driver's matrix-unit builds.
+fn conv_igemm(tag: &str, family: &[&str]) {
+    let mut defines = vec!["-O1"];
+    defines.extend_from_slice(family);
+    build_and_run("conv_igemm_test.cpp", tag, &defines);
+}
+
+/// `conv_igemm_*` on the CUDA path: mma.sync m16n8k16 (emulated, PTX layouts), 4 warps.
+#[test]
+fn conv_igemm_kernels_match_references_on_cpu_cuda_mma_sync() {
+    conv_igemm("conv-igemm-cuda", &[]);
+}
+
+/// `conv_igemm_*` on gfx942 MFMA (wave64: 2 waves of 32 channels x 128 positions).
+#[test]
+fn conv_igemm_kernels_match_references_on_cpu_gfx9_mfma() {
+    conv_igemm("conv-igemm-gfx942", &["-DEMU_AMD_WAVE=64", "-D__gfx942__"]);
+}
+
+/// `conv_igemm_*` on gfx11 WMMA (wave32, operands replicated in both half-waves).
+#[test]
+fn conv_igemm_kernels_match_references_on_cpu_gfx11_wmma() {
+    conv_igemm(
+        "conv-igemm-gfx1100",
+        &["-DEMU_AMD_WAVE=32", "-D__gfx1100__"],
+    );
+}
+
+/// `conv_igemm_*` on gfx12 WMMA (wave32, gfx12's operand layout).
+#[test]
+fn conv_igemm_kernels_match_references_on_cpu_gfx12_wmma() {
+    conv_igemm(
+        "conv-igemm-gfx1200",
+        &["-DEMU_AMD_WAVE=32", "-D__gfx1200__"],
+    );
+}
+
+/// The convolution driver catches broken `conv_igemm_*` kernels: each mutant of
+/// `hip/conv_igemm.hip` (a copy with one change), built for the family named, must report a
+/// mismatch (or fail its launch).
+#[test]
+fn conv_igemm_driver_catches_mutants() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let cuda: &[&str] = &[];
+    let gfx942: &[&str] = &["-DEMU_AMD_WAVE=64", "-D__gfx942__"];
+    let gfx1100: &[&str] = &["-DEMU_AMD_WAVE=32", "-D__gfx1100__"];
+    let gfx1200: &[&str] = &["-DEMU_AMD_WAVE=32", "-D__gfx1200__"];
+    let mutants = [
+        (
+            cuda,
+            "off += (int64_t)a.s_c - dy * (int64_t)a.s_h;",
+            "off += (int64_t)a.s_c;",
+            "the next channel keeps the last row's offset",
+        ),
+        (
+            gfx942,
+            "__syncthreads(); // the next step's tiles are in place; this step's are read",
+            "",
+            "no barrier between a step's staging and its use",
+        ),
+        (
+            gfx1100,
+            "const uint32_t co = cm + i * 16 + q.q;",
+            "const uint32_t co = cm + i * 16 + q.c;",
+            "the store swaps an accumulator's rows and columns",
+        ),
+        (
+            gfx1200,
+            "const bool in = c.live && k0 + kk < a.k && (uint64_t)iy < a.h_in && (uint64_t)ix < a.w_in;",
+            "const bool in = c.live && k0 + kk < a.k && (uint64_t)iy < a.h_in;",
+            "taps left or right of the input are read, not zeros",
+        ),
+        (
+            cuda,
+            "if (a.w_vec && co < a.c_out && k + 16 <= a.k) {",
+            "if (a.w_vec && co < a.c_out) {",
+            "16-byte kernel loads past K",
+        ),
+    ];
+    for (n, (family, from, to, what)) in mutants.into_iter().enumerate() {
+        let tmp =
+            std::env::temp_dir().join(format!("candle-rocm-ci-mutant-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(tmp.join("mma")).unwrap();
+        for part in std::fs::read_dir(dir.join("hip/mma")).unwrap() {
+            let part = part.unwrap().path();
+            std::fs::copy(&part, tmp.join("mma").join(part.file_name().unwrap())).unwrap();
+        }
+        let text = std::fs::read_to_string(dir.join("hip/conv_igemm.hip")).unwrap();
+        assert!(
+            text.contains(from),
+            "mutant {what}: {from:?} is no longer in conv_igemm.hip"
+        );
+        std::fs::write(tmp.join("conv_igemm.hip"), text.replacen(from, to, 1)).unwrap();
+        let define = format!("-DCI_SOURCE=\"{}\"", tmp.join("conv_igemm.hip").display());
+        let mut args = vec![
+            "-x",
+            "c++",
+            "-std=c++17",
+            "-O0",
+            "-DCI_EXIT_ON_BAD",
+            &define,
+        ];
+        args.extend_from_slice(family);
+        let (clean, out) = host_program::build_and_report(
+            &format!("ci-mutant-{n}"),
+            &args,
+            &dir.join("tests/emu/conv_igemm_test.cpp"),
+        );
+        let _ = std::fs::remove_dir_all(&tmp);
+        assert!(
+            !clean,
+            "the mutant '{what}' passed the conv_igemm driver:\n{out}"
+        );
+    }
 }
 
 #[test]
@@ -330,7 +448,7 @@ fn attention_mma_driver_catches_mutants() {
     let mutants = [
         (
             cuda,
-            "attention/mma_frag.h",
+            "mma/frag.h",
             "return fm_pos{l / 4 + 8 * (v / 2), 8 * (e / 4) + 2 * (l % 4) + v % 2};",
             "return fm_pos{l / 4 + 8 * (v % 2), 8 * (e / 4) + 2 * (l % 4) + v / 2};",
             "CUDA: the accumulator's row map (rows and columns of the m16n8 C swapped)",
@@ -351,14 +469,14 @@ fn attention_mma_driver_catches_mutants() {
         ),
         (
             cuda,
-            "attention/mma_frag.h",
+            "mma/frag.h",
             "return KPAT ? 8 * (i / 16) + i % 8 : 8 * ((i / 8) % 2) + i % 8;",
             "return KPAT ? 8 * ((i / 8) % 2) + i % 8 : 8 * (i / 16) + i % 8;",
             "CUDA: ldmatrix rows named in the wrong matrix order (K's n8 and k halves swapped)",
         ),
         (
             cuda,
-            "attention/mma_frag.h",
+            "mma/frag.h",
             "return fm_ldsm<T, true, false>(p, ld, l);",
             "return fm_ldsm<T, false, false>(p, ld, l);",
             "CUDA: V as it lies read without the transposing ldmatrix",
@@ -372,21 +490,21 @@ fn attention_mma_driver_catches_mutants() {
         ),
         (
             gfx942,
-            "attention/mma_frag.h",
+            "mma/frag.h",
             "    x += fa_shfl_xor(x, 32);",
             "",
             "MFMA: the row sum misses the upper half-wave",
         ),
         (
             gfx1100,
-            "attention/mma_frag.h",
+            "mma/frag.h",
             "f[2 * e] = mma_traits<T>::elem(fa_from<T>(hi ? other : mine));",
             "f[2 * e] = mma_traits<T>::elem(fa_from<T>(mine));",
             "gfx11: P's B operand not exchanged between the half-waves",
         ),
         (
             gfx1200,
-            "attention/mma_frag.h",
+            "mma/frag.h",
             "    return 8 * (l / 16) + e;",
             "    return 8 * (e / 4) + 4 * (l / 16) + e % 4;",
             "gfx12: V's A operand in AMD's K order, unlike P's (the accumulator's)",

@@ -16,6 +16,12 @@
 //!   never materialises its whole 100+ MB column matrix, and the tile stays in the GPU's L2
 //!   or last-level cache between the two launches where that is large enough.
 //!
+//! - In f16 and bf16, where the tiles would run and the caller allows it, the implicit GEMM of
+//!   [`crate::launch::conv_igemm`] runs instead ([`ConvPlan::Implicit`]): one kernel that
+//!   gathers the patches into shared memory itself and multiplies them on the matrix units, so
+//!   the column matrix never reaches memory. Targets without matrix units (no kernel in their
+//!   code object) and shapes past its 32-bit sizes keep the tiles.
+//!
 //! [`plan`] and the tiles are host arithmetic ([`crate::launch::conv_plan`], tested there);
 //! [`conv_gemm`] checks the buffers and queues the launches. Shapes past the kernel's 32-bit
 //! sizes or rocBLAS's `i32` dims get `None` from [`plan`], and the caller runs its other path.
@@ -27,6 +33,7 @@ use rocm_safe::{DeviceBuffer, DevicePtrArg, GemmType};
 use crate::device::RocmDevice;
 use crate::dtype::RocmDType;
 use crate::error::BackendError;
+use crate::launch::conv_igemm::conv_igemm;
 use crate::launch::conv_plan::{gemm_config, im2col_launch, im2col_name, patch, tiles};
 pub use crate::launch::conv_plan::{plan, ConvGeometry, ConvPlan, WORKSPACE_BYTES};
 use crate::layout::{checked_product, checked_view, invalid};
@@ -34,13 +41,16 @@ use crate::layout::{checked_product, checked_view, invalid};
 /// Runs the convolution `g` of `x` (4-D layout `x_l`, (batch, c_in, h_in, w_in)) with the
 /// contiguous kernel `w[w_off..]` (c_out, c_in, k_h, k_w) on the GEMM path: the new NCHW
 /// output, or `None` when [`plan`] refuses the shape. `budget` bounds the workspace in bytes
-/// (callers pass [`crate::settings::conv_tile_bytes`]).
+/// (callers pass [`crate::settings::conv_tile_bytes`]); `implicit` lets an f16/bf16 shape that
+/// would run in tiles take the implicit GEMM ([`ConvPlan::Implicit`]) where the device has it
+/// (callers pass [`crate::settings::conv_igemm`]).
 pub fn conv_gemm<T: GemmType + RocmDType>(
     dev: &RocmDevice,
     g: &ConvGeometry,
     (x, x_l): (&DeviceBuffer<T>, &Layout),
     (w, w_off): (&DeviceBuffer<T>, usize),
     budget: usize,
+    implicit: bool,
 ) -> Result<Option<(DeviceBuffer<T>, ConvPlan)>, BackendError> {
     const OP: &str = "conv (GEMM path)";
     if x_l.dims() != [g.batch, g.c_in, g.h_in, g.w_in] {
@@ -54,6 +64,11 @@ pub fn conv_gemm<T: GemmType + RocmDType>(
     let Some(p) = plan(g, strides, std::mem::size_of::<T>(), budget) else {
         return Ok(None);
     };
+    if implicit && matches!(p, ConvPlan::Tiled { .. }) {
+        if let Some(out) = conv_igemm(dev, g, (x, x_l), (w, w_off))? {
+            return Ok(Some((out, ConvPlan::Implicit)));
+        }
+    }
     let positions = g.h_out * g.w_out;
     let k = patch(g);
     let out_el = checked_product(OP, "output element count", &[g.batch, g.c_out, positions])?;
@@ -103,6 +118,7 @@ pub fn conv_gemm<T: GemmType + RocmDType>(
                 dev.blas(|h| h.gemm_strided_batched(&t.gemm, &ws, &w, &mut c))?;
             }
         }
+        ConvPlan::Implicit => return Err(invalid(OP, "plan() never returns Implicit")),
     }
     Ok(Some((out, p)))
 }

@@ -67,13 +67,15 @@ pub enum ConvPlan {
         /// Output positions per tile (all of them when `images` > 1).
         positions: usize,
     },
+    /// `Tiled`'s shapes in f16/bf16 as [`crate::launch::conv_igemm`]'s implicit GEMM.
+    Implicit,
 }
 
 impl ConvPlan {
     /// Elements of column workspace the plan needs of an element type (0 for `Direct`).
     pub fn workspace(&self, g: &ConvGeometry) -> usize {
         match *self {
-            ConvPlan::Direct { .. } => 0,
+            ConvPlan::Direct { .. } | ConvPlan::Implicit => 0,
             ConvPlan::Tiled { images, positions } => images * patch(g) * positions,
         }
     }
@@ -565,6 +567,7 @@ mod tests {
                     emulate_gemm(&t.gemm, &ws, &w, &mut out[t.out_offset..]);
                 }
             }
+            ConvPlan::Implicit => unreachable!("plan() never returns Implicit"),
         }
         let want = naive(g, &x, (strides, off), &w);
         for (i, (a, b)) in out.iter().zip(&want).enumerate() {

@@ -9,6 +9,7 @@ use candle_rocm_kernels::Module;
 pub mod attention;
 pub mod candle;
 pub mod conv;
+pub mod conv_igemm;
 pub mod conv_plan;
 pub mod copy;
 pub mod elementwise;

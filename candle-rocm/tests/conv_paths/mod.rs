@@ -17,6 +17,11 @@
 //! channel slices) are in the tests workspace's `gpu/conv.rs`, which has the `candle` feature.
 //!
 //! Method names carry a `conv_gemm` prefix so the main suite's per-method counts stay exact.
+//! `conv_gemm_tiles` forbids the implicit GEMM (f16/bf16 would take it); `igemm` holds its own
+//! cases (`conv_igemm_*`). The storage-API cases above run whatever the default path is: for
+//! f16/bf16 shapes that are not pointwise, the implicit GEMM on devices that have it.
+
+mod igemm;
 
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, DType, Layout, Shape};
@@ -298,6 +303,7 @@ fn launch<T: RocmDType + rocm_safe::GemmType>(
         (xd.as_buffer::<T>().unwrap(), &xl),
         (wd.as_buffer::<T>().unwrap(), 0),
         budget,
+        false,
     )
     .unwrap()
     .expect("a plan");

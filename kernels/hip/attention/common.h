@@ -1,20 +1,9 @@
-// attention/common.h - part of attention.hip: element conversions, 16-byte loads, the xor
-// shuffle inside a wave, and where a sequence's rows lie.
+// attention/common.h - part of attention.hip: 16-byte loads and where a sequence's rows lie
+// (element conversions, the xor shuffle and the scheduling fence are mma/common.h's).
 #pragma once
 
 template <typename X> __device__ __forceinline__ X fa_min(X a, X b) { return b < a ? b : a; }
 template <typename X> __device__ __forceinline__ X fa_max(X a, X b) { return a < b ? b : a; }
-
-__device__ __forceinline__ float fa_to(float v) { return v; }
-__device__ __forceinline__ float fa_to(__half v) { return __half2float(v); }
-__device__ __forceinline__ float fa_to(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <typename T> __device__ __forceinline__ T fa_from(float v);
-template <> __device__ __forceinline__ float fa_from<float>(float v) { return v; }
-template <> __device__ __forceinline__ __half fa_from<__half>(float v) { return __float2half(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 fa_from<__nv_bfloat16>(float v) {
-    return __float2bfloat16(v);
-}
 
 // 16 bytes of T: FaChunk<T>::N elements.
 template <typename T> struct FaChunk {
@@ -38,25 +27,6 @@ __device__ __forceinline__ void fa_load(const T *p, bool vec, float (&out)[FaChu
         for (int e = 0; e < N; e++) out[e] = fa_to(p[e]);
     }
 }
-
-// xor shuffle inside the wave (masks below 32 keep it inside an aligned group of 32 lanes).
-__device__ __forceinline__ float fa_shfl_xor(float v, int mask) {
-#if defined(__HIP_DEVICE_COMPILE__)
-    int lane = __builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u));
-    return __int_as_float(__builtin_amdgcn_ds_bpermute((lane ^ mask) << 2, __float_as_int(v)));
-#else
-    return __shfl_xor_sync(0xffffffffu, v, mask);
-#endif
-}
-
-// A scheduling fence on AMD: keeps the loads and the arithmetic of one step of an unrolled loop
-// together (without it the scheduler hoists every load of the loop ahead and runs out of
-// VGPRs); nothing elsewhere.
-#if defined(__HIP_DEVICE_COMPILE__)
-#define FA_FENCE() __builtin_amdgcn_sched_barrier(0)
-#else
-#define FA_FENCE()
-#endif
 
 // One sequence of a call: its lengths and where its tokens start.
 struct FaSeq {

@@ -1,7 +1,7 @@
 // attention/mma.h - part of attention.hip: the matrix-unit prefill tiles (fa_mma_<T>_<DMAX>, T
 // f16 or bf16, DMAX 64, 128, 256), the FMA tile's semantics and output contract (attention.hip's
-// header) with S = Q K^T and O += P V on matrix units (attention/mma_frag.h), f32 accumulation
-// and the online softmax in f32, base 2. Exists only where mma_frag.h defines FA_MMA_KERNELS.
+// header) with S = Q K^T and O += P V on matrix units (mma/frag.h), f32 accumulation
+// and the online softmax in f32, base 2. Exists only where mma/frag.h defines FA_MMA_KERNELS.
 // This file holds what both tiles share (the rows, the key range, the softmax, the store) and
 // the chunked tile of tier 256; tiers 64 and 128 take the pipelined tile (attention/mma_pipe.h).
 //

@@ -1,7 +1,7 @@
 // attention/mma_dec.h - part of attention.hip: the matrix-unit decode kernel (fa_mdec_<T>_<DMAX>,
 // T f16 or bf16, DMAX 64 and 128), the decode kernels' contract (attention/decode.h: one block
 // per (kv head and split, sequence) takes all of at most 16 FM_QT packed rows, splits in tiles of
-// FA_DEC_TILE keys) with S = Q K^T and O += P V on matrix units (attention/mma_frag.h).
+// FA_DEC_TILE keys) with S = Q K^T and O += P V on matrix units (mma/frag.h).
 //
 // Why: a decode step reads the whole KV cache for a handful of rows. On FMA units every element
 // of K and V costs R multiply-adds, so at GQA 4-8 the FMA kernel (decode.h) runs out of issue

@@ -9,7 +9,7 @@
 //     their loads overlap the matrix work, flash-attention-2 style, two barriers a tile:
 //       wait K(t), barrier; start V(t); S = Q K(t)^T and the softmax;
 //       wait V(t), barrier; start K(t + 1); O += P V(t).
-//     On the CUDA path the loads are cp.async (mma_frag.h's fm_cp16) and the fragments come
+//     On the CUDA path the loads are cp.async (mma/frag.h's fm_cp16) and the fragments come
 //     by ldmatrix, V read as it lies by the transposing ldmatrix; on AMD the copies are plain
 //     loads and stores (the overlap is between the blocks of a compute unit) and V is staged
 //     transposed for fm_load_vt.

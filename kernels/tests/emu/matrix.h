@@ -3,7 +3,7 @@
 // layouts AMD documents, so kernels/hip/mma/tile.h and the kernels built on it run on the CPU;
 // and, for the CUDA path (EMU_MMA_SYNC, which emu.h defines when EMU_AMD_WAVE is not set),
 // NVIDIA's mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.f32 as the function
-// emu::mma::mma_sync_m16n8k16 that kernels call instead of the inline PTX (attention/mma_frag.h).
+// emu::mma::mma_sync_m16n8k16 that kernels call instead of the inline PTX (mma/frag.h).
 //
 // Included by emu.h. The target is the processor a driver names with
 // a define, as clang's device compile would: -D__gfx942__ (or __gfx90a__, __gfx940__,

@@ -2,8 +2,8 @@
 //! storage slices: their parameters checked against the operands, then MIOpen when
 //! `CANDLE_ROCM_CONV` asks for it and it applies ([`super::miopen`]), else, for the forward
 //! convolutions in f32/f64/f16/bf16, the GEMM path of [`crate::launch::conv`] (one GEMM for a
-//! 1x1, im2col tiles bounded in memory feeding rocBLAS for the rest, the output written in
-//! place); the other dtypes and shapes past its limits take candle's whole-tensor im2col
+//! 1x1, in f16/bf16 the implicit GEMM on matrix units where the device has it, im2col tiles
+//! bounded in memory feeding rocBLAS for the rest, the output written in place); the other dtypes and shapes past its limits take candle's whole-tensor im2col
 //! times the kernel; the transposed ones col2im or candle's direct kernels.
 
 use candle_core::{Layout, Shape};
@@ -76,20 +76,21 @@ fn gemm_path(
     if b == 0 {
         return Ok(None);
     }
+    let implicit = crate::settings::conv_igemm();
     let mut kernel_c = None;
     let (kernel, k_off) = packed(dev, kernel, kernel_l, &mut kernel_c)?;
     let run = match (x, kernel) {
         (S::F32(x), S::F32(k)) => {
-            conv_gemm(dev, g, (x, x_l), (k, k_off), b)?.map(|(o, p)| (S::F32(o), p))
+            conv_gemm(dev, g, (x, x_l), (k, k_off), b, implicit)?.map(|(o, p)| (S::F32(o), p))
         }
         (S::F64(x), S::F64(k)) => {
-            conv_gemm(dev, g, (x, x_l), (k, k_off), b)?.map(|(o, p)| (S::F64(o), p))
+            conv_gemm(dev, g, (x, x_l), (k, k_off), b, implicit)?.map(|(o, p)| (S::F64(o), p))
         }
         (S::F16(x), S::F16(k)) => {
-            conv_gemm(dev, g, (x, x_l), (k, k_off), b)?.map(|(o, p)| (S::F16(o), p))
+            conv_gemm(dev, g, (x, x_l), (k, k_off), b, implicit)?.map(|(o, p)| (S::F16(o), p))
         }
         (S::BF16(x), S::BF16(k)) => {
-            conv_gemm(dev, g, (x, x_l), (k, k_off), b)?.map(|(o, p)| (S::BF16(o), p))
+            conv_gemm(dev, g, (x, x_l), (k, k_off), b, implicit)?.map(|(o, p)| (S::BF16(o), p))
         }
         _ => None,
     };

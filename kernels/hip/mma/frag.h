@@ -1,5 +1,6 @@
-// attention/mma_frag.h - part of attention.hip: the matrix-unit fragments of the fa_mma_*
-// kernels (attention/mma.h), one interface over three families:
+// mma/frag.h - the matrix-unit fragments of attention.hip's fa_mma_* kernels (attention/mma.h)
+// and of conv_igemm.hip (S = Q K^T with Q and K both stored with k contiguous: a GEMM whose
+// operands are staged k-contiguous in shared memory), one interface over three families:
 //   FA_MMA_SYNC  NVIDIA sm_80+ (the HIP-on-CUDA harness, nvcc): mma.sync.aligned.m16n8k16
 //                .row.col.f32.{f16,bf16} by inline PTX, two per 16 x 16 tile (wave = warp of 32).
 //                Fragments come from shared memory by ldmatrix (.trans for V as it lies), tiles
@@ -34,6 +35,9 @@
 //     (2 e + l/16) but B needs all 16 (replicated in both half-waves): one xor-16 exchange.
 //     A lane holds 1 query row (l % 16) of each 16-query tile; its lanes are l ^ 16 (^ 32).
 #pragma once
+
+#include "common.h"
+#include "tile.h"
 
 #if !defined(__HIP_DEVICE_COMPILE__) && ((defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800) || defined(EMU_MMA_SYNC))
 #define FA_MMA_SYNC 1
@@ -352,7 +356,7 @@ __device__ __forceinline__ fm_acc fm_zero() {
     return c;
 }
 #if FM_WAVE != FA_WAVE
-#error "attention/mma_frag.h: the family's wave is not the build's"
+#error "mma/frag.h: the family's wave is not the build's"
 #endif
 
 #endif // FA_MMA_SYNC || FA_HAVE_MMA

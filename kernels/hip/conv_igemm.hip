@@ -1,0 +1,241 @@
+// conv_igemm.hip - forward convolution (conv2d; conv1d as height 1) as an implicit GEMM on
+// matrix units, f16 and bf16 with f32 accumulation: no column matrix in memory, each block
+// gathers its tiles of input patches into shared memory itself and multiplies them by the
+// kernel's tiles there.
+//
+// Written for candle-rocm (not from candle-kernels). Plain CUDA syntax plus AMD builtins behind
+// __HIP_DEVICE_COMPILE__ (through mma/), so the same file builds for AMD (clang, kernels/include
+// headers), for the HIP-on-CUDA harness (nvcc, CUDA's headers) and on the CPU emulator
+// (kernels/tests/emu/conv_igemm_test.cpp). The kernels exist only where mma/frag.h defines
+// FA_MMA_KERNELS (gfx90a, gfx94x, gfx950, gfx11, gfx12; CUDA sm_80+): elsewhere the module is
+// empty and candle-rocm keeps the convolution on its im2col-tile GEMM path.
+//
+// The GEMM (rows of A = output channels, columns of B = output positions of every image):
+//   C[co][n] = sum_k W[co][k] B[k][n],  k = (ci, ky, kx) = (ci k_h + ky) k_w + kx < K = c_in k_h k_w
+//   W: the kernel (c_out, c_in, k_h, k_w), contiguous: W[co][k] = w[co K + k]
+//   n = img P + oy w_out + ox < N = batch P, P = h_out w_out
+//   B[k][n] = x[img s_b + ci s_c + iy s_h + ix s_w], iy = oy stride_h + ky dil_h - pad_h,
+//             ix = ox stride_w + kx dil_w - pad_w; 0 when (iy, ix) lies outside the input
+//   y[(img c_out + co) P + oy w_out + ox] = C[co][n] rounded to T (NCHW, contiguous)
+// x may have any strides (a channel slice, channels last); w must be contiguous; y is new.
+//
+// Work split. A block of CI_THREADS (128) threads computes a CI_BM x CI_BN (64 channels x 128
+// positions) tile of C, walking K in steps of CI_BK (32):
+//   - staging: thread t gathers B's column n0 + t (one output position: its image and input
+//     corner computed once) for the step's 32 k, walking (ci, ky, kx) in order, 32 element
+//     loads (zeros outside the input, past K and past N), and 16 k of W's row t / 2 (two
+//     16-byte loads when every row of w is 16-byte aligned and the 16 lie inside K, else element
+//     loads with zeros past c_out and K); both go to shared memory with k contiguous (B as its
+//     transpose, one row per position), rows padded to CI_PITCH (40) elements: 16-byte aligned,
+//     off the bank stride;
+//   - the step after next is loaded into registers before the matrix work on this one, and
+//     stored into the other of two shared buffers after it (one barrier a step);
+//   - math: wave w (of 4 on 32-lane waves, 2 on MFMA's 64-lane waves) owns channel rows
+//     32 (w % 2) .. + 31 and position columns (w / 2) WN .. + WN - 1 (WN = 64 or 128): TM x TN
+//     = 2 x (WN / 16) accumulators of 16 x 16 f32, each step 2 x 16 k of mma/frag.h's
+//     S = Q K^T with Q = W's rows and K = B^T's rows (fm_load_q / fm_load_k / fm_mma_s);
+//   - the store: fm_c_pos names each accumulator element's channel and position.
+// Shared memory: 2 x (64 + 128) x 40 elements of T = 30 KiB.
+//
+// Kernels: conv_igemm_<T>(ConvIgemmArgs a, const T *x, const T *w, T *y), T in f16, bf16.
+//   grid (ceil(N / 128), ceil(c_out / 64)), block (128). Sizes: K, N < 2^31 (so every index of
+//   B, the n of a block and k0 + CI_BK stay in 32 bits); input offsets in 64 bits.
+#include "cuda_fp16.h"
+#include "cuda_bf16.h"
+#include <stdint.h>
+
+#include "mma/common.h"
+#include "mma/tile.h"
+#include "mma/frag.h"
+
+#define CI_THREADS 128
+#define CI_BM 64
+#define CI_BN 128
+#define CI_BK 32
+#define CI_PITCH (CI_BK + 8)
+
+// The kernels' first argument (candle-rocm's launch/conv_igemm.rs mirrors it field by field):
+// 64-bit input strides, then 32-bit fields, no padding (112 bytes).
+struct ConvIgemmArgs {
+    uint64_t s_b, s_c, s_h, s_w; // input strides in elements (image, channel, row, column)
+    uint32_t batch, c_in, h_in, w_in;
+    uint32_t c_out, h_out, w_out, k_h;
+    uint32_t k_w, stride_h, stride_w, pad_h;
+    uint32_t pad_w, dil_h, dil_w, w_vec; // w_vec: w 16-byte aligned and K % 8 == 0
+    uint32_t k, n, p, unused;            // K = c_in k_h k_w, N = batch P, P = h_out w_out
+};
+static_assert(sizeof(ConvIgemmArgs) == 112, "ConvIgemmArgs layout");
+
+#if defined(FA_MMA_KERNELS)
+
+// One thread's output position (B's column): its input element at the kernel's tap (0, 0) of
+// channel 0, as an offset from x (may lie outside the input: only read when inside).
+struct CiColumn {
+    int64_t base;  // img s_b + y0 s_h + x0 s_w
+    int64_t y0, x0; // oy stride_h - pad_h, ox stride_w - pad_w
+    bool live;      // n < N
+};
+
+__device__ __forceinline__ CiColumn ci_column(const ConvIgemmArgs &a, uint32_t n) {
+    CiColumn c;
+    c.live = n < a.n;
+    const uint32_t nn = c.live ? n : 0;
+    const uint32_t img = nn / a.p, pos = nn % a.p;
+    const uint32_t oy = pos / a.w_out, ox = pos % a.w_out;
+    c.y0 = (int64_t)oy * a.stride_h - (int64_t)a.pad_h;
+    c.x0 = (int64_t)ox * a.stride_w - (int64_t)a.pad_w;
+    c.base = (int64_t)img * (int64_t)a.s_b + c.y0 * (int64_t)a.s_h + c.x0 * (int64_t)a.s_w;
+    return c;
+}
+
+// B[k0 .. k0 + CI_BK)[n] of the thread's column into v (zeros outside the input and past K).
+template <typename T>
+__device__ __forceinline__ void ci_load_b(const ConvIgemmArgs &a, const T *__restrict__ x, const CiColumn &c,
+                                          uint32_t k0, T (&v)[CI_BK]) {
+    const uint32_t taps = a.k_h * a.k_w;
+    uint32_t ci = k0 / taps, r = k0 % taps;
+    uint32_t ky = r / a.k_w, kx = r % a.k_w;
+    // The tap's offsets: dy = ky dil_h, dx = kx dil_w, and ci s_c + dy s_h + dx s_w.
+    int64_t dy = (int64_t)ky * a.dil_h, dx = (int64_t)kx * a.dil_w;
+    int64_t off = (int64_t)ci * (int64_t)a.s_c + dy * (int64_t)a.s_h + dx * (int64_t)a.s_w;
+    const int64_t step_x = (int64_t)a.dil_w * (int64_t)a.s_w, step_y = (int64_t)a.dil_h * (int64_t)a.s_h;
+#pragma unroll
+    for (int kk = 0; kk < CI_BK; kk++) {
+        const int64_t iy = c.y0 + dy, ix = c.x0 + dx;
+        const bool in = c.live && k0 + kk < a.k && (uint64_t)iy < a.h_in && (uint64_t)ix < a.w_in;
+        v[kk] = in ? x[c.base + off] : fa_from<T>(0.0f);
+        // The next tap, in (ci, ky, kx) order.
+        if (++kx == a.k_w) {
+            kx = 0;
+            off -= dx * (int64_t)a.s_w;
+            dx = 0;
+            if (++ky == a.k_h) {
+                ky = 0;
+                off += (int64_t)a.s_c - dy * (int64_t)a.s_h;
+                dy = 0;
+            } else {
+                dy += a.dil_h;
+                off += step_y;
+            }
+        } else {
+            dx += a.dil_w;
+            off += step_x;
+        }
+    }
+}
+
+// W[co][k0 + h .. + 16) of row co into v (zeros past c_out and K).
+template <typename T>
+__device__ __forceinline__ void ci_load_a(const ConvIgemmArgs &a, const T *__restrict__ w, uint32_t co, uint32_t k,
+                                          T (&v)[16]) {
+    if (a.w_vec && co < a.c_out && k + 16 <= a.k) {
+        const fa_vec *p = reinterpret_cast<const fa_vec *>(w + (uint64_t)co * a.k + k);
+        const fa_vec lo = p[0], hi = p[1];
+        __builtin_memcpy(&v[0], &lo, 16);
+        __builtin_memcpy(&v[8], &hi, 16);
+        return;
+    }
+#pragma unroll
+    for (int u = 0; u < 16; u++)
+        v[u] = co < a.c_out && k + u < a.k ? w[(uint64_t)co * a.k + k + u] : fa_from<T>(0.0f);
+}
+
+// n 16-bit elements from registers to shared memory, 16 bytes at a time (dst 16-byte aligned).
+template <typename T, int N> __device__ __forceinline__ void ci_store(T *dst, const T (&v)[N]) {
+#pragma unroll
+    for (int u = 0; u < N; u += 8) {
+        fa_vec q;
+        __builtin_memcpy(&q, &v[u], 16);
+        *reinterpret_cast<fa_vec *>(dst + u) = q;
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void conv_igemm(const ConvIgemmArgs &a, const T *__restrict__ x, const T *__restrict__ w,
+                                           T *__restrict__ y) {
+    static_assert(sizeof(T) == 2, "f16 or bf16");
+    constexpr int NW = CI_THREADS / FM_WAVE; // waves a block: 4 (32 lanes) or 2 (64 lanes)
+    constexpr int WN = CI_BN / (NW / 2);     // positions a wave
+    constexpr int TM = CI_BM / 2 / 16, TN = WN / 16;
+    constexpr int AS = CI_BM * CI_PITCH * 2 / 16, BS = CI_BN * CI_PITCH * 2 / 16; // in fa_vec
+    static_assert(NW >= 2 && NW % 2 == 0 && CI_BN == CI_THREADS && CI_BM * 2 == CI_THREADS, "tile shape");
+    __shared__ fa_vec as4[2 * AS];
+    __shared__ fa_vec bs4[2 * BS];
+
+    const uint32_t tid = threadIdx.x;
+    const int wave = (int)(tid / FM_WAVE), lane = (int)(tid % FM_WAVE);
+    const uint32_t m0 = blockIdx.y * CI_BM, n0 = blockIdx.x * CI_BN;
+    const CiColumn col = ci_column(a, n0 + tid);
+    const uint32_t a_row = m0 + tid / 2, a_k = (tid % 2) * 16;
+
+    fm_acc acc[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; i++)
+#pragma unroll
+        for (int j = 0; j < TN; j++) acc[i][j] = fm_zero();
+
+    T av[16], bv[CI_BK];
+    ci_load_a<T>(a, w, a_row, a_k, av);
+    ci_load_b<T>(a, x, col, 0, bv);
+    ci_store<T, 16>(reinterpret_cast<T *>(as4) + (tid / 2) * CI_PITCH + a_k, av);
+    ci_store<T, CI_BK>(reinterpret_cast<T *>(bs4) + tid * CI_PITCH, bv);
+    __syncthreads();
+
+    int buf = 0;
+    for (uint32_t k0 = 0; k0 < a.k; k0 += CI_BK) {
+        const bool more = k0 + CI_BK < a.k;
+        if (more) {
+            ci_load_a<T>(a, w, a_row, k0 + CI_BK + a_k, av);
+            ci_load_b<T>(a, x, col, k0 + CI_BK, bv);
+        }
+        const T *As = reinterpret_cast<const T *>(as4 + buf * AS) + (wave % 2) * (CI_BM / 2) * CI_PITCH;
+        const T *Bs = reinterpret_cast<const T *>(bs4 + buf * BS) + (wave / 2) * WN * CI_PITCH;
+#pragma unroll
+        for (int kk = 0; kk < CI_BK; kk += 16) {
+            fm_frag<T> af[TM];
+#pragma unroll
+            for (int i = 0; i < TM; i++) af[i] = fm_load_q<T>(As + i * 16 * CI_PITCH + kk, CI_PITCH, lane);
+#pragma unroll
+            for (int j = 0; j < TN; j++) {
+                const fm_frag<T> bf = fm_load_k<T>(Bs + j * 16 * CI_PITCH + kk, CI_PITCH, lane);
+#pragma unroll
+                for (int i = 0; i < TM; i++) acc[i][j] = fm_mma_s<T>(af[i], bf, acc[i][j]);
+            }
+        }
+        if (more) {
+            // The other buffer: every wave finished reading it before the last barrier.
+            ci_store<T, 16>(reinterpret_cast<T *>(as4 + (buf ^ 1) * AS) + (tid / 2) * CI_PITCH + a_k, av);
+            ci_store<T, CI_BK>(reinterpret_cast<T *>(bs4 + (buf ^ 1) * BS) + tid * CI_PITCH, bv);
+        }
+        __syncthreads(); // the next step's tiles are in place; this step's are read
+        buf ^= 1;
+    }
+
+    // The store: element e of accumulator (i, j) is C[co][n] with {co, n} from fm_c_pos.
+    const uint32_t cm = m0 + (wave % 2) * (CI_BM / 2), cn = n0 + (wave / 2) * WN;
+#pragma unroll
+    for (int j = 0; j < TN; j++)
+#pragma unroll
+        for (int e = 0; e < FM_ACC_N; e++) {
+            const fm_pos q = fm_c_pos(lane, e);
+            const uint32_t n = cn + j * 16 + q.c;
+            if (n >= a.n) continue;
+            const uint32_t img = n / a.p, pos = n % a.p;
+            T *const out = y + ((uint64_t)img * a.c_out) * a.p + pos;
+#pragma unroll
+            for (int i = 0; i < TM; i++) {
+                const uint32_t co = cm + i * 16 + q.q;
+                if (co < a.c_out) out[(uint64_t)co * a.p] = fa_from<T>(acc[i][j][e]);
+            }
+        }
+}
+
+#define CI_KERNEL(T, TN)                                                                           \
+    extern "C" __global__ void __launch_bounds__(CI_THREADS)                                       \
+        conv_igemm_##TN(ConvIgemmArgs a, const T *__restrict__ x, const T *__restrict__ w, T *__restrict__ y) { \
+        conv_igemm<T>(a, x, w, y);                                                                 \
+    }
+CI_KERNEL(__half, f16)
+CI_KERNEL(__nv_bfloat16, bf16)
+
+#endif // FA_MMA_KERNELS
