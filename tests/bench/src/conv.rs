@@ -1,5 +1,8 @@
 //! The convolution rows (group `conv`): the shapes of the models Candle users run, in TFLOP/s,
-//! and on our MIOpen path the host time around each MIOpen call.
+//! and on our MIOpen path the host time around each MIOpen call. In f16, ours also runs each
+//! shape on the two forms of our GEMM path whatever `CANDLE_ROCM_CONV` picks
+//! (`<op>_igemm`: the implicit GEMM on matrix units, `<op>_tiles`: im2col tiles feeding
+//! rocBLAS), so one call compares them with MIOpen (the `auto` rows) and PyTorch.
 
 use anyhow::Result;
 use candle_core::{DType, Tensor};
@@ -153,6 +156,10 @@ pub(crate) fn conv(b: &Bench) -> Result<()> {
             let shape = format!("{n}x{c_in}x{h}x{w}>{c_out}k{k}");
             b.print(["conv", op, &shape, name(dtype)], s, flops, "flops");
             #[cfg(all(feature = "rocm", not(feature = "cuda")))]
+            if dtype == DType::F16 {
+                gemm_path_forms(b, op, &shape, (&x, &kernel), (pad, stride, is_1d), flops)?;
+            }
+            #[cfg(all(feature = "rocm", not(feature = "cuda")))]
             miopen_overhead(b, op, &shape, dtype, || {
                 Ok(if is_1d {
                     x.conv1d(&kernel, pad, stride, 1, 1)?
@@ -160,6 +167,105 @@ pub(crate) fn conv(b: &Bench) -> Result<()> {
                     x.conv2d(&kernel, pad, stride, 1, 1)?
                 })
             })?;
+        }
+    }
+    Ok(())
+}
+
+/// The f16 convolution of `x` by `kernel` (padding, stride, conv1d or not) on each form of our
+/// GEMM path, called through the launcher whatever `CANDLE_ROCM_CONV` says: `<op>_igemm` (the
+/// implicit GEMM, printed only where it ran: a device whose kernels have it) and `<op>_tiles`
+/// (im2col tiles of `CANDLE_ROCM_CONV_TILE_MIB` feeding rocBLAS). Pointwise shapes take one
+/// GEMM either way and print nothing.
+#[cfg(all(feature = "rocm", not(feature = "cuda")))]
+fn gemm_path_forms(
+    b: &Bench,
+    op: &str,
+    shape: &str,
+    (x, kernel): (&Tensor, &Tensor),
+    (pad, stride, is_1d): (usize, usize, bool),
+    flops: f64,
+) -> Result<()> {
+    use anyhow::Context;
+    use candle_core::backend::BackendStorage;
+    use candle_core::{Layout, Storage};
+    use candle_rocm::launch::conv::{conv_gemm, ConvGeometry, ConvPlan};
+    use candle_rocm::RocmStorage;
+
+    let (xs, xl) = x.storage_and_layout();
+    let (ks, kl) = kernel.storage_and_layout();
+    let (Storage::Ext(xs), Storage::Ext(ks)) = (&*xs, &*ks) else {
+        return Ok(());
+    };
+    let (Some(xs), Some(ks)) = (
+        xs.as_any().downcast_ref::<RocmStorage>(),
+        ks.as_any().downcast_ref::<RocmStorage>(),
+    ) else {
+        return Ok(());
+    };
+    let (d, kd) = (xl.dims(), kl.dims());
+    let (xl4, (h, w), (kh, kw), p, st) = if is_1d {
+        let s = xl.stride();
+        let l4 = Layout::new(
+            (d[0], d[1], 1, d[2]).into(),
+            vec![s[0], s[1], 0, s[2]],
+            xl.start_offset(),
+        );
+        (l4, (1, d[2]), (1, kd[2]), (0, pad), (1, stride))
+    } else {
+        (
+            xl.clone(),
+            (d[2], d[3]),
+            (kd[2], kd[3]),
+            (pad, pad),
+            (stride, stride),
+        )
+    };
+    let out = |n: usize, k: usize, p: usize, s: usize| (n + 2 * p - k) / s + 1;
+    let g = ConvGeometry {
+        batch: d[0],
+        c_in: d[1],
+        h_in: h,
+        w_in: w,
+        c_out: kd[0],
+        k_h: kh,
+        k_w: kw,
+        h_out: out(h, kh, p.0, st.0),
+        w_out: out(w, kw, p.1, st.1),
+        padding: p,
+        stride: st,
+        dilation: (1, 1),
+    };
+    let dev = xs.device();
+    let (xb, kb) = (xs.as_buffer::<half::f16>()?, ks.as_buffer::<half::f16>()?);
+    let budget = candle_rocm::settings::conv_tile_bytes().max(1);
+    for (form, implicit) in [("igemm", true), ("tiles", false)] {
+        let mut plan = None;
+        let secs = b.time(|| {
+            let (o, p) = conv_gemm(
+                dev,
+                &g,
+                (xb, &xl4),
+                (kb, kl.start_offset()),
+                budget,
+                implicit,
+            )?
+            .context("the GEMM path has no plan for this shape")?;
+            plan = Some(p);
+            Ok(o)
+        })?;
+        let ran = match plan {
+            Some(ConvPlan::Implicit) => implicit,
+            Some(ConvPlan::Tiled { .. }) => !implicit,
+            _ => false,
+        };
+        if ran {
+            b.print(
+                ["conv", &format!("{op}_{form}"), shape, "f16"],
+                secs,
+                flops,
+                "flops",
+            );
         }
     }
     Ok(())

@@ -10,7 +10,15 @@
 //! - a ResNet-like 3x3 at batch 32 (several images per column tile);
 //! - one image whose column matrix passes the default 16 MiB tile (runs of output positions):
 //!   256 channels at 64x64, and 512 in f16 and bf16 (the VAE's layer, fewer outputs);
-//! - conv1d like Whisper's front end, strided and dilated, and grouped.
+//! - conv1d like Whisper's front end, strided and dilated, and grouped;
+//! - in f16 and bf16, the shapes the implicit GEMM (`candle_rocm::launch::conv_igemm`, the
+//!   default for f16/bf16 convolutions that are not pointwise where the GPU has matrix units)
+//!   finds hardest: channels that are not multiples of 16 or 32, tiny images, strides 2 and 3,
+//!   padding 0-3, dilation 2 and 3, K below one 32-wide step, more than 64 output channels and
+//!   position counts that leave a partial 128-position tile; conv1d likewise. The tolerance
+//!   is the suite's per dtype (f16 5e-3, bf16 3e-2, times max(1, max |want|)): the kernel sums
+//!   in f32 and rounds once, the reference rounds the f64 sum once, so they differ by about
+//!   one unit in the last place of the dtype.
 
 use candle_core::{DType, Result, Tensor};
 use candle_rocm_tests::{assert_gpu_close, gpu, host_pair, normal, rng, tolerance};
@@ -128,6 +136,88 @@ fn conv1d_on_the_gemm_path_matches_the_cpu() -> Result<()> {
             let what = format!("conv1d {name} {dtype:?}");
             let want = reference(|x, k| x.conv1d(k, pad, stride, dil, groups), &xc, &kc)?;
             let got = xg.conv1d(&kg, pad, stride, dil, groups)?;
+            assert_gpu_close(&got, &want, tolerance(dtype), &what)?;
+        }
+    }
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn conv_implicit_gemm_shapes_match_the_cpu() -> Result<()> {
+    let dev = gpu()?;
+    let cases: [Case2d; 10] = [
+        ("3 channels", (2, 3, 5, 7, 9), 3, 1, 1, 1, 1),
+        (
+            "19 -> 70 channels stride 2",
+            (1, 19, 70, 11, 13),
+            3,
+            1,
+            2,
+            1,
+            1,
+        ),
+        ("dilation 2 pad 2", (2, 9, 17, 13, 10), 3, 2, 1, 2, 1),
+        (
+            "stride 3 dilation 3 pad 3",
+            (1, 7, 9, 20, 17),
+            3,
+            3,
+            3,
+            3,
+            1,
+        ),
+        ("1x1 image", (3, 7, 9, 1, 1), 3, 1, 1, 1, 1),
+        ("2x2 image", (2, 8, 16, 2, 2), 3, 1, 1, 1, 1),
+        ("5x5 unpadded", (2, 5, 6, 9, 12), 5, 0, 1, 1, 1),
+        ("390 positions", (3, 6, 12, 10, 13), 3, 1, 1, 1, 1),
+        ("K 576", (4, 64, 64, 9, 9), 3, 1, 1, 1, 1),
+        ("grouped 3 (slices)", (2, 9, 6, 8, 7), 3, 1, 2, 1, 3),
+    ];
+    let mut seed = 1300;
+    for dtype in [DType::F16, DType::BF16] {
+        for (name, (b, c_in, c_out, h, w), k, pad, stride, dil, groups) in cases {
+            seed += 1;
+            let (xc, xg) = host_pair(
+                normal(&mut rng(seed), b * c_in * h * w, 1.0),
+                (b, c_in, h, w),
+                dtype,
+                &dev,
+            )?;
+            let kn = c_out * (c_in / groups) * k * k;
+            let (kc, kg) = host_pair(
+                normal(&mut rng(seed + 1), kn, 0.1),
+                (c_out, c_in / groups, k, k),
+                dtype,
+                &dev,
+            )?;
+            let what = format!("conv2d (implicit GEMM) {name} {dtype:?}");
+            let want = reference(|x, k| x.conv2d(k, pad, stride, dil, groups), &xc, &kc)?;
+            let got = xg.conv2d(&kg, pad, stride, dil, groups)?;
+            assert_gpu_close(&got, &want, tolerance(dtype), &what)?;
+        }
+        // conv1d: (name, (b, c_in, c_out, len), k, padding, stride, dilation)
+        for (name, (b, c_in, c_out, len), k, pad, stride, dil) in [
+            ("k3 s2", (1, 24, 16, 101), 3, 1, 2, 1),
+            ("k4 s2 d3", (3, 5, 6, 41), 4, 2, 2, 3),
+            ("k7 odd channels", (2, 13, 11, 257), 7, 3, 1, 1),
+        ] {
+            seed += 1;
+            let (xc, xg) = host_pair(
+                normal(&mut rng(seed), b * c_in * len, 1.0),
+                (b, c_in, len),
+                dtype,
+                &dev,
+            )?;
+            let (kc, kg) = host_pair(
+                normal(&mut rng(seed + 1), c_out * c_in * k, 0.1),
+                (c_out, c_in, k),
+                dtype,
+                &dev,
+            )?;
+            let what = format!("conv1d (implicit GEMM) {name} {dtype:?}");
+            let want = reference(|x, k| x.conv1d(k, pad, stride, dil, 1), &xc, &kc)?;
+            let got = xg.conv1d(&kg, pad, stride, dil, 1)?;
             assert_gpu_close(&got, &want, tolerance(dtype), &what)?;
         }
     }
