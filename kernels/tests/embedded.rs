@@ -76,7 +76,10 @@ fn every_target_exports_the_same_kernels() {
     }
     for (module, per_target) in by_module {
         let (first_t, first) = &per_target[0];
-        assert!(any_kernel.contains(module), "{module} has no kernels on any target");
+        assert!(
+            any_kernel.contains(module),
+            "{module} has no kernels on any target"
+        );
         assert!(
             !first.is_empty() || per_target.iter().all(|(_, n)| n.is_empty()),
             "{module}.{first_t} has no kernels"
