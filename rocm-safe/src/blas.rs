@@ -14,6 +14,7 @@ use rocm_sys::Rocblas;
 use crate::buffer::{DeviceRepr, DeviceSlice, DeviceSliceMut};
 use crate::error::{check_blas, Result, RocmError};
 use crate::graph::batch::NodeKind;
+use crate::graph::gate;
 use crate::stream::Stream;
 
 /// Element types rocBLAS's `gemm_ex` family accepts, with the compute type used for them.
@@ -294,12 +295,14 @@ impl BlasHandle {
         // rocBLAS calls are recorded by graph mode only when it says so
         // (`GraphMode::record_blas`); otherwise what it recorded is launched first.
         let record = self.stream.records_blas();
-        if !record {
-            self.stream.flush_graph()?;
-        }
         for s in [a.stream(), b.stream(), c.stream()] {
             self.stream.join(s)?;
         }
+        let _plain = if record {
+            None
+        } else {
+            Some(self.stream.flush_graph()?)
+        };
         let alpha = T::scalar(cfg.alpha);
         let beta = T::scalar(cfg.beta);
         let lib = &self.lib;
@@ -357,11 +360,18 @@ impl BlasHandle {
 
 impl Drop for BlasHandle {
     fn drop(&mut self) {
-        // SAFETY: the handle is live and destroyed once; rocBLAS waits for its queued work.
-        let code = unsafe { (self.lib.rocblas_destroy_handle)(self.raw) };
-        if let Err(e) = check_blas(&self.lib, "rocblas_destroy_handle", code) {
-            self.stream.device().runtime().record_err(e);
-        }
+        let (lib, rt) = (self.lib.clone(), self.stream.device().runtime().clone());
+        let raw = self.raw as usize;
+        // Destroying a handle frees its workspace, which invalidates any graph being recorded
+        // in the process: deferred until none is (graph::gate).
+        gate::device_wide(move || {
+            // SAFETY: the handle is live and destroyed once (this closure runs once); rocBLAS
+            // waits for its queued work.
+            let code = unsafe { (lib.rocblas_destroy_handle)(raw as rocblas_handle) };
+            if let Err(e) = check_blas(&lib, "rocblas_destroy_handle", code) {
+                rt.record_err(e);
+            }
+        });
     }
 }
 

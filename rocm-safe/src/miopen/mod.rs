@@ -49,6 +49,7 @@ use rocm_sys::Miopen;
 
 use crate::buffer::{DeviceBuffer, DeviceSlice, DeviceSliceMut};
 use crate::error::{check_miopen, Result, RocmError};
+use crate::graph::gate;
 use crate::runtime::Runtime;
 use crate::stream::Stream;
 use config::{check_len, product, unsupported};
@@ -316,7 +317,7 @@ impl MiopenHandle {
             return Err(unsupported(format!("no pooling plan for {key:?}")));
         };
         // MIOpen calls are not recorded by graph mode: launch what it recorded first.
-        self.stream.flush_graph()?;
+        let _plain = self.stream.flush_graph()?;
         for s in [x.stream(), y.stream()] {
             self.stream.join(s)?;
         }
@@ -382,7 +383,8 @@ impl MiopenHandle {
     ) -> Result<()> {
         self.stream.device().bind_to_thread()?;
         // MIOpen calls are not recorded by graph mode: launch what it recorded first.
-        self.stream.flush_graph()?;
+        let stream = self.stream.clone();
+        let _plain = stream.flush_graph()?;
         for s in [a.stream(), w.stream(), out.stream()] {
             self.stream.join(s)?;
         }
@@ -487,12 +489,19 @@ impl Drop for MiopenHandle {
     fn drop(&mut self) {
         // Descriptors first (they are independent of the handle, but keep teardown ordered).
         self.clear_cache();
-        // SAFETY: live handle, destroyed once; MIOpen waits for nothing, and buffers used by
-        // queued work stay alive through their own stream-ordered frees.
-        let code = unsafe { (self.lib.miopenDestroy)(self.raw) };
-        if let Err(e) = check_miopen(&self.lib, "miopenDestroy", code) {
-            self.stream.device().runtime().record_err(e);
-        }
+        let (lib, rt) = (self.lib.clone(), self.stream.device().runtime().clone());
+        let raw = self.raw as usize;
+        // Destroying the handle may free device memory, which invalidates any graph being
+        // recorded in the process: deferred until none is (graph::gate).
+        gate::device_wide(move || {
+            // SAFETY: live handle, destroyed once (this closure runs once); MIOpen waits for
+            // nothing, and buffers used by queued work stay alive through their own
+            // stream-ordered frees.
+            let code = unsafe { (lib.miopenDestroy)(raw as miopenHandle_t) };
+            if let Err(e) = check_miopen(&lib, "miopenDestroy", code) {
+                rt.record_err(e);
+            }
+        });
     }
 }
 
