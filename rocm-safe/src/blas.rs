@@ -223,11 +223,15 @@ impl BlasHandle {
     /// Loads rocBLAS (once per process) and creates a handle bound to `stream`.
     pub fn new(stream: &Arc<Stream>) -> Result<BlasHandle> {
         let lib = stream.device().runtime().rocblas()?;
+        // Creating a handle may synchronise the device inside rocBLAS, which would invalidate
+        // a graph being recorded: this stream's recording is launched first, and other
+        // threads' are waited for (graph::gate).
+        let _plain = stream.flush_graph()?;
         stream.device().bind_to_thread()?;
         let mut raw: rocblas_handle = std::ptr::null_mut();
         // SAFETY: valid out-pointer; the device is current.
         check_blas(&lib, "rocblas_create_handle", unsafe {
-            (lib.rocblas_create_handle)(&mut raw)
+            gate::device_wide_wait(gate::PATIENCE, || (lib.rocblas_create_handle)(&mut raw))
         })?;
         let handle = BlasHandle {
             lib,

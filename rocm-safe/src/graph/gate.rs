@@ -15,7 +15,9 @@
 //! stream or allocator (it holds raw handles and an `Arc` of the runtime only), so it may run
 //! under the gate.
 
-use parking_lot::Mutex;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
 
 /// Work deferred until no capture is in progress.
 pub(crate) type Deferred = Box<dyn FnOnce() + Send>;
@@ -32,6 +34,13 @@ static GATE: Mutex<Gate> = parking_lot::const_mutex(Gate {
     deferred: Vec::new(),
 });
 
+/// Notified when the last capture in progress ends.
+static QUIET: Condvar = Condvar::new();
+
+/// How long [`device_wide_wait`]'s callers wait for other threads' recordings to end: graph
+/// mode launches a stretch at least every few dozen operations, so this is long.
+pub(crate) const PATIENCE: Duration = Duration::from_millis(500);
+
 /// A capture is about to begin: device-wide work waits from now until [`recording_ends`].
 /// Call it before `hipStreamBeginCapture` (and [`recording_ends`] if that fails).
 pub(crate) fn recording_begins() {
@@ -43,10 +52,11 @@ pub(crate) fn recording_begins() {
 pub(crate) fn recording_ends() {
     let mut gate = GATE.lock();
     gate.recording = gate.recording.saturating_sub(1);
-    if gate.recording == 0 && !gate.deferred.is_empty() {
+    if gate.recording == 0 {
         for op in std::mem::take(&mut gate.deferred) {
             op();
         }
+        QUIET.notify_all();
     }
 }
 
@@ -75,6 +85,25 @@ pub(crate) fn device_wide_now<R>(op: impl FnOnce() -> R) -> Option<R> {
     } else {
         None
     }
+}
+
+/// Runs `op` holding the gate once no capture is in progress, waiting up to `patience` for
+/// those in progress to end; after that it runs anyway. For calls that must happen now and may
+/// synchronise the device inside a library (creating a rocBLAS or MIOpen handle): a capture
+/// still open after `patience` (another thread recording without pause, or this thread's own
+/// recording on another stream, which cannot end while it waits) may then lose its work, as
+/// an error.
+pub(crate) fn device_wide_wait<R>(patience: Duration, op: impl FnOnce() -> R) -> R {
+    let deadline = Instant::now() + patience;
+    let mut gate = GATE.lock();
+    while gate.recording > 0 {
+        if QUIET.wait_until(&mut gate, deadline).timed_out() {
+            break;
+        }
+    }
+    let r = op();
+    drop(gate);
+    r
 }
 
 /// Captures in progress in the process (for tests and diagnostics).
@@ -128,5 +157,35 @@ mod tests {
             0,
             "an extra end does not underflow"
         );
+    }
+
+    #[test]
+    fn a_waiting_call_runs_when_the_other_threads_recording_ends_or_after_its_patience() {
+        use std::sync::atomic::AtomicBool;
+        let _s = SERIAL.lock();
+        static ENDED: AtomicBool = AtomicBool::new(false);
+        ENDED.store(false, Ordering::SeqCst);
+        recording_begins();
+        let ender = std::thread::spawn(|| {
+            std::thread::sleep(Duration::from_millis(50));
+            ENDED.store(true, Ordering::SeqCst);
+            recording_ends();
+        });
+        let t = Instant::now();
+        let ran_after_end =
+            device_wide_wait(Duration::from_secs(30), || ENDED.load(Ordering::SeqCst));
+        assert!(ran_after_end, "waited for the recording to end");
+        assert!(t.elapsed() < Duration::from_secs(10));
+        ender.join().unwrap();
+        assert_eq!(recordings_in_progress(), 0);
+        recording_begins();
+        let t = Instant::now();
+        device_wide_wait(Duration::from_millis(20), || ());
+        assert!(
+            t.elapsed() >= Duration::from_millis(20),
+            "ran after its patience"
+        );
+        assert_eq!(recordings_in_progress(), 1, "the recording is still open");
+        recording_ends();
     }
 }

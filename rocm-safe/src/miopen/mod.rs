@@ -133,10 +133,18 @@ impl MiopenHandle {
         let Some(lib) = stream.device().runtime().miopen()? else {
             return Ok(None);
         };
+        // Creating a handle may synchronise the device inside MIOpen, which would invalidate a
+        // graph being recorded: this stream's recording is launched first, and other threads'
+        // are waited for (graph::gate).
+        let _plain = stream.flush_graph()?;
         stream.device().bind_to_thread()?;
         let mut raw: miopenHandle_t = std::ptr::null_mut();
         // SAFETY: valid out-pointer; live stream of the current device.
-        let code = unsafe { (lib.miopenCreateWithStream)(&mut raw, stream.raw()) };
+        let code = unsafe {
+            gate::device_wide_wait(gate::PATIENCE, || {
+                (lib.miopenCreateWithStream)(&mut raw, stream.raw())
+            })
+        };
         check_miopen(&lib, "miopenCreateWithStream", code)?;
         Ok(Some(MiopenHandle {
             plans: HashMap::new(),
