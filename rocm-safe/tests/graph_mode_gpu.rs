@@ -111,6 +111,7 @@ fn the_node_limit_launches_in_stretches() {
     s.set_graph_mode(Some(GraphMode {
         max_nodes: 5,
         max_execs: 2,
+        plain_head: 0,
         record_blas: false,
     }))
     .unwrap();
@@ -251,7 +252,9 @@ fn another_threads_device_teardown_waits_for_the_recording() {
         let b = s2.clone_htod(&host(0.0)).unwrap();
         axpy(&s2, &f2, 2.0, &a.as_arg(), &b.as_arg());
         let got = s2.clone_dtoh(&b).unwrap();
-        let want: Vec<f32> = host(1.0).iter().map(|v| 2.0 * v).collect();
+        let want: Vec<f32> = (0..N as usize)
+            .map(|i| host(0.0)[i] + 2.0 * host(1.0)[i])
+            .collect();
         assert_close(&got, &want, "the other thread's device");
         let direct = DeviceBuffer::<f32>::alloc(&s2, 1 << 20).unwrap();
         let pinned = rocm_safe::PinnedHostBuffer::<f32>::new(&d2, 1 << 16).unwrap();
@@ -313,4 +316,40 @@ fn threads_sharing_a_stream_in_graph_mode_get_plain_results() {
     });
     s.set_graph_mode(None).unwrap();
     d.check_err().unwrap();
+}
+
+/// `plain_head`: after a read-back, the first operations run as plain launches and recording
+/// begins after them, so work that reads back every few operations makes no graphs at all.
+#[test]
+#[ignore = "needs a HIP device"]
+fn the_plain_head_keeps_short_stretches_out_of_graphs() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let d = device();
+    let m = module(&d);
+    let f = m.function("axpy_f32").unwrap();
+    let s = Stream::new(&d).unwrap();
+    let x = s.clone_htod(&host(1.0)).unwrap();
+    let y0 = host(0.0);
+    let y = s.clone_htod(&y0).unwrap();
+    s.set_graph_mode(Some(GraphMode {
+        plain_head: 3,
+        ..GraphMode::default()
+    }))
+    .unwrap();
+    let mut applied = 0.0f32;
+    for (k, reps) in [10usize, 2, 3, 4, 1].into_iter().enumerate() {
+        for _ in 0..reps {
+            axpy(&s, &f, 0.5, &x.as_arg(), &y.as_arg());
+        }
+        applied += reps as f32;
+        let got = s.clone_dtoh(&y).unwrap();
+        let want: Vec<f32> = (0..N as usize)
+            .map(|i| y0[i] + 0.5 * applied * host(1.0)[i])
+            .collect();
+        assert_close(&got, &want, &format!("stretch {k} of {reps}"));
+    }
+    let stats = s.graph_stats().unwrap();
+    // Recorded: 10 - 3 and 4 - 3; the stretches of 2, 3 and 1 stay in the head.
+    assert_eq!((stats.launches, stats.nodes), (2, 8), "{stats:?}");
+    s.set_graph_mode(None).unwrap();
 }

@@ -82,6 +82,11 @@ pub struct GraphMode {
     pub max_nodes: usize,
     /// Executable graphs kept for reuse, keyed by the kernels they run (at least 1).
     pub max_execs: usize,
+    /// Operations queued as plain launches after each launch that something needed (a
+    /// read-back, a synchronisation, ...) before recording begins again. Work that reads a
+    /// result back every few operations then never pays for a graph of one or two kernels;
+    /// a decode step, hundreds of operations long, loses only these few to plain launches.
+    pub plain_head: usize,
     /// Record rocBLAS calls too (rocBLAS documents most of its functions as capturable; the
     /// HIP-on-CUDA harness's double calls cuBLAS, which is). Off: a rocBLAS call launches
     /// what was recorded and runs as usual.
@@ -93,6 +98,7 @@ impl Default for GraphMode {
         GraphMode {
             max_nodes: 0,
             max_execs: 8,
+            plain_head: 0,
             record_blas: false,
         }
     }
@@ -174,6 +180,8 @@ pub(crate) struct Batch {
     allocator: Arc<CachingAllocator>,
     /// A capture is in progress.
     active: bool,
+    /// Operations still to queue plainly before recording begins ([`GraphMode::plain_head`]).
+    head_left: usize,
     nodes: usize,
     key: u64,
     execs: Vec<CachedExec>,
@@ -231,6 +239,7 @@ impl Stream {
             api,
             allocator,
             active: false,
+            head_left: mode.plain_head,
             nodes: 0,
             key: 0,
             execs: Vec::new(),
@@ -276,6 +285,7 @@ impl Stream {
         let mut slot = self.batch.lock();
         if let Some(b) = slot.as_mut() {
             b.flush(self)?;
+            b.head_left = b.mode.plain_head;
         }
         self.plain_ops.fetch_add(1, Ordering::AcqRel);
         Ok(PlainOp { stream: Some(self) })
@@ -308,6 +318,18 @@ impl Stream {
         let bytes = byte_len::<T>(src.len())?;
         if bytes == 0 || bytes > MAX_STAGED_BYTES || self.plain_ops.load(Ordering::Acquire) > 0 {
             return Ok(None);
+        }
+        {
+            let mut slot = self.batch.lock();
+            match slot.as_mut() {
+                Some(b) if !b.active && b.head_left > 0 => {
+                    // Still in the plain head: the caller uploads as usual (one operation).
+                    b.head_left -= 1;
+                    return Ok(None);
+                }
+                Some(_) => {}
+                None => return Ok(None),
+            }
         }
         // Allocated before taking graph mode's lock: an allocation may launch what was
         // recorded to free memory.
@@ -377,6 +399,10 @@ impl Batch {
             // Another thread's plain operation is in flight on this stream (`PlainOp`): a
             // capture begun now would catch it. Queue this one as a plain launch.
             if stream.plain_ops.load(Ordering::Acquire) > 0 {
+                return queue();
+            }
+            if self.head_left > 0 {
+                self.head_left -= 1;
                 return queue();
             }
             self.begin(stream)?;
