@@ -165,15 +165,19 @@ pub struct VocabHead {
 
 impl VocabHead {
     /// The head over this rank's rows `range` of a vocabulary of `vocab`, split in blocks of
-    /// `ceil(vocab / world)` rows ([`super::Shard::vocab_range`]); `weight` is
-    /// `(range.len(), hidden)`, dense or quantized.
+    /// `ceil(vocab / world)` rows ([`super::Shard::vocab_range`]), or whole (`range` the whole
+    /// vocabulary); `weight` is `(range.len(), hidden)`, dense or quantized.
     pub fn new(
         weight: ParallelWeight,
         range: Range<usize>,
         vocab: usize,
         world: Arc<dyn World>,
     ) -> candle_core::Result<Self> {
-        let block = vocab.div_ceil(world.world_size().max(1));
+        let block = if range.len() == vocab {
+            vocab
+        } else {
+            vocab.div_ceil(world.world_size().max(1))
+        };
         if range.is_empty() || range.len() > block || range.end > vocab {
             candle_core::bail!(
                 "vocab head: rows {range:?} of {vocab} in blocks of {block} over {} ranks",
