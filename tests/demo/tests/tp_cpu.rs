@@ -17,9 +17,9 @@ use candle_core::quantized::{gguf_file, GgmlDType};
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use candle_rocm_demo::tp::{
-    forced_logits, generate, gguf_config, load_dir, load_gguf, write_random_llama,
-    write_random_llama_gguf, GgufTypes, Shard, ShardedWeights, Solo, TpError, TpLlama, VocabSplit,
-    World,
+    check_split_gguf, forced_logits, generate, gguf_config, load_dir, load_gguf,
+    write_random_llama, write_random_llama_gguf, GgufTypes, Shard, ShardedWeights, Solo, TpError,
+    TpLlama, VocabSplit, World,
 };
 use candle_transformers::models::llama::{Cache, Llama};
 use candle_transformers::models::quantized_llama::ModelWeights;
@@ -343,13 +343,22 @@ fn simulated_ranks_of_a_gguf_compute_the_whole_model() {
     }
 }
 
-/// A row-parallel weight of 64 columns over 4 ranks: 16 columns each, half a q8_0 block.
+/// A row-parallel weight of 64 columns over 4 ranks: 16 columns each, half a q8_0 block; the
+/// launcher's check before any process starts says so too, and what else does not split.
 #[test]
 fn gguf_columns_that_cut_a_block_are_a_typed_error() {
     let mut c = config(1, 128);
     c["num_key_value_heads"] = serde_json::json!(4);
     let path = gguf_path("gguf-blocks");
     write_random_llama_gguf(&path, &c, TYPES).unwrap();
+    check_split_gguf(&path, 2).unwrap();
+    let e = check_split_gguf(&path, 4).unwrap_err();
+    assert!(
+        matches!(&e, TpError::BlockSplit { tensor, .. } if tensor == "blk.0.attn_output.weight"),
+        "{e}"
+    );
+    let e = check_split_gguf(&path, 3).unwrap_err();
+    assert!(matches!(e, TpError::Heads { count: 4, .. }), "{e}");
     let shared = Arc::new((Barrier::new(4), Mutex::new(vec![None; 4])));
     let four: Arc<dyn World> = Arc::new(Threads { rank: 2, shared });
     let e = load_gguf(&path, four, DType::F32, &Device::Cpu, false).unwrap_err();

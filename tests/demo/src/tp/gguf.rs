@@ -334,6 +334,17 @@ impl GgufShards {
                 tensor: name.to_string(),
             })?;
         let whole = SlicePlan::whole(name, info.ggml_dtype, info.shape.dims())?;
+        if plan.dtype != whole.dtype
+            || plan.row_len != whole.row_len
+            || plan.rows.end > whole.rows.end
+            || plan.row_bytes.end > plan.row_len
+        {
+            return Err(err(format!(
+                "the block {plan:?} is not one of this {:?} tensor of {:?}",
+                info.ggml_dtype,
+                info.shape.dims()
+            )));
+        }
         let start = self
             .content
             .tensor_data_offset

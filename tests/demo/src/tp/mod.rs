@@ -56,7 +56,9 @@ pub use random::{
 pub use shard::{safetensors_files, Shard, ShardedWeights, Split};
 pub use vocab::{VocabEmbedding, VocabHead, VocabSplit};
 
-use crate::decoder::{decode, encode, forced_steps, greedy, DecoderError, Generation};
+use crate::decoder::{
+    decode, encode, forced_steps, greedy, tokenizer_from_gguf, DecoderError, Generation,
+};
 
 /// Reads `dir/config.json`: candle-transformers' config (flash attention as asked) and the
 /// end-of-sequence token ids.
@@ -138,6 +140,37 @@ impl TpDecoder {
         })
     }
 
+    /// Loads this rank's share of the llama GGUF file `path` onto `device` ([`load_gguf`]: the
+    /// linear layers quantized, f32 activations), with the tokenizer its metadata holds.
+    pub fn load_gguf(
+        path: &Path,
+        world: Arc<dyn World>,
+        device: &Device,
+        flash_attn: bool,
+    ) -> Result<TpDecoder, TpError> {
+        let dtype = DType::F32;
+        let shard = Shard::new(world.rank(), world.world_size())?;
+        let weights = ShardedWeights::open_gguf(path, shard, dtype, device)?;
+        let gguf = weights.gguf().ok_or_else(|| TpError::Weights {
+            path: path.to_path_buf(),
+            reason: "not opened as a GGUF file".into(),
+        })?;
+        let config = gguf_config(gguf, flash_attn)?;
+        let tok = tokenizer_from_gguf(gguf.content(), path).map_err(|e| TpError::Config {
+            path: path.to_path_buf(),
+            reason: format!("the tokenizer in its metadata could not be built: {e}"),
+        })?;
+        let model = TpLlama::load(&weights, &config, world)?;
+        Ok(TpDecoder {
+            model,
+            tokenizer: Some(tok.tokenizer),
+            bos: tok.bos.or(config.bos_token_id).unwrap_or(1),
+            eos: tok.eos.into_iter().collect(),
+            dtype,
+            device: device.clone(),
+        })
+    }
+
     /// The model.
     pub fn model(&self) -> &TpLlama {
         &self.model
@@ -182,6 +215,29 @@ pub fn check_split(dir: &Path, world_size: usize) -> Result<(), TpError> {
     shard.heads("num_attention_heads", c.num_attention_heads)?;
     shard.heads("num_key_value_heads", c.num_key_value_heads)?;
     shard.range("intermediate_size (config.json)", 0, c.intermediate_size)?;
+    Ok(())
+}
+
+/// Checks, before any process starts, that the llama GGUF file `path` splits over
+/// `world_size` ranks: its head counts, its intermediate size, and every split tensor's block
+/// (whole quantized blocks for the row-parallel weights' columns, [`TpError::BlockSplit`]).
+pub fn check_split_gguf(path: &Path, world_size: usize) -> Result<(), TpError> {
+    let gguf = GgufShards::open(path)?;
+    let c = gguf_config(&gguf, false)?;
+    let shard = Shard::new(0, world_size)?;
+    shard.heads("num_attention_heads", c.num_attention_heads)?;
+    shard.heads("num_key_value_heads", c.num_key_value_heads)?;
+    shard.range("llama.feed_forward_length", 0, c.intermediate_size)?;
+    shard.vocab_range("token_embd.weight", c.vocab_size)?;
+    let mut names: Vec<&String> = gguf.content().tensor_infos.keys().collect();
+    names.sort();
+    for name in names {
+        let Some(hf) = crate::decoder::hf_name(name) else {
+            continue;
+        };
+        let (dtype, full) = gguf.info(name)?;
+        SlicePlan::of_split(name, dtype, &full, Split::of_llama(&hf), shard)?;
+    }
     Ok(())
 }
 
