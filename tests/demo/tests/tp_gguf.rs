@@ -9,7 +9,10 @@ use std::path::PathBuf;
 
 use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
-use candle_rocm_demo::tp::{GgufShards, Shard, SlicePlan, Split, TpError, GGUF_TYPES};
+use candle_rocm_demo::decoder::hf_name;
+use candle_rocm_demo::tp::{
+    gguf_config, gguf_name, GgufShards, Shard, SlicePlan, Split, TpError, GGUF_TYPES,
+};
 
 fn temp_file(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("tp-gguf-{name}-{}.gguf", std::process::id()))
@@ -203,5 +206,69 @@ fn a_truncated_file_is_a_typed_error() {
         matches!(&e, TpError::Weights { reason, .. } if reason.starts_with("w:")),
         "{e}"
     );
+    std::fs::remove_file(&path).unwrap();
+}
+
+/// GGUF names are the inverse of the decoder's Hugging Face names, for every llama tensor.
+#[test]
+fn gguf_names_invert_the_hugging_face_names() {
+    let mut names = vec![
+        "model.embed_tokens.weight".to_string(),
+        "model.norm.weight".into(),
+        "lm_head.weight".into(),
+    ];
+    for t in [
+        "input_layernorm.weight",
+        "post_attention_layernorm.weight",
+        "self_attn.q_proj.weight",
+        "self_attn.k_proj.weight",
+        "self_attn.v_proj.weight",
+        "self_attn.o_proj.weight",
+        "mlp.gate_proj.weight",
+        "mlp.up_proj.weight",
+        "mlp.down_proj.weight",
+    ] {
+        names.push(format!("model.layers.17.{t}"));
+    }
+    for hf in names {
+        let g = gguf_name(&hf).unwrap();
+        assert_eq!(hf_name(&g).as_deref(), Some(hf.as_str()), "{g}");
+    }
+    assert_eq!(gguf_name("model.layers.x.mlp.up_proj.weight"), None);
+    assert_eq!(gguf_name("model.rotary.inv_freq"), None);
+}
+
+/// A GGUF file that is not a llama, or lacks a key the config needs, is a typed error naming
+/// the key.
+#[test]
+fn a_gguf_without_llama_metadata_is_a_config_error() {
+    let cpu = &Device::Cpu;
+    let path = temp_file("metadata");
+    let q = QTensor::quantize(
+        &Tensor::zeros((8, 32), candle_core::DType::F32, cpu).unwrap(),
+        GgmlDType::Q8_0,
+    )
+    .unwrap();
+    for (arch, want) in [
+        ("gpt2", "general.architecture"),
+        ("llama", "llama.embedding_length"),
+    ] {
+        let v = gguf_file::Value::String(arch.into());
+        {
+            let mut f = std::fs::File::create(&path).unwrap();
+            gguf_file::write(
+                &mut f,
+                &[("general.architecture", &v)],
+                &[("token_embd.weight", &q)],
+            )
+            .unwrap();
+        }
+        let g = GgufShards::open(&path).unwrap();
+        let e = gguf_config(&g, false).unwrap_err();
+        assert!(
+            matches!(&e, TpError::Config { reason, .. } if reason.starts_with(want)),
+            "{arch}: {e}"
+        );
+    }
     std::fs::remove_file(&path).unwrap();
 }

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
-use candle_transformers::models::llama::{Config, LlamaConfig};
+use candle_transformers::models::llama::{Config, LlamaConfig, LlamaEosToks};
 
 use super::TpError;
 
@@ -189,6 +189,11 @@ pub fn write_random_llama_gguf(
         }
     }
     let u = |x: usize| gguf_file::Value::U32(x as u32);
+    let eos = match &cfg.eos_token_id {
+        Some(LlamaEosToks::Single(id)) => *id,
+        Some(LlamaEosToks::Multiple(ids)) => ids.first().copied().unwrap_or(2),
+        None => 2,
+    };
     let metadata: Vec<(&str, gguf_file::Value)> = vec![
         (
             "general.architecture",
@@ -213,7 +218,7 @@ pub fn write_random_llama_gguf(
             "tokenizer.ggml.bos_token_id",
             u(cfg.bos_token_id.unwrap_or(1) as usize),
         ),
-        ("tokenizer.ggml.eos_token_id", u(2)),
+        ("tokenizer.ggml.eos_token_id", u(eos as usize)),
     ];
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| write_err(e.to_string()))?;
