@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use common::{device, module};
 use rocm_safe::graph::{CaptureMode, GraphMode};
-use rocm_safe::{DeviceBuffer, DevicePtrArg, Function, RocmError, Stream};
+use rocm_safe::{Device, DeviceBuffer, DevicePtrArg, Function, RocmError, Stream};
 
 /// The tests take turns: the counts of recordings and launches they assert are process-wide
 /// or per stream, and the timing test wants the GPU to itself.
@@ -24,6 +24,14 @@ const N: u32 = 4099;
 /// Queues `y += a * x` over N floats on `s`.
 fn axpy(s: &Stream, f: &Function, a: f32, x: &DevicePtrArg, y: &DevicePtrArg) {
     common::axpy(s, f, a, x, y, N);
+}
+
+/// Device 0, its axpy kernel and a new stream.
+fn fixture() -> (Device, Function, std::sync::Arc<Stream>) {
+    let d = device();
+    let f = module(&d).function("axpy_f32").unwrap();
+    let s = Stream::new(&d).unwrap();
+    (d, f, s)
 }
 
 fn host(v: f32) -> Vec<f32> {
@@ -70,10 +78,7 @@ fn step(s: &std::sync::Arc<Stream>, f: &Function, k: usize, keep: &mut Vec<Devic
 #[ignore = "needs a HIP device"]
 fn recorded_steps_match_plain_launches_and_reuse_one_exec() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let d = device();
-    let m = module(&d);
-    let f = m.function("axpy_f32").unwrap();
-    let s = Stream::new(&d).unwrap();
+    let (d, f, s) = fixture();
     let mut keep = Vec::new();
     step(&s, &f, 0, &mut keep);
     s.set_graph_mode(Some(GraphMode::default())).unwrap();
@@ -102,10 +107,7 @@ fn recorded_steps_match_plain_launches_and_reuse_one_exec() {
 #[ignore = "needs a HIP device"]
 fn the_node_limit_launches_in_stretches() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let d = device();
-    let m = module(&d);
-    let f = m.function("axpy_f32").unwrap();
-    let s = Stream::new(&d).unwrap();
+    let (_d, f, s) = fixture();
     let x = s.clone_htod(&host(1.0)).unwrap();
     let y = s.clone_htod(&host(0.0)).unwrap();
     s.set_graph_mode(Some(GraphMode {
@@ -133,10 +135,7 @@ fn the_node_limit_launches_in_stretches() {
 #[ignore = "needs a HIP device"]
 fn turning_the_mode_off_launches_what_was_recorded() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let d = device();
-    let m = module(&d);
-    let f = m.function("axpy_f32").unwrap();
-    let s = Stream::new(&d).unwrap();
+    let (_d, f, s) = fixture();
     let x = s.clone_htod(&host(2.0)).unwrap();
     let y = s.clone_htod(&host(0.0)).unwrap();
     s.set_graph_mode(Some(GraphMode::default())).unwrap();
@@ -159,10 +158,7 @@ fn turning_the_mode_off_launches_what_was_recorded() {
 #[ignore = "needs a HIP device"]
 fn a_large_upload_ends_the_stretch_and_is_copied_plainly() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let d = device();
-    let m = module(&d);
-    let f = m.function("axpy_f32").unwrap();
-    let s = Stream::new(&d).unwrap();
+    let (_d, f, s) = fixture();
     s.set_graph_mode(Some(GraphMode::default())).unwrap();
     let x = s.clone_htod(&host(1.0)).unwrap();
     let y = s.clone_htod(&host(0.0)).unwrap();
@@ -192,10 +188,7 @@ fn timing_plain_launches_against_graph_mode() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     const LAUNCHES: usize = 200;
     const STEPS: usize = 50;
-    let d = device();
-    let m = module(&d);
-    let f = m.function("axpy_f32").unwrap();
-    let s = Stream::new(&d).unwrap();
+    let (_d, f, s) = fixture();
     let x = s.clone_htod(&host(1.0)).unwrap();
     let y = s.clone_htod(&host(0.0)).unwrap();
     let run = |label: &str| {
@@ -227,10 +220,7 @@ fn timing_plain_launches_against_graph_mode() {
 #[ignore = "needs a HIP device"]
 fn another_threads_device_teardown_waits_for_the_recording() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let d = device();
-    let m = module(&d);
-    let f = m.function("axpy_f32").unwrap();
-    let s = Stream::new(&d).unwrap();
+    let (d, f, s) = fixture();
     let x = s.clone_htod(&host(2.0)).unwrap();
     let y0 = host(0.5);
     let y = s.clone_htod(&y0).unwrap();
@@ -283,10 +273,7 @@ fn another_threads_device_teardown_waits_for_the_recording() {
 #[ignore = "needs a HIP device"]
 fn threads_sharing_a_stream_in_graph_mode_get_plain_results() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let d = device();
-    let m = module(&d);
-    let f = m.function("axpy_f32").unwrap();
-    let s = Stream::new(&d).unwrap();
+    let (d, f, s) = fixture();
     s.set_graph_mode(Some(GraphMode {
         max_nodes: 16,
         ..GraphMode::default()
@@ -324,10 +311,7 @@ fn threads_sharing_a_stream_in_graph_mode_get_plain_results() {
 #[ignore = "needs a HIP device"]
 fn the_plain_head_keeps_short_stretches_out_of_graphs() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let d = device();
-    let m = module(&d);
-    let f = m.function("axpy_f32").unwrap();
-    let s = Stream::new(&d).unwrap();
+    let (_d, f, s) = fixture();
     let x = s.clone_htod(&host(1.0)).unwrap();
     let y0 = host(0.0);
     let y = s.clone_htod(&y0).unwrap();
