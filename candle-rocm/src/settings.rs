@@ -83,12 +83,11 @@ pub const CONV_IGEMM_VAR: &str = "CANDLE_ROCM_CONV_IGEMM";
 /// find-db has it) instead of taking its immediate-mode ranking (the default, off).
 pub const MIOPEN_FIND_VAR: &str = "CANDLE_ROCM_MIOPEN_FIND";
 
-/// `1` turns graph mode on for every device (off by default): each device's stream records its
-/// kernels into HIP graphs and launches each recorded stretch with one call when the host next
-/// needs a result, or after [`GRAPH_NODES_VAR`] operations (see `rocm_safe::graph`'s
-/// batching). Results are those of plain launches. Off by default because a capture is
-/// invalidated when another stream of the same device synchronises the device or frees memory
-/// meanwhile (e.g. another `RocmDevice` of the same GPU dropped on another thread).
+/// Graph mode for every device, on by default (`0` turns it off): each device's stream records
+/// its kernels into HIP graphs and launches each recorded stretch with one call when the host
+/// next needs a result, or after [`GRAPH_NODES_VAR`] operations (see `rocm_safe::graph`'s
+/// batching). Results are those of plain launches. A runtime without graphs runs plain
+/// launches, saying why in a warning.
 pub const GRAPHS_VAR: &str = "CANDLE_ROCM_GRAPHS";
 
 /// With [`GRAPHS_VAR`] on: launch a recorded stretch after this many operations even when no
@@ -175,7 +174,7 @@ pub const SETTINGS: [Setting; 15] = [
     Setting {
         var: GRAPHS_VAR,
         values: SWITCH_VALUES,
-        default: "0",
+        default: "1",
     },
     Setting {
         var: GRAPH_NODES_VAR,
@@ -312,9 +311,9 @@ pub fn conv_igemm() -> bool {
 pub fn graphs() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| {
-        let on = switch(GRAPHS_VAR, false);
-        if on {
-            tracing::info!("{GRAPHS_VAR}: devices record their work into HIP graphs");
+        let on = switch(GRAPHS_VAR, true);
+        if !on {
+            tracing::info!("{GRAPHS_VAR}=0: devices launch every kernel on its own");
         }
         on
     })

@@ -14,6 +14,7 @@ use rocm_sys::Rocblas;
 use crate::buffer::{DeviceRepr, DeviceSlice, DeviceSliceMut};
 use crate::error::{check_blas, Result, RocmError};
 use crate::graph::batch::NodeKind;
+use crate::graph::gate;
 use crate::stream::Stream;
 
 /// Element types rocBLAS's `gemm_ex` family accepts, with the compute type used for them.
@@ -222,11 +223,15 @@ impl BlasHandle {
     /// Loads rocBLAS (once per process) and creates a handle bound to `stream`.
     pub fn new(stream: &Arc<Stream>) -> Result<BlasHandle> {
         let lib = stream.device().runtime().rocblas()?;
+        // Creating a handle may synchronise the device inside rocBLAS, which would invalidate
+        // a graph being recorded: this stream's recording is launched first, and other
+        // threads' are waited for (graph::gate).
+        let _plain = stream.flush_graph()?;
         stream.device().bind_to_thread()?;
         let mut raw: rocblas_handle = std::ptr::null_mut();
         // SAFETY: valid out-pointer; the device is current.
         check_blas(&lib, "rocblas_create_handle", unsafe {
-            (lib.rocblas_create_handle)(&mut raw)
+            gate::device_wide_wait(gate::PATIENCE, || (lib.rocblas_create_handle)(&mut raw))
         })?;
         let handle = BlasHandle {
             lib,
@@ -294,12 +299,14 @@ impl BlasHandle {
         // rocBLAS calls are recorded by graph mode only when it says so
         // (`GraphMode::record_blas`); otherwise what it recorded is launched first.
         let record = self.stream.records_blas();
-        if !record {
-            self.stream.flush_graph()?;
-        }
         for s in [a.stream(), b.stream(), c.stream()] {
             self.stream.join(s)?;
         }
+        let _plain = if record {
+            None
+        } else {
+            Some(self.stream.flush_graph()?)
+        };
         let alpha = T::scalar(cfg.alpha);
         let beta = T::scalar(cfg.beta);
         let lib = &self.lib;
@@ -357,11 +364,18 @@ impl BlasHandle {
 
 impl Drop for BlasHandle {
     fn drop(&mut self) {
-        // SAFETY: the handle is live and destroyed once; rocBLAS waits for its queued work.
-        let code = unsafe { (self.lib.rocblas_destroy_handle)(self.raw) };
-        if let Err(e) = check_blas(&self.lib, "rocblas_destroy_handle", code) {
-            self.stream.device().runtime().record_err(e);
-        }
+        let (lib, rt) = (self.lib.clone(), self.stream.device().runtime().clone());
+        let raw = self.raw as usize;
+        // Destroying a handle frees its workspace, which invalidates any graph being recorded
+        // in the process: deferred until none is (graph::gate).
+        gate::device_wide(move || {
+            // SAFETY: the handle is live and destroyed once (this closure runs once); rocBLAS
+            // waits for its queued work.
+            let code = unsafe { (lib.rocblas_destroy_handle)(raw as rocblas_handle) };
+            if let Err(e) = check_blas(&lib, "rocblas_destroy_handle", code) {
+                rt.record_err(e);
+            }
+        });
     }
 }
 

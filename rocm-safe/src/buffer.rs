@@ -6,7 +6,9 @@ use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 
 use crate::allocator::{Block, CachingAllocator};
+use crate::device::bind;
 use crate::error::{check, Result, RocmError};
+use crate::graph::gate;
 use crate::stream::Stream;
 
 /// Plain data that may live in device memory and be copied bytewise to and from the host.
@@ -120,7 +122,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
             ));
         }
         // Direct allocations are not recorded by graph mode: launch what it recorded first.
-        stream.flush_graph()?;
+        let _plain = stream.flush_graph()?;
         device.bind_to_thread()?;
         let hip = device.hip();
         let mut p: *mut c_void = std::ptr::null_mut();
@@ -174,7 +176,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
             // The cache is not trimmed while graph mode records this stream: launch what it
             // recorded, then try again (the allocator trims before it gives up).
             Err(RocmError::OutOfMemory { .. }) if stream.graph_mode().is_some() => {
-                stream.flush_graph()?;
+                let _plain = stream.flush_graph()?;
                 allocator.allocate(bytes, stream.id())?
             }
             other => other?,
@@ -275,13 +277,18 @@ impl<T: DeviceRepr> Drop for DeviceBuffer<T> {
         }
         let device = self.stream.device();
         let hip = device.hip();
-        if !matches!(self.origin, Origin::Cached(..)) {
-            // A direct free is not recorded by graph mode: the recorded work that may still
-            // use this memory is launched first, so the free is ordered after it.
-            if let Err(e) = self.stream.flush_graph() {
-                device.runtime().record_err(e);
-            }
-        }
+        // A direct free is not recorded by graph mode: the recorded work that may still use
+        // this memory is launched first, so the free is ordered after it.
+        let _plain = match &self.origin {
+            Origin::Cached(..) => None,
+            _ => match self.stream.flush_graph() {
+                Ok(plain) => Some(plain),
+                Err(e) => {
+                    device.runtime().record_err(e);
+                    None
+                }
+            },
+        };
         let result = match &self.origin {
             Origin::Cached(allocator, block) => {
                 allocator.release(*block, self.stream.id());
@@ -298,10 +305,25 @@ impl<T: DeviceRepr> Drop for DeviceBuffer<T> {
                     detail: "the runtime lost the entry point it allocated with".into(),
                 }),
             },
-            Origin::Malloc => self.stream.synchronize().and_then(|()| {
-                // SAFETY: `ptr` came from hipMalloc; the stream is synchronised so no queued
-                // work uses it; freed exactly once.
-                check(hip, "hipFree", unsafe { (hip.hipFree)(self.ptr) })
+            Origin::Malloc => self.stream.synchronize().map(|()| {
+                let rt = device.runtime().clone();
+                let (ordinal, addr) = (device.ordinal(), self.ptr as usize);
+                // hipFree invalidates any graph being recorded in the process: deferred until
+                // none is (graph::gate).
+                gate::device_wide(move || {
+                    let hip = rt.hip();
+                    let freed = bind(hip, ordinal).and_then(|()| {
+                        // SAFETY: `addr` came from hipMalloc on this device; its stream was
+                        // synchronised above, so no queued work uses it; freed exactly once
+                        // (this closure runs once).
+                        check(hip, "hipFree", unsafe {
+                            (hip.hipFree)(addr as *mut c_void)
+                        })
+                    });
+                    if let Err(e) = freed {
+                        rt.record_err(e);
+                    }
+                });
             }),
         };
         if let Err(e) = result {

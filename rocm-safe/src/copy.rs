@@ -74,7 +74,7 @@ impl Stream {
         if let Some(b) = self.stage_upload(src)? {
             return Ok(b);
         }
-        self.ensure_not_capturing("Stream::clone_htod", PAGEABLE)?;
+        let _plain = self.ensure_not_capturing("Stream::clone_htod", PAGEABLE)?;
         let mut b = DeviceBuffer::alloc_cached(self, src.len())?;
         self.memcpy_htod(src, &mut b)?;
         Ok(b)
@@ -90,7 +90,7 @@ impl Stream {
         if let Some(b) = self.stage_upload(&src)? {
             return Ok(b);
         }
-        self.ensure_not_capturing("Stream::upload", PAGEABLE)?;
+        let _plain = self.ensure_not_capturing("Stream::upload", PAGEABLE)?;
         /// Host copies kept at most before the oldest is waited for.
         const MAX_IN_FLIGHT: usize = 4096;
         let mut b = DeviceBuffer::alloc_cached(self, src.len())?;
@@ -118,7 +118,7 @@ impl Stream {
 
     /// Copies device memory into a new `Vec` and waits for the copy.
     pub fn clone_dtoh<T: DeviceRepr>(&self, src: &impl DeviceSlice<T>) -> Result<Vec<T>> {
-        self.ensure_not_capturing("Stream::clone_dtoh", HOST_READ)?;
+        let _plain = self.ensure_not_capturing("Stream::clone_dtoh", HOST_READ)?;
         let mut v = Vec::<T>::with_capacity(src.len());
         // SAFETY: `v` has capacity for len elements; the copy writes all of them (it waits
         // before returning), and T: DeviceRepr accepts any bit pattern.
@@ -137,7 +137,7 @@ impl Stream {
         dst: &mut impl DeviceSliceMut<T>,
     ) -> Result<()> {
         same_len("memcpy_htod", src.len(), dst.len())?;
-        self.ensure_not_capturing("Stream::memcpy_htod", PAGEABLE)?;
+        let _plain = self.ensure_not_capturing("Stream::memcpy_htod", PAGEABLE)?;
         // SAFETY: we synchronise before returning, so `src` outlives the copy.
         unsafe { self.memcpy_htod_async(src, dst)? };
         self.synchronize()
@@ -163,7 +163,7 @@ impl Stream {
         }
         // Graph mode does not record copies from the caller's host memory (it may be
         // pageable, or change before a launch): what it recorded is launched first.
-        self.flush_graph()?;
+        let _plain = self.flush_graph()?;
         let hip = self.device().hip();
         let dst_stream = dst.stream().clone();
         self.ordered_with(&[&dst_stream], || {
@@ -187,7 +187,7 @@ impl Stream {
         src: &impl DeviceSlice<T>,
         dst: &mut [T],
     ) -> Result<()> {
-        self.ensure_not_capturing("Stream::memcpy_dtoh", HOST_READ)?;
+        let _plain = self.ensure_not_capturing("Stream::memcpy_dtoh", HOST_READ)?;
         same_len("memcpy_dtoh", src.len(), dst.len())?;
         // SAFETY: `dst` is an exclusively borrowed slice of exactly src.len() elements, and we
         // synchronise before the borrow ends.
@@ -213,7 +213,7 @@ impl Stream {
             return Ok(());
         }
         // Graph mode does not record read-backs: what it recorded is launched first.
-        self.flush_graph()?;
+        let _plain = self.flush_graph()?;
         let hip = self.device().hip();
         let src_stream = src.stream().clone();
         self.ordered_with(&[&src_stream], || {

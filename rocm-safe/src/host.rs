@@ -8,6 +8,7 @@ use std::ops::{Deref, DerefMut};
 use crate::buffer::{byte_len, DeviceRepr};
 use crate::device::Device;
 use crate::error::{check, Result};
+use crate::graph::gate;
 
 /// Zero-initialised, page-locked host memory holding `len` values of `T`.
 pub struct PinnedHostBuffer<T: DeviceRepr> {
@@ -74,12 +75,18 @@ impl<T: DeviceRepr> Drop for PinnedHostBuffer<T> {
         if self.ptr.is_null() {
             return;
         }
-        let hip = self.device.hip();
-        // SAFETY: `ptr` came from hipHostMalloc and is freed exactly once. hipHostFree waits
-        // for pending transfers that use it.
-        let code = unsafe { (hip.hipHostFree)(self.ptr) };
-        if let Err(e) = check(hip, "hipHostFree", code) {
-            self.device.runtime().record_err(e);
-        }
+        let rt = self.device.runtime().clone();
+        let addr = self.ptr as usize;
+        // hipHostFree invalidates any graph being recorded in the process: deferred until none
+        // is (graph::gate).
+        gate::device_wide(move || {
+            let hip = rt.hip();
+            // SAFETY: `addr` came from hipHostMalloc and is freed exactly once (this closure
+            // runs once). hipHostFree waits for pending transfers that use it.
+            let code = unsafe { (hip.hipHostFree)(addr as *mut c_void) };
+            if let Err(e) = check(hip, "hipHostFree", code) {
+                rt.record_err(e);
+            }
+        });
     }
 }

@@ -10,6 +10,7 @@ use crate::buffer::{DeviceBuffer, DeviceRepr};
 use crate::device::Device;
 use crate::error::{check, Result, RocmError};
 use crate::graph::batch::NodeKind;
+use crate::graph::gate;
 use crate::stream::Stream;
 
 struct ModuleInner {
@@ -24,13 +25,19 @@ unsafe impl Sync for ModuleInner {}
 
 impl Drop for ModuleInner {
     fn drop(&mut self) {
-        let hip = self.device.hip();
-        // SAFETY: `raw` was loaded by hipModuleLoadData and is unloaded once; every Function
-        // holds an Arc to this inner value, so none outlives it.
-        let code = unsafe { (hip.hipModuleUnload)(self.raw) };
-        if let Err(e) = check(hip, "hipModuleUnload", code) {
-            self.device.runtime().record_err(e);
-        }
+        let rt = self.device.runtime().clone();
+        let raw = self.raw as usize;
+        // Unloading invalidates any graph being recorded in the process (a recorded launch may
+        // name this module's kernels): deferred until none is (graph::gate).
+        gate::device_wide(move || {
+            let hip = rt.hip();
+            // SAFETY: `raw` was loaded by hipModuleLoadData and is unloaded once (this closure
+            // runs once); every Function held an Arc to the module, so none outlives it.
+            let code = unsafe { (hip.hipModuleUnload)(raw as hipModule_t) };
+            if let Err(e) = check(hip, "hipModuleUnload", code) {
+                rt.record_err(e);
+            }
+        });
     }
 }
 

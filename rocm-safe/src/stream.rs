@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 use std::ffi::c_uint;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -12,7 +12,7 @@ use rocm_sys::{hipError_t, hipEvent_t, hipStream_t};
 
 use crate::device::Device;
 use crate::error::{check, Result};
-use crate::graph::batch::Batch;
+use crate::graph::batch::{Batch, PlainOp};
 
 static NEXT_STREAM_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -32,6 +32,9 @@ pub struct Stream {
     pub(crate) batching: AtomicBool,
     /// Graph mode's state (`crate::graph`'s batching), when on.
     pub(crate) batch: Mutex<Option<Batch>>,
+    /// Operations graph mode does not record that are in flight on this stream
+    /// ([`crate::graph::PlainOp`]): while any is, graph mode begins no recording.
+    pub(crate) plain_ops: AtomicUsize,
 }
 
 /// Host data an asynchronous copy still reads.
@@ -64,6 +67,7 @@ impl Stream {
             capturing: AtomicBool::new(false),
             batching: AtomicBool::new(false),
             batch: Mutex::new(None),
+            plain_ops: AtomicUsize::new(0),
         }))
     }
 
@@ -97,8 +101,10 @@ impl Stream {
     ///
     /// In graph mode ([`Stream::set_graph_mode`]) this first launches what was recorded, so
     /// the operation runs after it as it would have without graphs.
-    pub fn ensure_not_capturing(&self, op: &'static str, why: &'static str) -> Result<()> {
-        self.flush_graph()?;
+    /// The returned [`PlainOp`] is held until the operation is queued (see
+    /// [`Stream::flush_graph`]).
+    pub fn ensure_not_capturing(&self, op: &'static str, why: &'static str) -> Result<PlainOp<'_>> {
+        let plain = self.flush_graph()?;
         if self.is_capturing() {
             return Err(crate::RocmError::NotCapturable {
                 op,
@@ -106,12 +112,12 @@ impl Stream {
                 why,
             });
         }
-        Ok(())
+        Ok(plain)
     }
 
     /// Blocks until all work queued so far has finished. Refused while capturing.
     pub fn synchronize(&self) -> Result<()> {
-        self.ensure_not_capturing(
+        let _plain = self.ensure_not_capturing(
             "Stream::synchronize",
             "the host cannot wait for work that is only being recorded",
         )?;
@@ -123,7 +129,7 @@ impl Stream {
 
     /// Whether all queued work has finished, without blocking. Refused while capturing.
     pub fn is_idle(&self) -> Result<bool> {
-        self.ensure_not_capturing(
+        let _plain = self.ensure_not_capturing(
             "Stream::is_idle",
             "a capturing stream's work has not been queued to run",
         )?;
@@ -139,7 +145,7 @@ impl Stream {
     /// Makes later work on this stream wait until `event` has completed.
     pub fn wait(&self, event: &Event) -> Result<()> {
         // A recorded stretch cannot wait on an event of work outside it: launch it first.
-        self.flush_graph()?;
+        let _plain = self.flush_graph()?;
         // The event may belong to another device (cross-device ordering): the waiting
         // stream's device is the one to make current.
         self.device.bind_to_thread()?;
@@ -240,7 +246,7 @@ impl Event {
     /// In graph mode, what `stream` recorded is launched first, so the event marks work that
     /// runs.
     pub fn record(&self, stream: &Stream) -> Result<()> {
-        stream.flush_graph()?;
+        let _plain = stream.flush_graph()?;
         self.record_raw(stream)
     }
 

@@ -13,11 +13,10 @@ use std::time::Instant;
 
 use common::{device, module};
 use rocm_safe::graph::{CaptureMode, GraphMode};
-use rocm_safe::{DeviceBuffer, DevicePtrArg, Function, RocmError, Stream};
+use rocm_safe::{Device, DeviceBuffer, DevicePtrArg, Function, RocmError, Stream};
 
-/// The tests take turns: a test that ends drops its device, whose allocator synchronises the
-/// device and frees memory, and that invalidates a capture another test's stream has open
-/// (graph mode's documented limit: nothing else may synchronise the device while it records).
+/// The tests take turns: the counts of recordings and launches they assert are process-wide
+/// or per stream, and the timing test wants the GPU to itself.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 const N: u32 = 4099;
@@ -25,6 +24,14 @@ const N: u32 = 4099;
 /// Queues `y += a * x` over N floats on `s`.
 fn axpy(s: &Stream, f: &Function, a: f32, x: &DevicePtrArg, y: &DevicePtrArg) {
     common::axpy(s, f, a, x, y, N);
+}
+
+/// Device 0, its axpy kernel and a new stream.
+fn fixture() -> (Device, Function, std::sync::Arc<Stream>) {
+    let d = device();
+    let f = module(&d).function("axpy_f32").unwrap();
+    let s = Stream::new(&d).unwrap();
+    (d, f, s)
 }
 
 fn host(v: f32) -> Vec<f32> {
@@ -71,10 +78,7 @@ fn step(s: &std::sync::Arc<Stream>, f: &Function, k: usize, keep: &mut Vec<Devic
 #[ignore = "needs a HIP device"]
 fn recorded_steps_match_plain_launches_and_reuse_one_exec() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let d = device();
-    let m = module(&d);
-    let f = m.function("axpy_f32").unwrap();
-    let s = Stream::new(&d).unwrap();
+    let (d, f, s) = fixture();
     let mut keep = Vec::new();
     step(&s, &f, 0, &mut keep);
     s.set_graph_mode(Some(GraphMode::default())).unwrap();
@@ -103,15 +107,13 @@ fn recorded_steps_match_plain_launches_and_reuse_one_exec() {
 #[ignore = "needs a HIP device"]
 fn the_node_limit_launches_in_stretches() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let d = device();
-    let m = module(&d);
-    let f = m.function("axpy_f32").unwrap();
-    let s = Stream::new(&d).unwrap();
+    let (_d, f, s) = fixture();
     let x = s.clone_htod(&host(1.0)).unwrap();
     let y = s.clone_htod(&host(0.0)).unwrap();
     s.set_graph_mode(Some(GraphMode {
         max_nodes: 5,
         max_execs: 2,
+        plain_head: 0,
         record_blas: false,
     }))
     .unwrap();
@@ -133,10 +135,7 @@ fn the_node_limit_launches_in_stretches() {
 #[ignore = "needs a HIP device"]
 fn turning_the_mode_off_launches_what_was_recorded() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let d = device();
-    let m = module(&d);
-    let f = m.function("axpy_f32").unwrap();
-    let s = Stream::new(&d).unwrap();
+    let (_d, f, s) = fixture();
     let x = s.clone_htod(&host(2.0)).unwrap();
     let y = s.clone_htod(&host(0.0)).unwrap();
     s.set_graph_mode(Some(GraphMode::default())).unwrap();
@@ -159,10 +158,7 @@ fn turning_the_mode_off_launches_what_was_recorded() {
 #[ignore = "needs a HIP device"]
 fn a_large_upload_ends_the_stretch_and_is_copied_plainly() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let d = device();
-    let m = module(&d);
-    let f = m.function("axpy_f32").unwrap();
-    let s = Stream::new(&d).unwrap();
+    let (_d, f, s) = fixture();
     s.set_graph_mode(Some(GraphMode::default())).unwrap();
     let x = s.clone_htod(&host(1.0)).unwrap();
     let y = s.clone_htod(&host(0.0)).unwrap();
@@ -192,10 +188,7 @@ fn timing_plain_launches_against_graph_mode() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     const LAUNCHES: usize = 200;
     const STEPS: usize = 50;
-    let d = device();
-    let m = module(&d);
-    let f = m.function("axpy_f32").unwrap();
-    let s = Stream::new(&d).unwrap();
+    let (_d, f, s) = fixture();
     let x = s.clone_htod(&host(1.0)).unwrap();
     let y = s.clone_htod(&host(0.0)).unwrap();
     let run = |label: &str| {
@@ -218,4 +211,129 @@ fn timing_plain_launches_against_graph_mode() {
     run("graph mode");
     run("graph mode");
     println!("{:?}", s.graph_stats().unwrap());
+}
+
+/// A device of the same GPU made, used and dropped on another thread while this stream
+/// records: its allocator's synchronise-and-free, its module unload and its pinned and direct
+/// frees wait for the recording to end (rocm_safe::graph's gate) instead of invalidating it.
+#[test]
+#[ignore = "needs a HIP device"]
+fn another_threads_device_teardown_waits_for_the_recording() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (d, f, s) = fixture();
+    let x = s.clone_htod(&host(2.0)).unwrap();
+    let y0 = host(0.5);
+    let y = s.clone_htod(&y0).unwrap();
+    s.set_graph_mode(Some(GraphMode {
+        max_nodes: 0,
+        ..GraphMode::default()
+    }))
+    .unwrap();
+    for _ in 0..8 {
+        axpy(&s, &f, 0.5, &x.as_arg(), &y.as_arg());
+    }
+    assert!(rocm_safe::graph::recordings_in_progress() >= 1);
+    std::thread::spawn(|| {
+        let d2 = device();
+        let m2 = module(&d2);
+        let f2 = m2.function("axpy_f32").unwrap();
+        let s2 = Stream::new(&d2).unwrap();
+        let a = s2.clone_htod(&host(1.0)).unwrap();
+        let b = s2.clone_htod(&host(0.0)).unwrap();
+        axpy(&s2, &f2, 2.0, &a.as_arg(), &b.as_arg());
+        let got = s2.clone_dtoh(&b).unwrap();
+        let want: Vec<f32> = (0..N as usize)
+            .map(|i| host(0.0)[i] + 2.0 * host(1.0)[i])
+            .collect();
+        assert_close(&got, &want, "the other thread's device");
+        let direct = DeviceBuffer::<f32>::alloc(&s2, 1 << 20).unwrap();
+        let pinned = rocm_safe::PinnedHostBuffer::<f32>::new(&d2, 1 << 16).unwrap();
+        drop((direct, pinned, a, b));
+        d2.allocator().trim().unwrap();
+        drop((f2, m2, s2, d2));
+    })
+    .join()
+    .unwrap();
+    let got = s.clone_dtoh(&y).unwrap();
+    let want: Vec<f32> = (0..N as usize)
+        .map(|i| y0[i] + 8.0 * 0.5 * host(2.0)[i])
+        .collect();
+    assert_close(&got, &want, "the recorded stretch");
+    let stats = s.graph_stats().unwrap();
+    assert_eq!((stats.launches, stats.nodes), (1, 8), "{stats:?}");
+    s.set_graph_mode(None).unwrap();
+    assert_eq!(rocm_safe::graph::recordings_in_progress(), 0);
+    d.check_err().unwrap();
+}
+
+/// Two threads queue work and read results back on one stream in graph mode: a read-back
+/// (flush, copy, wait) is never caught in a recording the other thread begins, and every
+/// result is that of plain launches.
+#[test]
+#[ignore = "needs a HIP device"]
+fn threads_sharing_a_stream_in_graph_mode_get_plain_results() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (d, f, s) = fixture();
+    s.set_graph_mode(Some(GraphMode {
+        max_nodes: 16,
+        ..GraphMode::default()
+    }))
+    .unwrap();
+    std::thread::scope(|scope| {
+        for t in 0..3u32 {
+            let (s, f) = (&s, &f);
+            scope.spawn(move || {
+                let x = s.clone_htod(&host(1.0 + t as f32)).unwrap();
+                for k in 0..40u32 {
+                    let y0 = host(0.25 * k as f32);
+                    let y = s.clone_htod(&y0).unwrap();
+                    let reps = 1 + (k + t) % 5;
+                    for _ in 0..reps {
+                        axpy(s, f, 0.5, &x.as_arg(), &y.as_arg());
+                    }
+                    let got = s.clone_dtoh(&y).unwrap();
+                    let xs = host(1.0 + t as f32);
+                    let want: Vec<f32> = (0..N as usize)
+                        .map(|i| y0[i] + reps as f32 * 0.5 * xs[i])
+                        .collect();
+                    assert_close(&got, &want, &format!("thread {t}, step {k}"));
+                }
+            });
+        }
+    });
+    s.set_graph_mode(None).unwrap();
+    d.check_err().unwrap();
+}
+
+/// `plain_head`: after a read-back, the first operations run as plain launches and recording
+/// begins after them, so work that reads back every few operations makes no graphs at all.
+#[test]
+#[ignore = "needs a HIP device"]
+fn the_plain_head_keeps_short_stretches_out_of_graphs() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (_d, f, s) = fixture();
+    let x = s.clone_htod(&host(1.0)).unwrap();
+    let y0 = host(0.0);
+    let y = s.clone_htod(&y0).unwrap();
+    s.set_graph_mode(Some(GraphMode {
+        plain_head: 3,
+        ..GraphMode::default()
+    }))
+    .unwrap();
+    let mut applied = 0.0f32;
+    for (k, reps) in [10usize, 2, 3, 4, 1].into_iter().enumerate() {
+        for _ in 0..reps {
+            axpy(&s, &f, 0.5, &x.as_arg(), &y.as_arg());
+        }
+        applied += reps as f32;
+        let got = s.clone_dtoh(&y).unwrap();
+        let want: Vec<f32> = (0..N as usize)
+            .map(|i| y0[i] + 0.5 * applied * host(1.0)[i])
+            .collect();
+        assert_close(&got, &want, &format!("stretch {k} of {reps}"));
+    }
+    let stats = s.graph_stats().unwrap();
+    // Recorded: 10 - 3 and 4 - 3; the stretches of 2, 3 and 1 stay in the head.
+    assert_eq!((stats.launches, stats.nodes), (2, 8), "{stats:?}");
+    s.set_graph_mode(None).unwrap();
 }

@@ -10,7 +10,7 @@
 #    "H100 via HIP-on-CUDA"; its memory-bound rows a second time with
 #    CANDLE_ROCM_FAST_KERNELS=0, candle's own kernels, its quantized rows again with
 #    CANDLE_ROCM_QMATVEC=q8 and with the tiled kernels, CANDLE_ROCM_QMATMUL_ROWS=64, also from 2
-#    rows, its decoder rows in graph mode, CANDLE_ROCM_GRAPHS=1, its conv_models rows once
+#    rows, its decoder rows with plain launches, CANDLE_ROCM_GRAPHS=0 (graph mode is the default), its conv_models rows once
 #    more with CANDLE_ROCM_CONV=im2col), Candle 0.11.1's own CUDA backend (candle-cuda-bench, built from
 #    the same source against crates.io Candle with its `cuda` feature) and PyTorch eager
 #    (tests/bench/torch_bench.py with the machine's own PyTorch);
@@ -95,10 +95,10 @@ else
     row "MIOpen path (conv rows)" "skipped: no MIOpen double (no cuDNN found)"
 fi
 
-echo "== ours in graph mode (CANDLE_ROCM_GRAPHS=1): the decoder rows"
-CANDLE_ROCM_GRAPHS=1 timeout "$limit" "$BUILD/bin/candle-rocm-bench" --only "${BENCH_ONLY:-decode,gguf}" "${gguf[@]}" \
-    > "$OUT/ours-graphs.tsv" 2> "$OUT/ours-graphs.err"
-row "graph mode (decode, gguf) exit" "$? ($(grep -c '^bench' "$OUT/ours-graphs.tsv") rows)"
+echo "== ours with plain launches (CANDLE_ROCM_GRAPHS=0): the decoder rows"
+CANDLE_ROCM_GRAPHS=0 timeout "$limit" "$BUILD/bin/candle-rocm-bench" --only "${BENCH_ONLY:-decode,gguf}" "${gguf[@]}" \
+    > "$OUT/ours-plain.tsv" 2> "$OUT/ours-plain.err"
+row "plain launches (decode, gguf) exit" "$? ($(grep -c '^bench' "$OUT/ours-plain.tsv") rows)"
 
 echo "== ours on the im2col path (CANDLE_ROCM_CONV=im2col): the conv model rows"
 # (the MIOpen pass above runs them too: `conv` selects the group conv_models)
@@ -222,10 +222,10 @@ if grep -q '^bench' "$OUT/ours-q8.tsv" 2> /dev/null; then
         --title "the quantized rows again, ours with the mat-vec on 8-bit activations (CANDLE_ROCM_QMATVEC=q8, as Candle CUDA rounds them)" \
         | awk -F'|' 'NF < 10 || $5 != " - "' >> "$result"  # only the rows ours ran
 fi
-if grep -q '^bench' "$OUT/ours-graphs.tsv" 2> /dev/null; then
+if grep -q '^bench' "$OUT/ours-plain.tsv" 2> /dev/null; then
     echo >> "$result"
-    python3 tests/bench/table.py "$OUT/ours-graphs.tsv" "$OUT/candle-cuda.tsv" "$OUT/torch.tsv" \
-        --title "the decoder rows again, ours in graph mode (CANDLE_ROCM_GRAPHS=1: a decode step recorded into HIP graphs)" \
+    python3 tests/bench/table.py "$OUT/ours-plain.tsv" "$OUT/candle-cuda.tsv" "$OUT/torch.tsv" \
+        --title "the decoder rows again, ours with plain launches (CANDLE_ROCM_GRAPHS=0: one submission per kernel, graph mode off)" \
         | awk -F'|' 'NF < 10 || $5 != " - "' >> "$result"  # only the rows ours ran
 fi
 for mode in f32 q8 f32-2; do

@@ -219,8 +219,9 @@ const HOST_ONLY_TESTS: &[(&str, &str)] = &[
     // The flash-attn API on the CPU and ext-cpu (its GPU tests are in `gpu`).
     ("candle-rocm-tests", "flash_attn"),
     ("candle-rocm-demo", "gguf_dequantized"),
-    // The tensor-parallel llama on the CPU (its GPU test is `tp_gpu`).
+    // The tensor-parallel llama on the CPU (its GPU test is `tp_gpu`), and its GGUF slicing.
     ("candle-rocm-demo", "tp_cpu"),
+    ("candle-rocm-demo", "tp_gguf"),
     // Runs the bench binary on the CPU through cargo's CARGO_BIN_EXE path.
     ("candle-rocm-bench", "cpu_smoke"),
 ];

@@ -3,8 +3,8 @@
 //! needs a result, so an unmodified model's decode step is one graph launch
 //! (`rocm_safe::graph`'s batching says how and why results do not change).
 //!
-//! `CANDLE_ROCM_GRAPHS=1` turns it on for every device; [`set_graph_mode`] turns it on or off
-//! for one device at run time.
+//! Every device starts in graph mode unless `CANDLE_ROCM_GRAPHS=0`; [`set_graph_mode`] turns it
+//! on or off for one device at run time.
 
 use candle_core::Device;
 

@@ -37,6 +37,7 @@ use std::sync::Arc;
 
 use crate::device::{bind, mem_info, synchronize};
 use crate::error::{check, Result, RocmError};
+use crate::graph::gate;
 use crate::runtime::Runtime;
 
 /// Why a raw allocation failed.
@@ -63,6 +64,12 @@ pub trait RawMemory: Send + Sync + 'static {
     fn free(&self, addr: usize) -> Result<()>;
     /// Waits for all queued work on the device.
     fn synchronize(&self) -> Result<()>;
+    /// Synchronises the device and frees `blocks`. Returns `false` when that was deferred
+    /// (HIP's: until no stream of the process records a graph, which both calls would
+    /// invalidate; see `crate::graph::gate`); the default runs at once.
+    fn release(&self, blocks: Vec<usize>) -> Result<bool> {
+        release_now(self, &blocks).map(|()| true)
+    }
     /// Free and total bytes of the device.
     fn mem_info(&self) -> Result<(usize, usize)>;
     /// The device ordinal (for error messages).
@@ -134,6 +141,18 @@ impl RawMemory for DeviceMemory {
         synchronize(self.rt.hip(), self.ordinal)
     }
 
+    fn release(&self, blocks: Vec<usize>) -> Result<bool> {
+        if let Some(done) = gate::device_wide_now(|| release_now(self, &blocks)) {
+            return done.map(|()| true);
+        }
+        let memory = DeviceMemory::new(self.rt.clone(), self.ordinal);
+        Ok(gate::device_wide(move || {
+            if let Err(e) = release_now(&memory, &blocks) {
+                memory.rt.record_err(e);
+            }
+        }))
+    }
+
     fn mem_info(&self) -> Result<(usize, usize)> {
         mem_info(self.rt.hip(), self.ordinal)
     }
@@ -141,6 +160,19 @@ impl RawMemory for DeviceMemory {
     fn ordinal(&self) -> usize {
         self.ordinal
     }
+}
+
+/// Synchronises `memory`'s device, then frees each of `blocks` (all of them, returning the
+/// first error).
+fn release_now<B: RawMemory + ?Sized>(memory: &B, blocks: &[usize]) -> Result<()> {
+    memory.synchronize()?;
+    let mut first_err = None;
+    for &addr in blocks {
+        if let Err(e) = memory.free(addr) {
+            first_err.get_or_insert(e);
+        }
+    }
+    first_err.map_or(Ok(()), Err)
 }
 
 /// A block handed out by the allocator.
@@ -312,7 +344,9 @@ impl<B: RawMemory> CachingAllocator<B> {
     }
 
     /// Synchronises the device and frees every cached block (not those reserved in graph
-    /// pools). Returns the bytes released. Refused while a capture is in progress.
+    /// pools). Returns the bytes released: 0 when another stream of the process records a
+    /// graph, in which case the blocks are freed when the last recording ends. Refused while
+    /// a capture of this allocator is in progress.
     pub fn trim(&self) -> Result<usize> {
         let blocks: Vec<(usize, usize)> = {
             let mut st = self.state.lock();
@@ -334,22 +368,13 @@ impl<B: RawMemory> CachingAllocator<B> {
         if blocks.is_empty() {
             return Ok(0);
         }
-        self.backend.synchronize()?;
-        let mut released = 0;
-        let mut first_err = None;
-        for (addr, size) in blocks {
-            match self.backend.free(addr) {
-                Ok(()) => released += size,
-                Err(e) => {
-                    first_err.get_or_insert(e);
-                }
-            }
-            self.state.lock().stats.raw_frees += 1;
-        }
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok(released),
-        }
+        let bytes: usize = blocks.iter().map(|&(_, size)| size).sum();
+        let count = blocks.len() as u64;
+        let now = self
+            .backend
+            .release(blocks.into_iter().map(|(addr, _)| addr).collect());
+        self.state.lock().stats.raw_frees += count;
+        Ok(if now? { bytes } else { 0 })
     }
 
     /// A snapshot of the counters.

@@ -35,15 +35,21 @@
 //! returned; if the capture itself was invalidated, that work is lost and the error says so
 //! ([`RocmError::GraphWorkLost`]), never a silent wrong result.
 //!
-//! # Limits
+//! # Other threads
 //!
 //! The runtime invalidates a capture when anything synchronises the device or frees device or
-//! pinned memory while it records (`hipDeviceSynchronize`, `hipFree`, `hipHostFree`), whichever
-//! stream or thread does it. This stream's own such calls launch the recording first; other
-//! streams' do not yet (another [`crate::Device`] of the same GPU dropped on another thread:
-//! its allocator synchronises and frees). Nor is a launch-then-plain-call sequence atomic
-//! against other threads queueing on the same stream. So graph mode suits one thread driving
-//! one stream per device; candle-rocm leaves it off by default.
+//! pinned memory while it records (`hipDeviceSynchronize`, `hipFree`, `hipHostFree`, a module
+//! unload), whichever stream or thread does it. This crate's own such calls (a cache trim, a
+//! dropped [`crate::Device`]'s teardown, direct and pinned frees, library handles' destroy
+//! calls) go through a process-wide gate (`crate::graph::gate`) and wait for the last
+//! recording to end. Several threads may share a stream in graph mode: an operation that
+//! needs the recorded work to have run holds a [`PlainOp`] until it has queued its own work,
+//! and meanwhile other threads' work on that stream runs as plain launches instead of
+//! beginning a recording that would catch it. What the gate cannot see: code outside this
+//! crate calling those runtime functions, and a library synchronising the device inside a
+//! call (creating a rocBLAS or MIOpen handle on another thread, an RCCL communicator's
+//! teardown); such a call loses the recorded work as [`RocmError::GraphWorkLost`], never as
+//! a wrong result.
 
 use std::ffi::c_void;
 use std::sync::atomic::Ordering;
@@ -51,7 +57,7 @@ use std::sync::Arc;
 
 use rocm_sys::{hipError_t, hipGraphExecUpdateResult, hipGraphExec_t, hipGraphNode_t, hipGraph_t};
 
-use super::{update_outcome, CaptureMode, GraphApi, UpdateOutcome};
+use super::{gate, update_outcome, CaptureMode, GraphApi, UpdateOutcome};
 use crate::allocator::CachingAllocator;
 use crate::buffer::{byte_len, DeviceBuffer, DeviceRepr};
 use crate::error::{check, HipError, Result, RocmError};
@@ -66,10 +72,9 @@ use crate::stream::{Event, Stream};
 /// (a read-back, a synchronisation, an event or wait, a library call, a direct allocation or
 /// free) and every [`GraphMode::max_nodes`] operations. Executable graphs are reused through
 /// `hipGraphExecUpdate` for stretches that run the same kernels in the same order. Results are
-/// those of plain launches. Limit: the runtime invalidates a capture when another stream or
-/// thread synchronises the device or frees device or pinned memory meanwhile (the recorded
-/// work is then lost, as [`RocmError::GraphWorkLost`]): use it with one thread driving one
-/// stream per device.
+/// those of plain launches, also with several threads sharing the stream and other devices
+/// made and dropped meanwhile (see the module documentation, "Other threads", for what can
+/// still lose recorded work, as [`RocmError::GraphWorkLost`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GraphMode {
     /// Launch the recorded work after this many operations even when nothing needs its
@@ -77,6 +82,11 @@ pub struct GraphMode {
     pub max_nodes: usize,
     /// Executable graphs kept for reuse, keyed by the kernels they run (at least 1).
     pub max_execs: usize,
+    /// Operations queued as plain launches after each launch that something needed (a
+    /// read-back, a synchronisation, ...) before recording begins again. Work that reads a
+    /// result back every few operations then never pays for a graph of one or two kernels;
+    /// a decode step, hundreds of operations long, loses only these few to plain launches.
+    pub plain_head: usize,
     /// Record rocBLAS calls too (rocBLAS documents most of its functions as capturable; the
     /// HIP-on-CUDA harness's double calls cuBLAS, which is). Off: a rocBLAS call launches
     /// what was recorded and runs as usual.
@@ -88,6 +98,7 @@ impl Default for GraphMode {
         GraphMode {
             max_nodes: 0,
             max_execs: 8,
+            plain_head: 0,
             record_blas: false,
         }
     }
@@ -169,6 +180,8 @@ pub(crate) struct Batch {
     allocator: Arc<CachingAllocator>,
     /// A capture is in progress.
     active: bool,
+    /// Operations still to queue plainly before recording begins ([`GraphMode::plain_head`]).
+    head_left: usize,
     nodes: usize,
     key: u64,
     execs: Vec<CachedExec>,
@@ -226,6 +239,7 @@ impl Stream {
             api,
             allocator,
             active: false,
+            head_left: mode.plain_head,
             nodes: 0,
             key: 0,
             execs: Vec::new(),
@@ -260,15 +274,21 @@ impl Stream {
     }
 
     /// Launches the work graph mode has recorded on this stream so far (no-op when it is off
-    /// or nothing is recorded). Called by every operation that needs the work to have run.
-    pub fn flush_graph(&self) -> Result<()> {
+    /// or nothing is recorded). Called by every operation that needs the work to have run,
+    /// which holds the returned [`PlainOp`] until it has queued (or done) its own work: until
+    /// then, work other threads queue on this stream runs as plain launches instead of
+    /// beginning a new recording, so the operation is never caught in one.
+    pub fn flush_graph(&self) -> Result<PlainOp<'_>> {
         if !self.batching.load(Ordering::Acquire) {
-            return Ok(());
+            return Ok(PlainOp { stream: None });
         }
-        match self.batch.lock().as_mut() {
-            Some(b) => b.flush(self),
-            None => Ok(()),
+        let mut slot = self.batch.lock();
+        if let Some(b) = slot.as_mut() {
+            b.flush(self)?;
+            b.head_left = b.mode.plain_head;
         }
+        self.plain_ops.fetch_add(1, Ordering::AcqRel);
+        Ok(PlainOp { stream: Some(self) })
     }
 
     /// Queues one capturable operation (`queue` submits it to this stream): recorded when
@@ -285,8 +305,9 @@ impl Stream {
     }
 
     /// In graph mode, records the upload of `src` into a new buffer through pinned staging
-    /// memory (the host data is copied before this returns). `None` when graph mode is off or
-    /// the upload is too large to stage: the caller copies as usual.
+    /// memory (the host data is copied before this returns). `None` when graph mode is off,
+    /// the upload is too large to stage, or another thread's plain operation is in flight on
+    /// this stream: the caller copies as usual.
     pub(crate) fn stage_upload<T: DeviceRepr>(
         self: &Arc<Self>,
         src: &[T],
@@ -295,8 +316,20 @@ impl Stream {
             return Ok(None);
         }
         let bytes = byte_len::<T>(src.len())?;
-        if bytes == 0 || bytes > MAX_STAGED_BYTES {
+        if bytes == 0 || bytes > MAX_STAGED_BYTES || self.plain_ops.load(Ordering::Acquire) > 0 {
             return Ok(None);
+        }
+        {
+            let mut slot = self.batch.lock();
+            match slot.as_mut() {
+                Some(b) if !b.active && b.head_left > 0 => {
+                    // Still in the plain head: the caller uploads as usual (one operation).
+                    b.head_left -= 1;
+                    return Ok(None);
+                }
+                Some(_) => {}
+                None => return Ok(None),
+            }
         }
         // Allocated before taking graph mode's lock: an allocation may launch what was
         // recorded to free memory.
@@ -306,6 +339,9 @@ impl Stream {
             return Ok(None);
         };
         if !b.active {
+            if self.plain_ops.load(Ordering::Acquire) > 0 {
+                return Ok(None);
+            }
             b.begin(self)?;
         }
         let host = b.stage(self, bytes)?;
@@ -336,11 +372,13 @@ impl Batch {
         stream.device().bind_to_thread()?;
         self.allocator.begin_unpooled_capture(stream.id())?;
         let hip = stream.device().hip();
+        gate::recording_begins();
         // SAFETY: the stream handle is live; Relaxed is one of HIP's defined modes (it lets
         // other threads allocate and load modules while this stream records).
         let code = unsafe { (self.api.begin)(stream.raw(), CaptureMode::Relaxed.raw()) };
         if let Err(e) = check(hip, "hipStreamBeginCapture", code) {
             self.allocator.end_pool_capture(stream.id());
+            gate::recording_ends();
             return Err(e);
         }
         self.active = true;
@@ -358,6 +396,15 @@ impl Batch {
         queue: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
         if !self.active {
+            // Another thread's plain operation is in flight on this stream (`PlainOp`): a
+            // capture begun now would catch it. Queue this one as a plain launch.
+            if stream.plain_ops.load(Ordering::Acquire) > 0 {
+                return queue();
+            }
+            if self.head_left > 0 {
+                self.head_left -= 1;
+                return queue();
+            }
             self.begin(stream)?;
         }
         if let Err(e) = queue() {
@@ -444,6 +491,7 @@ impl Batch {
         // `graph` is a valid out-pointer.
         let code = unsafe { (self.api.end)(stream.raw(), &mut graph) };
         self.allocator.end_pool_capture(stream.id());
+        gate::recording_ends();
         let graph = OwnedGraph {
             raw: graph,
             api: self.api,
@@ -603,6 +651,23 @@ impl Drop for OwnedGraph {
             // executable graphs made from it do not depend on it. A failure leaks the graph
             // only.
             let _: hipError_t = unsafe { (self.api.destroy)(self.raw) };
+        }
+    }
+}
+
+/// Held by an operation that graph mode does not record, from the launch of what was
+/// recorded (see [`Stream::flush_graph`]) until the operation has queued its own work: while
+/// one is held, work queued on the stream runs as plain launches rather than beginning a
+/// recording that would catch the operation. Free when graph mode is off.
+#[must_use = "hold it until the operation that needed the flush has been queued"]
+pub struct PlainOp<'a> {
+    stream: Option<&'a Stream>,
+}
+
+impl Drop for PlainOp<'_> {
+    fn drop(&mut self) {
+        if let Some(s) = self.stream {
+            s.plain_ops.fetch_sub(1, Ordering::AcqRel);
         }
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use rocm_sys::{hipGraph_t, hipStreamCaptureStatus};
 
-use super::{CaptureMode, CaptureStatus, Graph, GraphApi};
+use super::{gate, CaptureMode, CaptureStatus, Graph, GraphApi};
 use crate::allocator::CachingAllocator;
 use crate::error::{check, Result, RocmError};
 use crate::stream::Stream;
@@ -108,6 +108,7 @@ impl Stream {
                 "{self:?} is already capturing a graph"
             )));
         }
+        gate::recording_begins();
         let begun = self.device().bind_to_thread().and_then(|()| {
             pool.allocator.begin_pool_capture(self.id(), pool.id)?;
             let hip = self.device().hip();
@@ -120,6 +121,7 @@ impl Stream {
         });
         if let Err(e) = begun {
             self.capturing.store(false, Ordering::Release);
+            gate::recording_ends();
             return Err(e);
         }
         Ok(Capture {
@@ -208,6 +210,7 @@ impl Capture {
         let code = unsafe { (self.api.end)(self.stream.raw(), &mut raw) };
         self.pool.allocator.end_pool_capture(self.stream.id());
         self.stream.capturing.store(false, Ordering::Release);
+        gate::recording_ends();
         if let Err(e) = check(hip, "hipStreamEndCapture", code) {
             if !raw.is_null() {
                 // SAFETY: a graph the failed end call still returned is ours to destroy, once.

@@ -64,10 +64,12 @@
 pub(crate) mod batch;
 mod capture;
 mod exec;
+pub(crate) mod gate;
 
-pub use batch::{GraphMode, GraphModeStats};
+pub use batch::{GraphMode, GraphModeStats, PlainOp};
 pub use capture::{Capture, GraphPool};
 pub use exec::{Graph, GraphExec};
+pub use gate::recordings_in_progress;
 
 use rocm_sys::{
     hipError_t, hipGraphExecUpdateResult, hipGraphExec_t, hipGraphNode_t, hipGraph_t,

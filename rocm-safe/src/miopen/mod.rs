@@ -49,6 +49,7 @@ use rocm_sys::Miopen;
 
 use crate::buffer::{DeviceBuffer, DeviceSlice, DeviceSliceMut};
 use crate::error::{check_miopen, Result, RocmError};
+use crate::graph::gate;
 use crate::runtime::Runtime;
 use crate::stream::Stream;
 use config::{check_len, product, unsupported};
@@ -132,10 +133,18 @@ impl MiopenHandle {
         let Some(lib) = stream.device().runtime().miopen()? else {
             return Ok(None);
         };
+        // Creating a handle may synchronise the device inside MIOpen, which would invalidate a
+        // graph being recorded: this stream's recording is launched first, and other threads'
+        // are waited for (graph::gate).
+        let _plain = stream.flush_graph()?;
         stream.device().bind_to_thread()?;
         let mut raw: miopenHandle_t = std::ptr::null_mut();
         // SAFETY: valid out-pointer; live stream of the current device.
-        let code = unsafe { (lib.miopenCreateWithStream)(&mut raw, stream.raw()) };
+        let code = unsafe {
+            gate::device_wide_wait(gate::PATIENCE, || {
+                (lib.miopenCreateWithStream)(&mut raw, stream.raw())
+            })
+        };
         check_miopen(&lib, "miopenCreateWithStream", code)?;
         Ok(Some(MiopenHandle {
             plans: HashMap::new(),
@@ -316,7 +325,7 @@ impl MiopenHandle {
             return Err(unsupported(format!("no pooling plan for {key:?}")));
         };
         // MIOpen calls are not recorded by graph mode: launch what it recorded first.
-        self.stream.flush_graph()?;
+        let _plain = self.stream.flush_graph()?;
         for s in [x.stream(), y.stream()] {
             self.stream.join(s)?;
         }
@@ -382,7 +391,8 @@ impl MiopenHandle {
     ) -> Result<()> {
         self.stream.device().bind_to_thread()?;
         // MIOpen calls are not recorded by graph mode: launch what it recorded first.
-        self.stream.flush_graph()?;
+        let stream = self.stream.clone();
+        let _plain = stream.flush_graph()?;
         for s in [a.stream(), w.stream(), out.stream()] {
             self.stream.join(s)?;
         }
@@ -487,12 +497,19 @@ impl Drop for MiopenHandle {
     fn drop(&mut self) {
         // Descriptors first (they are independent of the handle, but keep teardown ordered).
         self.clear_cache();
-        // SAFETY: live handle, destroyed once; MIOpen waits for nothing, and buffers used by
-        // queued work stay alive through their own stream-ordered frees.
-        let code = unsafe { (self.lib.miopenDestroy)(self.raw) };
-        if let Err(e) = check_miopen(&self.lib, "miopenDestroy", code) {
-            self.stream.device().runtime().record_err(e);
-        }
+        let (lib, rt) = (self.lib.clone(), self.stream.device().runtime().clone());
+        let raw = self.raw as usize;
+        // Destroying the handle may free device memory, which invalidates any graph being
+        // recorded in the process: deferred until none is (graph::gate).
+        gate::device_wide(move || {
+            // SAFETY: live handle, destroyed once (this closure runs once); MIOpen waits for
+            // nothing, and buffers used by queued work stay alive through their own
+            // stream-ordered frees.
+            let code = unsafe { (lib.miopenDestroy)(raw as miopenHandle_t) };
+            if let Err(e) = check_miopen(&lib, "miopenDestroy", code) {
+                rt.record_err(e);
+            }
+        });
     }
 }
 

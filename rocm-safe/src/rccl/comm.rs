@@ -288,7 +288,7 @@ impl Communicator {
         f: impl FnOnce(&Rccl, ncclComm_t) -> ncclResult_t,
     ) -> Result<()> {
         // RCCL calls are not recorded by graph mode: launch what it recorded first.
-        self.stream.flush_graph()?;
+        let _plain = self.stream.flush_graph()?;
         // Inside a group, this communicator is aborted with the others if the group fails:
         // work queued on the others would otherwise wait for it forever.
         group::register(

@@ -7,8 +7,8 @@
 //! candle-rocm-demo [--cpu] [--model DIR] [--dtype f32|f16|bf16] [--no-decoder]
 //!                  [--decoder-model DIR | --gguf [FILE]] [--prompt TEXT] [--max-tokens N]
 //!                  [--attention flash|matmul] [SENTENCES...]
-//! candle-rocm-demo --gpus N [--decoder-model DIR | --random-weights LAYERS] [--dtype ...]
-//!                  [--prompt TEXT] [--max-tokens N] [--attention flash|matmul]
+//! candle-rocm-demo --gpus N [--decoder-model DIR | --random-weights LAYERS | --gguf [FILE]]
+//!                  [--dtype ...] [--prompt TEXT] [--max-tokens N] [--attention flash|matmul]
 //! ```
 //!
 //! With `--gpus N` only the decoder runs, split over N GPUs (tensor parallelism): this program
@@ -31,8 +31,8 @@ use candle_rocm_demo::decoder::{
     smollm2_gguf, smollm2_safetensors_dir, Generation, GgufDecoder, LlamaDecoder,
 };
 use candle_rocm_demo::tp::{
-    check_split, free_port, join, spawn_ranks, tinyllama_1_1b, wait_ranks, write_random_llama,
-    TpDecoder,
+    check_split, check_split_gguf, free_port, join, spawn_ranks, tinyllama_1_1b, wait_ranks,
+    write_random_llama, TpDecoder,
 };
 use candle_rocm_demo::weights::{cache_dir, ALL_MINILM_L6_V2};
 use clap::{Parser, ValueEnum};
@@ -81,8 +81,10 @@ struct Args {
     /// Run only the decoder, split over N GPUs (tensor parallelism, one process per GPU, rank
     /// r on GPU r; rank 0 prints the text and tokens/s). The model's head counts and
     /// intermediate size must divide by N (SmolLM2-135M's 9 heads split over 1 or 3 GPUs
-    /// only: use --random-weights or --decoder-model for 2). Safetensors only.
-    #[arg(long, value_name = "N", conflicts_with_all = ["gguf", "cpu"])]
+    /// only: use --random-weights or --decoder-model for 2). With --gguf, each rank reads its
+    /// quantized blocks of the GGUF file (f32 activations; the row-parallel weights' columns
+    /// must split into whole quantized blocks).
+    #[arg(long, value_name = "N", conflicts_with = "cpu")]
     gpus: Option<usize>,
     /// With --gpus: a TinyLlama-1.1B-shaped llama (32 heads, 4 key-value heads) of LAYERS
     /// layers (the real one has 22) with random weights, written once into the weights cache;
@@ -91,7 +93,7 @@ struct Args {
         long,
         value_name = "LAYERS",
         requires = "gpus",
-        conflicts_with = "decoder_model"
+        conflicts_with_all = ["decoder_model", "gguf"]
     )]
     random_weights: Option<usize>,
     /// The sentences to compare (default: a built-in set).
@@ -338,6 +340,9 @@ fn launch_ranks(args: Args, n: usize) -> Result<()> {
     if n == 0 {
         anyhow::bail!("--gpus 0: give at least one GPU");
     }
+    if let Some(file) = &args.gguf {
+        return launch_gguf_ranks(file, n);
+    }
     let dtype = DType::from(args.dtype);
     let dir = match (&args.decoder_model, args.random_weights) {
         (Some(dir), _) => dir.clone(),
@@ -372,16 +377,55 @@ fn launch_ranks(args: Args, n: usize) -> Result<()> {
     Ok(())
 }
 
+/// `--gpus N --gguf [FILE]` without `RANK` set: fetches the default file when none is given,
+/// checks that the file splits over N ranks, and runs the ranks as [`launch_ranks`] does,
+/// each given the file.
+fn launch_gguf_ranks(file: &std::path::Path, n: usize) -> Result<()> {
+    let file = if file.as_os_str().is_empty() {
+        smollm2_gguf().context("fetching SmolLM2-135M's GGUF")?
+    } else {
+        file.to_path_buf()
+    };
+    check_split_gguf(&file, n)
+        .with_context(|| format!("splitting {} over {n} GPUs", file.display()))?;
+    let port = free_port()?;
+    let mut rank_args = strip_flag(
+        std::env::args_os()
+            .skip(1)
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        "--gguf",
+        true,
+    );
+    rank_args.push(format!("--gguf={}", file.display()));
+    println!("tensor parallel: {n} rank(s), one process per GPU, rendezvous on 127.0.0.1:{port}");
+    let exe = std::env::current_exe().context("finding this program to start its ranks")?;
+    let ranks = spawn_ranks(&exe, &rank_args, 0..n, n, port, &[])?;
+    wait_ranks(ranks, Duration::from_secs(60), None)?;
+    Ok(())
+}
+
 /// `args` without `--random-weights LAYERS` (or `--random-weights=LAYERS`).
 fn strip_random_weights(args: Vec<String>) -> Vec<String> {
+    strip_flag(args, "--random-weights", false)
+}
+
+/// `args` without the flag `name` and its value (`name VALUE` or `name=VALUE`); with
+/// `optional_value`, a following word that starts with `--` is the next flag, not a value.
+fn strip_flag(args: Vec<String>, name: &str, optional_value: bool) -> Vec<String> {
     let mut out = Vec::with_capacity(args.len());
     let mut skip = false;
+    let prefix = format!("{name}=");
     for a in args {
         if skip {
             skip = false;
-        } else if a == "--random-weights" {
+            if !(optional_value && a.starts_with("--")) {
+                continue;
+            }
+        }
+        if a == name {
             skip = true;
-        } else if !a.starts_with("--random-weights=") {
+        } else if !a.starts_with(&prefix) {
             out.push(a);
         }
     }
@@ -394,11 +438,20 @@ fn strip_random_weights(args: Vec<String>) -> Vec<String> {
 fn run_rank(args: Args) -> Result<()> {
     let (rdzv, comm) = join(rocm_safe::rendezvous::DEFAULT_TIMEOUT)?;
     let rank = rdzv.rank();
-    let dir = args
-        .decoder_model
-        .clone()
-        .context("a rank needs --decoder-model DIR (the launcher passes it)")?;
-    let dtype = DType::from(args.dtype);
+    let gguf = args.gguf.clone().filter(|f| !f.as_os_str().is_empty());
+    let dir = match (&gguf, &args.decoder_model) {
+        (Some(file), _) => file.clone(),
+        (None, Some(dir)) => dir.clone(),
+        (None, None) => anyhow::bail!(
+            "a rank needs --decoder-model DIR or --gguf FILE (the launcher passes them)"
+        ),
+    };
+    // The GGUF model's quantized products take f32 activations.
+    let dtype = if gguf.is_some() {
+        DType::F32
+    } else {
+        DType::from(args.dtype)
+    };
     let flash = args.attention.is_none_or(|a| a == Attention::Flash);
     let device = comm.device().clone();
     if rank == 0 {
@@ -409,7 +462,10 @@ fn run_rank(args: Args) -> Result<()> {
         );
     }
     let t = Instant::now();
-    let decoder = TpDecoder::load(&dir, Arc::new(comm.clone()), dtype, &device, flash)?;
+    let decoder = match &gguf {
+        Some(file) => TpDecoder::load_gguf(file, Arc::new(comm.clone()), &device, flash)?,
+        None => TpDecoder::load(&dir, Arc::new(comm.clone()), dtype, &device, flash)?,
+    };
     let load = t.elapsed();
     tracing::info!(rank, load_ms = load.as_millis() as u64, "tp: loaded");
     let g = decoder.generate(&args.prompt, args.max_tokens)?;
@@ -431,4 +487,31 @@ fn run_rank(args: Args) -> Result<()> {
     drop(decoder);
     drop(comm);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn flags_are_stripped_with_their_values() {
+        let v = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
+        assert_eq!(
+            strip_random_weights(v("--gpus 2 --random-weights 4 --dtype f16")),
+            v("--gpus 2 --dtype f16")
+        );
+        assert_eq!(
+            strip_flag(v("--gpus 2 --gguf a.gguf --prompt x"), "--gguf", true),
+            v("--gpus 2 --prompt x")
+        );
+        assert_eq!(
+            strip_flag(v("--gguf --gpus 2"), "--gguf", true),
+            v("--gpus 2")
+        );
+        assert_eq!(
+            strip_flag(v("--gpus 2 --gguf=a.gguf"), "--gguf", true),
+            v("--gpus 2")
+        );
+    }
 }

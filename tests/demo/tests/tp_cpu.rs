@@ -2,19 +2,27 @@
 //! candle-transformers' `llama::Llama` (same random weights, same logits, same greedy tokens);
 //! with a world of two simulated by two threads that sum their row-parallel partials through
 //! shared memory (each thread loading only its shard of the file), it computes the whole model
-//! too; head counts and dimensions that do not split are typed errors naming what.
+//! too; head counts and dimensions that do not split are typed errors naming what. The same
+//! from a quantized GGUF file: a world of one computes candle-transformers' `quantized_llama`
+//! on the file, two and four simulated ranks (embeddings and output head split by vocabulary,
+//! or whole) compute the world of one, and a row-parallel weight whose columns do not split
+//! into whole quantized blocks is a typed error.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
 use std::sync::{Arc, Barrier, Mutex};
 
+use candle_core::quantized::{gguf_file, GgmlDType};
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use candle_rocm_demo::tp::{
-    forced_logits, generate, load_dir, write_random_llama, Solo, TpError, World,
+    check_split_gguf, forced_logits, generate, gguf_config, load_dir, load_gguf,
+    write_random_llama, write_random_llama_gguf, GgufTypes, Shard, ShardedWeights, Solo, TpError,
+    TpLlama, VocabSplit, World,
 };
 use candle_transformers::models::llama::{Cache, Llama};
+use candle_transformers::models::quantized_llama::ModelWeights;
 
 const PROMPT: [u32; 5] = [1, 17, 42, 5, 99];
 
@@ -213,4 +221,158 @@ fn splits_that_do_not_divide_are_typed_errors() {
     }
     assert!(e.to_string().contains("gate_proj"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The quantized types of the small GGUF llama: every row of 64 or 128 values is whole blocks
+/// of 32, and so is every rank's half of a row-parallel weight's 64 or 128 columns.
+const TYPES: GgufTypes = GgufTypes {
+    linear: GgmlDType::Q8_0,
+    down: GgmlDType::Q4_0,
+    embed: GgmlDType::Q4_1,
+    output: GgmlDType::Q5_0,
+};
+
+fn gguf_path(name: &str) -> PathBuf {
+    temp_dir(name).with_extension("gguf")
+}
+
+/// candle-transformers' `quantized_llama` on the GGUF file: greedy ids and forced logits.
+fn quantized_reference(path: &std::path::Path, steps: usize) -> (Vec<u32>, Vec<Vec<f32>>) {
+    let dev = &Device::Cpu;
+    let mut reader = std::fs::File::open(path).unwrap();
+    let content = gguf_file::Content::read(&mut reader).unwrap();
+    let mut model = ModelWeights::from_gguf(content, &mut reader, dev).unwrap();
+    let mut run = |feed: &mut dyn FnMut(&Tensor) -> Option<u32>| {
+        model.clear_kv_cache();
+        let (mut input, mut pos) = (PROMPT.to_vec(), 0);
+        loop {
+            let x = Tensor::new(input.as_slice(), dev)
+                .unwrap()
+                .unsqueeze(0)
+                .unwrap();
+            let logits = model.forward(&x, pos).unwrap();
+            pos += input.len();
+            match feed(&logits) {
+                Some(next) => input = vec![next],
+                None => break,
+            }
+        }
+    };
+    let mut ids = Vec::new();
+    run(&mut |logits| {
+        ids.push(candle_rocm_demo::decoder::argmax(logits).unwrap());
+        (ids.len() < steps).then(|| *ids.last().unwrap())
+    });
+    let mut rows = Vec::new();
+    run(&mut |logits| {
+        rows.push(logits.flatten_all().unwrap().to_vec1::<f32>().unwrap());
+        ids.get(rows.len() - 1).copied()
+    });
+    (ids, rows)
+}
+
+/// The GGUF llama on `world` simulated ranks (threads), embeddings and head split as `vocab`:
+/// each rank's greedy ids and forced logits.
+fn gguf_ranks(
+    path: &std::path::Path,
+    world: usize,
+    vocab: VocabSplit,
+) -> Vec<(Vec<u32>, Vec<Vec<f32>>)> {
+    let shared = Arc::new((Barrier::new(world), Mutex::new(vec![None; world])));
+    let ranks: Vec<_> = (0..world)
+        .map(|rank| {
+            let (path, shared) = (path.to_path_buf(), shared.clone());
+            std::thread::spawn(move || {
+                let dev = &Device::Cpu;
+                let w: Arc<dyn World> = Arc::new(Threads { rank, shared });
+                let shard = Shard::new(rank, world).unwrap();
+                let weights = ShardedWeights::open_gguf(&path, shard, DType::F32, dev).unwrap();
+                let cfg = gguf_config(weights.gguf().unwrap(), false).unwrap();
+                let model = TpLlama::load_with(&weights, &cfg, w, vocab).unwrap();
+                let (ids, _, _) = generate(&model, &PROMPT, 6, &[], DType::F32, dev).unwrap();
+                let logits = forced_logits(&model, &PROMPT, &ids, DType::F32, dev).unwrap();
+                (ids, logits)
+            })
+        })
+        .collect();
+    ranks.into_iter().map(|r| r.join().unwrap()).collect()
+}
+
+#[test]
+fn a_gguf_world_of_one_computes_quantized_llama() {
+    let path = gguf_path("gguf-solo");
+    write_random_llama_gguf(&path, &config(2, 128), TYPES).unwrap();
+    let (want_ids, want_logits) = quantized_reference(&path, 6);
+    let dev = &Device::Cpu;
+    let (model, cfg) = load_gguf(&path, Arc::new(Solo), DType::F32, dev, false).unwrap();
+    assert_eq!((cfg.hidden_size, cfg.vocab_size), (64, 128));
+    assert!(!cfg.tie_word_embeddings);
+    let (ids, _, _) = generate(&model, &PROMPT, 6, &[], DType::F32, dev).unwrap();
+    assert_eq!(ids, want_ids);
+    let logits = forced_logits(&model, &PROMPT, &ids, DType::F32, dev).unwrap();
+    let d = max_diff(&logits, &want_logits);
+    assert!(
+        d <= 1e-4,
+        "GGUF world of one against quantized_llama: max |diff| {d}"
+    );
+    std::fs::remove_file(&path).unwrap();
+}
+
+/// Two and four ranks (4 query and 4 key-value heads for four), the vocabulary split or whole,
+/// tied embeddings or not: every rank computes the world of one's tokens and logits.
+#[test]
+fn simulated_ranks_of_a_gguf_compute_the_whole_model() {
+    for (world, tied) in [(2, false), (2, true), (4, false)] {
+        let mut c = config(2, 256);
+        // 32 columns of o_proj on each of 4 ranks: one q8_0 block.
+        c["hidden_size"] = serde_json::json!(128);
+        c["num_key_value_heads"] = serde_json::json!(4);
+        c["tie_word_embeddings"] = serde_json::json!(tied);
+        let path = gguf_path(&format!("gguf-{world}-{tied}"));
+        write_random_llama_gguf(&path, &c, TYPES).unwrap();
+        let one = gguf_ranks(&path, 1, VocabSplit::SPLIT).remove(0);
+        for vocab in [VocabSplit::SPLIT, VocabSplit::WHOLE] {
+            for (rank, (ids, logits)) in gguf_ranks(&path, world, vocab).into_iter().enumerate() {
+                let what = format!("rank {rank} of {world}, {vocab:?}, tied {tied}");
+                assert_eq!(ids, one.0, "{what}");
+                let d = max_diff(&logits, &one.1);
+                assert!(d <= 1e-4, "{what}: max |diff| {d} against one rank");
+            }
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
+}
+
+/// A row-parallel weight of 64 columns over 4 ranks: 16 columns each, half a q8_0 block; the
+/// launcher's check before any process starts says so too, and what else does not split.
+#[test]
+fn gguf_columns_that_cut_a_block_are_a_typed_error() {
+    let mut c = config(1, 128);
+    c["num_key_value_heads"] = serde_json::json!(4);
+    let path = gguf_path("gguf-blocks");
+    write_random_llama_gguf(&path, &c, TYPES).unwrap();
+    check_split_gguf(&path, 2).unwrap();
+    let e = check_split_gguf(&path, 4).unwrap_err();
+    assert!(
+        matches!(&e, TpError::BlockSplit { tensor, .. } if tensor == "blk.0.attn_output.weight"),
+        "{e}"
+    );
+    let e = check_split_gguf(&path, 3).unwrap_err();
+    assert!(matches!(e, TpError::Heads { count: 4, .. }), "{e}");
+    let shared = Arc::new((Barrier::new(4), Mutex::new(vec![None; 4])));
+    let four: Arc<dyn World> = Arc::new(Threads { rank: 2, shared });
+    let e = load_gguf(&path, four, DType::F32, &Device::Cpu, false).unwrap_err();
+    match &e {
+        TpError::BlockSplit {
+            tensor,
+            dtype: GgmlDType::Q8_0,
+            cols,
+            block: 32,
+        } => {
+            assert_eq!(tensor, "blk.0.attn_output.weight");
+            assert_eq!(cols, &(32..48));
+        }
+        other => panic!("{other}"),
+    }
+    std::fs::remove_file(&path).unwrap();
 }

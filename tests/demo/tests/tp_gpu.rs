@@ -9,6 +9,14 @@
 //! rocm-safe's `rccl_multiprocess` does). Every wait is bounded: the rendezvous and the
 //! communicator have timeouts, and rank 1 is killed if it outlives [`RANK1_LIMIT`].
 //!
+//! The same from a GGUF file ([`two_gpus_gguf_give_the_tokens_and_logits_of_one`]): the
+//! 1.1B shape's 2 layers quantized (q4_K projections, q6_K down projections and output head,
+//! q8_0 embeddings), each rank reading only its blocks, f32 activations; on one GPU it also
+//! gives the tokens of candle-transformers' `quantized_llama` on the file.
+//!
+//! Both run with the embeddings and the output head split by vocabulary (the default: an
+//! all-reduce after the lookup, an all-gather of the logits).
+//!
 //! Needs two GPUs and RCCL, and is `#[ignore]`d; `tests/hip-on-cuda/run.sh` runs it where it
 //! sees two GPUs and the RCCL double (`NCCL_NVLS_ENABLE=0`).
 
@@ -18,14 +26,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use candle_core::quantized::{gguf_file, GgmlDType};
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use candle_rocm::collective::Comm;
 use candle_rocm_demo::tp::{
-    forced_logits, generate, join, load_dir, read_config, spawn_ranks, tinyllama_1_1b, wait_ranks,
-    write_random_llama, Solo, TpLlama,
+    forced_logits, generate, join, load_dir, load_gguf, read_config, spawn_ranks, tinyllama_1_1b,
+    wait_ranks, write_random_llama, write_random_llama_gguf, GgufTypes, Solo, TpLlama,
 };
 use candle_transformers::models::llama::{Cache, Llama};
+use candle_transformers::models::quantized_llama::ModelWeights;
 use rocm_safe::rendezvous::{RankEnv, Rendezvous};
 
 const ROLE_VAR: &str = "CANDLE_ROCM_TP_TEST_ROLE";
@@ -42,13 +52,34 @@ const STEPS: usize = 8;
 /// halves in f16).
 const LOGIT_TOL: f32 = 5e-2;
 const DTYPE: DType = DType::F16;
+/// The GGUF model's activations: f32, the quantized products' fast path (as
+/// `quantized_llama`).
+const GGUF_DTYPE: DType = DType::F32;
+/// Logits of the GGUF model on 2 GPUs against 1: the same quantized weights and f32
+/// activations; only the summation order differs (each rank's half of every row-parallel dot
+/// product, then the f32 all-reduce).
+const GGUF_LOGIT_TOL: f32 = 1e-2;
+/// The GGUF model's quantized types: every row, and every rank's half of a row-parallel
+/// weight's row (1024 and 2816 columns), is whole blocks of 256.
+const GGUF_TYPES: GgufTypes = GgufTypes {
+    linear: GgmlDType::Q4K,
+    down: GgmlDType::Q6K,
+    embed: GgmlDType::Q8_0,
+    output: GgmlDType::Q6K,
+};
 const RANK1_LIMIT: Duration = Duration::from_secs(240);
 const TIMEOUT: Duration = Duration::from_secs(120);
 
-/// Greedy ids and forced logits (along `along`, or the ids themselves) of a model.
-fn run(model: &TpLlama, dev: &Device, along: Option<&[u32]>) -> (Vec<u32>, Vec<Vec<f32>>) {
-    let (ids, _, _) = generate(model, &PROMPT, STEPS, &[], DTYPE, dev).unwrap();
-    let logits = forced_logits(model, &PROMPT, along.unwrap_or(&ids), DTYPE, dev).unwrap();
+/// Greedy ids and forced logits (along `along`, or the ids themselves) of a model whose
+/// activations are `dtype`.
+fn run(
+    model: &TpLlama,
+    dtype: DType,
+    dev: &Device,
+    along: Option<&[u32]>,
+) -> (Vec<u32>, Vec<Vec<f32>>) {
+    let (ids, _, _) = generate(model, &PROMPT, STEPS, &[], dtype, dev).unwrap();
+    let logits = forced_logits(model, &PROMPT, along.unwrap_or(&ids), dtype, dev).unwrap();
     (ids, logits)
 }
 
@@ -119,7 +150,7 @@ fn rank_one() {
     let (cfg, _) = read_config(&dir, false).unwrap();
     let dev = comm.device().clone();
     let model = load_dir(&dir, &cfg, Arc::new(comm.clone()), DTYPE, &dev).unwrap();
-    let _ = run(&model, &dev, Some(&want));
+    let _ = run(&model, DTYPE, &dev, Some(&want));
     rdzv.barrier("done").unwrap();
     drop(model);
     drop(comm);
@@ -143,7 +174,7 @@ fn two_gpus_give_the_tokens_and_logits_of_one() {
     // One GPU: the tensor-parallel llama with a world of one, and candle-transformers' llama.
     let dev0 = candle_rocm::device(0).unwrap();
     let solo = load_dir(&dir, &cfg, Arc::new(Solo), DTYPE, &dev0).unwrap();
-    let (want_ids, want_logits) = run(&solo, &dev0, None);
+    let (want_ids, want_logits) = run(&solo, DTYPE, &dev0, None);
     drop(solo);
     let candle_ids = candle_llama_ids(&dir, &dev0);
     same_tokens(
@@ -188,7 +219,7 @@ fn two_gpus_give_the_tokens_and_logits_of_one() {
     let comm = Comm::from_rendezvous(&rdzv, 0).unwrap();
     let model = load_dir(&dir, &cfg, Arc::new(comm.clone()), DTYPE, &dev0).unwrap();
     let t = std::time::Instant::now();
-    let (ids, logits) = run(&model, &dev0, Some(&want_ids));
+    let (ids, logits) = run(&model, DTYPE, &dev0, Some(&want_ids));
     let elapsed = t.elapsed();
     rdzv.barrier("done").unwrap();
     // Both ranks tear their communicators down together.
@@ -212,4 +243,124 @@ fn two_gpus_give_the_tokens_and_logits_of_one() {
     );
     same_tokens(&ids, &want_ids, &want_logits, "2 GPUs against 1");
     assert!(d <= LOGIT_TOL, "logits on 2 GPUs differ from 1 GPU by {d}");
+}
+
+/// candle-transformers' `quantized_llama` on the GGUF file `path` on `dev`: its greedy ids.
+fn quantized_llama_ids(path: &Path, dev: &Device) -> Vec<u32> {
+    let mut reader = std::fs::File::open(path).unwrap();
+    let content = gguf_file::Content::read(&mut reader).unwrap();
+    let mut model = ModelWeights::from_gguf(content, &mut reader, dev).unwrap();
+    let (mut ids, mut input, mut pos) = (Vec::new(), PROMPT.to_vec(), 0);
+    for _ in 0..STEPS {
+        let x = Tensor::new(input.as_slice(), dev)
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap();
+        let next = candle_rocm_demo::decoder::argmax(&model.forward(&x, pos).unwrap()).unwrap();
+        pos += input.len();
+        ids.push(next);
+        input = vec![next];
+    }
+    ids
+}
+
+/// Rank 1 of the GGUF test: as [`rank_one`], the model read from the GGUF file [`DIR_VAR`]
+/// names.
+fn rank_one_gguf() {
+    let path = PathBuf::from(std::env::var(DIR_VAR).unwrap());
+    let want: Vec<u32> = std::env::var(TOKENS_VAR)
+        .unwrap()
+        .split(',')
+        .map(|t| t.parse().unwrap())
+        .collect();
+    let (rdzv, comm) = join(TIMEOUT).unwrap();
+    let dev = comm.device().clone();
+    let (model, _) = load_gguf(&path, Arc::new(comm.clone()), GGUF_DTYPE, &dev, false).unwrap();
+    let _ = run(&model, GGUF_DTYPE, &dev, Some(&want));
+    rdzv.barrier("done").unwrap();
+    drop(model);
+    drop(comm);
+}
+
+#[test]
+#[ignore = "needs 2 HIP devices and RCCL"]
+fn two_gpus_gguf_give_the_tokens_and_logits_of_one() {
+    const NAME: &str = "two_gpus_gguf_give_the_tokens_and_logits_of_one";
+    if std::env::var(ROLE_VAR).is_ok_and(|r| !r.is_empty()) {
+        return rank_one_gguf();
+    }
+    assert!(candle_rocm::strict(), "GPU tests run in strict mode");
+    let path = std::env::temp_dir().join(format!("tp-gpu-{}.gguf", std::process::id()));
+    let t = std::time::Instant::now();
+    write_random_llama_gguf(&path, &tinyllama_1_1b(2), GGUF_TYPES).unwrap();
+    eprintln!(
+        "random 1.1B-shape GGUF (2 layers, {GGUF_TYPES:?}) written in {:?}",
+        t.elapsed()
+    );
+
+    // One GPU: the tensor-parallel llama with a world of one, and quantized_llama.
+    let dev0 = candle_rocm::device(0).unwrap();
+    let (solo, _) = load_gguf(&path, Arc::new(Solo), GGUF_DTYPE, &dev0, false).unwrap();
+    let (want_ids, want_logits) = run(&solo, GGUF_DTYPE, &dev0, None);
+    drop(solo);
+    let q_ids = quantized_llama_ids(&path, &dev0);
+    same_tokens(&q_ids, &want_ids, &want_logits, "quantized_llama, 1 GPU");
+    eprintln!("GGUF, 1 GPU: {want_ids:?}");
+
+    // Two GPUs: rank 1 in a second process, rank 0 here.
+    let env = RankEnv {
+        rank: 0,
+        world_size: 2,
+        master_addr: "127.0.0.1".into(),
+        master_port: 0,
+        local_rank: Some(0),
+    };
+    let rdzv = Rendezvous::connect(env, TIMEOUT).unwrap();
+    let port = rdzv.server_addr().unwrap().port();
+    let exe = std::env::current_exe().unwrap();
+    let args: Vec<String> = [
+        NAME,
+        "--exact",
+        "--include-ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ]
+    .map(String::from)
+    .to_vec();
+    let tokens = want_ids
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let extra = [
+        (ROLE_VAR, "rank1-gguf".to_string()),
+        (DIR_VAR, path.display().to_string()),
+        (TOKENS_VAR, tokens),
+    ];
+    let child = spawn_ranks(&exe, &args, 1..2, 2, port, &extra).unwrap();
+    let comm = Comm::from_rendezvous(&rdzv, 0).unwrap();
+    let (model, _) = load_gguf(&path, Arc::new(comm.clone()), GGUF_DTYPE, &dev0, false).unwrap();
+    let t = std::time::Instant::now();
+    let (ids, logits) = run(&model, GGUF_DTYPE, &dev0, Some(&want_ids));
+    let elapsed = t.elapsed();
+    rdzv.barrier("done").unwrap();
+    // Both ranks tear their communicators down together.
+    drop(model);
+    drop(comm);
+    let rank1 = wait_ranks(child, Duration::from_secs(30), Some(RANK1_LIMIT));
+    let _ = std::fs::remove_file(&path);
+    rank1.unwrap();
+
+    let d = max_diff(&logits, &want_logits);
+    let bad = logits.iter().flatten().filter(|x| !x.is_finite()).count();
+    assert_eq!(bad, 0, "non-finite logits on 2 GPUs");
+    eprintln!(
+        "GGUF, 2 GPUs: {ids:?}; logits max |diff| against 1 GPU {d} (tolerance \
+         {GGUF_LOGIT_TOL}); {STEPS} tokens + forced logits in {elapsed:?}"
+    );
+    same_tokens(&ids, &want_ids, &want_logits, "GGUF, 2 GPUs against 1");
+    assert!(
+        d <= GGUF_LOGIT_TOL,
+        "GGUF logits on 2 GPUs differ from 1 GPU by {d}"
+    );
 }

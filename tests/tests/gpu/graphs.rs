@@ -68,7 +68,9 @@ fn graph_mode_decodes_the_tokens_and_logits_of_plain_launches() -> Result<()> {
         .map(|(k, v)| (k.clone(), v.as_tensor().clone()))
         .collect();
     for flash in [false, true] {
+        // Both modes set here: devices start in graph mode unless CANDLE_ROCM_GRAPHS=0.
         let plain = own_device()?;
+        set_graph_mode(&plain, None).map_err(candle_core::Error::wrap)?;
         let graphs = own_device()?;
         set_graph_mode(&graphs, Some(GraphMode::default())).map_err(candle_core::Error::wrap)?;
         let (want_tokens, want) = decode(&plain, &weights, flash, STEPS)?;

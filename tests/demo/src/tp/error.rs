@@ -35,6 +35,41 @@ pub enum TpError {
         /// The number of ranks.
         world_size: usize,
     },
+    /// A block of a quantized tensor's columns does not fall on the type's block boundaries: a
+    /// GGML block of values cannot be cut between two ranks.
+    #[error(
+        "{tensor}: columns {cols:?} of a {dtype:?} tensor do not fall on its blocks of {block} \
+         values; a quantized block cannot be split between ranks. To fix: run on a number of \
+         GPUs that splits the row into whole blocks, or use a file whose type has smaller blocks"
+    )]
+    BlockSplit {
+        /// The tensor (its name in the file).
+        tensor: String,
+        /// Its GGML type.
+        dtype: candle_core::quantized::GgmlDType,
+        /// The columns asked for (a whole row when the row itself is not whole blocks).
+        cols: std::ops::Range<usize>,
+        /// The values of one block of the type.
+        block: usize,
+    },
+    /// A GGUF tensor's type is one candle cannot load.
+    #[error("{tensor}: GGML type {dtype:?} cannot be loaded (candle reads f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0 and q2_K to q6_K)")]
+    GgufType {
+        /// The tensor (its name in the file).
+        tensor: String,
+        /// Its GGML type.
+        dtype: candle_core::quantized::GgmlDType,
+    },
+    /// A vocabulary too small to give every rank a block of rows.
+    #[error("{tensor}: a vocabulary of {vocab} rows does not give each of {world_size} ranks a block; run on fewer GPUs or keep the vocabulary whole (VocabSplit::WHOLE)")]
+    VocabSplit {
+        /// The tensor.
+        tensor: String,
+        /// Its rows.
+        vocab: usize,
+        /// The number of ranks.
+        world_size: usize,
+    },
     /// The rank or world size is impossible.
     #[error("rank {rank} of a world of {world_size}: the world size must be at least 1 and the rank below it")]
     BadRank {

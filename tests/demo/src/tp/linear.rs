@@ -6,9 +6,14 @@
 //! columns, takes the matching block of the input features (a column-parallel layer's output)
 //! and computes a partial sum of the whole output; an all-reduce (sum) over the ranks completes
 //! it. So an attention or MLP block costs one all-reduce.
+//!
+//! A rank's block of a weight is a [`ParallelWeight`]: dense (safetensors, random weights: a
+//! candle-nn [`Linear`]) or quantized (a GGUF file's blocks: candle's [`QMatMul`], which runs
+//! the backend's quantized matrix product on f32 activations).
 
 use std::sync::Arc;
 
+use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{Module, Tensor};
 use candle_nn::Linear;
 use candle_rocm::collective::{Comm, ReduceOp};
@@ -24,6 +29,31 @@ pub trait World: Send + Sync + std::fmt::Debug {
 
     /// The element-wise sum of `x` (same shape on every rank) over every rank.
     fn all_reduce_sum(&self, x: &Tensor) -> candle_core::Result<Tensor>;
+
+    /// Every rank's `x` (same shape on every rank) concatenated along dimension 0, in rank
+    /// order. By default an all-reduce of `x` placed at this rank's offset in zeros (exact:
+    /// every other rank adds zeros; `world_size` times the traffic), for worlds that only
+    /// sum; RCCL's communicator gathers.
+    fn all_gather(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let (n, w, r) = (x.dim(0)?, self.world_size(), self.rank());
+        if w == 1 {
+            return Ok(x.clone());
+        }
+        let mut parts = Vec::with_capacity(3);
+        let zeros = |rows: usize| {
+            let mut dims = x.dims().to_vec();
+            dims[0] = rows;
+            Tensor::zeros(dims, x.dtype(), x.device())
+        };
+        if r > 0 {
+            parts.push(zeros(r * n)?);
+        }
+        parts.push(x.clone());
+        if r + 1 < w {
+            parts.push(zeros((w - r - 1) * n)?);
+        }
+        self.all_reduce_sum(&Tensor::cat(&parts, 0)?)
+    }
 
     /// Waits, bounded by a timeout, for the collectives queued so far: a rank that died is an
     /// error here, not a hang. A world without collectives returns at once.
@@ -64,8 +94,47 @@ impl World for Comm {
         self.all_reduce(&x.contiguous()?, ReduceOp::Sum)
     }
 
+    fn all_gather(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        Comm::all_gather(self, &x.contiguous()?)
+    }
+
     fn wait(&self) -> candle_core::Result<()> {
         Comm::wait(self)
+    }
+}
+
+/// A rank's block of a linear layer's weight, `(out, in)`.
+#[derive(Debug, Clone)]
+pub enum ParallelWeight {
+    /// Values in the model's dtype.
+    Dense(Tensor),
+    /// GGML blocks from a GGUF file (quantized types; f32/f16/bf16 ones are read as
+    /// [`ParallelWeight::Dense`]).
+    Quantized(Arc<QTensor>),
+}
+
+/// A weight block with its product: candle-nn's [`Linear`] or candle's [`QMatMul`].
+#[derive(Debug, Clone)]
+pub(super) enum Proj {
+    Dense(Linear),
+    Quantized(QMatMul),
+}
+
+impl Proj {
+    pub(super) fn new(weight: ParallelWeight) -> candle_core::Result<Proj> {
+        Ok(match weight {
+            ParallelWeight::Dense(w) => Proj::Dense(Linear::new(w, None)),
+            ParallelWeight::Quantized(q) => Proj::Quantized(QMatMul::from_arc(q)?),
+        })
+    }
+}
+
+impl Module for Proj {
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        match self {
+            Proj::Dense(l) => l.forward(x),
+            Proj::Quantized(q) => q.forward(x),
+        }
     }
 }
 
@@ -73,20 +142,22 @@ impl World for Comm {
 /// this rank computes its block of the outputs.
 #[derive(Debug, Clone)]
 pub struct ColumnParallelLinear {
-    linear: Linear,
+    linear: Proj,
 }
 
 impl ColumnParallelLinear {
     /// The layer from this rank's block of rows of the weight, `(out / world, in)`.
     pub fn new(weight: Tensor) -> Self {
         ColumnParallelLinear {
-            linear: Linear::new(weight, None),
+            linear: Proj::Dense(Linear::new(weight, None)),
         }
     }
 
-    /// This rank's block of the weight.
-    pub fn weight(&self) -> &Tensor {
-        self.linear.weight()
+    /// The layer from this rank's block of rows of a dense or quantized weight.
+    pub fn from_weight(weight: ParallelWeight) -> candle_core::Result<Self> {
+        Ok(ColumnParallelLinear {
+            linear: Proj::new(weight)?,
+        })
     }
 }
 
@@ -101,7 +172,7 @@ impl Module for ColumnParallelLinear {
 /// outputs into the whole output on every rank.
 #[derive(Debug, Clone)]
 pub struct RowParallelLinear {
-    linear: Linear,
+    linear: Proj,
     world: Arc<dyn World>,
 }
 
@@ -109,9 +180,17 @@ impl RowParallelLinear {
     /// The layer from this rank's block of columns of the weight, `(out, in / world)`.
     pub fn new(weight: Tensor, world: Arc<dyn World>) -> Self {
         RowParallelLinear {
-            linear: Linear::new(weight, None),
+            linear: Proj::Dense(Linear::new(weight, None)),
             world,
         }
+    }
+
+    /// The layer from this rank's block of columns of a dense or quantized weight.
+    pub fn from_weight(weight: ParallelWeight, world: Arc<dyn World>) -> candle_core::Result<Self> {
+        Ok(RowParallelLinear {
+            linear: Proj::new(weight)?,
+            world,
+        })
     }
 
     /// This rank's partial output, before the all-reduce (for tests that sum it themselves).

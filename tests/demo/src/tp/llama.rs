@@ -7,18 +7,27 @@
 //! column-parallel (whole heads: `num_attention_heads / world` query heads and
 //! `num_key_value_heads / world` key-value heads per rank, so every query head finds its
 //! key-value head on its own rank), o projection row-parallel; gate and up projections
-//! column-parallel, down projection row-parallel. Two all-reduces per layer. Embeddings, norms
-//! and the output head are whole on every rank, so every rank computes the same logits.
+//! column-parallel, down projection row-parallel. Two all-reduces per layer. Norms are whole on
+//! every rank; the embeddings and the output head are split by vocabulary rows by default
+//! (`vocab.rs`: an all-reduce after the lookup, an all-gather of the logits; [`VocabSplit`]
+//! keeps either whole), so every rank computes the same logits.
+//!
+//! From a GGUF file ([`super::ShardedWeights::open_gguf`]) the linear layers keep their GGML
+//! blocks and run candle's quantized product (`QMatMul`, f32 activations as
+//! candle-transformers' `quantized_llama` runs them), and q and k come in llama.cpp's row
+//! order, which the interleaved rotary embedding (`rope_i`) reads: the computation of
+//! `quantized_llama` on the same file.
 
 use std::f32::consts::PI;
 use std::sync::Arc;
 
 use candle_core::{DType, Device, IndexOp, Module, Tensor};
-use candle_nn::{Embedding, Linear, RmsNorm};
+use candle_nn::RmsNorm;
 use candle_transformers::models::llama::{Config, Llama3RopeConfig, Llama3RopeType};
 
-use super::linear::{ColumnParallelLinear, RowParallelLinear, World};
+use super::linear::{ColumnParallelLinear, ParallelWeight, RowParallelLinear, World};
 use super::shard::{ShardedWeights, Split};
+use super::vocab::{VocabEmbedding, VocabHead, VocabSplit};
 use super::TpError;
 
 /// One rank's KV cache and rotary tables for [`TpLlama::forward`].
@@ -88,6 +97,8 @@ struct Attention {
     kv_heads: usize,
     head_dim: usize,
     flash: bool,
+    /// llama.cpp's q/k row order (GGUF): the interleaved rotary embedding.
+    interleaved: bool,
 }
 
 impl Attention {
@@ -113,8 +124,13 @@ impl Attention {
             .transpose(1, 2)?;
         let cos = cache.cos.narrow(0, pos, seq)?;
         let sin = cache.sin.narrow(0, pos, seq)?;
-        let q = candle_nn::rotary_emb::rope(&q, &cos, &sin)?;
-        let mut k = candle_nn::rotary_emb::rope(&k, &cos, &sin)?;
+        let rope = if self.interleaved {
+            candle_nn::rotary_emb::rope_i
+        } else {
+            candle_nn::rotary_emb::rope
+        };
+        let q = rope(&q, &cos, &sin)?;
+        let mut k = rope(&k, &cos, &sin)?;
         if let Some((ck, cv)) = &cache.kvs[layer] {
             k = Tensor::cat(&[ck, &k], 2)?.contiguous()?;
             v = Tensor::cat(&[cv, &v], 2)?.contiguous()?;
@@ -180,23 +196,35 @@ struct Block {
 /// One rank's share of a llama model (see the module comment).
 #[derive(Debug, Clone)]
 pub struct TpLlama {
-    embed: Embedding,
+    embed: VocabEmbedding,
     blocks: Vec<Block>,
     norm: RmsNorm,
-    lm_head: Linear,
+    lm_head: VocabHead,
     config: Config,
     world: Arc<dyn World>,
 }
 
 impl TpLlama {
     /// Loads this rank's share of a llama in the Hugging Face layout from `weights` (each
-    /// split tensor read as this rank's block only). The head counts must divide evenly over
-    /// the world ([`TpError::Heads`]), and so must the split tensors ([`TpError::UnevenSplit`]
-    /// names the first that does not).
+    /// split tensor read as this rank's block only), the embeddings and the output head split
+    /// by vocabulary ([`VocabSplit::SPLIT`]). The head counts must divide evenly over the world
+    /// ([`TpError::Heads`]), and so must the split tensors ([`TpError::UnevenSplit`] names the
+    /// first that does not; from a GGUF file, [`TpError::BlockSplit`] a row-parallel weight
+    /// whose columns do not split into whole quantized blocks).
     pub fn load(
         weights: &ShardedWeights,
         config: &Config,
         world: Arc<dyn World>,
+    ) -> Result<TpLlama, TpError> {
+        TpLlama::load_with(weights, config, world, VocabSplit::default())
+    }
+
+    /// [`TpLlama::load`] with the embeddings and the output head split as `vocab` says.
+    pub fn load_with(
+        weights: &ShardedWeights,
+        config: &Config,
+        world: Arc<dyn World>,
+        vocab: VocabSplit,
     ) -> Result<TpLlama, TpError> {
         let shard = weights.shard();
         if (shard.rank, shard.world_size) != (world.rank(), world.world_size()) {
@@ -215,6 +243,7 @@ impl TpLlama {
         let head_dim = h / config.num_attention_heads;
         let kv = head_dim * config.num_key_value_heads;
         let get = |name: &str, full: &[usize]| weights.get(name, full, Split::of_llama(name));
+        let linear = |name: &str, full: &[usize]| weights.linear(name, full, Split::of_llama(name));
         let norm = |name: &str| -> Result<RmsNorm, TpError> {
             Ok(RmsNorm::new(get(name, &[h])?, config.rms_norm_eps))
         };
@@ -222,13 +251,16 @@ impl TpLlama {
         for l in 0..config.num_hidden_layers {
             let p = format!("model.layers.{l}.");
             let col = |t: &str, full: &[usize]| -> Result<ColumnParallelLinear, TpError> {
-                Ok(ColumnParallelLinear::new(get(&format!("{p}{t}"), full)?))
+                Ok(ColumnParallelLinear::from_weight(linear(
+                    &format!("{p}{t}"),
+                    full,
+                )?)?)
             };
             let row = |t: &str, full: &[usize]| -> Result<RowParallelLinear, TpError> {
-                Ok(RowParallelLinear::new(
-                    get(&format!("{p}{t}"), full)?,
+                Ok(RowParallelLinear::from_weight(
+                    linear(&format!("{p}{t}"), full)?,
                     world.clone(),
-                ))
+                )?)
             };
             blocks.push(Block {
                 norm_1: norm(&format!("{p}input_layernorm.weight"))?,
@@ -247,6 +279,7 @@ impl TpLlama {
                     kv_heads,
                     head_dim,
                     flash: config.use_flash_attn,
+                    interleaved: weights.rope_interleaved(),
                 },
                 norm_2: norm(&format!("{p}post_attention_layernorm.weight"))?,
                 mlp: Mlp {
@@ -257,14 +290,34 @@ impl TpLlama {
             });
             tracing::debug!(layer = l, rank = shard.rank, "tp llama: layer loaded");
         }
-        let embed_w = get("model.embed_tokens.weight", &[v, h])?;
-        let lm_head = if config.tie_word_embeddings {
-            Linear::new(embed_w.clone(), None)
-        } else {
-            Linear::new(get("lm_head.weight", &[v, h])?, None)
+        let range = |name: &str, split: Split| -> Result<std::ops::Range<usize>, TpError> {
+            Ok(split.local(shard, name, &[v, h])?.1.unwrap_or(0..v))
         };
+        let embed_name = "model.embed_tokens.weight";
+        let embed_w = weights.get(embed_name, &[v, h], vocab.embeddings())?;
+        let embed = VocabEmbedding::new(
+            embed_w.clone(),
+            range(embed_name, vocab.embeddings())?,
+            v,
+            world.clone(),
+        )?;
+        let head_name = if config.tie_word_embeddings {
+            embed_name
+        } else {
+            "lm_head.weight"
+        };
+        let head_w = if head_name == embed_name
+            && vocab.embeddings() == vocab.lm_head()
+            && weights.gguf().is_none()
+        {
+            // Tied, split alike, dense: the embedding's block is the head's.
+            ParallelWeight::Dense(embed_w)
+        } else {
+            weights.linear(head_name, &[v, h], vocab.lm_head())?
+        };
+        let lm_head = VocabHead::new(head_w, range(head_name, vocab.lm_head())?, v, world.clone())?;
         Ok(TpLlama {
-            embed: Embedding::new(embed_w, h),
+            embed,
             blocks,
             norm: norm("model.norm.weight")?,
             lm_head,

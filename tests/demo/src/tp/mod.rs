@@ -4,10 +4,16 @@
 //! collectives:
 //!
 //! - `shard.rs`: which block of each weight a rank holds ([`Shard`], [`Split`]) and
-//!   [`ShardedWeights`], which reads only that block from memory-mapped safetensors files;
+//!   [`ShardedWeights`], which reads only that block from memory-mapped safetensors files or
+//!   from a GGUF file;
+//! - `gguf.rs`: the byte ranges of a GGUF tensor's block of rows or columns ([`SlicePlan`],
+//!   whole quantized blocks only), their reader ([`GgufShards`]) and a llama GGUF's config
+//!   ([`gguf_config`]);
 //! - `linear.rs`: [`ColumnParallelLinear`], [`RowParallelLinear`] (which ends in an
 //!   all-reduce) and the [`World`] they reduce over: candle-rocm's [`Comm`] across processes,
 //!   or [`Solo`] for one rank;
+//! - `vocab.rs`: the embeddings and the output head split by vocabulary rows
+//!   ([`VocabEmbedding`], [`VocabHead`], [`VocabSplit`]);
 //! - `llama.rs`: [`TpLlama`], candle-transformers' llama with its attention and MLP split;
 //! - `launch.rs`: torchrun-style ranks: [`spawn_ranks`] / [`wait_ranks`] on one host, and
 //!   [`join`], each rank's rendezvous and communicator;
@@ -18,17 +24,19 @@
 //! prompt; every rank computes the same logits, so every rank picks the same tokens and the
 //! collectives stay paired.
 //!
-//! GGUF files are not sharded yet (a quantized block's rows split like any other rows, but the
-//! quantized storage has no slicing read path): the tensor-parallel llama reads safetensors.
+//! The tensor-parallel llama reads safetensors ([`load_dir`]) or a llama GGUF file
+//! ([`load_gguf`]: its linear layers stay quantized, each rank reading only its blocks).
 //!
 //! [`Comm`]: candle_rocm::collective::Comm
 
 mod error;
+mod gguf;
 mod launch;
 mod linear;
 mod llama;
 mod random;
 mod shard;
+mod vocab;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -38,13 +46,19 @@ use candle_core::{DType, Device, Tensor};
 use candle_transformers::models::llama::{Config, LlamaEosToks};
 
 pub use error::TpError;
+pub use gguf::{gguf_config, gguf_name, GgufShards, SlicePlan, GGUF_TYPES};
 pub use launch::{free_port, join, rank_env, spawn_ranks, wait_ranks, RankProcess};
-pub use linear::{ColumnParallelLinear, RowParallelLinear, Solo, World};
+pub use linear::{ColumnParallelLinear, ParallelWeight, RowParallelLinear, Solo, World};
 pub use llama::{TpCache, TpLlama};
-pub use random::{llama2_7b, parse_config, tinyllama_1_1b, write_random_llama};
+pub use random::{
+    llama2_7b, parse_config, tinyllama_1_1b, write_random_llama, write_random_llama_gguf, GgufTypes,
+};
 pub use shard::{safetensors_files, Shard, ShardedWeights, Split};
+pub use vocab::{VocabEmbedding, VocabHead, VocabSplit};
 
-use crate::decoder::{decode, encode, forced_steps, greedy, DecoderError, Generation};
+use crate::decoder::{
+    decode, encode, forced_steps, greedy, tokenizer_from_gguf, DecoderError, Generation,
+};
 
 /// Reads `dir/config.json`: candle-transformers' config (flash attention as asked) and the
 /// end-of-sequence token ids.
@@ -126,6 +140,37 @@ impl TpDecoder {
         })
     }
 
+    /// Loads this rank's share of the llama GGUF file `path` onto `device` ([`load_gguf`]: the
+    /// linear layers quantized, f32 activations), with the tokenizer its metadata holds.
+    pub fn load_gguf(
+        path: &Path,
+        world: Arc<dyn World>,
+        device: &Device,
+        flash_attn: bool,
+    ) -> Result<TpDecoder, TpError> {
+        let dtype = DType::F32;
+        let shard = Shard::new(world.rank(), world.world_size())?;
+        let weights = ShardedWeights::open_gguf(path, shard, dtype, device)?;
+        let gguf = weights.gguf().ok_or_else(|| TpError::Weights {
+            path: path.to_path_buf(),
+            reason: "not opened as a GGUF file".into(),
+        })?;
+        let config = gguf_config(gguf, flash_attn)?;
+        let tok = tokenizer_from_gguf(gguf.content(), path).map_err(|e| TpError::Config {
+            path: path.to_path_buf(),
+            reason: format!("the tokenizer in its metadata could not be built: {e}"),
+        })?;
+        let model = TpLlama::load(&weights, &config, world)?;
+        Ok(TpDecoder {
+            model,
+            tokenizer: Some(tok.tokenizer),
+            bos: tok.bos.or(config.bos_token_id).unwrap_or(1),
+            eos: tok.eos.into_iter().collect(),
+            dtype,
+            device: device.clone(),
+        })
+    }
+
     /// The model.
     pub fn model(&self) -> &TpLlama {
         &self.model
@@ -173,6 +218,29 @@ pub fn check_split(dir: &Path, world_size: usize) -> Result<(), TpError> {
     Ok(())
 }
 
+/// Checks, before any process starts, that the llama GGUF file `path` splits over
+/// `world_size` ranks: its head counts, its intermediate size, and every split tensor's block
+/// (whole quantized blocks for the row-parallel weights' columns, [`TpError::BlockSplit`]).
+pub fn check_split_gguf(path: &Path, world_size: usize) -> Result<(), TpError> {
+    let gguf = GgufShards::open(path)?;
+    let c = gguf_config(&gguf, false)?;
+    let shard = Shard::new(0, world_size)?;
+    shard.heads("num_attention_heads", c.num_attention_heads)?;
+    shard.heads("num_key_value_heads", c.num_key_value_heads)?;
+    shard.range("llama.feed_forward_length", 0, c.intermediate_size)?;
+    shard.vocab_range("token_embd.weight", c.vocab_size)?;
+    let mut names: Vec<&String> = gguf.content().tensor_infos.keys().collect();
+    names.sort();
+    for name in names {
+        let Some(hf) = crate::decoder::hf_name(name) else {
+            continue;
+        };
+        let (dtype, full) = gguf.info(name)?;
+        SlicePlan::of_split(name, dtype, &full, Split::of_llama(&hf), shard)?;
+    }
+    Ok(())
+}
+
 /// Loads this rank's share (`world`'s rank) of the llama directory `dir` onto `device` in
 /// `dtype`.
 pub fn load_dir(
@@ -185,6 +253,29 @@ pub fn load_dir(
     let shard = Shard::new(world.rank(), world.world_size())?;
     let weights = ShardedWeights::open(&safetensors_files(dir)?, shard, dtype, device)?;
     TpLlama::load(&weights, config, world)
+}
+
+/// Loads this rank's share (`world`'s rank) of the llama GGUF file `path` onto `device`: the
+/// quantized linear layers keep their GGML blocks (candle's quantized product, which takes
+/// f32 activations on the GPU's fast paths: pass `DType::F32` as `dtype`, as
+/// candle-transformers' `quantized_llama` runs), norms and embeddings dequantized to `dtype`.
+/// Returns the model and the config read from the file's metadata.
+pub fn load_gguf(
+    path: &Path,
+    world: Arc<dyn World>,
+    dtype: DType,
+    device: &Device,
+    flash_attn: bool,
+) -> Result<(TpLlama, Config), TpError> {
+    let shard = Shard::new(world.rank(), world.world_size())?;
+    let weights = ShardedWeights::open_gguf(path, shard, dtype, device)?;
+    let gguf = weights.gguf().ok_or_else(|| TpError::Weights {
+        path: path.to_path_buf(),
+        reason: "not opened as a GGUF file".into(),
+    })?;
+    let config = gguf_config(gguf, flash_attn)?;
+    let model = TpLlama::load(&weights, &config, world)?;
+    Ok((model, config))
 }
 
 /// Greedy decoding of up to `max_tokens` tokens after `prompt_ids` (stopping after a token of

@@ -1,12 +1,14 @@
 //! Llama checkpoints with random weights in the Hugging Face layout, for tests and speed runs
 //! of shapes no small package ships (the 1.1B shape of TinyLlama, the 7B shape of Llama 2).
-//! [`super::ShardedWeights::random`] draws the same kind of weights on the device instead.
+//! [`super::ShardedWeights::random`] draws the same kind of weights on the device instead;
+//! [`write_random_llama_gguf`] writes a llama GGUF file of quantized random weights.
 
 use std::collections::HashMap;
 use std::path::Path;
 
+use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
-use candle_transformers::models::llama::{Config, LlamaConfig};
+use candle_transformers::models::llama::{Config, LlamaConfig, LlamaEosToks};
 
 use super::TpError;
 
@@ -112,5 +114,120 @@ pub fn write_random_llama(
     candle_core::safetensors::save(&t, &weights).map_err(|e| write_err(&weights, e.to_string()))?;
     let path = dir.join("config.json");
     std::fs::write(&path, config.to_string()).map_err(|e| write_err(&path, e.to_string()))?;
+    Ok(cfg)
+}
+
+/// The GGML types of a random GGUF llama's tensors (norms are f32).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GgufTypes {
+    /// q, k, v, o, gate and up projections.
+    pub linear: GgmlDType,
+    /// The down projections.
+    pub down: GgmlDType,
+    /// The token embeddings.
+    pub embed: GgmlDType,
+    /// The output head (absent with `tie_word_embeddings`: the embeddings serve).
+    pub output: GgmlDType,
+}
+
+/// Writes the llama GGUF file `path` of `config` (a `config.json` value) with random weights
+/// drawn as [`write_random_llama`] draws them, quantized to `types` (rows must be whole
+/// blocks of each type), and the `llama.*` metadata candle-transformers' `quantized_llama`
+/// and [`super::gguf_config`] read. Returns the parsed config.
+pub fn write_random_llama_gguf(
+    path: &Path,
+    config: &serde_json::Value,
+    types: GgufTypes,
+) -> Result<Config, TpError> {
+    let cfg = parse_config(config, false)?;
+    let write_err = |e: String| TpError::Weights {
+        path: path.to_path_buf(),
+        reason: format!("writing it failed: {e}"),
+    };
+    let cpu = &Device::Cpu;
+    let (h, i, v) = (cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size);
+    let head_dim = h / cfg.num_attention_heads;
+    let (q, kv) = (
+        head_dim * cfg.num_attention_heads,
+        head_dim * cfg.num_key_value_heads,
+    );
+    let quant = |t: Tensor, dtype: GgmlDType| -> Result<QTensor, TpError> {
+        QTensor::quantize(&t, dtype).map_err(|e| write_err(e.to_string()))
+    };
+    let linear = |out: usize, inp: usize, dtype: GgmlDType| -> Result<QTensor, TpError> {
+        let std = (1.0 / inp as f64).sqrt() as f32;
+        quant(Tensor::randn(0f32, std, (out, inp), cpu)?, dtype)
+    };
+    let ones = |n: usize| -> Result<QTensor, TpError> {
+        quant(Tensor::ones(n, DType::F32, cpu)?, GgmlDType::F32)
+    };
+    let mut tensors: Vec<(String, QTensor)> = vec![
+        (
+            "token_embd.weight".into(),
+            quant(Tensor::randn(0f32, 1., (v, h), cpu)?, types.embed)?,
+        ),
+        ("output_norm.weight".into(), ones(h)?),
+    ];
+    if !cfg.tie_word_embeddings {
+        tensors.push(("output.weight".into(), linear(v, h, types.output)?));
+    }
+    for l in 0..cfg.num_hidden_layers {
+        let p = format!("blk.{l}.");
+        let t = types.linear;
+        for (name, tensor) in [
+            ("attn_norm.weight", ones(h)?),
+            ("ffn_norm.weight", ones(h)?),
+            ("attn_q.weight", linear(q, h, t)?),
+            ("attn_k.weight", linear(kv, h, t)?),
+            ("attn_v.weight", linear(kv, h, t)?),
+            ("attn_output.weight", linear(h, q, t)?),
+            ("ffn_gate.weight", linear(i, h, t)?),
+            ("ffn_up.weight", linear(i, h, t)?),
+            ("ffn_down.weight", linear(h, i, types.down)?),
+        ] {
+            tensors.push((format!("{p}{name}"), tensor));
+        }
+    }
+    let u = |x: usize| gguf_file::Value::U32(x as u32);
+    let eos = match &cfg.eos_token_id {
+        Some(LlamaEosToks::Single(id)) => *id,
+        Some(LlamaEosToks::Multiple(ids)) => ids.first().copied().unwrap_or(2),
+        None => 2,
+    };
+    let metadata: Vec<(&str, gguf_file::Value)> = vec![
+        (
+            "general.architecture",
+            gguf_file::Value::String("llama".into()),
+        ),
+        ("llama.embedding_length", u(h)),
+        ("llama.feed_forward_length", u(i)),
+        ("llama.block_count", u(cfg.num_hidden_layers)),
+        ("llama.attention.head_count", u(cfg.num_attention_heads)),
+        ("llama.attention.head_count_kv", u(cfg.num_key_value_heads)),
+        ("llama.rope.dimension_count", u(head_dim)),
+        ("llama.context_length", u(cfg.max_position_embeddings)),
+        (
+            "llama.attention.layer_norm_rms_epsilon",
+            gguf_file::Value::F32(cfg.rms_norm_eps as f32),
+        ),
+        (
+            "llama.rope.freq_base",
+            gguf_file::Value::F32(cfg.rope_theta),
+        ),
+        (
+            "tokenizer.ggml.bos_token_id",
+            u(cfg.bos_token_id.unwrap_or(1) as usize),
+        ),
+        ("tokenizer.ggml.eos_token_id", u(eos as usize)),
+    ];
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| write_err(e.to_string()))?;
+    }
+    let mut file =
+        std::io::BufWriter::new(std::fs::File::create(path).map_err(|e| write_err(e.to_string()))?);
+    let md: Vec<(&str, &gguf_file::Value)> = metadata.iter().map(|(k, v)| (*k, v)).collect();
+    let ts: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    gguf_file::write(&mut file, &md, &ts).map_err(|e| write_err(e.to_string()))?;
+    std::io::Write::flush(&mut file).map_err(|e| write_err(e.to_string()))?;
     Ok(cfg)
 }

@@ -9,7 +9,9 @@
 //! slices the mapped file's tensor view (safetensors' `slice`), so a rank copies only its block
 //! out of the page cache and never materialises the whole weight. [`ShardedWeights::random`]
 //! instead draws each rank's block on its device (speed runs of shapes no checkpoint is at
-//! hand for, such as the 7B llama: no file to write and read).
+//! hand for, such as the 7B llama: no file to write and read). [`ShardedWeights::open_gguf`]
+//! reads a GGUF file instead (`gguf.rs`: only the block's bytes, the quantized blocks kept
+//! quantized for the linear layers, [`ShardedWeights::linear`]).
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -18,6 +20,8 @@ use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device, Tensor};
 use safetensors::slice::IndexOp;
 
+use super::gguf::{gguf_name, GgufShards};
+use super::linear::ParallelWeight;
 use super::TpError;
 
 /// This rank's place in the world: which block of each split tensor it holds.
@@ -60,6 +64,23 @@ impl Shard {
         Ok(self.rank * block..(self.rank + 1) * block)
     }
 
+    /// This rank's block of a vocabulary of `vocab` rows of `tensor`: blocks of
+    /// `ceil(vocab / world_size)` rows in rank order, the last one shorter (so the ranks'
+    /// blocks padded to the full block size and laid end to end start with the whole
+    /// vocabulary), or [`TpError::VocabSplit`] when a rank would get no row.
+    pub fn vocab_range(&self, tensor: &str, vocab: usize) -> Result<Range<usize>, TpError> {
+        let block = vocab.div_ceil(self.world_size);
+        if (self.world_size - 1) * block >= vocab {
+            return Err(TpError::VocabSplit {
+                tensor: tensor.to_string(),
+                vocab,
+                world_size: self.world_size,
+            });
+        }
+        let start = self.rank * block;
+        Ok(start..(start + block).min(vocab))
+    }
+
     /// `count` heads (of the config key `what`) per rank, or [`TpError::Heads`].
     pub fn heads(&self, what: &'static str, count: usize) -> Result<usize, TpError> {
         if !count.is_multiple_of(self.world_size) {
@@ -82,6 +103,10 @@ pub enum Split {
     Rows,
     /// Dimension 1 (columns: a row-parallel layer's input features).
     Cols,
+    /// Dimension 0 of a vocabulary-sized tensor (the embeddings, the output head), in blocks
+    /// of `ceil(vocab / world)` rows, the last rank's shorter ([`Shard::vocab_range`]): any
+    /// vocabulary splits, as long as every rank gets a row.
+    Vocab,
 }
 
 impl Split {
@@ -106,6 +131,15 @@ impl Split {
         }
     }
 
+    /// The dimension split: `None` for [`Split::Whole`].
+    pub fn dim(self) -> Option<usize> {
+        match self {
+            Split::Whole => None,
+            Split::Rows | Split::Vocab => Some(0),
+            Split::Cols => Some(1),
+        }
+    }
+
     /// The shape this rank holds of a tensor of shape `full`, and the range of the split
     /// dimension (`None` for [`Split::Whole`]).
     pub fn local(
@@ -114,10 +148,8 @@ impl Split {
         tensor: &str,
         full: &[usize],
     ) -> Result<(Vec<usize>, Option<Range<usize>>), TpError> {
-        let dim = match self {
-            Split::Whole => return Ok((full.to_vec(), None)),
-            Split::Rows => 0,
-            Split::Cols => 1,
+        let Some(dim) = self.dim() else {
+            return Ok((full.to_vec(), None));
         };
         if full.len() != 2 {
             return Err(TpError::Shape {
@@ -127,7 +159,11 @@ impl Split {
                 want: vec![0, 0],
             });
         }
-        let range = shard.range(tensor, dim, full[dim])?;
+        let range = if self == Split::Vocab {
+            shard.vocab_range(tensor, full[dim])?
+        } else {
+            shard.range(tensor, dim, full[dim])?
+        };
         let mut shape = full.to_vec();
         shape[dim] = range.len();
         Ok((shape, Some(range)))
@@ -140,6 +176,8 @@ enum Source {
     Files(MmapedSafetensors),
     /// Drawn on the device, as [`super::write_random_llama`] draws them on the host.
     Random,
+    /// A llama GGUF file, read by Hugging Face names mapped to GGUF ones.
+    Gguf(GgufShards),
 }
 
 /// One rank's view of safetensors files: memory-mapped, each tensor read as this rank's block
@@ -204,9 +242,47 @@ impl ShardedWeights {
         }
     }
 
+    /// The llama GGUF file `path` for rank `shard`: tensors are asked for by their Hugging
+    /// Face names (as from safetensors) and read as this rank's block only; [`Self::get`]
+    /// dequantizes them to `dtype` on `device`, [`Self::linear`] keeps quantized types
+    /// quantized. GGUF keeps llama.cpp's q/k row order ([`Self::rope_interleaved`]).
+    pub fn open_gguf(
+        path: &Path,
+        shard: Shard,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<ShardedWeights, TpError> {
+        Ok(ShardedWeights {
+            source: Source::Gguf(GgufShards::open(path)?),
+            path: path.to_path_buf(),
+            shard,
+            dtype,
+            device: device.clone(),
+        })
+    }
+
+    /// The GGUF file, when the weights come from one.
+    pub fn gguf(&self) -> Option<&GgufShards> {
+        match &self.source {
+            Source::Gguf(g) => Some(g),
+            _ => None,
+        }
+    }
+
     /// This rank.
     pub fn shard(&self) -> Shard {
         self.shard
+    }
+
+    /// The dtype dense tensors come out in.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Whether the q and k projections' rows are in llama.cpp's order (GGUF files), which the
+    /// interleaved rotary embedding (`rope_i`) reads, rather than Hugging Face's (`rope`).
+    pub fn rope_interleaved(&self) -> bool {
+        matches!(self.source, Source::Gguf(_))
     }
 
     /// Whether the files hold `name` (random weights hold every name).
@@ -214,7 +290,45 @@ impl ShardedWeights {
         match &self.source {
             Source::Files(st) => st.get(name).is_ok(),
             Source::Random => true,
+            Source::Gguf(g) => {
+                gguf_name(name).is_some_and(|n| g.content().tensor_infos.contains_key(&n))
+            }
         }
+    }
+
+    /// This rank's block of the linear layer weight `name` (split as `split`, whole shape
+    /// `full`): dense as [`Self::get`] gives it, or, from a GGUF file of a quantized type, the
+    /// block's GGML blocks on the device.
+    pub fn linear(
+        &self,
+        name: &str,
+        full: &[usize],
+        split: Split,
+    ) -> Result<ParallelWeight, TpError> {
+        let Source::Gguf(g) = &self.source else {
+            return Ok(ParallelWeight::Dense(self.get(name, full, split)?));
+        };
+        let q = g.get(
+            &self.gguf_name(name)?,
+            full,
+            split,
+            self.shard,
+            &self.device,
+        )?;
+        if q.dtype().block_size() == 1 {
+            // f32 / f16 / bf16: plain values, multiplied in the model's dtype.
+            let t = q.dequantize(&self.device)?.to_dtype(self.dtype)?;
+            return Ok(ParallelWeight::Dense(t));
+        }
+        Ok(ParallelWeight::Quantized(std::sync::Arc::new(q)))
+    }
+
+    /// The GGUF name of the Hugging Face name `name`, or [`TpError::MissingTensor`].
+    fn gguf_name(&self, name: &str) -> Result<String, TpError> {
+        gguf_name(name).ok_or_else(|| TpError::MissingTensor {
+            path: self.path.clone(),
+            tensor: name.to_string(),
+        })
     }
 
     /// This rank's block of `name` (split as `split`), whose whole shape must be `full`.
@@ -222,6 +336,16 @@ impl ShardedWeights {
         let st = match &self.source {
             Source::Files(st) => st,
             Source::Random => return self.random_block(name, full, split),
+            Source::Gguf(g) => {
+                let q = g.get(
+                    &self.gguf_name(name)?,
+                    full,
+                    split,
+                    self.shard,
+                    &self.device,
+                )?;
+                return Ok(q.dequantize(&self.device)?.to_dtype(self.dtype)?);
+            }
         };
         let view = st.get(name).map_err(|_| TpError::MissingTensor {
             path: self.path.clone(),
@@ -241,9 +365,9 @@ impl ShardedWeights {
         };
         let file_dtype = DType::try_from(view.dtype()).map_err(|e| weights_err(e.to_string()))?;
         let (shape, range) = split.local(self.shard, name, full)?;
-        let tensor = match (split, range) {
-            (Split::Rows, Some(r)) => slice_of(&view, view.slice(r), file_dtype, &shape),
-            (Split::Cols, Some(r)) => slice_of(&view, view.slice((.., r)), file_dtype, &shape),
+        let tensor = match (split.dim(), range) {
+            (Some(0), Some(r)) => slice_of(&view, view.slice(r), file_dtype, &shape),
+            (Some(_), Some(r)) => slice_of(&view, view.slice((.., r)), file_dtype, &shape),
             _ => Tensor::from_raw_buffer(view.data(), file_dtype, &shape, &Device::Cpu),
         }
         .map_err(|e| weights_err(e.to_string()))?;
