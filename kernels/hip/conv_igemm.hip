@@ -28,14 +28,15 @@
 //     loads with zeros past c_out and K); both go to shared memory with k contiguous (B as its
 //     transpose, one row per position), rows padded to CI_PITCH (40) elements: 16-byte aligned,
 //     off the bank stride;
-//   - the step after next is loaded into registers before the matrix work on this one, and
-//     stored into the other of two shared buffers after it (one barrier a step);
+//   - the next step is loaded into registers before the matrix work on this one, and stored
+//     into the other of two shared buffers after it (one barrier a step), or on MFMA into the
+//     one buffer after a second barrier (CI_STAGES: LDS bounds occupancy there);
 //   - math: wave w (of 4 on 32-lane waves, 2 on MFMA's 64-lane waves) owns channel rows
 //     32 (w % 2) .. + 31 and position columns (w / 2) WN .. + WN - 1 (WN = 64 or 128): TM x TN
 //     = 2 x (WN / 16) accumulators of 16 x 16 f32, each step 2 x 16 k of mma/frag.h's
 //     S = Q K^T with Q = W's rows and K = B^T's rows (fm_load_q / fm_load_k / fm_mma_s);
 //   - the store: fm_c_pos names each accumulator element's channel and position.
-// Shared memory: 2 x (64 + 128) x 40 elements of T = 30 KiB.
+// Shared memory: CI_STAGES x (64 + 128) x 40 elements of T = 30 KiB (15 KiB on MFMA).
 //
 // Kernels: conv_igemm_<T>(ConvIgemmArgs a, const T *x, const T *w, T *y), T in f16, bf16.
 //   grid (ceil(N / 128), ceil(c_out / 64)), block (128). Sizes: K, N < 2^31 (so every index of
@@ -53,6 +54,14 @@
 #define CI_BN 128
 #define CI_BK 32
 #define CI_PITCH (CI_BK + 8)
+// Shared buffers: two (one barrier a step) where LDS does not bound occupancy; one on MFMA
+// (gfx90a/gfx94x: 64 KiB of LDS a CU, where two 30 KiB blocks would leave one wave a SIMD;
+// 15 KiB lets the registers' two), with a second barrier before each store.
+#if defined(FA_MFMA)
+#define CI_STAGES 1
+#else
+#define CI_STAGES 2
+#endif
 
 // The kernels' first argument (candle-rocm's launch/conv_igemm.rs mirrors it field by field):
 // 64-bit input strides, then 32-bit fields, no padding (112 bytes).
@@ -159,8 +168,8 @@ __device__ __forceinline__ void conv_igemm(const ConvIgemmArgs &a, const T *__re
     constexpr int TM = CI_BM / 2 / 16, TN = WN / 16;
     constexpr int AS = CI_BM * CI_PITCH * 2 / 16, BS = CI_BN * CI_PITCH * 2 / 16; // in fa_vec
     static_assert(NW >= 2 && NW % 2 == 0 && CI_BN == CI_THREADS && CI_BM * 2 == CI_THREADS, "tile shape");
-    __shared__ fa_vec as4[2 * AS];
-    __shared__ fa_vec bs4[2 * BS];
+    __shared__ fa_vec as4[CI_STAGES * AS];
+    __shared__ fa_vec bs4[CI_STAGES * BS];
 
     const uint32_t tid = threadIdx.x;
     const int wave = (int)(tid / FM_WAVE), lane = (int)(tid % FM_WAVE);
@@ -203,12 +212,15 @@ __device__ __forceinline__ void conv_igemm(const ConvIgemmArgs &a, const T *__re
             }
         }
         if (more) {
-            // The other buffer: every wave finished reading it before the last barrier.
-            ci_store<T, 16>(reinterpret_cast<T *>(as4 + (buf ^ 1) * AS) + (tid / 2) * CI_PITCH + a_k, av);
-            ci_store<T, CI_BK>(reinterpret_cast<T *>(bs4 + (buf ^ 1) * BS) + tid * CI_PITCH, bv);
+            // Two buffers: the other one, which every wave finished reading before the last
+            // barrier. One: this one, once every wave has read it.
+            const int next = CI_STAGES == 2 ? buf ^ 1 : buf;
+            if (CI_STAGES == 1) __syncthreads(); // this step's tiles are read
+            ci_store<T, 16>(reinterpret_cast<T *>(as4 + next * AS) + (tid / 2) * CI_PITCH + a_k, av);
+            ci_store<T, CI_BK>(reinterpret_cast<T *>(bs4 + next * BS) + tid * CI_PITCH, bv);
+            buf = next;
         }
         __syncthreads(); // the next step's tiles are in place; this step's are read
-        buf ^= 1;
     }
 
     // The store: element e of accumulator (i, j) is C[co][n] with {co, n} from fm_c_pos.

@@ -95,7 +95,8 @@ fn conv_igemm_kernels_match_references_on_cpu_cuda_mma_sync() {
     conv_igemm("conv-igemm-cuda", &[]);
 }
 
-/// `conv_igemm_*` on gfx942 MFMA (wave64: 2 waves of 32 channels x 128 positions).
+/// `conv_igemm_*` on gfx942 MFMA (wave64: 2 waves of 32 channels x 128 positions, one shared
+/// buffer).
 #[test]
 fn conv_igemm_kernels_match_references_on_cpu_gfx9_mfma() {
     conv_igemm("conv-igemm-gfx942", &["-DEMU_AMD_WAVE=64", "-D__gfx942__"]);
@@ -141,6 +142,12 @@ fn conv_igemm_driver_catches_mutants() {
             "__syncthreads(); // the next step's tiles are in place; this step's are read",
             "",
             "no barrier between a step's staging and its use",
+        ),
+        (
+            gfx942,
+            "if (CI_STAGES == 1) __syncthreads(); // this step's tiles are read",
+            "",
+            "MFMA's one shared buffer overwritten while a wave still reads it",
         ),
         (
             gfx1100,
