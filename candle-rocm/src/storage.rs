@@ -205,11 +205,20 @@ impl RocmStorage {
     /// `cat`'s copies `srcs` into `self`, batched ([`copy::copy2d_many`]); every source must be
     /// of `self`'s dtype and device.
     pub fn copy2d_many(&mut self, srcs: &[(&RocmStorage, Copy2dArgs)]) -> candle_core::Result<()> {
-        for (s, _) in srcs {
+        self.copy2d_many_iter(srcs.iter().map(|(s, c)| (*s, *c)))
+    }
+
+    /// [`RocmStorage::copy2d_many`] over any re-walkable list of copies (the slot's, without
+    /// collecting them).
+    pub(crate) fn copy2d_many_iter<'b, I>(&mut self, srcs: I) -> candle_core::Result<()>
+    where
+        I: Iterator<Item = (&'b RocmStorage, Copy2dArgs)> + Clone,
+    {
+        for (s, _) in srcs.clone() {
             self.same_device_as(s, "copy2d")?;
         }
-        let srcs: Vec<_> = srcs.iter().map(|(s, c)| (&s.slice, *c)).collect();
-        Ok(copy::copy2d_many(&self.device, &mut self.slice, &srcs)?)
+        let srcs = srcs.map(|(s, c)| (&s.slice, c));
+        Ok(copy::copy2d_many(&self.device, &mut self.slice, srcs)?)
     }
 
     fn wrap(&self, slice: RocmStorageSlice) -> RocmStorage {

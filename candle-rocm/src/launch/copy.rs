@@ -118,13 +118,18 @@ fn checked(
     }
 }
 
-/// Runs `copies` (each from its own source buffer) into `dst`, [`BATCH`] per launch. Every copy
-/// is checked to stay inside its buffers before anything is queued.
-pub fn copy2d_many<T: RocmDType>(
+/// Runs `copies` (each from its own source buffer) into `dst`, up to [`BATCH`] non-empty copies
+/// per launch. Every copy is checked to stay inside its buffers before anything is queued.
+/// `copies` is walked twice (checks, then launches) and never collected: no host allocation.
+pub fn copy2d_many<'b, T, I>(
     dev: &RocmDevice,
     dst: &mut DeviceBuffer<T>,
-    copies: &[(&DeviceBuffer<T>, Copy2dArgs)],
-) -> Result<(), BackendError> {
+    copies: I,
+) -> Result<(), BackendError>
+where
+    T: RocmDType,
+    I: Iterator<Item = (&'b DeviceBuffer<T>, Copy2dArgs)> + Clone,
+{
     let size = std::mem::size_of::<T>();
     let Some(name) = kernel_name(size) else {
         return Err(invalid(
@@ -132,26 +137,25 @@ pub fn copy2d_many<T: RocmDType>(
             format_args!("elements of {size} bytes have no batched copy kernel"),
         ));
     };
-    let mut elems = Vec::with_capacity(copies.len());
-    for (src, c) in copies {
-        elems.push(checked(name, c, src.len(), dst.len())?);
+    let mut any = false;
+    for (src, c) in copies.clone() {
+        any |= checked(name, &c, src.len(), dst.len())? > 0;
     }
-    if elems.iter().all(|&el| el == 0) {
+    if !any {
         return Ok(());
     }
     let func = dev.function(Module::Copy, name)?;
-    for (chunk, counts) in copies.chunks(BATCH).zip(elems.chunks(BATCH)) {
+    let mut copies = copies.filter(|(_, c)| c.d1 > 0 && c.d2 > 0).peekable();
+    while copies.peek().is_some() {
         let mut b = CopyBatch::default();
         let mut total = 0u32;
         let mut n = 0;
-        for ((src, c), &el) in chunk.iter().zip(counts) {
-            if el == 0 {
-                continue;
-            }
-            // `checked` proved the copy lies inside `src` from `src_o` on.
+        for (src, c) in copies.by_ref().take(BATCH) {
+            // `checked` proved the copy lies inside `src` from `src_o` on, and that its
+            // element count and the four sizes below fit u32.
+            let el = (c.d1 * c.d2) as u32;
             b.src[n] = src.slice(c.src_o..)?.device_ptr() as u64;
             b.dst_o[n] = c.dst_o as u64;
-            // The four fit u32: `checked` said so.
             b.d1[n] = c.d1 as u32;
             b.d2[n] = c.d2 as u32;
             b.src_s[n] = c.src_s as u32;
@@ -161,9 +165,6 @@ pub fn copy2d_many<T: RocmDType>(
                 .checked_add(el)
                 .ok_or_else(|| kernel_limit(name, "a batch of more than 2^32 - 1 elements"))?;
             n += 1;
-        }
-        if n == 0 {
-            continue;
         }
         b.start[n] = total;
         b.n = n as u32;

@@ -76,12 +76,11 @@ pub fn const_set(
 }
 
 /// `cat`'s copies `srcs` into `dst` in batched launches ([`crate::launch::copy::copy2d_many`]);
-/// every source must be of `dst`'s dtype.
-pub fn copy2d_many(
-    dev: &RocmDevice,
-    dst: &mut S,
-    srcs: &[(&S, Copy2dArgs)],
-) -> Result<(), BackendError> {
+/// every source must be of `dst`'s dtype. `srcs` is walked, never collected.
+pub fn copy2d_many<'b, I>(dev: &RocmDevice, dst: &mut S, srcs: I) -> Result<(), BackendError>
+where
+    I: Iterator<Item = (&'b S, Copy2dArgs)> + Clone,
+{
     for_each_slice!(dst, d => typed(dev, d, srcs))
 }
 
@@ -103,23 +102,18 @@ pub fn to_device(src: &S, dst: &RocmDevice) -> Result<S, BackendError> {
 }
 
 /// [`copy2d_many`] for element type `T`: each source's buffer, or a dtype mismatch.
-fn typed<T: RocmDType>(
-    dev: &RocmDevice,
-    dst: &mut DeviceBuffer<T>,
-    srcs: &[(&S, Copy2dArgs)],
-) -> Result<(), BackendError> {
-    let mut copies = Vec::with_capacity(srcs.len());
-    for (s, c) in srcs {
-        match T::as_buffer(s) {
-            Some(b) => copies.push((b, *c)),
-            None => {
-                return Err(BackendError::DtypeMismatch {
-                    op: "copy2d",
-                    lhs: T::DTYPE,
-                    rhs: s.dtype(),
-                })
-            }
-        }
+fn typed<'b, T, I>(dev: &RocmDevice, dst: &mut DeviceBuffer<T>, srcs: I) -> Result<(), BackendError>
+where
+    T: RocmDType,
+    I: Iterator<Item = (&'b S, Copy2dArgs)> + Clone,
+{
+    if let Some((s, _)) = srcs.clone().find(|(s, _)| T::as_buffer(s).is_none()) {
+        return Err(BackendError::DtypeMismatch {
+            op: "copy2d",
+            lhs: T::DTYPE,
+            rhs: s.dtype(),
+        });
     }
-    crate::launch::copy::copy2d_many(dev, dst, &copies)
+    let copies = srcs.filter_map(|(s, c)| Some((T::as_buffer(s)?, c)));
+    crate::launch::copy::copy2d_many(dev, dst, copies)
 }

@@ -11,6 +11,8 @@
 //! so a bad operand is an error, never an out-of-bounds access. A dtype with no kernel gives
 //! `Ok(None)`: the caller then falls back to the CPU (or refuses, in strict mode).
 
+use std::borrow::Cow;
+
 use candle_core::backend::BackendStorage;
 use candle_core::ext::FusedOp;
 use candle_core::{DType, Layout, Shape};
@@ -127,14 +129,21 @@ impl std::ops::Deref for Contiguous<'_> {
     }
 }
 
-/// `s` itself when `l` is contiguous, else a contiguous device copy (and its layout).
-fn contiguous<'a>(s: &'a RocmStorage, l: &Layout) -> candle_core::Result<(Contiguous<'a>, Layout)> {
+/// `s` itself and `l` when `l` is contiguous (borrowed: no allocation on the hot path), else a
+/// contiguous device copy and its layout.
+fn contiguous<'a>(
+    s: &'a RocmStorage,
+    l: &'a Layout,
+) -> candle_core::Result<(Contiguous<'a>, Cow<'a, Layout>)> {
     if l.is_contiguous() {
-        return Ok((Contiguous::Borrowed(s), l.clone()));
+        return Ok((Contiguous::Borrowed(s), Cow::Borrowed(l)));
     }
     let dev = s.device();
     let copy = RocmStorage::new(crate::ops::copy::contiguous(dev, &s.slice, l)?, dev.clone());
-    Ok((Contiguous::Owned(copy), Layout::contiguous(l.shape())))
+    Ok((
+        Contiguous::Owned(copy),
+        Cow::Owned(Layout::contiguous(l.shape())),
+    ))
 }
 
 /// The elements of a contiguous layout, checked against the buffer.
@@ -300,6 +309,9 @@ fn softmax_t<T: RocmDType>(
     Ok(out)
 }
 
+/// Most scale/shift operands of a norm: layer norm's alpha and beta.
+const MAX_NORM_PARAMS: usize = 2;
+
 /// RMS norm (`rmsnorm`, one operand: alpha) or layer norm (`layernorm`, alpha and beta): our
 /// `rrmsnorm`/`rlayernorm` kernels (see `rows.rs`); candle's, one row per block of 32 threads
 /// (1024 for rows of 1024 or more), for a dtype ours lacks.
@@ -327,9 +339,16 @@ fn norm_t<T: FromFloat1>(
         return dev.alloc::<T>(0);
     }
     let src = view(root, x, l)?;
-    let mut views = Vec::with_capacity(params.len());
-    let mut ptrs = Vec::with_capacity(params.len());
-    for (p, pl) in params {
+    // alpha (and beta): at most two, on the stack.
+    if params.len() > MAX_NORM_PARAMS {
+        return Err(invalid(
+            root,
+            format_args!("{} scale/shift operands", params.len()),
+        ));
+    }
+    let mut views = [DevicePtrArg::null(), DevicePtrArg::null()];
+    let mut ptrs = [std::ptr::null_mut(); MAX_NORM_PARAMS];
+    for (i, (p, pl)) in params.iter().enumerate() {
         let v = view(root, same::<T>(root, p)?, pl)?;
         if v.len() < cols {
             return Err(invalid(
@@ -337,15 +356,16 @@ fn norm_t<T: FromFloat1>(
                 format_args!("a scale/shift of {} elements for rows of {cols}", v.len()),
             ));
         }
-        views.push(DevicePtrArg::of(&v));
-        ptrs.push(v.device_ptr());
+        views[i] = DevicePtrArg::of(&v);
+        ptrs[i] = v.device_ptr();
     }
+    let (views, ptrs) = (&views[..params.len()], &ptrs[..params.len()]);
     let op = if root == "rmsnorm" {
         FusedRow::RmsNorm
     } else {
         FusedRow::LayerNorm
     };
-    if let Some(out) = rows::fused(dev, op, &src, (rows, cols), &views, &ptrs, eps)? {
+    if let Some(out) = rows::fused(dev, op, &src, (rows, cols), views, ptrs, eps)? {
         return Ok(out);
     }
     let out = dev.alloc::<T>(rows * cols)?;
@@ -360,7 +380,7 @@ fn norm_t<T: FromFloat1>(
     };
     let mut b = dev.stream().launch_builder(&f);
     b.arg(&px).arg(&po);
-    for v in &views {
+    for v in views {
         b.arg(v);
     }
     b.arg(&nc).arg(&bs).arg(&eps);

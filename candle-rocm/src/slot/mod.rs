@@ -80,21 +80,18 @@ impl ExtBackendStorage for RocmStorage {
         if !crate::settings::batched_copy() {
             return Ok(false);
         }
-        let srcs: Vec<_> = srcs
-            .iter()
-            .map(|(s, c)| {
-                let args = Copy2dArgs {
-                    d1: c.d1,
-                    d2: c.d2,
-                    src_s: c.src_s,
-                    dst_s: c.dst_s,
-                    src_o: c.src_o,
-                    dst_o: c.dst_o,
-                };
-                (*s, args)
-            })
-            .collect();
-        self.copy2d_many(&srcs)?;
+        let srcs = srcs.iter().map(|(s, c)| {
+            let args = Copy2dArgs {
+                d1: c.d1,
+                d2: c.d2,
+                src_s: c.src_s,
+                dst_s: c.dst_s,
+                src_o: c.src_o,
+                dst_o: c.dst_o,
+            };
+            (*s, args)
+        });
+        self.copy2d_many_iter(srcs)?;
         Ok(true)
     }
 }

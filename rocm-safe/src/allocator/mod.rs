@@ -24,10 +24,10 @@
 //! The raw memory source is the [`RawMemory`] trait, implemented by [`DeviceMemory`] for HIP and
 //! by a fake in the unit tests.
 
+mod hash;
 mod pool;
 
-use std::collections::HashMap;
-
+use hash::FastMap;
 use pool::Pool;
 use std::ffi::c_void;
 
@@ -213,16 +213,16 @@ pub struct AllocatorStats {
 #[derive(Default)]
 struct State {
     /// Free blocks by (stream id, bucket size).
-    free: HashMap<(u64, usize), Vec<usize>>,
+    free: FastMap<(u64, usize), Vec<usize>>,
     stats: AllocatorStats,
     /// Streams being captured: stream id -> the graph pool their allocations go to (`None`:
     /// graph mode's captures, which use the stream's general cache; see
     /// [`CachingAllocator::begin_unpooled_capture`]).
-    capturing: HashMap<u64, Option<u64>>,
+    capturing: FastMap<u64, Option<u64>>,
     /// Graph pools by id.
-    pools: HashMap<u64, Pool>,
+    pools: FastMap<u64, Pool>,
     /// Blocks handed out from a pool: address -> pool id.
-    pool_blocks: HashMap<usize, u64>,
+    pool_blocks: FastMap<usize, u64>,
     next_pool: u64,
 }
 
@@ -393,6 +393,7 @@ impl<B: RawMemory> Drop for CachingAllocator<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
 

@@ -1,8 +1,7 @@
 //! Graph pools of the caching allocator: while a stream captures a graph, its allocations
 //! come from a pool private to the capture's graphs (see the policy in the parent module).
 
-use std::collections::HashMap;
-
+use super::hash::FastMap;
 use super::{Block, CachingAllocator, RawAllocError, RawMemory, State};
 use crate::error::{Result, RocmError};
 
@@ -11,7 +10,7 @@ pub(super) struct Pool {
     /// The stream the pool was made for; its blocks retire to this stream's cache.
     pub(super) stream_id: u64,
     /// Free blocks by bucket size.
-    pub(super) free: HashMap<usize, Vec<usize>>,
+    pub(super) free: FastMap<usize, Vec<usize>>,
     /// Blocks handed out and not yet released.
     pub(super) outstanding: usize,
     /// The last owner is gone: released blocks go to the general cache.
@@ -100,7 +99,7 @@ impl<B: RawMemory> CachingAllocator<B> {
             id,
             Pool {
                 stream_id,
-                free: HashMap::new(),
+                free: FastMap::default(),
                 outstanding: 0,
                 retired: false,
             },
