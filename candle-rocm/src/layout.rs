@@ -108,16 +108,22 @@ pub fn checked_product(
     what: &'static str,
     factors: &[usize],
 ) -> Result<usize, BackendError> {
+    // One pass when the product fits (a zero factor then gives 0 too); a product that
+    // overflows before reaching a zero factor is still 0.
+    if let Some(v) = factors
+        .iter()
+        .try_fold(1usize, |acc, &f| acc.checked_mul(f))
+    {
+        return Ok(v);
+    }
     if factors.contains(&0) {
         return Ok(0);
     }
-    factors
-        .iter()
-        .try_fold(1usize, |acc, &f| acc.checked_mul(f))
-        .ok_or_else(|| {
-            let values: Vec<String> = factors.iter().map(usize::to_string).collect();
-            size_overflow(op, format_args!("{what} ({})", values.join(" * ")))
-        })
+    let values: Vec<String> = factors.iter().map(usize::to_string).collect();
+    Err(size_overflow(
+        op,
+        format_args!("{what} ({})", values.join(" * ")),
+    ))
 }
 
 /// [`BackendError::SizeOverflow`] for `op`: `what`, with its values, overflows `usize`.

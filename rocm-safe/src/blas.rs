@@ -125,17 +125,70 @@ impl GemmConfig {
         stride.checked_mul(batch - 1)?.checked_add(one)
     }
 
-    /// Checks dimensions against rocBLAS's limits and the operands' lengths.
-    pub fn validate(&self, len_a: usize, len_b: usize, len_c: usize) -> Result<()> {
-        let bad = |msg: String| Err(RocmError::InvalidArgument(format!("gemm {self:?}: {msg}")));
-        let (ar, ac) = match self.trans_a {
+    /// Rows and columns of A and B as stored.
+    fn stored_dims(&self) -> ((usize, usize), (usize, usize)) {
+        let a = match self.trans_a {
             Transpose::No => (self.m, self.k),
             Transpose::Yes => (self.k, self.m),
         };
-        let (br, bc) = match self.trans_b {
+        let b = match self.trans_b {
             Transpose::No => (self.k, self.n),
             Transpose::Yes => (self.n, self.k),
         };
+        (a, b)
+    }
+
+    /// Checks dimensions against rocBLAS's limits and the operands' lengths.
+    pub fn validate(&self, len_a: usize, len_b: usize, len_c: usize) -> Result<()> {
+        // A decode step validates a GEMM per linear layer: the common case in a few
+        // comparisons, the checks that name what failed only when one does.
+        if self.fits(len_a, len_b, len_c) {
+            return Ok(());
+        }
+        self.explain(len_a, len_b, len_c)
+    }
+
+    /// Whether [`GemmConfig::explain`] finds nothing wrong (the same checks, without messages).
+    fn fits(&self, len_a: usize, len_b: usize, len_c: usize) -> bool {
+        let ((ar, ac), (br, bc)) = self.stored_dims();
+        let limit = i32::MAX as usize;
+        let slimit = i64::MAX as usize;
+        let within = |need: Option<usize>, have: usize| need.is_some_and(|n| n <= have);
+        self.lda >= ar.max(1)
+            && self.ldb >= br.max(1)
+            && self.ldc >= self.m.max(1)
+            && self.m <= limit
+            && self.n <= limit
+            && self.k <= limit
+            && self.lda <= limit
+            && self.ldb <= limit
+            && self.ldc <= limit
+            && self.batch <= limit
+            && self.stride_a <= slimit
+            && self.stride_b <= slimit
+            && self.stride_c <= slimit
+            && within(
+                Self::extent(ar, ac, self.lda, self.stride_a, self.batch),
+                len_a,
+            )
+            && within(
+                Self::extent(br, bc, self.ldb, self.stride_b, self.batch),
+                len_b,
+            )
+            && within(
+                Self::extent(self.m, self.n, self.ldc, self.stride_c, self.batch),
+                len_c,
+            )
+            && !(self.batch > 1
+                && self.stride_c < self.ldc.saturating_mul(self.n.max(1))
+                && self.m > 0
+                && self.n > 0)
+    }
+
+    /// [`GemmConfig::validate`]'s checks one by one, with the message of the first that fails.
+    fn explain(&self, len_a: usize, len_b: usize, len_c: usize) -> Result<()> {
+        let bad = |msg: String| Err(RocmError::InvalidArgument(format!("gemm {self:?}: {msg}")));
+        let ((ar, ac), (br, bc)) = self.stored_dims();
         for (name, ld, rows) in [
             ("lda", self.lda, ar),
             ("ldb", self.ldb, br),
@@ -434,5 +487,75 @@ mod tests {
         assert!(c.validate(30, 40, 24).is_err());
         let big = cfg(1 << 31, 1, 1, 1);
         assert!(big.validate(usize::MAX, usize::MAX, usize::MAX).is_err());
+    }
+
+    /// The quick check and the one with messages agree, over configurations near every limit.
+    #[test]
+    fn the_quick_check_agrees_with_the_explained_one() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        let edge = [
+            0usize,
+            1,
+            2,
+            3,
+            7,
+            64,
+            1 << 31,
+            (1 << 31) - 1,
+            usize::MAX / 2,
+            usize::MAX,
+        ];
+        let (mut ok, mut failed) = (0, 0);
+        for _ in 0..20_000 {
+            let mut pick = |small: u64| {
+                if next(4) == 0 {
+                    edge[next(edge.len() as u64) as usize]
+                } else {
+                    next(small) as usize
+                }
+            };
+            let c = GemmConfig {
+                trans_a: if pick(2) % 2 == 0 {
+                    Transpose::No
+                } else {
+                    Transpose::Yes
+                },
+                trans_b: if pick(2) % 2 == 0 {
+                    Transpose::No
+                } else {
+                    Transpose::Yes
+                },
+                m: pick(6),
+                n: pick(6),
+                k: pick(6),
+                alpha: 1.0,
+                beta: 0.0,
+                lda: pick(8),
+                ldb: pick(8),
+                ldc: pick(8),
+                stride_a: pick(40),
+                stride_b: pick(40),
+                stride_c: pick(40),
+                batch: pick(4),
+            };
+            let (la, lb, lc) = (pick(120), pick(120), pick(120));
+            let fits = c.fits(la, lb, lc);
+            assert_eq!(fits, c.explain(la, lb, lc).is_ok(), "{c:?} {la} {lb} {lc}");
+            if fits {
+                ok += 1;
+            } else {
+                failed += 1;
+            }
+        }
+        assert!(
+            ok > 100 && failed > 100,
+            "{ok} pass, {failed} fail: cover both"
+        );
     }
 }

@@ -6,6 +6,15 @@
 #
 #   bash tests/hip-on-cuda/null-host.sh [BENCH]        # BENCH: a candle-rocm-bench binary
 #   PERF=1 bash tests/hip-on-cuda/null-host.sh         # and a `perf record -g` profile of it
+#   COUNT=1 bash tests/hip-on-cuda/null-host.sh        # exact counts per decoded token instead
+#
+# COUNT=1 runs each row of COUNT_ROWS (default: the f16 decode on the matmul and the flash
+# attention path, and the synthetic GGUF q4_0 decode) twice under valgrind's cachegrind, with
+# COUNT_STEPS (default "4 20") decode steps, and prints the difference per token: host
+# instructions (exact, unlike times on a shared machine), kernel launches, GEMMs and raw device
+# allocations, then the launches per token of each kernel (NULL_CUDA_STATS=2).
+# The decode_llama rows run one `--profile` pass; the gguf rows their three timed runs (so the
+# difference covers three times the steps).
 #
 # BENCH defaults to tests/target/release/candle-rocm-bench (`cargo xtask bench` builds it).
 # NULL_ONLY picks the rows (decode_llama by default), NULL_TOKENS the decode steps (64).
@@ -27,6 +36,38 @@ for name in re.findall(r'Module::\w+ => "(\w+)"', src):
 PY
 run=("$bench" --only "${NULL_ONLY:-decode_llama}" --decode-tokens "${NULL_TOKENS:-64}")
 export ROCM_SYS_HIP_LIB="$out/lib/libamdhip64.so" CANDLE_ROCM_KERNELS_DIR="$out/kernels"
+if [ "${COUNT:-0}" = 1 ]; then
+    command -v valgrind > /dev/null || { echo "null-host.sh: COUNT=1 needs valgrind" >&2; exit 2; }
+    read -r a b <<< "${COUNT_STEPS:-4 20}"
+    for row in ${COUNT_ROWS:-decode_llama_1.1b decode_llama_1.1b_flash gguf_decode_1.1b_q4_0}; do
+        k=3 extra=()
+        case "$row" in decode_llama*) k=1 extra=(--profile) ;; esac
+        for n in "$a" "$b"; do
+            NULL_CUDA_STATS=2 valgrind --tool=cachegrind --cache-sim=no \
+                --cachegrind-out-file="$out/cachegrind.$row.$n" \
+                "$bench" --only "$row" "${extra[@]}" --decode-tokens "$n" \
+                > "$out/count.$row.$n.tsv" 2> "$out/count.$row.$n.log"
+        done
+        python3 - "$row" "$out/count.$row.$a.log" "$out/count.$row.$b.log" "$(( k * (b - a) ))" << 'PY'
+import re, sys
+row, la, lb, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+def read(path):
+    text = open(path).read()
+    ir = int(re.search(r"I\s+refs:\s+([\d,]+)", text).group(1).replace(",", ""))
+    tot = re.search(r"null_cuda: (\d+) kernel launches, (\d+) GEMMs, (\d+) allocations", text)
+    names = {m.group(2): int(m.group(1)) for m in re.finditer(r"null_cuda:\s+(\d+) (\S+)\n", text)}
+    return ir, [int(v) for v in tot.groups()], names
+(ia, ta, na), (ib, tb, nb) = read(la), read(lb)
+per = lambda x, y: (y - x) / steps
+print(f"{row}: {per(ia, ib):,.0f} host instructions, {per(ta[0], tb[0]):.1f} launches, "
+      f"{per(ta[1], tb[1]):.1f} GEMMs, {per(ta[2], tb[2]):.1f} raw allocations per token")
+for v, name in sorted(((per(na.get(n, 0), nb.get(n, 0)), n) for n in set(na) | set(nb)), reverse=True):
+    if v:
+        print(f"  {v:8.2f} {name}")
+PY
+    done
+    exit 0
+fi
 if [ "${PERF:-0}" = 1 ]; then
     perf record -F 2000 -g -o "$out/perf.data" "${run[@]}" > "$out/rows.tsv"
     perf report -i "$out/perf.data" --no-children --sort symbol --stdio 2> /dev/null \
