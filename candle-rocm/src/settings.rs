@@ -74,8 +74,9 @@ pub const CONV_TILE_MIB_DEFAULT: usize = 16;
 
 /// Whether f16/bf16 convolutions on our GEMM path that are not pointwise run the implicit GEMM
 /// (`launch::conv_igemm`: the patches gathered in shared memory, matrix units, no column
-/// matrix) where the device's code object has it (targets with matrix units); on by default.
-/// `0` keeps them on the im2col tiles feeding rocBLAS, for comparisons.
+/// matrix) where the device's code object has it (targets with matrix units) and the shape is
+/// one it was measured faster on (`launch::conv::implicit_gemm_pays`); on by default. `0`
+/// keeps them on the im2col tiles feeding rocBLAS, for comparisons.
 pub const CONV_IGEMM_VAR: &str = "CANDLE_ROCM_CONV_IGEMM";
 
 /// Whether MIOpen times its candidates the first time it sees a convolution shape

@@ -16,7 +16,8 @@
 //!   never materialises its whole 100+ MB column matrix, and the tile stays in the GPU's L2
 //!   or last-level cache between the two launches where that is large enough.
 //!
-//! - In f16 and bf16, where the tiles would run and the caller allows it, the implicit GEMM of
+//! - In f16 and bf16, where the tiles would run and the caller allows it (the convolutions
+//!   allow it where [`implicit_gemm_pays`]), the implicit GEMM of
 //!   [`crate::launch::conv_igemm`] runs instead ([`ConvPlan::Implicit`]): one kernel that
 //!   gathers the patches into shared memory itself and multiplies them on the matrix units, so
 //!   the column matrix never reaches memory. Targets without matrix units (no kernel in their
@@ -37,6 +38,24 @@ use crate::launch::conv_igemm::conv_igemm;
 use crate::launch::conv_plan::{gemm_config, im2col_launch, im2col_name, patch, tiles};
 pub use crate::launch::conv_plan::{plan, ConvGeometry, ConvPlan, WORKSPACE_BYTES};
 use crate::layout::{checked_product, checked_view, invalid};
+
+/// Output positions (images x output pixels) from which the implicit GEMM beats the tiles.
+const IMPLICIT_MIN_POSITIONS: usize = 1 << 16;
+/// Output channels up to which the implicit GEMM beats the tiles.
+const IMPLICIT_MAX_C_OUT: usize = 128;
+
+/// Whether the implicit GEMM is the faster form of our path for `g`: many output positions
+/// over few output channels. Measured on the H100 harness (2026-11-26 16:51Z, the bench's
+/// `_igemm` / `_tiles` rows, f16): ResNet-50's 3x3 at batch 32 (64 channels, 100352
+/// positions) ran at 48.6 TFLOP/s against the tiles' 39.3, while every row with fewer
+/// positions or more channels was 2.9-5.0x slower than the tiles (the same 3x3 at batch 1,
+/// the VAE's 512-channel 3x3, Whisper's conv1d): the kernel's 64 x 128 blocks are then too
+/// few to fill the GPU, or its gather feeds too little work per load. Not yet measured on an
+/// AMD GPU.
+pub fn implicit_gemm_pays(g: &ConvGeometry) -> bool {
+    let positions = g.batch.saturating_mul(g.h_out).saturating_mul(g.w_out);
+    positions >= IMPLICIT_MIN_POSITIONS && g.c_out <= IMPLICIT_MAX_C_OUT
+}
 
 /// Runs the convolution `g` of `x` (4-D layout `x_l`, (batch, c_in, h_in, w_in)) with the
 /// contiguous kernel `w[w_off..]` (c_out, c_in, k_h, k_w) on the GEMM path: the new NCHW
@@ -121,4 +140,51 @@ pub fn conv_gemm<T: GemmType + RocmDType>(
         ConvPlan::Implicit => return Err(invalid(OP, "plan() never returns Implicit")),
     }
     Ok(Some((out, p)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// (batch, c_in, square side, c_out, 3x3 padded kernel), or a conv1d as height 1.
+    fn geo(batch: usize, c_in: usize, (h, w): (usize, usize), c_out: usize) -> ConvGeometry {
+        ConvGeometry {
+            batch,
+            c_in,
+            h_in: h,
+            w_in: w,
+            c_out,
+            k_h: if h == 1 { 1 } else { 3 },
+            k_w: 3,
+            h_out: h,
+            w_out: w,
+            padding: (usize::from(h > 1), 1),
+            stride: (1, 1),
+            dilation: (1, 1),
+        }
+    }
+
+    #[test]
+    fn the_implicit_gemm_takes_the_shapes_it_was_measured_faster_on() {
+        assert!(
+            implicit_gemm_pays(&geo(32, 64, (56, 56), 64)),
+            "ResNet 3x3, batch 32"
+        );
+        assert!(
+            !implicit_gemm_pays(&geo(1, 64, (56, 56), 64)),
+            "ResNet 3x3, batch 1"
+        );
+        assert!(
+            !implicit_gemm_pays(&geo(1, 512, (64, 64), 512)),
+            "the VAE's 512 channels"
+        );
+        assert!(
+            !implicit_gemm_pays(&geo(1, 80, (1, 3000), 384)),
+            "Whisper's conv1d"
+        );
+        assert!(
+            !implicit_gemm_pays(&geo(32, 512, (56, 56), 512)),
+            "many channels"
+        );
+    }
 }

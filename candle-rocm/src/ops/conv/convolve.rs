@@ -14,7 +14,7 @@ use crate::device::RocmDevice;
 use crate::dispatch::{same_dtype, Map1};
 use crate::dtype::RocmStorageSlice as S;
 use crate::error::BackendError;
-use crate::launch::conv::{conv_gemm, ConvGeometry};
+use crate::launch::conv::{conv_gemm, implicit_gemm_pays, ConvGeometry};
 use crate::layout::checked_product;
 use crate::ops::copy::contiguous;
 use crate::ops::matmul::matmul;
@@ -76,7 +76,7 @@ fn gemm_path(
     if b == 0 {
         return Ok(None);
     }
-    let implicit = crate::settings::conv_igemm();
+    let implicit = crate::settings::conv_igemm() && implicit_gemm_pays(g);
     let mut kernel_c = None;
     let (kernel, k_off) = packed(dev, kernel, kernel_l, &mut kernel_c)?;
     let run = match (x, kernel) {
