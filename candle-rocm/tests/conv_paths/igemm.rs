@@ -25,7 +25,8 @@ use candle_rocm::launch::conv::{conv_gemm, ConvGeometry, ConvPlan};
 use candle_rocm::launch::conv_igemm::has_igemm;
 use candle_rocm::{RocmDType, RocmDevice};
 
-use super::super::{check, naive_conv, round_to, seed, upload};
+use super::super::spatial::{naive_conv, round_to};
+use super::super::{check, seed, upload};
 use super::input_layouts;
 use crate::common::*;
 

@@ -28,7 +28,8 @@ use candle_core::{CpuStorage, DType, Layout, Shape};
 use candle_rocm::launch::conv::{conv_gemm, ConvGeometry, ConvPlan};
 use candle_rocm::{RocmDType, RocmDevice};
 
-use super::{check, naive_conv, round_to, seed, upload};
+use super::spatial::{naive_conv, round_to};
+use super::{check, seed, upload};
 use crate::common::*;
 
 /// The float dtypes the GEMM path takes.
