@@ -278,6 +278,26 @@ if [ -x "$BUNDLE/candle-suite.suite" ] && [[ -z "${ONLY:-}" || "candle-suite.sui
         "$(grep -cE '::rocm \.\.\. ok' "$OUT/test-suite-quantized-q8.log") passed, $(grep -cE '::rocm \.\.\. FAILED' "$OUT/test-suite-quantized-q8.log") FAILED; $(results "$OUT/test-suite-quantized-q8.log")"
 fi
 
+# Graph mode is the default (CANDLE_ROCM_GRAPHS): the passes above record their work into HIP
+# graphs. Plain launches (graph mode off, and the path of runtimes without graphs) run here:
+# the parity suite at 4 cases a (method, dtype) and Candle's suite.
+if [[ -z "${ONLY:-}" || "plain-launches" =~ $ONLY ]]; then
+    if [ -x "$BUNDLE/candle-rocm.parity" ]; then
+        echo "== parity with plain launches (CANDLE_ROCM_GRAPHS=0)"
+        CANDLE_ROCM_GRAPHS=0 CANDLE_ROCM_PARITY_CASES=4 timeout "${TEST_TIMEOUT:-300}" \
+            "$BUNDLE/candle-rocm.parity" --include-ignored > "$OUT/test-parity-plain.log" 2>&1
+        row "parity, plain launches" "$(results "$OUT/test-parity-plain.log")"
+    fi
+    if [ -x "$BUNDLE/candle-suite.suite" ]; then
+        echo "== candle-suite with plain launches (CANDLE_ROCM_GRAPHS=0)"
+        # shellcheck disable=SC2046  # test_args prints whole words
+        CANDLE_ROCM_STRICT=1 CANDLE_ROCM_GRAPHS=0 timeout "${TEST_TIMEOUT:-300}" \
+            "$BUNDLE/candle-suite.suite" --include-ignored $(test_args "$BUNDLE/candle-suite.suite") \
+            > "$OUT/test-suite-plain.log" 2>&1
+        row "candle-suite ::rocm, plain launches" "$(results "$OUT/test-suite-plain.log")"
+    fi
+fi
+
 if [ -x "$BUNDLE/rocm-safe.gpu_faults" ]; then
     echo "== gpu_faults (failure injection)"
     HIP_ON_CUDA_FAIL_MALLOC_AFTER=4 HIP_ON_CUDA_FAIL_LAUNCH_AFTER=3 \
