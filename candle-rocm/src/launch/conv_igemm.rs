@@ -274,34 +274,12 @@ mod tests {
     /// names are the ones the source defines.
     #[test]
     fn the_kernel_argument_matches_conv_igemm_hip() {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-        let src = std::fs::read_to_string(root.join("../kernels/hip/conv_igemm.hip")).unwrap();
-        let body = src
-            .split_once("struct ConvIgemmArgs {")
-            .and_then(|(_, rest)| rest.split_once("};"))
-            .map(|(body, _)| body)
-            .unwrap();
-        let c_fields: Vec<String> = body
-            .lines()
-            .map(|l| l.split("//").next().unwrap_or(""))
-            .filter_map(|l| {
-                l.trim()
-                    .strip_prefix("uint64_t ")
-                    .or(l.trim().strip_prefix("uint32_t "))
-            })
-            .flat_map(|l| {
-                l.trim_end_matches(';')
-                    .split(',')
-                    .map(|f| f.trim().to_string())
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        let debug = format!("{:?}", ConvIgemmArgs::default());
-        let rust_fields: Vec<String> = debug
-            .split([',', '{'])
-            .filter_map(|kv| kv.split_once(':').map(|(k, _)| k.trim().to_string()))
-            .collect();
-        assert_eq!(c_fields, rust_fields);
+        let src = crate::launch::tests::hip_source("conv_igemm.hip");
+        let rust_fields = crate::launch::tests::args_match_hip_struct(
+            "conv_igemm.hip",
+            "ConvIgemmArgs",
+            &format!("{:?}", ConvIgemmArgs::default()),
+        );
         assert_eq!(rust_fields.len(), 24);
         for (t, tn) in [("__half", "f16"), ("__nv_bfloat16", "bf16")] {
             assert!(src.contains(&format!("CI_KERNEL({t}, {tn})")));

@@ -652,34 +652,11 @@ mod tests {
     /// sides; this keeps two fields of one type from trading places).
     #[test]
     fn the_kernel_argument_matches_copy_hip() {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-        let src = std::fs::read_to_string(root.join("../kernels/hip/copy.hip")).unwrap();
-        let body = src
-            .split_once("struct Im2colArgs {")
-            .and_then(|(_, rest)| rest.split_once("};"))
-            .map(|(body, _)| body)
-            .unwrap();
-        let c_fields: Vec<String> = body
-            .lines()
-            .map(|l| l.split("//").next().unwrap_or(""))
-            .filter_map(|l| {
-                l.trim()
-                    .strip_prefix("uint64_t ")
-                    .or(l.trim().strip_prefix("uint32_t "))
-            })
-            .flat_map(|l| {
-                l.trim_end_matches(';')
-                    .split(',')
-                    .map(|f| f.trim().to_string())
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        let debug = format!("{:?}", Im2colArgs::default());
-        let rust_fields: Vec<String> = debug
-            .split([',', '{'])
-            .filter_map(|kv| kv.split_once(':').map(|(k, _)| k.trim().to_string()))
-            .collect();
-        assert_eq!(c_fields, rust_fields);
+        let rust_fields = crate::launch::tests::args_match_hip_struct(
+            "copy.hip",
+            "Im2colArgs",
+            &format!("{:?}", Im2colArgs::default()),
+        );
         assert_eq!(rust_fields.len(), 20);
     }
 

@@ -11,9 +11,11 @@
 //! - one image whose column matrix passes the default 16 MiB tile (runs of output positions):
 //!   256 channels at 64x64, and 512 in f16 and bf16 (the VAE's layer, fewer outputs);
 //! - conv1d like Whisper's front end, strided and dilated, and grouped;
-//! - in f16 and bf16, the shapes the implicit GEMM (`candle_rocm::launch::conv_igemm`, the
-//!   default for f16/bf16 convolutions that are not pointwise where the GPU has matrix units)
-//!   finds hardest: channels that are not multiples of 16 or 32, tiny images, strides 2 and 3,
+//! - in f16 and bf16, the shapes the implicit GEMM (`candle_rocm::launch::conv_igemm`) finds
+//!   hardest (since 2026-11-26 evening the implicit GEMM takes only shapes with at least 65536
+//!   output positions and at most 128 output channels, `launch::conv::implicit_gemm_pays`, so
+//!   through the `Tensor` API these run the tiles; the parity suite's `conv_paths::igemm` runs
+//!   the kernel itself on them): channels that are not multiples of 16 or 32, tiny images, strides 2 and 3,
 //!   padding 0-3, dilation 2 and 3, K below one 32-wide step, more than 64 output channels and
 //!   position counts that leave a partial 128-position tile; conv1d likewise. The tolerance
 //!   is the suite's per dtype (f16 5e-3, bf16 3e-2, times max(1, max |want|)): the kernel sums
@@ -44,6 +46,34 @@ fn reference(
     f(&x.to_dtype(DType::F64)?, &k.to_dtype(DType::F64)?)?.to_dtype(dtype)
 }
 
+/// Runs `case` in `dtype` on the GPU and on the CPU (inputs drawn from `seed` and `seed + 1`)
+/// and compares them within the dtype's tolerance.
+fn check_conv2d(
+    dev: &candle_core::Device,
+    &(name, (b, c_in, c_out, h, w), k, pad, stride, dil, groups): &Case2d,
+    dtype: DType,
+    seed: u64,
+    label: &str,
+) -> Result<()> {
+    let (xc, xg) = host_pair(
+        normal(&mut rng(seed), b * c_in * h * w, 1.0),
+        (b, c_in, h, w),
+        dtype,
+        dev,
+    )?;
+    let kn = c_out * (c_in / groups) * k * k;
+    let (kc, kg) = host_pair(
+        normal(&mut rng(seed + 1), kn, 0.1),
+        (c_out, c_in / groups, k, k),
+        dtype,
+        dev,
+    )?;
+    let what = format!("conv2d {label}{name} {dtype:?}");
+    let want = reference(|x, k| x.conv2d(k, pad, stride, dil, groups), &xc, &kc)?;
+    let got = xg.conv2d(&kg, pad, stride, dil, groups)?;
+    assert_gpu_close(&got, &want, tolerance(dtype), &what)
+}
+
 #[test]
 #[ignore = "needs a HIP device"]
 fn conv2d_on_the_gemm_path_matches_the_cpu() -> Result<()> {
@@ -61,25 +91,9 @@ fn conv2d_on_the_gemm_path_matches_the_cpu() -> Result<()> {
     ];
     let mut seed = 500;
     for dtype in [DType::F32, DType::F16, DType::BF16] {
-        for (name, (b, c_in, c_out, h, w), k, pad, stride, dil, groups) in cases {
+        for case in &cases {
             seed += 1;
-            let (xc, xg) = host_pair(
-                normal(&mut rng(seed), b * c_in * h * w, 1.0),
-                (b, c_in, h, w),
-                dtype,
-                &dev,
-            )?;
-            let kn = c_out * (c_in / groups) * k * k;
-            let (kc, kg) = host_pair(
-                normal(&mut rng(seed + 1), kn, 0.1),
-                (c_out, c_in / groups, k, k),
-                dtype,
-                &dev,
-            )?;
-            let what = format!("conv2d {name} {dtype:?}");
-            let want = reference(|x, k| x.conv2d(k, pad, stride, dil, groups), &xc, &kc)?;
-            let got = xg.conv2d(&kg, pad, stride, dil, groups)?;
-            assert_gpu_close(&got, &want, tolerance(dtype), &what)?;
+            check_conv2d(&dev, case, dtype, seed, "")?;
         }
         // The VAE decoder's 512-channel 3x3 at 64x64 (16 outputs, to keep the CPU quick): in
         // the halves its 37.7 MB column matrix runs in three tiles of positions.
@@ -176,25 +190,9 @@ fn conv_implicit_gemm_shapes_match_the_cpu() -> Result<()> {
     ];
     let mut seed = 1300;
     for dtype in [DType::F16, DType::BF16] {
-        for (name, (b, c_in, c_out, h, w), k, pad, stride, dil, groups) in cases {
+        for case in &cases {
             seed += 1;
-            let (xc, xg) = host_pair(
-                normal(&mut rng(seed), b * c_in * h * w, 1.0),
-                (b, c_in, h, w),
-                dtype,
-                &dev,
-            )?;
-            let kn = c_out * (c_in / groups) * k * k;
-            let (kc, kg) = host_pair(
-                normal(&mut rng(seed + 1), kn, 0.1),
-                (c_out, c_in / groups, k, k),
-                dtype,
-                &dev,
-            )?;
-            let what = format!("conv2d (implicit GEMM) {name} {dtype:?}");
-            let want = reference(|x, k| x.conv2d(k, pad, stride, dil, groups), &xc, &kc)?;
-            let got = xg.conv2d(&kg, pad, stride, dil, groups)?;
-            assert_gpu_close(&got, &want, tolerance(dtype), &what)?;
+            check_conv2d(&dev, case, dtype, seed, "(implicit GEMM) ")?;
         }
         // conv1d: (name, (b, c_in, c_out, len), k, padding, stride, dilation)
         for (name, (b, c_in, c_out, len), k, pad, stride, dil) in [
