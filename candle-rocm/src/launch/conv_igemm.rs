@@ -274,8 +274,8 @@ mod tests {
     /// names are the ones the source defines.
     #[test]
     fn the_kernel_argument_matches_conv_igemm_hip() {
-        let src = crate::launch::tests::hip_source("conv_igemm.hip");
-        let rust_fields = crate::launch::tests::args_match_hip_struct(
+        let src = crate::launch::arg_layout::hip_source("conv_igemm.hip");
+        let rust_fields = crate::launch::arg_layout::args_match_hip_struct(
             "conv_igemm.hip",
             "ConvIgemmArgs",
             &format!("{:?}", ConvIgemmArgs::default()),

@@ -652,7 +652,7 @@ mod tests {
     /// sides; this keeps two fields of one type from trading places).
     #[test]
     fn the_kernel_argument_matches_copy_hip() {
-        let rust_fields = crate::launch::tests::args_match_hip_struct(
+        let rust_fields = crate::launch::arg_layout::args_match_hip_struct(
             "copy.hip",
             "Im2colArgs",
             &format!("{:?}", Im2colArgs::default()),
