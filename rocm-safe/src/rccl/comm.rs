@@ -15,6 +15,8 @@ use super::backoff::Backoff;
 use super::error::RcclError;
 use super::group;
 use super::id::UniqueId;
+use super::patience::{within, Handle};
+use super::state::{abort_state, State};
 
 /// How long [`Communicator::wait`] waits before it declares a peer dead, unless
 /// [`Communicator::with_timeout`] says otherwise.
@@ -31,9 +33,10 @@ const DROP_SETTLE: Duration = Duration::from_secs(10);
 /// communicator) instead of a hang. Dropping a communicator destroys it (`ncclCommDestroy`),
 /// or aborts it (`ncclCommAbort`) when it has seen an error; a failure there is recorded for
 /// [`crate::Runtime::check_err`]. Dropping first waits (briefly, at most [`DEFAULT_TIMEOUT`] or
-/// 10 s) for queued work and, on a non-blocking communicator, for `ncclCommFinalize`: the
-/// ranks of one communicator should drop it at about the same time (RCCL's teardown meets the
-/// other ranks); a rank whose peers never come aborts instead of hanging.
+/// 10 s) for queued work, then for `ncclCommDestroy` on a thread of its own: the ranks of one
+/// communicator should drop it at about the same time (RCCL's teardown meets the other
+/// ranks); a rank whose peers never come returns after that wait, leaving the teardown's
+/// thread blocked, instead of hanging.
 ///
 /// ```no_run
 /// use rocm_safe::rccl::{Communicator, UniqueId};
@@ -55,25 +58,8 @@ pub struct Communicator {
     rank: usize,
     nranks: usize,
     timeout: Duration,
-    /// Made by `ncclCommInitRankConfig` with `blocking = 0`: teardown can be polled.
-    nonblocking: bool,
     state: Arc<Mutex<State>>,
 }
-
-/// The handle and its condition, shared with the [`group`] registry of the thread that queues
-/// work on it (so a failed group can abort every communicator it touched).
-pub(super) struct State {
-    /// The handle; dangling once `aborted` is set (ncclCommAbort frees it).
-    raw: ncclComm_t,
-    /// ncclCommAbort has been called: `raw` must not be used again.
-    aborted: bool,
-    /// A call failed: Drop aborts instead of destroying.
-    failed: bool,
-}
-
-// SAFETY: `raw` is an opaque RCCL handle; `State` is only reached through its mutex, so the
-// handle is passed to RCCL by one thread at a time, which RCCL allows from any host thread.
-unsafe impl Send for State {}
 
 // SAFETY: `State::raw` is only passed to RCCL while the mutex is held, so calls on one
 // communicator never overlap; RCCL allows a communicator to be used from any host thread as
@@ -98,12 +84,17 @@ impl Communicator {
     /// calls it with the same id (one process or thread per GPU); it returns once all have.
     ///
     /// Where RCCL has `ncclCommInitRankConfig` (ROCm 5.7+), the communicator is created
-    /// non-blocking and this waits for it with `timeout`: a rank that never arrives gives
-    /// [`RcclError::Timeout`] (the half-made communicator is aborted), not a hang. Later calls
-    /// then wait for the communicator's previous operation to settle (with the
-    /// communicator's timeout, `timeout` again unless [`Communicator::with_timeout`] changes
-    /// it) before they start. Older RCCLs get the blocking `ncclCommInitRank`, which waits
-    /// inside RCCL without a timeout.
+    /// blocking (each collective is queued by the calling thread before it returns) on a
+    /// thread of its own, and this waits for it with `timeout`: a rank that never arrives
+    /// gives [`RcclError::Timeout`], not a hang (the set-up's thread stays blocked in RCCL, and
+    /// aborts the communicator should it ever complete). `timeout` is also the
+    /// communicator's for later waits unless [`Communicator::with_timeout`] changes it. Older
+    /// RCCLs get `ncclCommInitRank` on the calling thread, which waits inside RCCL without a
+    /// timeout.
+    ///
+    /// Blocking, not non-blocking, communicators: a non-blocking one answers each collective
+    /// with `ncclInProgress` and queues it from a background thread, which must be waited for
+    /// before the next kernel may be queued, a host cost on every collective.
     pub fn init_rank_timeout(
         stream: &Arc<Stream>,
         id: &UniqueId,
@@ -127,28 +118,66 @@ impl Communicator {
             return Ok(Self::wrap(rccl, stream.clone(), raw, rank, nranks).with_timeout(timeout));
         };
         let op = "ncclCommInitRankConfig";
-        let mut config = ncclConfig_t::initializer();
-        config.blocking = 0;
-        // SAFETY: as for ncclCommInitRank above, plus `config`: an initialised ncclConfig_t
-        // (size, magic and version set by `initializer`), valid for the duration of the call
-        // (RCCL copies it).
-        let code = unsafe { init_config(&mut raw, nranks_c, id.to_raw(), rank_c, &mut config) };
-        if !(code.is_success() || code == ncclResult_t::ncclInProgress) || raw.is_null() {
+        let device = stream.device().clone();
+        let id = id.to_raw();
+        let thread_rccl = rccl.clone();
+        // A blocking communicator (RCCL enqueues each collective on the calling thread; a
+        // non-blocking one hands it to a background thread and answers ncclInProgress). Its
+        // set-up blocks inside RCCL until every rank has arrived, so it runs on a thread of
+        // its own, waited for at most `timeout`.
+        let init = move || -> std::result::Result<Handle, (ncclResult_t, RocmError)> {
+            if let Err(e) = device.bind_to_thread() {
+                return Err((ncclResult_t::ncclSystemError, e));
+            }
+            let mut raw: ncclComm_t = std::ptr::null_mut();
+            let mut config = ncclConfig_t::initializer();
+            config.blocking = 1;
+            // SAFETY: `raw` is a valid out-pointer; the id is passed by value (a 128-byte
+            // repr(C) copy of ncclUniqueId); rank < nranks, both checked to fit a C int; this
+            // thread is bound to the communicator's device, as RCCL requires; `config` is an
+            // initialised ncclConfig_t (size, magic and version set by `initializer`), valid
+            // for the duration of the call (RCCL copies it).
+            let code = unsafe { init_config(&mut raw, nranks_c, id, rank_c, &mut config) };
+            if code.is_success() && !raw.is_null() {
+                return Ok(Handle(raw));
+            }
             if !raw.is_null() {
                 // SAFETY: a handle RCCL returned with the failure; aborting frees it, and it
                 // is not used again.
-                unsafe { (rccl.ncclCommAbort)(raw) };
+                unsafe { (thread_rccl.ncclCommAbort)(raw) };
             }
-            return Err(RcclError::call(&rccl, op, rank_c, code, None).into());
+            let e = RcclError::call(&thread_rccl, op, rank_c, code, None);
+            Err((code, e.into()))
+        };
+        let orphan_rccl = rccl.clone();
+        // The caller gave up waiting: nobody owns a communicator made after that.
+        let orphan = move |late: std::result::Result<Handle, (ncclResult_t, RocmError)>| {
+            if let Ok(Handle(raw)) = late {
+                // SAFETY: a live handle nobody else holds (the caller returned a timeout); it
+                // is not used again.
+                unsafe { (orphan_rccl.ncclCommAbort)(raw) };
+            }
+        };
+        let started = Instant::now();
+        let answer = within("rccl-init", timeout, init, orphan).map_err(|e| {
+            RcclError::invalid(
+                op,
+                format!("could not start the thread that joins the communicator: {e}"),
+            )
+        })?;
+        match answer {
+            Some(Ok(Handle(raw))) => {
+                Ok(Self::wrap(rccl, stream.clone(), raw, rank, nranks).with_timeout(timeout))
+            }
+            Some(Err((_, e))) => Err(e),
+            None => Err(RcclError::Timeout {
+                op,
+                rank,
+                nranks,
+                waited: started.elapsed(),
+            }
+            .into()),
         }
-        let mut comm = Self::wrap(rccl, stream.clone(), raw, rank, nranks).with_timeout(timeout);
-        comm.nonblocking = true;
-        {
-            let mut state = comm.state.lock();
-            // An error aborts the half-made communicator (see `settle`); Drop then does nothing.
-            comm.settle(&mut state, op, timeout)?;
-        }
-        Ok(comm)
     }
 
     /// Creates one communicator per stream in this process (`ncclCommInitAll`): rank `i` runs
@@ -207,7 +236,6 @@ impl Communicator {
             rank,
             nranks,
             timeout: DEFAULT_TIMEOUT,
-            nonblocking: false,
             state: Arc::new(Mutex::new(State {
                 raw,
                 aborted: false,
@@ -482,87 +510,6 @@ impl Communicator {
             self.stream.device().runtime().record_err(e);
         }
     }
-
-    /// `ncclCommFinalize` (non-blocking communicators only) and its completion, within
-    /// `patience`; on an error or a timeout the communicator is aborted and the error returned.
-    fn finalize(&self, state: &mut State, patience: Duration) -> Result<()> {
-        let Some(finalize) = self.rccl.ncclCommFinalize.filter(|_| self.nonblocking) else {
-            return Ok(());
-        };
-        // SAFETY: `raw` is live (not aborted, checked by the caller under the lock) and
-        // settled; finalize only flushes it, the handle stays valid for destroy or abort.
-        let code = unsafe { finalize(state.raw) };
-        if !(code.is_success() || code == ncclResult_t::ncclInProgress) {
-            let last = self.last_error(state.raw);
-            let e = RcclError::call(&self.rccl, "ncclCommFinalize", self.rank_c(), code, last);
-            self.abort_recorded(state);
-            return Err(e.into());
-        }
-        self.settle(state, "ncclCommFinalize", patience)
-    }
-}
-
-/// `ncclCommAbort` on `state`'s handle unless already aborted (the caller holds the lock).
-/// Polls `ncclCommGetAsyncError` until the communicator's queued operations are enqueued
-/// (no longer ncclInProgress), for at most `timeout`: `Ok(())` when settled and healthy, the
-/// typed error otherwise (the caller aborts). Used at the end of a group, whose members' work
-/// RCCL enqueues in the background on non-blocking communicators.
-pub(super) fn settle_state(
-    rccl: &Rccl,
-    state: &mut State,
-    rank: c_int,
-    timeout: Duration,
-) -> Result<()> {
-    let start = Instant::now();
-    let mut backoff = Backoff::new();
-    loop {
-        if state.aborted {
-            return Err(RcclError::Aborted {
-                op: "ncclGroupEnd",
-                rank: rank.max(0) as usize,
-            }
-            .into());
-        }
-        let mut async_code = ncclResult_t::ncclSuccess;
-        // SAFETY: `raw` is live (not aborted, checked above, under the caller's lock);
-        // `async_code` is a valid out-pointer.
-        let code = unsafe { (rccl.ncclCommGetAsyncError)(state.raw, &mut async_code) };
-        if !code.is_success() {
-            return Err(RcclError::call(rccl, "ncclCommGetAsyncError", rank, code, None).into());
-        }
-        if async_code.is_success() {
-            return Ok(());
-        }
-        if async_code != ncclResult_t::ncclInProgress {
-            return Err(RcclError::call(rccl, "ncclGroupEnd", rank, async_code, None).into());
-        }
-        let waited = start.elapsed();
-        if waited >= timeout {
-            return Err(RcclError::invalid(
-                "ncclGroupEnd",
-                format!(
-                    "the grouped operations of rank {rank} were not enqueued within {waited:?}:                      a peer may be gone; the communicator is aborted, create new ones on every rank"
-                ),
-            )
-            .into());
-        }
-        backoff.sleep(waited, timeout);
-    }
-}
-
-pub(super) fn abort_state(rccl: &Rccl, state: &mut State, rank: c_int) -> Result<()> {
-    if state.aborted {
-        return Ok(());
-    }
-    state.aborted = true;
-    state.failed = true;
-    // SAFETY: `raw` is live (not aborted before, checked under the lock), and is never used
-    // again: `aborted` is set before the lock is released.
-    let code = unsafe { (rccl.ncclCommAbort)(state.raw) };
-    if code.is_success() {
-        return Ok(());
-    }
-    Err(RcclError::call(rccl, "ncclCommAbort", rank, code, None).into())
 }
 
 impl Drop for Communicator {
@@ -593,24 +540,35 @@ impl Drop for Communicator {
         if state.aborted {
             return;
         }
-        // Teardown meets the other ranks (NCCL 2.x and RCCL synchronise inside finalize and
-        // destroy): on a non-blocking communicator finalize is polled with a timeout, so a
-        // rank whose peers are gone aborts instead of blocking in ncclCommDestroy.
-        if let Err(e) = self.finalize(&mut state, patience) {
-            runtime.record_err(e);
-            return;
-        }
-        if state.aborted {
-            return;
-        }
-        // SAFETY: `raw` is live (not aborted) and settled; `self` is being dropped, so nothing
-        // uses it after this call.
-        let code = unsafe { (self.rccl.ncclCommDestroy)(state.raw) };
+        // Teardown meets the other ranks (NCCL 2.x and RCCL synchronise inside destroy): on a
+        // thread of its own, waited for briefly, so a rank whose peers are gone leaves that
+        // thread blocked in RCCL and returns, instead of hanging.
         state.aborted = true;
-        if !(code.is_success() || code == ncclResult_t::ncclInProgress) {
-            let e = RcclError::call(&self.rccl, "ncclCommDestroy", self.rank_c(), code, None);
-            runtime.record_err(RocmError::Rccl(e));
-        }
+        let handle = Handle(state.raw);
+        let rccl = self.rccl.clone();
+        let destroy = move || {
+            let handle = handle;
+            let raw = handle.0;
+            // SAFETY: `raw` is live (it was not aborted) and settled; `aborted` is set above,
+            // so nothing else uses it after this call.
+            unsafe { (rccl.ncclCommDestroy)(raw) }
+        };
+        let op = "ncclCommDestroy";
+        let e = match within("rccl-destroy", patience, destroy, |_| ()) {
+            Ok(Some(code)) if code.is_success() || code == ncclResult_t::ncclInProgress => return,
+            Ok(Some(code)) => RcclError::call(&self.rccl, op, self.rank_c(), code, None),
+            Ok(None) => RcclError::Timeout {
+                op,
+                rank: self.rank,
+                nranks: self.nranks,
+                waited: patience,
+            },
+            Err(e) => RcclError::invalid(
+                op,
+                format!("could not start the thread that tears the communicator down ({e}): its resources stay allocated"),
+            ),
+        };
+        runtime.record_err(RocmError::Rccl(e));
     }
 }
 

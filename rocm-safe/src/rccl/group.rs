@@ -17,8 +17,9 @@ use rocm_sys::rccl::{ncclResult_t, Rccl};
 use crate::error::Result;
 use crate::runtime::Runtime;
 
-use super::comm::{abort_state, settle_state, State, DEFAULT_TIMEOUT};
+use super::comm::DEFAULT_TIMEOUT;
 use super::error::RcclError;
+use super::state::{abort_state, settle_state, State};
 
 /// One communicator a group queued work on (or saw fail).
 struct Member {

@@ -23,6 +23,8 @@ mod comm;
 mod error;
 mod group;
 mod id;
+mod patience;
+mod state;
 
 pub use collective::{RcclType, ReduceOp};
 pub use comm::{Communicator, DEFAULT_TIMEOUT};
