@@ -70,7 +70,7 @@ fn names(dtype: DType) -> Option<&'static [(&'static str, &'static str); MAX_ROW
     }
 }
 
-/// A product the kernels take: the rocBLAS configuration [`crate::layout::gemm_config`] made
+/// A product the kernels take: the rocBLAS configuration `layout::gemm_config` made
 /// (rocBLAS's A is Candle's rhs `w`, its B Candle's lhs `x`, both untransposed), seen as
 /// `y = x w`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
