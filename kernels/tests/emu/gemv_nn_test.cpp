@@ -37,11 +37,12 @@ struct Case {
     bool bcast_w;   // stride_w = 0
     uint32_t w_off; // elements w starts past an aligned base (1: the scalar path)
     unsigned grid;  // 0: ceil(ceil(n / E) / lanes)
-    uint32_t lanes; // 0: candle-rocm's choice, the power of two >= n / E, at most 64
+    uint32_t lanes; // 0: the power of two covering n / E, at most 64
 };
 
-// candle-rocm's lanes along n (launch/gemv_nn.rs): the smallest power of two covering the
-// row's E-column units, at most 64.
+// Lanes along n as launch/gemv_nn.rs first picks them: the smallest power of two covering the
+// row's E-column units, at most 64 (it then narrows tiles for more blocks: the cases with
+// explicit lanes).
 static uint32_t host_lanes(uint32_t n, uint32_t e) {
     uint32_t units = (n + e - 1) / e, l = 1;
     while (l < units && l < 64) l *= 2;
@@ -112,6 +113,7 @@ static const Case CASES[] = {
     // what, n, k, ldw, ldx, batch, bcast_w, w_off, grid, lanes
     {"att v (heads)", 64, 17, 64, 17, 3, false, 0, 0, 0},
     {"att v, one position", 64, 1, 64, 1, 2, false, 0, 0, 0},
+    {"att v, narrowed tiles", 64, 33, 64, 33, 2, false, 0, 0, 8},
     {"odd n (scalar)", 13, 9, 13, 9, 2, false, 0, 0, 0},
     {"odd n, padded rows (vector tail)", 13, 7, 16, 7, 2, false, 0, 0, 0},
     {"n past a chunk (scalar)", 70, 20, 71, 21, 1, true, 0, 0, 0},
