@@ -26,6 +26,7 @@ const LEVELS: &[(&str, u32)] = &[
     ("launch::conv_plan", 61),
     ("launch::copy", 61),
     ("launch::gemv", 61),
+    ("launch::gemv_nn", 61),
     ("launch::rows", 61),
     ("launch::strides", 61),
     ("launch::elementwise", 62),

@@ -1,6 +1,7 @@
 // gemv.hip - skinny matrix products at the memory-bandwidth limit: y = x w^T for up to 8 rows
 // of x, the shape of every linear layer while a model decodes (one token per sequence) and of
-// attention's q k^T. f32, f16 and bf16, accumulated in f32.
+// attention's q k^T, and (gemv_nn, below) y = x w, the shape of attention's att v. f32, f16 and
+// bf16, accumulated in f32.
 //
 // Written for candle-rocm (not from candle-kernels). Plain CUDA syntax plus a few AMD builtins
 // behind __HIP_DEVICE_COMPILE__, so the same file builds for AMD (clang, kernels/include
@@ -207,3 +208,151 @@ __device__ __forceinline__ void gemv(const T *w, const T *x, T *y, uint32_t n, u
 GV_T(float, f32)
 GV_T(__half, f16)
 GV_T(__nv_bfloat16, bf16)
+
+// ---------------------------------------------------------------------------------------------
+// gemv_nn - the other orientation: y = x w for up to 8 rows of x, with w row-major (k, n): the
+// shape of attention's att v while a model decodes (att: the softmax weights over k = the
+// sequence, v: k rows of n = head_dim elements), and of any product whose rhs is not transposed.
+//
+// Operands (one batch entry; entry z adds z * stride_* elements to each pointer):
+//   w: k rows of n elements, row j at w + j * ldw (attention's v, one head per batch entry);
+//   x: M rows of k elements, row i at x + i * ldx;
+//   y: M rows of n elements, row i at y + i * n, y[i][c] = sum_j x[i][j] * w[j][c] rounded to T.
+// Every product and sum in f32, one rounding to T at the end.
+//
+// Work split. A block of GV_BLOCK (256) threads computes a tile of columns for all M rows of x:
+// `lanes` (1, 2, 4, ..., 256, chosen by the host) lanes along n, each owning E consecutive
+// columns (E = 16 / sizeof(T) on the vector path, 1 on the scalar path), and GV_BLOCK / lanes
+// groups along k: group g sums the rows j = g, g + groups, g + 2 groups, ... of w, so one step
+// of the block reads `groups` consecutive rows of the tile (contiguous memory when ldw = n) and
+// neighbouring lanes read neighbouring columns. x[i][j] is one broadcast load per group. The
+// groups' partial sums then meet in shared memory, one row of x at a time, and are added in
+// group order (the same order on every run and for either wave size: nothing here depends on
+// the wave, which may be 32 or 64). Blocks visit tiles with a block-uniform grid-stride loop and
+// batch entries along grid y; a lane past n computes nothing and writes nothing, but reaches
+// every barrier.
+//
+// Vector path (suffix _v): 16-byte loads of w. The host takes it only when w, ldw and stride_w
+// are multiples of E elements from a 16-byte aligned base; a lane whose E columns run past n
+// (n not a multiple of E) loads its columns one at a time. x is read element by element on
+// both paths (no alignment needed), y written element by element.
+//
+// Kernels (T in f32, f16, bf16; M in 1..8):
+//   gemv_nn_<T>_<M>(const T* w, const T* x, T* y, uint32_t n, uint32_t k, uint32_t ldw,
+//                   uint32_t ldx, uint64_t stride_w, uint64_t stride_x, uint64_t stride_y,
+//                   uint32_t lanes)
+//   gemv_nn_<T>_<M>_v(same)
+// Launch with blockDim (GV_BLOCK, 1, 1), lanes a power of two up to GV_BLOCK, any grid x, grid
+// y = batch entries (candle-rocm: min(ceil(ceil(n / E) / lanes), 65535) x batch).
+
+// The E columns of w's row at p, as floats: one 16-byte load when VEC and all E are inside the
+// row (`valid` = E), otherwise one element at a time, zeros past `valid`.
+template <typename T, int E, bool VEC>
+__device__ __forceinline__ void gn_load(const T *p, uint32_t valid, float (&wf)[E]) {
+    if (VEC && valid >= (uint32_t)E) {
+        const GvChunk<T> c = gv_load(p);
+#pragma unroll
+        for (int e = 0; e < E; e++) wf[e] = gv_to(c.e[e]);
+    } else {
+#pragma unroll
+        for (int e = 0; e < E; e++) wf[e] = (uint32_t)e < valid ? gv_to(p[e]) : 0.0f;
+    }
+}
+
+// acc[i][e] += x[i][j] * wf[e] for the M rows of x.
+template <typename T, int M, int E>
+__device__ __forceinline__ void gn_fma(const float (&wf)[E], const T *x, uint32_t ldx, uint64_t j,
+                                       float (&acc)[M][E]) {
+#pragma unroll
+    for (int i = 0; i < M; i++) {
+        const float xv = gv_to(x[(uint64_t)i * ldx + j]);
+#pragma unroll
+        for (int e = 0; e < E; e++) acc[i][e] = fmaf(xv, wf[e], acc[i][e]);
+    }
+}
+
+template <typename T, int M, bool VEC>
+__device__ __forceinline__ void gemv_nn(const T *w, const T *x, T *y, uint32_t n, uint32_t k,
+                                        uint32_t ldw, uint32_t ldx, uint64_t stride_w,
+                                        uint64_t stride_x, uint64_t stride_y, uint32_t lanes) {
+    constexpr int E = VEC ? GvChunk<T>::N : 1;
+    __shared__ float part[GV_BLOCK * E];
+    const uint64_t z = blockIdx.y;
+    w += z * stride_w;
+    x += z * stride_x;
+    y += z * stride_y;
+    const uint32_t lane = threadIdx.x % lanes;
+    const uint32_t group = threadIdx.x / lanes;
+    const uint32_t groups = GV_BLOCK / lanes;
+    const uint64_t units = ((uint64_t)n + E - 1) / E; // E-column units of a row
+    for (uint64_t tile = blockIdx.x; tile * lanes < units; tile += gridDim.x) {
+        const uint64_t col = (tile * lanes + lane) * E; // this lane's first column
+        const uint32_t valid = col < n ? (uint32_t)((uint64_t)n - col < (uint64_t)E ? n - col : E) : 0;
+        float acc[M][E];
+#pragma unroll
+        for (int i = 0; i < M; i++)
+#pragma unroll
+            for (int e = 0; e < E; e++) acc[i][e] = 0.0f;
+        if (valid > 0) {
+            const T *wc = w + col;
+            uint64_t j = group;
+            // GV_UNROLL rows of w in flight per lane, loaded before any is used.
+            for (; j + (uint64_t)(GV_UNROLL - 1) * groups < k; j += (uint64_t)GV_UNROLL * groups) {
+                float wf[GV_UNROLL][E];
+#pragma unroll
+                for (int u = 0; u < GV_UNROLL; u++)
+                    gn_load<T, E, VEC>(wc + (j + (uint64_t)u * groups) * ldw, valid, wf[u]);
+#pragma unroll
+                for (int u = 0; u < GV_UNROLL; u++) gn_fma<T, M, E>(wf[u], x, ldx, j + (uint64_t)u * groups, acc);
+            }
+            for (; j < k; j += groups) {
+                float wf[E];
+                gn_load<T, E, VEC>(wc + j * ldw, valid, wf);
+                gn_fma<T, M, E>(wf, x, ldx, j, acc);
+            }
+        }
+        // The groups' sums for one row of x at a time: thread t's E values at part[t E ..],
+        // (t = group * lanes + lane), then output o of the tile (lane o / E, column o % E of
+        // it) adds groups 0, 1, ... in order.
+        const uint64_t tile_col = tile * lanes * E;
+#pragma unroll
+        for (int i = 0; i < M; i++) {
+#pragma unroll
+            for (int e = 0; e < E; e++) part[threadIdx.x * E + e] = acc[i][e];
+            __syncthreads();
+            for (uint32_t o = threadIdx.x; o < lanes * E; o += GV_BLOCK) {
+                const uint64_t c = tile_col + o;
+                if (c < n) {
+                    float s = part[o];
+                    for (uint32_t g = 1; g < groups; g++) s += part[g * lanes * E + o];
+                    y[(uint64_t)i * n + c] = gv_from<T>(s);
+                }
+            }
+            __syncthreads();
+        }
+    }
+}
+
+#define GN_ONE(T, TN, M, VEC, SUF)                                                                  \
+    extern "C" __global__ void __launch_bounds__(GV_BLOCK)                                          \
+        gemv_nn_##TN##_##M##SUF(const T *w, const T *x, T *y, uint32_t n, uint32_t k, uint32_t ldw, \
+                                uint32_t ldx, uint64_t stride_w, uint64_t stride_x,                 \
+                                uint64_t stride_y, uint32_t lanes) {                                \
+        gemv_nn<T, M, VEC>(w, x, y, n, k, ldw, ldx, stride_w, stride_x, stride_y, lanes);           \
+    }
+#define GN_M(T, TN, VEC, SUF)                                                                       \
+    GN_ONE(T, TN, 1, VEC, SUF)                                                                      \
+    GN_ONE(T, TN, 2, VEC, SUF)                                                                      \
+    GN_ONE(T, TN, 3, VEC, SUF)                                                                      \
+    GN_ONE(T, TN, 4, VEC, SUF)                                                                      \
+    GN_ONE(T, TN, 5, VEC, SUF)                                                                      \
+    GN_ONE(T, TN, 6, VEC, SUF)                                                                      \
+    GN_ONE(T, TN, 7, VEC, SUF)                                                                      \
+    GN_ONE(T, TN, 8, VEC, SUF)
+#define GN_T(T, TN)                                                                                 \
+    GN_M(T, TN, false, )                                                                            \
+    GN_M(T, TN, true, _v)
+
+GN_T(float, f32)
+GN_T(__half, f16)
+GN_T(__nv_bfloat16, bf16)

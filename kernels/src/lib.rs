@@ -72,8 +72,9 @@ pub enum Module {
     /// Ours, `copy.hip`: batched 2-D copies, the copies of one `cat` in a single launch, for
     /// elements of 1, 2, 4 and 8 bytes.
     Copy,
-    /// Ours, `gemv.hip`: `x w^T` for up to 8 rows of x (decode-shaped matrix products) in
-    /// f32, f16 and bf16, accumulated in f32, wave-size aware.
+    /// Ours, `gemv.hip`: `x w^T` (`gemv_*`) and `x w` (`gemv_nn_*`) for up to 8 rows of x
+    /// (decode-shaped matrix products: linear layers, attention's `q k^T` and `att v`) in f32,
+    /// f16 and bf16, accumulated in f32, wave-size aware.
     Gemv,
     /// Ours, `attention.hip`: flash attention (tiled online softmax, dense, variable-length
     /// and paged calls, split over the keys for decoding), the combine of the splits, and the

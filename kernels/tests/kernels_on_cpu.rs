@@ -2,7 +2,8 @@
 //! model in plain C++ (blocks one after another, the threads of a block as cooperative fibers
 //! that meet at `__syncthreads` and wave shuffles, `__shared__` as static storage), and the
 //! drivers in `tests/emu/` launch `hip/elementwise.hip`, `hip/rows.hip`, `hip/index.hip`,
-//! `hip/qmatvec.hip`, `hip/copy.hip` (batched copies, im2col rows), `hip/gemv.hip`,
+//! `hip/qmatvec.hip`, `hip/copy.hip` (batched copies, im2col rows), `hip/gemv.hip` (both
+//! orientations, `gemv_test.cpp` and `gemv_nn_test.cpp`),
 //! `hip/attention.hip` and `hip/conv_igemm.hip` with candle-rocm's launch geometry and
 //! argument structs and check every result against host references. `rows.hip`, `qmatvec.hip`, `gemv.hip` and `attention.hip`
 //! run three ways: their CUDA path
@@ -69,6 +70,21 @@ fn gemv_kernels_match_references_on_cpu_amd_wave32() {
 #[test]
 fn gemv_kernels_match_references_on_cpu_amd_wave64() {
     build_and_run("gemv_test.cpp", "gemv-amd64", &["-DEMU_AMD_WAVE=64"]);
+}
+
+#[test]
+fn gemv_nn_kernels_match_references_on_cpu_cuda_path() {
+    build_and_run("gemv_nn_test.cpp", "gemv-nn-cuda", &[]);
+}
+
+#[test]
+fn gemv_nn_kernels_match_references_on_cpu_amd_wave32() {
+    build_and_run("gemv_nn_test.cpp", "gemv-nn-amd32", &["-DEMU_AMD_WAVE=32"]);
+}
+
+#[test]
+fn gemv_nn_kernels_match_references_on_cpu_amd_wave64() {
+    build_and_run("gemv_nn_test.cpp", "gemv-nn-amd64", &["-DEMU_AMD_WAVE=64"]);
 }
 
 #[test]

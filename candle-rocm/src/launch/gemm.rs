@@ -5,8 +5,9 @@
 //! runs as `C^T = B^T * A^T`: rocBLAS's first operand is Candle's rhs. A transposed operand
 //! (strides swapped) and a broadcast or strided batch are passed to rocBLAS as they are, with
 //! no copy, whenever rocBLAS can express the layout; otherwise the error says which layout.
-//! Decode-shaped products (up to 8 rows against a transposed rhs, in f32/f16/bf16) run our
-//! `gemv` kernels instead ([`crate::launch::gemv`]).
+//! Decode-shaped products (up to 8 rows against a transposed rhs, or against a row-major one
+//! such as attention's `att @ v`, in f32/f16/bf16) run our `gemv` kernels instead
+//! ([`crate::launch::gemv`], [`crate::launch::gemv_nn`]).
 
 use candle_core::Layout;
 use rocm_safe::{DeviceBuffer, GemmType};
@@ -25,7 +26,8 @@ fn matmul_sizes((b, m, n, k): (usize, usize, usize, usize)) -> Result<usize, Bac
 }
 
 /// Runs the GEMM for buffers of one element type: our `gemv` kernels for decode-shaped
-/// products ([`crate::launch::gemv::plan`]), rocBLAS for the rest.
+/// products ([`crate::launch::gemv::plan`], [`crate::launch::gemv_nn::plan`]), rocBLAS for
+/// the rest.
 pub fn gemm<T: GemmType + RocmDType>(
     dev: &RocmDevice,
     (b, m, n, k): (usize, usize, usize, usize),
@@ -61,6 +63,10 @@ pub fn gemm<T: GemmType + RocmDType>(
     if crate::settings::fast_kernels() {
         if let Some(p) = crate::launch::gemv::plan(&cfg, T::DTYPE) {
             crate::launch::gemv::run(dev, &cfg, &p, &a, &bb, &mut out)?;
+            return Ok(out);
+        }
+        if let Some(p) = crate::launch::gemv_nn::plan(&cfg, T::DTYPE) {
+            crate::launch::gemv_nn::run(dev, &cfg, &p, &a, &bb, &mut out)?;
             return Ok(out);
         }
     }

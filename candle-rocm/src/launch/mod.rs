@@ -15,6 +15,7 @@ pub mod copy;
 pub mod elementwise;
 pub mod gemm;
 pub mod gemv;
+pub mod gemv_nn;
 pub mod rows;
 pub mod strides;
 pub mod transpose;
