@@ -22,10 +22,10 @@
 //!   10 MiB, else the request rounded up to 2 MiB (PyTorch's sizes). A miss on a stream with
 //!   no free memory (first use, weights loaded without frees) allocates the exact bucket. If
 //!   the room does not fit the device, the exact bucket is allocated instead.
-//! - Classes: requests up to 1 MiB are small and carved only from small segments, so small
-//!   temporaries do not fragment large segments; a large request takes a large segment's
-//!   piece, else a small segment's piece that holds it (what a cache growing past 1 MiB left
-//!   behind).
+//! - Classes: requests up to 1 MiB are small, larger ones large. A request is carved from a
+//!   segment of its own class when one fits, so small temporaries do not fragment large
+//!   segments, and from the other class's only before a raw allocation (a large request then
+//!   uses what a cache growing past 1 MiB left behind in small segments).
 //! - Waste: a block is exactly its bucket (under 1/16 over the request); carving never hands
 //!   out a bigger piece. Held but unused memory is the parked blocks, as before, plus free
 //!   pieces of segments, which merging recovers except for the room of the newest segments
@@ -36,6 +36,9 @@
 //!   the 1.1B decode on the null HIP double, `tests/hip-on-cuda/null-host.sh`);
 //!   an 8B llama (64 caches of 2 KiB/token, 700 tokens, crossing 1 MiB a cache) keeps cached
 //!   under live and makes 35 in 680.
+//! - Repeats: exact buckets served a repeated workload from the cache by construction; with
+//!   carving it depends on the layout. Random workloads of 500 B to 3 MiB blocks need at most
+//!   one more segment over five repeats (11 of 200 in the unit test), never more.
 //! - A block freed by a buffer of stream S is reused only for stream S, and a segment's pieces
 //!   all belong to the stream it was allocated for. Work on one stream runs in order, so the
 //!   new owner's first use cannot overtake the old owner's last use. Blocks of other streams

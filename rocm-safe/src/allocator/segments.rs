@@ -10,8 +10,8 @@ use std::collections::BTreeSet;
 
 use super::hash::FastMap;
 
-/// Requests up to this size are small: carved only from segments made for small requests, so
-/// they do not fragment the large ones (PyTorch's small and large pools).
+/// Requests up to this size are small: carved from segments made for small requests when one
+/// fits, so they do not fragment the large ones (PyTorch's small and large pools).
 pub(super) const SMALL_REQUEST: usize = 1 << 20;
 /// The segment of a small request that comes with room.
 const SMALL_SEGMENT: usize = 2 << 20;
@@ -106,13 +106,13 @@ impl Segments {
     /// bytes: carving adds no waste beyond the bucket's.
     pub(super) fn carve(&mut self, stream: u64, size: usize) -> Option<usize> {
         let fit = |large| (stream, large, size, 0)..=(stream, large, usize::MAX, usize::MAX);
-        // A large request also takes a small segment's piece that holds it (up to 2 MiB),
-        // so memory a cache left behind when it grew past 1 MiB serves it; a small request
-        // never cuts into a large segment.
+        // Own class first, so small temporaries do not fragment large segments; the other
+        // class's pieces before a raw allocation (for a large request: memory a cache left
+        // in small segments when it grew past 1 MiB).
         let large = is_large(size);
         let mut found = self.free.range(fit(large)).next();
-        if found.is_none() && large {
-            found = self.free.range(fit(false)).next();
+        if found.is_none() {
+            found = self.free.range(fit(!large)).next();
         }
         let &k = found?;
         self.free.remove(&k);
@@ -468,5 +468,58 @@ mod tests {
         assert_eq!(b.bytes, 4096);
         a.release(b, 1);
         assert_eq!(a.trim().unwrap(), 1024 + 4096);
+    }
+
+    #[test]
+    fn repeating_a_workload_needs_at_most_one_more_segment() {
+        // The device stress test's promise: the same requests and releases, run again once
+        // everything was released, are served from the cache. With carving that is a matter
+        // of layout rather than of buckets: random workloads mixing 500 B and 3 MiB blocks
+        // may need one more segment over five repeats (11 of these 200 do), never more.
+        let mut grew = Vec::new();
+        for seed in 1..=200u64 {
+            let a = CachingAllocator::new(Fake::new(1 << 40));
+            let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+            let mut ops = Vec::new();
+            let mut live = 0usize;
+            for _ in 0..200 {
+                if live == 0 || rng.below(100) < 55 {
+                    let bytes = match rng.below(6) {
+                        0 => 1 + rng.below(3 << 20) as usize,
+                        1 | 2 => 1 + rng.below(256 << 10) as usize,
+                        _ => 1 + rng.below(16 << 10) as usize,
+                    };
+                    ops.push(Some(bytes));
+                    live += 1;
+                } else {
+                    ops.push(None);
+                    live -= 1;
+                }
+            }
+            let run = || {
+                let mut rng = Rng(seed);
+                let mut blocks: Vec<Block> = Vec::new();
+                for op in &ops {
+                    match op {
+                        Some(bytes) => blocks.push(a.allocate(*bytes, 1).unwrap()),
+                        None => {
+                            let i = rng.below(blocks.len() as u64) as usize;
+                            a.release(blocks.swap_remove(i), 1);
+                        }
+                    }
+                }
+                for b in blocks {
+                    a.release(b, 1);
+                }
+                a.stats().raw_allocs
+            };
+            let raw = [run(), run(), run(), run(), run(), run()];
+            assert!(raw[5] <= raw[0] + 1, "seed {seed}: {raw:?} raw allocations");
+            if raw[5] != raw[0] {
+                grew.push(seed);
+            }
+            check(&a);
+        }
+        assert!(grew.len() <= 15, "repeats allocated for seeds {grew:?}");
     }
 }
