@@ -356,8 +356,8 @@ impl<B: RawMemory> CachingAllocator<B> {
                 return Ok(Block { addr, bytes: size });
             }
             st.stats.misses += 1;
-            // The stream holds free memory of this class, but no piece of it fits even after
-            // merging: sizes are moving (a growing cache, changing shapes), so take room.
+            // The stream holds free memory, but no piece of it fits even after merging: sizes
+            // are moving (a growing cache, changing shapes), so take room.
             let seg = if st.segments.has_free(stream_id) {
                 segment_size(size)
             } else {
