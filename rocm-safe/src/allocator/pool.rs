@@ -265,6 +265,45 @@ mod tests {
     }
 
     #[test]
+    fn carving_never_reaches_a_live_pools_blocks() {
+        let a = CachingAllocator::new(Fake::new(1 << 30));
+        let pool = a.create_pool(1);
+        a.begin_pool_capture(1, pool).unwrap();
+        let scratch: Vec<_> = (1..=4)
+            .map(|i| a.allocate(i * 20_000, 1).unwrap())
+            .collect();
+        a.end_pool_capture(1);
+        for &b in &scratch {
+            a.release(b, 1);
+        }
+        let inside = |addr: usize| {
+            scratch
+                .iter()
+                .any(|b| (b.addr..b.addr + b.bytes).contains(&addr))
+        };
+        // Growing requests on the pool's stream: served by segments of the general cache.
+        let mut prev = a.allocate(10_000, 1).unwrap();
+        for n in 1..200 {
+            let b = a.allocate(10_000 + n * 512, 1).unwrap();
+            assert!(
+                !inside(b.addr),
+                "a live pool's block was carved for other work"
+            );
+            a.release(std::mem::replace(&mut prev, b), 1);
+        }
+        a.release(prev, 1);
+        // Retired, its blocks join the stream's cache as segments of their own and are reused.
+        a.retire_pool(pool);
+        assert_eq!(a.stats().pool_cached_bytes, 0);
+        let raw = a.stats().raw_allocs;
+        let b = a.allocate(80_000, 1).unwrap();
+        assert_eq!((b.addr, a.stats().raw_allocs), (scratch[3].addr, raw));
+        a.release(b, 1);
+        let cached = a.stats().cached_bytes;
+        assert_eq!(a.trim().unwrap(), cached);
+    }
+
+    #[test]
     fn captures_are_checked_and_never_trim() {
         let a = CachingAllocator::new(Fake::new(8192));
         let pool = a.create_pool(1);
