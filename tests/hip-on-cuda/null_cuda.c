@@ -16,7 +16,8 @@
  * of each kernel name (each cuModuleGetFunction gets its own handle; names past the first 4096
  * lookups share one uncounted handle). Graphs capture nothing (kernel
  * launches during a capture are counted and dropped like any other); a graph launch counts as
- * one launch, so the host cost of a graph step can be measured next to plain launches.
+ * one launch, so the host cost of a graph step can be measured next to plain launches, and
+ * graph instantiations are counted (an update that reuses an executable graph is not).
  */
 #include "cuda_min.h"
 
@@ -27,7 +28,7 @@
 
 #define NC_EXPORT __attribute__((visibility("default")))
 
-static atomic_long g_launches, g_gemms, g_allocs, g_graph_launches;
+static atomic_long g_launches, g_gemms, g_allocs, g_graph_launches, g_instantiations;
 /* Distinct, never-dereferenced handles. */
 static char g_ctx, g_module, g_function, g_stream, g_event, g_pool, g_blas, g_graph, g_exec;
 
@@ -46,9 +47,11 @@ static void report(void)
             if (g_names[i].launches)
                 fprintf(stderr, "null_cuda: %10ld %s\n", g_names[i].launches, g_names[i].name);
     }
-    fprintf(stderr, "null_cuda: %ld kernel launches, %ld GEMMs, %ld allocations, %ld graph launches\n",
+    fprintf(stderr,
+            "null_cuda: %ld kernel launches, %ld GEMMs, %ld allocations, %ld graph launches, %ld "
+            "graph instantiations\n",
             atomic_load(&g_launches), atomic_load(&g_gemms), atomic_load(&g_allocs),
-            atomic_load(&g_graph_launches));
+            atomic_load(&g_graph_launches), atomic_load(&g_instantiations));
 }
 
 NC_EXPORT CUresult cuInit(unsigned int flags)
@@ -253,6 +256,7 @@ NC_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *m)
 NC_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *e, CUgraph g, unsigned long long f)
 {
     (void)g; (void)f;
+    atomic_fetch_add(&g_instantiations, 1);
     *e = (CUgraphExec)&g_exec;
     return CUDA_SUCCESS;
 }

@@ -34,14 +34,13 @@ const TARGET_BLOCKS: usize = 256;
 const MAX_BLOCKS: usize = 65535;
 /// Most batch entries (grid y).
 const MAX_BATCH: usize = 65535;
-/// The longest `k` the kernels take whatever the block count: one block sums all of `k` for
-/// its columns (rocBLAS splits `k` over blocks).
-const LONG_K: usize = 8192;
-/// Blocks of [`LONG_K_TILE`] columns (over the batch) at or above which a `k` past [`LONG_K`]
-/// still goes to the kernels (attention over 32 heads at a long context).
-const MIN_BLOCKS_LONG_K: usize = 32;
-/// Columns per block counted for [`MIN_BLOCKS_LONG_K`] (a head of 64).
-const LONG_K_TILE: usize = 64;
+/// The longest `k` the kernels take: one block sums all of `k` for its columns, where rocBLAS
+/// splits `k` over blocks. Measured on the H100 harness (2026-11-26 19:15Z, `candle-rocm-bench
+/// --only matvec` against `CANDLE_ROCM_FAST_KERNELS=0`): a `(1, 4096) x (4096, 4096)` product
+/// (64-128 blocks) ran 2-4x slower here than on rocBLAS, while attention's `att v` at decode
+/// (`k` = the context, 80) ran level with it (3.0 us against 3.2 us a call, Nsight Compute).
+/// Between 80 and 4096 it was not measured; 1024 keeps decode attention up to that context.
+const LONG_K: usize = 1024;
 
 /// `gemv_nn_<T>_<M>` and `gemv_nn_<T>_<M>_v` for M = 1..=8, by M - 1 (static: no name is built
 /// per product on the decode path).
@@ -98,7 +97,7 @@ pub struct Plan {
 /// The [`Plan`] for `cfg`, or `None` when the kernels do not take it (more than [`MAX_ROWS`]
 /// rows, a transposed operand, alpha other than 1 or beta other than 0, an output with padded
 /// rows, a dtype other than f32/f16/bf16, sizes past 32 bits, more than 65535 batch entries, or
-/// a long `k` over few blocks).
+/// a `k` past [`LONG_K`]).
 pub fn plan(cfg: &GemmConfig, dtype: DType) -> Option<Plan> {
     let (rows, n, k) = (cfg.n, cfg.m, cfg.k);
     names(dtype)?;
@@ -128,8 +127,7 @@ pub fn plan(cfg: &GemmConfig, dtype: DType) -> Option<Plan> {
         stride_x: cfg.stride_b,
         stride_y: cfg.stride_c,
     };
-    let blocks = n.div_ceil(LONG_K_TILE).saturating_mul(cfg.batch);
-    (k <= LONG_K || blocks >= MIN_BLOCKS_LONG_K).then_some(p)
+    (k <= LONG_K).then_some(p)
 }
 
 /// Lanes along n per block (the kernels' `lanes`, a power of two up to [`MAX_LANES`]) for rows
@@ -277,7 +275,7 @@ mod tests {
     /// `att @ v` for one token, one head per batch entry, is planned; so are up to 8 rows.
     #[test]
     fn attention_values_at_decode_are_planned() {
-        for s in [1, 17, 80, 1000, 4097] {
+        for s in [1, 17, 80, 1000, LONG_K] {
             let p = plan(&att_v(1, s), DType::F32).unwrap();
             assert_eq!(
                 (p.rows, p.n, p.k, p.ldw, p.ldx, p.batch),
@@ -358,17 +356,15 @@ mod tests {
         }
     }
 
-    /// A long `k` needs enough blocks (attention over 32 heads has them; one small product
-    /// does not).
+    /// A `k` past [`LONG_K`] stays on rocBLAS (attention at a long context, a large `x w`).
     #[test]
-    fn long_k_needs_many_blocks() {
-        assert!(plan(&att_v(1, 32768), DType::F32).is_some());
-        let k = 65536;
-        for (n, want) in [(16, false), (4096, true)] {
-            let (x, w) = (Layout::contiguous((1, k)), Layout::contiguous((k, n)));
-            let cfg = gemm_config((1, 1, n, k), &x, &w).unwrap();
-            assert_eq!(plan(&cfg, DType::F32).is_some(), want, "n = {n}");
-        }
+    fn long_k_goes_to_rocblas() {
+        assert!(plan(&att_v(1, LONG_K), DType::F32).is_some());
+        assert!(plan(&att_v(1, LONG_K + 1), DType::F32).is_none());
+        let k = 4096;
+        let (x, w) = (Layout::contiguous((1, k)), Layout::contiguous((k, 4096)));
+        let cfg = gemm_config((1, 1, 4096, k), &x, &w).unwrap();
+        assert!(plan(&cfg, DType::F16).is_none());
     }
 
     /// Lanes cover a row (up to 64), then narrow to one cache line per row while blocks are
