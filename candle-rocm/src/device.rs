@@ -74,6 +74,7 @@ impl RocmDevice {
             let mode = GraphMode {
                 max_nodes: crate::settings::graph_nodes(),
                 record_blas: crate::settings::graph_blas(),
+                record_rccl: crate::settings::graph_rccl(),
                 plain_head: GRAPH_PLAIN_HEAD,
                 ..GraphMode::default()
             };

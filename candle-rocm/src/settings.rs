@@ -104,6 +104,11 @@ pub const GRAPH_NODES_DEFAULT: usize = 48;
 /// call launches what was recorded and runs on its own).
 pub const GRAPH_BLAS_VAR: &str = "CANDLE_ROCM_GRAPH_BLAS";
 
+/// With [`GRAPHS_VAR`] on: record RCCL collectives into the graphs too (by default a
+/// collective launches what was recorded and is queued on its own, so a tensor-parallel step
+/// is one graph per collective). Off by default until measured on several GPUs.
+pub const GRAPH_RCCL_VAR: &str = "CANDLE_ROCM_GRAPH_RCCL";
+
 /// One setting, as the README's table shows it.
 #[derive(Clone, Copy, Debug)]
 pub struct Setting {
@@ -116,7 +121,7 @@ pub struct Setting {
 }
 
 /// Every setting of the library.
-pub const SETTINGS: [Setting; 15] = [
+pub const SETTINGS: [Setting; 16] = [
     Setting {
         var: STRICT_VAR,
         values: SWITCH_VALUES,
@@ -184,6 +189,11 @@ pub const SETTINGS: [Setting; 15] = [
     },
     Setting {
         var: GRAPH_BLAS_VAR,
+        values: SWITCH_VALUES,
+        default: "0",
+    },
+    Setting {
+        var: GRAPH_RCCL_VAR,
         values: SWITCH_VALUES,
         default: "0",
     },
@@ -324,6 +334,12 @@ pub fn graphs() -> bool {
 pub fn graph_blas() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| switch(GRAPH_BLAS_VAR, false))
+}
+
+/// Whether graph mode records RCCL collectives ([`GRAPH_RCCL_VAR`]).
+pub fn graph_rccl() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| switch(GRAPH_RCCL_VAR, false))
 }
 
 /// Graph mode's node limit ([`GRAPH_NODES_VAR`]; 0: none).

@@ -115,6 +115,7 @@ fn the_node_limit_launches_in_stretches() {
         max_execs: 2,
         plain_head: 0,
         record_blas: false,
+        record_rccl: false,
     }))
     .unwrap();
     for _ in 0..16 {

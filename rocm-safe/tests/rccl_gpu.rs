@@ -147,3 +147,57 @@ fn bad_arguments_never_reach_rccl_and_abort_is_final() {
         "{e}"
     );
 }
+
+/// Graph mode with `record_rccl` (one thread per rank, as a tensor-parallel model runs): each
+/// step's upload and all-reduce are recorded into one graph, launched by the read-back, and
+/// give the sums plain launches give.
+#[test]
+#[ignore = "needs a HIP device and RCCL"]
+fn graph_mode_records_collectives() {
+    use rocm_safe::graph::GraphMode;
+    const STEPS: usize = 3;
+    let (_rt, comms) = comms();
+    let n = comms.len();
+    for c in &comms {
+        c.stream()
+            .set_graph_mode(Some(GraphMode {
+                max_nodes: 0,
+                record_rccl: true,
+                ..GraphMode::default()
+            }))
+            .unwrap();
+    }
+    std::thread::scope(|s| {
+        for c in &comms {
+            s.spawn(move || {
+                for step in 0..STEPS {
+                    let mut b = c
+                        .stream()
+                        .clone_htod(&vec![(c.rank() + 1 + step) as f32; 1001])
+                        .unwrap();
+                    c.all_reduce_in_place(&mut b, ReduceOp::Sum).unwrap();
+                    let host = c.stream().clone_dtoh(&b).unwrap();
+                    let want: f32 = (0..n).map(|r| (r + 1 + step) as f32).sum();
+                    assert!(
+                        host.iter().all(|&v| v == want),
+                        "rank {} step {step}: {} instead of {want}",
+                        c.rank(),
+                        host[0]
+                    );
+                }
+                let stats = c.stream().graph_stats().unwrap();
+                // Upload and all-reduce recorded together, one graph a step.
+                assert_eq!(
+                    (stats.launches, stats.nodes),
+                    (STEPS as u64, 2 * STEPS as u64),
+                    "rank {}: {stats:?}",
+                    c.rank()
+                );
+            });
+        }
+    });
+    for c in &comms {
+        c.wait().unwrap();
+        c.stream().set_graph_mode(None).unwrap();
+    }
+}

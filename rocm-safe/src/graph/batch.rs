@@ -91,6 +91,11 @@ pub struct GraphMode {
     /// HIP-on-CUDA harness's double calls cuBLAS, which is). Off: a rocBLAS call launches
     /// what was recorded and runs as usual.
     pub record_blas: bool,
+    /// Record RCCL collectives too (outside a `group`; RCCL, like NCCL, lets a blocking
+    /// communicator's collectives be captured). Off: a collective launches what was recorded
+    /// and is queued as usual, so a tensor-parallel step is cut into one graph per
+    /// collective.
+    pub record_rccl: bool,
 }
 
 impl Default for GraphMode {
@@ -100,6 +105,7 @@ impl Default for GraphMode {
             max_execs: 8,
             plain_head: 0,
             record_blas: false,
+            record_rccl: false,
         }
     }
 }
@@ -142,7 +148,7 @@ pub(crate) enum NodeKind {
     Fill,
     /// A staged host-to-device upload.
     Upload,
-    /// A library call (rocBLAS).
+    /// A library call (rocBLAS, RCCL).
     Library,
 }
 
@@ -266,6 +272,17 @@ impl Stream {
                 .lock()
                 .as_ref()
                 .is_some_and(|b| b.mode.record_blas)
+    }
+
+    /// Whether graph mode is on and records RCCL collectives ([`GraphMode::record_rccl`]): one
+    /// atomic load when it is off.
+    pub(crate) fn records_rccl(&self) -> bool {
+        self.batching.load(Ordering::Acquire)
+            && self
+                .batch
+                .lock()
+                .as_ref()
+                .is_some_and(|b| b.mode.record_rccl)
     }
 
     /// What graph mode did on this stream (`None` when it is off).

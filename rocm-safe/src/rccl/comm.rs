@@ -17,6 +17,7 @@ use super::group;
 use super::id::UniqueId;
 use super::patience::{within, Handle};
 use super::state::{abort_state, State};
+use crate::graph::batch::NodeKind;
 
 /// How long [`Communicator::wait`] waits before it declares a peer dead, unless
 /// [`Communicator::with_timeout`] says otherwise.
@@ -315,8 +316,24 @@ impl Communicator {
         op: &'static str,
         f: impl FnOnce(&Rccl, ncclComm_t) -> ncclResult_t,
     ) -> Result<()> {
-        // RCCL calls are not recorded by graph mode: launch what it recorded first.
+        // Graph mode records a collective only where it says so (`GraphMode::record_rccl`)
+        // and outside a group (whose end queues the grouped work); otherwise what it recorded
+        // is launched first.
+        if !group::active() && self.stream.records_rccl() {
+            return self
+                .stream
+                .record(NodeKind::Library, || self.call_now(op, f));
+        }
         let _plain = self.stream.flush_graph()?;
+        self.call_now(op, f)
+    }
+
+    /// [`Communicator::call`]'s RCCL call itself, on a stream already prepared for it.
+    fn call_now(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&Rccl, ncclComm_t) -> ncclResult_t,
+    ) -> Result<()> {
         // Inside a group, this communicator is aborted with the others if the group fails:
         // work queued on the others would otherwise wait for it forever.
         group::register(
