@@ -24,7 +24,9 @@
 #    several GPUs (issue 29): `candle-rocm-bench --gpus 2` (all-reduce 1 MiB-1 GiB in f32, f16
 #    and bf16, GPU 0 -> GPU 1 copies, the tensor-parallel llama at the 7B shape on 1 GPU and on
 #    2; one process per GPU) and tests/bench/torch_mgpu.py (torch.distributed's NCCL
-#    all-reduce and tensor.to("cuda:1") on the same schedule), NCCL_NVLS_ENABLE=0 in both;
+#    all-reduce and tensor.to("cuda:1") on the same schedule), NCCL_NVLS_ENABLE=0 in both; the
+#    llama once more with CANDLE_ROCM_GRAPH_RCCL=1 (collectives recorded into the graphs), its
+#    tokens/s in the summary;
 # 6. joins them into one table (tests/bench/table.py), written to
 #    $OUT/bench-<date>-<gpu>.md and printed last, llama.cpp's rows in a table of their own
 #    after the main one with ours and Candle CUDA's beside them, then the rows of several GPUs
@@ -185,6 +187,14 @@ else
     rc=$?
     row "candle-rocm-bench --gpus 2 exit" "$rc ($(grep -c '^bench' "$OUT/ours-mgpu.tsv") rows, $((SECONDS - t0)) s)"
     tail -3 "$OUT/ours-mgpu.err"
+    # The tensor-parallel llama again with its collectives recorded into the graphs
+    # (CANDLE_ROCM_GRAPH_RCCL, off by default until this pass has measured it).
+    CANDLE_ROCM_GRAPH_RCCL=1 timeout -k 10 "$mgpu_limit" "$BUILD/bin/candle-rocm-bench" --gpus 2 \
+        --only mgpu_tp --tp-layers "${BENCH_TP_LAYERS:-32}" \
+        --tp-attention "${BENCH_TP_ATTENTION:-flash}" \
+        > "$OUT/ours-mgpu-graph-rccl.tsv" 2> "$OUT/ours-mgpu-graph-rccl.err"
+    rc=$?
+    row "... with CANDLE_ROCM_GRAPH_RCCL=1" "exit $rc: $(awk -F'\t' '$1 == "bench" { printf "%s %s %.0f tok/s; ", $3, $4, $7 / $6 }' "$OUT/ours-mgpu-graph-rccl.tsv")"
     t0=$SECONDS
     PYTHONUNBUFFERED=1 timeout -k 10 "$mgpu_limit" python3 tests/bench/torch_mgpu.py --gpus 2 \
         "${only_py[@]}" > "$OUT/torch-mgpu.tsv" 2> "$OUT/torch-mgpu.err"
