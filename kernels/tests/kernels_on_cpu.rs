@@ -261,6 +261,31 @@ fn qmatvec_kernels_match_references_on_cpu_amd_wave64() {
     build_and_run("qmatvec_test.cpp", "qmatvec-amd64", &["-DEMU_AMD_WAVE=64"]);
 }
 
+/// The split mat-vec kernels (`qmatvec/split.h`, `CANDLE_ROCM_QMATVEC_SPLIT`): every type, gpr
+/// 1 to 8, against the same reference, and twice each (identical bits).
+#[test]
+fn qmatvec_split_kernels_match_references_on_cpu_cuda_path() {
+    build_and_run("qmatvec_split_test.cpp", "qmatvec-split-cuda", &[]);
+}
+
+#[test]
+fn qmatvec_split_kernels_match_references_on_cpu_amd_wave32() {
+    build_and_run(
+        "qmatvec_split_test.cpp",
+        "qmatvec-split-amd32",
+        &["-DEMU_AMD_WAVE=32"],
+    );
+}
+
+#[test]
+fn qmatvec_split_kernels_match_references_on_cpu_amd_wave64() {
+    build_and_run(
+        "qmatvec_split_test.cpp",
+        "qmatvec-split-amd64",
+        &["-DEMU_AMD_WAVE=64"],
+    );
+}
+
 #[test]
 fn attention_kernels_match_references_on_cpu_cuda_path() {
     build_and_run("attention_test.cpp", "attention-cuda", &[]);
