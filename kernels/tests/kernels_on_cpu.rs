@@ -2,7 +2,7 @@
 //! model in plain C++ (blocks one after another, the threads of a block as cooperative fibers
 //! that meet at `__syncthreads` and wave shuffles, `__shared__` as static storage), and the
 //! drivers in `tests/emu/` launch `hip/elementwise.hip`, `hip/rows.hip`, `hip/index.hip`,
-//! `hip/qmatvec.hip`, `hip/copy.hip` (batched copies, im2col rows), `hip/gemv.hip` (both
+//! `hip/qmatvec.hip` (its split mat-vec in `qmatvec_split_test.cpp`), `hip/copy.hip` (batched copies, im2col rows), `hip/gemv.hip` (both
 //! orientations, `gemv_test.cpp` and `gemv_nn_test.cpp`),
 //! `hip/attention.hip` and `hip/conv_igemm.hip` with candle-rocm's launch geometry and
 //! argument structs and check every result against host references. `rows.hip`, `qmatvec.hip`, `gemv.hip` and `attention.hip`
