@@ -45,6 +45,14 @@ pub const QMATVEC_VAR: &str = "CANDLE_ROCM_QMATVEC";
 /// bench/results and the README's speed section).
 pub const QMATVEC_ROWS_VAR: &str = "CANDLE_ROCM_QMATVEC_ROWS";
 
+/// Experimental, off by default: `1` runs the quantized mat-vec of one f32 activation row
+/// (decode) on the split kernels (`qmatvec_split_*`, `kernels/hip/qmatvec/split.h`), which
+/// share each row's blocks among up to 8 groups of 32 lanes instead of one. The default
+/// kernels were measured latency-bound at decode (long serial walks over k in few groups; issue
+/// 27); the split ones are not yet measured. Other row counts, and [`QMATVEC_VAR`]`=q8`, are
+/// unchanged.
+pub const QMATVEC_SPLIT_VAR: &str = "CANDLE_ROCM_QMATVEC_SPLIT";
+
 /// Default of [`QMATVEC_ROWS_VAR`] for the k-quants and in q8 mode (see there).
 pub const QMATVEC_ROWS_DEFAULT: usize = 8;
 
@@ -151,6 +159,11 @@ pub const SETTINGS: [Setting; 16] = [
         var: QMATVEC_ROWS_VAR,
         values: "1 to 64",
         default: "8 (6 for 32-value block types in f32)",
+    },
+    Setting {
+        var: QMATVEC_SPLIT_VAR,
+        values: SWITCH_VALUES,
+        default: "0",
     },
     Setting {
         var: QMATMUL_ROWS_VAR,
@@ -372,6 +385,20 @@ pub fn qmatvec_q8() -> bool {
             false
         }
         _ => false,
+    })
+}
+
+/// Whether one-row f32 quantized mat-vecs run the split kernels ([`QMATVEC_SPLIT_VAR`]).
+pub fn qmatvec_split() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        let on = switch(QMATVEC_SPLIT_VAR, false);
+        if on {
+            tracing::info!(
+                "{QMATVEC_SPLIT_VAR}: one-row quantized mat-vecs run the split kernels (experimental)"
+            );
+        }
+        on
     })
 }
 

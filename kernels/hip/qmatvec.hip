@@ -85,12 +85,15 @@
 //     the end; x: k floats (16-byte aligned for _v); y: n floats. Launch with QMV_BLOCK
 //     threads in x (blockDim (256, 1, 1)) and any grid (candle-rocm uses
 //     min(ceil(n / QMV_ROWS), 2^20) blocks); the same for every type.
+//   qmatvec_split_<T>[_v](same, unsigned gpr): one x row with k split over gpr groups per row
+//     group (qmatvec/split.h; experimental, CANDLE_ROCM_QMATVEC_SPLIT).
 //
 // The kernels live in qmatvec/, one file per family, included here in order (one module, one
 // code object per target).
 
 #include "qmatvec/common.h"
 #include "qmatvec/matvec_f32.h"
+#include "qmatvec/split.h"
 #include "qmatvec/matvec_q8.h"
 #include "qmatvec/dequantize.h"
 #include "qmatvec/qmm.h"

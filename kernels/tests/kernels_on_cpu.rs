@@ -2,7 +2,7 @@
 //! model in plain C++ (blocks one after another, the threads of a block as cooperative fibers
 //! that meet at `__syncthreads` and wave shuffles, `__shared__` as static storage), and the
 //! drivers in `tests/emu/` launch `hip/elementwise.hip`, `hip/rows.hip`, `hip/index.hip`,
-//! `hip/qmatvec.hip`, `hip/copy.hip` (batched copies, im2col rows), `hip/gemv.hip` (both
+//! `hip/qmatvec.hip` (its split mat-vec in `qmatvec_split_test.cpp`), `hip/copy.hip` (batched copies, im2col rows), `hip/gemv.hip` (both
 //! orientations, `gemv_test.cpp` and `gemv_nn_test.cpp`),
 //! `hip/attention.hip` and `hip/conv_igemm.hip` with candle-rocm's launch geometry and
 //! argument structs and check every result against host references. `rows.hip`, `qmatvec.hip`, `gemv.hip` and `attention.hip`
@@ -259,6 +259,31 @@ fn qmatvec_kernels_match_references_on_cpu_amd_wave32() {
 #[test]
 fn qmatvec_kernels_match_references_on_cpu_amd_wave64() {
     build_and_run("qmatvec_test.cpp", "qmatvec-amd64", &["-DEMU_AMD_WAVE=64"]);
+}
+
+/// The split mat-vec kernels (`qmatvec/split.h`, `CANDLE_ROCM_QMATVEC_SPLIT`): every type, gpr
+/// 1 to 8, against the same reference, and twice each (identical bits).
+#[test]
+fn qmatvec_split_kernels_match_references_on_cpu_cuda_path() {
+    build_and_run("qmatvec_split_test.cpp", "qmatvec-split-cuda", &[]);
+}
+
+#[test]
+fn qmatvec_split_kernels_match_references_on_cpu_amd_wave32() {
+    build_and_run(
+        "qmatvec_split_test.cpp",
+        "qmatvec-split-amd32",
+        &["-DEMU_AMD_WAVE=32"],
+    );
+}
+
+#[test]
+fn qmatvec_split_kernels_match_references_on_cpu_amd_wave64() {
+    build_and_run(
+        "qmatvec_split_test.cpp",
+        "qmatvec-split-amd64",
+        &["-DEMU_AMD_WAVE=64"],
+    );
 }
 
 #[test]

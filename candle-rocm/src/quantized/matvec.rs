@@ -13,7 +13,7 @@ use crate::layout::invalid;
 use crate::storage::RocmStorage;
 
 use super::plan::{
-    mat_vec_rows_per_block, qmatvec_kernel, row_chunks, QmatvecLaunch, QmatvecNames,
+    mat_vec_rows_per_block, qmatvec_kernel, row_chunks, QmatvecLaunch, QmatvecNames, QmatvecSplit,
     QMATVEC_THREADS, X8_BLOCK_BYTES,
 };
 use super::qstorage::{Blocks, RocmQStorage};
@@ -141,7 +141,9 @@ impl RocmQStorage {
     }
     /// `x (m, k) @ w^T` with our `qmatvec_<type>[_m<rows>][_v]` kernels
     /// (`kernels/hip/qmatvec.hip`), which take up to [`QmatvecNames::max_rows`] rows of `x` per
-    /// launch (each weight word is read once for all of them), for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0
+    /// launch (each weight word is read once for all of them); one row with
+    /// [`crate::settings::qmatvec_split`] on runs `qmatvec_split_<type>[_v]` instead (k split
+    /// across groups, [`QmatvecSplit`]), for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0
     /// (blocks of 32 values), Q4_K, Q5_K and Q6_K (256) weights `w` of shape `(n, k)`: `None` when they do
     /// not apply (`k` not a multiple of the block, `n` zero or past `u32`, `x` not `m`
     /// contiguous rows of `k` values). The only allocation is the output.
@@ -157,8 +159,21 @@ impl RocmQStorage {
             return Ok(None);
         };
         let mut out = self.alloc_output(m, n)?;
+        let x_addr = x.slice(x_start..)?.device_ptr() as usize;
+        if m == 1 && crate::settings::qmatvec_split() {
+            let split = QmatvecSplit::new(n, blocks as usize, self.dtype.block_size(), x_addr);
+            let f = self
+                .device
+                .function(Module::Qmatvec, names.split[usize::from(split.vec)])?;
+            let xs = x.slice(x_start..x_start + k)?;
+            self.qmatvec_split_launch(&f, &split, data, (&xs, &out), (rows, blocks))?;
+            return Ok(Some(RocmStorage::new(
+                RocmStorageSlice::F32(out),
+                self.device.clone(),
+            )));
+        }
         // Row i of x starts 4 k bytes (a multiple of 128) after row 0: one alignment for all.
-        let launch = QmatvecLaunch::new(n, x.slice(x_start..)?.device_ptr() as usize);
+        let launch = QmatvecLaunch::new(n, x_addr);
         for (first, count) in row_chunks(m, names.max_rows()) {
             let name = names.f32[count - 1][usize::from(launch.vec)];
             let f = self.device.function(Module::Qmatvec, name)?;
@@ -170,6 +185,45 @@ impl RocmQStorage {
             RocmStorageSlice::F32(out),
             self.device.clone(),
         )))
+    }
+    /// One launch of a split `qmatvec_split_<type>[_v]` kernel for one row of x: `y_out (1,
+    /// rows) = x_row (1, k) @ w^T` (k = block_size * `blocks`), `split.gpr` groups per row
+    /// group.
+    fn qmatvec_split_launch(
+        &self,
+        f: &rocm_safe::Function,
+        split: &QmatvecSplit,
+        data: &DeviceBuffer<u8>,
+        (x_row, y_out): (&impl DeviceSlice<f32>, &impl DeviceSlice<f32>),
+        (rows, blocks): (u32, u32),
+    ) -> Result<(), BackendError> {
+        let (pw, py, pout) = (
+            data.as_arg(),
+            rocm_safe::DevicePtrArg::of(x_row),
+            rocm_safe::DevicePtrArg::of(y_out),
+        );
+        let gpr = split.gpr;
+        let mut l = self.device.stream().launch_builder(f);
+        l.arg(&pw)
+            .arg(&py)
+            .arg(&pout)
+            .arg(&rows)
+            .arg(&blocks)
+            .arg(&gpr);
+        // SAFETY: `qmatvec_split_<type>[_v]` take (const uint8_t *w, const float *x, float *y,
+        // unsigned n, unsigned nb, unsigned gpr), read `rows` rows of `blocks` blocks and one
+        // row of k = block_size * blocks f32 values, and write `rows` values. The caller
+        // (`qmatvec`) checked with `check_count` that those weights lie within the blocks
+        // held; the kernels' reads of up to 2 bytes before a block (inside the previous block;
+        // the buffer's start is 4-byte aligned, checked there) or up to 4 after the last one
+        // fall inside the MATRIX_ROW_PADDING of zeroed blocks that follows (at least 288
+        // bytes); `x_row` is a checked view of the row, 16-byte aligned where `split` chose
+        // the `_v` kernel; `y_out` is a fresh buffer of `rows` values no other launch writes;
+        // gpr is 1, 2, 4 or 8 (`split_groups_per_row`), the same for every block, the kernels
+        // take blocks of QMATVEC_THREADS threads and any grid (a grid-stride loop); all
+        // ordered on the device's stream.
+        unsafe { l.launch(split.cfg)? };
+        Ok(())
     }
     /// `x (m, k) @ w^T` with `x` rounded to 8 bits (`qmv_quantize_x8`, one launch for the `m`
     /// rows) and our `qmatvec8_<type>[_m<rows>]` kernels, up to [`QmatvecNames::max_rows`] rows

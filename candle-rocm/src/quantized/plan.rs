@@ -30,6 +30,9 @@ pub(super) struct QmatvecNames {
     pub(super) qmm8: [&'static str; 3],
     /// The register-tiled kernels `qmr_<type>_m<8|16>` (f32 activations), by x-row tile.
     pub(super) qmr: [&'static str; 2],
+    /// The split mat-vec of one f32 row (`qmatvec_split_<type>` and its `_v`), with
+    /// [`crate::settings::qmatvec_split`].
+    pub(super) split: [&'static str; 2],
 }
 
 impl QmatvecNames {
@@ -41,7 +44,8 @@ impl QmatvecNames {
 }
 
 /// The names of `qmatvec_<t>`, `qmatvec_<t>_m<r>` (and their `_v`), `qmatvec8_<t>[_m<r>]`,
-/// the tiled `qmm8_<t>_m<tile>` and the register-tiled `qmr_<t>_m<tile>`
+/// the tiled `qmm8_<t>_m<tile>`, the register-tiled `qmr_<t>_m<tile>` and the split
+/// `qmatvec_split_<t>[_v]`
 /// for the row-count suffixes given ("" for one row).
 macro_rules! qmatvec_names {
     ($t:literal: $($suffix:literal),+) => {
@@ -57,6 +61,7 @@ macro_rules! qmatvec_names {
                 concat!("qmm8_", $t, "_m64"),
             ],
             qmr: [concat!("qmr_", $t, "_m8"), concat!("qmr_", $t, "_m16")],
+            split: [concat!("qmatvec_split_", $t), concat!("qmatvec_split_", $t, "_v")],
         }
     };
 }
@@ -223,6 +228,72 @@ impl QmatvecLaunch {
     }
 }
 
+/// Groups of 32 lanes in a `qmatvec` block (`QMV_BLOCK / QMV_GROUP`): the most groups per row
+/// group of the split kernels.
+pub(super) const QMATVEC_GROUPS: usize = 8;
+/// Blocks a split mat-vec launch ([`QmatvecSplit`]) should have at least before its row groups
+/// are not split further: several per compute unit of a large GPU (132 SMs on an H100, 304
+/// CUs on an MI300X), so that more groups walk shorter stretches of k at once; the dense
+/// `gemv` kernels' target (`launch::gemv`'s `TARGET_BLOCKS`), a starting point until measured.
+pub(super) const QMATVEC_SPLIT_TARGET_BLOCKS: usize = 1024;
+
+/// Blocks (of 32 values) or super-blocks (of 256) one group of a `qmatvec` kernel covers per
+/// step, for blocks of `block_size` values: `QMV_BS` (8) and `QMV_KS` (2).
+pub(super) fn qmatvec_step_blocks(block_size: usize) -> usize {
+    if block_size == 32 {
+        8
+    } else {
+        2
+    }
+}
+
+/// Groups per row group of the split kernels (their `gpr`: 1, 2, 4 or 8) for `n` rows of `nb`
+/// blocks, `step` blocks a group step: the fewest that give [`QMATVEC_SPLIT_TARGET_BLOCKS`]
+/// blocks, but no more than leave each group at least one step of the row's blocks (as
+/// `launch::gemv`'s `groups_per_row`). Ported in the emulator driver
+/// `kernels/tests/emu/qmatvec_split_test.cpp` (`split_groups_per_row`).
+pub(super) fn split_groups_per_row(n: usize, nb: usize, step: usize) -> usize {
+    // The largest power of two at or below the steps' bound (11 steps allow 8, 6 allow 4).
+    let bound = (nb / step.max(1)).clamp(1, QMATVEC_GROUPS);
+    let most = 1 << bound.ilog2();
+    let mut gpr = 1;
+    while gpr < most && n.saturating_mul(gpr).div_ceil(QMATVEC_ROWS) < QMATVEC_SPLIT_TARGET_BLOCKS {
+        gpr *= 2;
+    }
+    gpr
+}
+
+/// Launch of a split `qmatvec_split_*` kernel (one x row): the groups per row group, the grid
+/// for `n` rows of `nb` blocks (`QMATVEC_ROWS / gpr` rows a block) and whether x (at device
+/// address `x_addr`) allows the `_v` kernel's float4 loads.
+pub(super) struct QmatvecSplit {
+    /// Grid and block.
+    pub(super) cfg: LaunchConfig,
+    /// Whether x is 16-byte aligned (the `_v` kernel).
+    pub(super) vec: bool,
+    /// Groups per row group (the kernels' last argument).
+    pub(super) gpr: u32,
+}
+
+impl QmatvecSplit {
+    /// The launch for `n` output rows of `nb` blocks of `block_size` values, x at `x_addr`.
+    pub(super) fn new(n: usize, nb: usize, block_size: usize, x_addr: usize) -> Self {
+        let gpr = split_groups_per_row(n, nb, qmatvec_step_blocks(block_size));
+        let grid = n.div_ceil(QMATVEC_ROWS / gpr).clamp(1, QMATVEC_MAX_GRID);
+        QmatvecSplit {
+            cfg: LaunchConfig {
+                // At most 2^20: fits u32.
+                grid_dim: (grid as u32, 1, 1),
+                block_dim: (QMATVEC_THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            },
+            vec: x_addr % 16 == 0,
+            // 1, 2, 4 or 8.
+            gpr: gpr as u32,
+        }
+    }
+}
+
 /// Output rows per block of the dequantize-mat-vec kernels: 4 (or 2) when that divides `n`,
 /// so a block has 128 (64) threads: one 32-thread block per row leaves a wave64 half empty on
 /// AMD and caps residency on any GPU. The kernels find their row as `blockIdx.x * blockDim.y
@@ -342,6 +413,61 @@ mod tests {
         }
     }
 
+    /// The split kernels' groups per row group: the fewest reaching the target blocks, never
+    /// past one step of blocks per group (the emulator driver's `split_port` checks the same).
+    #[test]
+    fn split_groups_per_row_fill_the_gpu() {
+        // (n, nb, step) -> gpr
+        for (n, nb, step, want) in [
+            (2048, 64, 8, 8),  // 2048 x 2048 q4_0: 128 blocks at gpr 1, 1024 at 8
+            (256, 64, 8, 8),   // 256 x 2048: 16 blocks; 8 steps allow 8 groups
+            (2048, 176, 8, 8), // 2048 x 5632 q4_0
+            (32000, 64, 8, 1), // lm_head: 2000 blocks already
+            (5632, 64, 8, 4),  // 5632 x 2048: 1408 blocks at 4
+            (2048, 8, 2, 4),   // 2048 x 2048 q4_K: 4 steps, so 4 groups at most
+            (2048, 22, 2, 8),  // 2048 x 5632 q6_K: 11 steps
+            (2048, 16, 8, 2),  // k = 512 q4_0: 2 steps
+            (2048, 1, 8, 1),   // one block: no split
+            (1, 1, 2, 1),      // one super-block
+            (16384, 64, 8, 1), // exactly the target at 1
+            (8192, 64, 8, 2),  // the target at 2
+        ] {
+            assert_eq!(
+                split_groups_per_row(n, nb, step),
+                want,
+                "n {n} nb {nb} step {step}"
+            );
+        }
+        assert_eq!(qmatvec_step_blocks(32), 8);
+        assert_eq!(qmatvec_step_blocks(256), 2);
+        // The grid: QMATVEC_ROWS / gpr rows a block, at least one block, at most the cap.
+        let a = QmatvecSplit::new(2048, 64, 32, 256);
+        assert_eq!((a.gpr, a.cfg.grid_dim, a.vec), (8, (1024, 1, 1), true));
+        let b = QmatvecSplit::new(17, 3, 256, 260);
+        assert_eq!((b.gpr, b.cfg.grid_dim.0, b.vec), (1, 2, false));
+        let c = QmatvecSplit::new(17, 64, 32, 0);
+        assert_eq!((c.gpr, c.cfg.grid_dim.0), (8, 9));
+        let d = QmatvecSplit::new(1 << 30, 1, 32, 0);
+        assert_eq!(d.cfg.grid_dim.0 as usize, QMATVEC_MAX_GRID);
+        for n in [1, 2, 3, 15, 16, 17, 255, 4097] {
+            for nb in [1, 2, 7, 8, 16, 31, 64, 200] {
+                for bs in [32, 256] {
+                    let s = QmatvecSplit::new(n, nb, bs, 0);
+                    assert!(s.gpr.is_power_of_two() && s.gpr as usize <= QMATVEC_GROUPS);
+                    // Each group has at least one step, unless there is only one.
+                    let steps = nb / qmatvec_step_blocks(bs);
+                    assert!(
+                        s.gpr == 1 || steps >= s.gpr as usize,
+                        "n {n} nb {nb} bs {bs}"
+                    );
+                    // The grid covers every row.
+                    let rows = s.cfg.grid_dim.0 as usize * (QMATVEC_ROWS / s.gpr as usize);
+                    assert!(rows >= n, "n {n} nb {nb} bs {bs}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn qmm_slices_cover_k_once_and_fill_the_gpu() {
         for tiles in [1, 3, 64, 128, 500, 4096] {
@@ -424,6 +550,8 @@ mod tests {
         assert_eq!(q51.qmm8[2], "qmm8_q5_1_m64");
         assert_eq!(q51.qmr, ["qmr_q5_1_m8", "qmr_q5_1_m16"]);
         assert_eq!(q40.qmr[1], "qmr_q4_0_m16");
+        assert_eq!(q40.split, ["qmatvec_split_q4_0", "qmatvec_split_q4_0_v"]);
+        assert_eq!(q6k.split, ["qmatvec_split_q6_K", "qmatvec_split_q6_K_v"]);
         for t in [
             GgmlDType::Q4_0,
             GgmlDType::Q5_0,
@@ -472,6 +600,7 @@ mod tests {
             let all = names.f32.iter().flatten().chain(names.x8.iter());
             let all = all
                 .chain(names.qmr.iter())
+                .chain(names.split.iter())
                 .chain(names.qmm8.iter())
                 .copied();
             for name in all.chain([dequantize.as_str(), "qmm_reduce"]) {

@@ -5,8 +5,10 @@
 
 use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor};
 use candle_core::{DType, Device, Module, Result, Tensor};
+use candle_rocm::settings::{qmatvec_split, QMATVEC_SPLIT_VAR};
 use candle_rocm_tests::{
-    assert_close, assert_gpu_close, gpu, normal, rng, root_cause, GGML_TYPES_BUT_Q8_1,
+    assert_close, assert_gpu_close, gpu, isolated_with, normal, rng, root_cause,
+    GGML_TYPES_BUT_Q8_1,
 };
 
 /// A `(rows, k)` weight matrix quantized on the CPU, and the same blocks loaded on `dev`.
@@ -270,6 +272,106 @@ fn qmatvec_with_every_rows_per_block() -> Result<()> {
             let got = mm.forward(&x.to_device(&dev)?)?;
             assert_gpu_close(&got, &want, 1e-4, &format!("{dtype:?} mat-vec n {n}"))?;
         }
+    }
+    Ok(())
+}
+
+/// Names the file through which the parent process of
+/// [`qmatvec_split_matches_the_unsplit_kernels`] hands its (unsplit) results to the child.
+const SPLIT_REFERENCE_VAR: &str = "CANDLE_ROCM_TESTS_QMATVEC_SPLIT_REFERENCE";
+
+/// One-row products (decode) on every `QMATVEC_TYPES` type, on shapes that give the split
+/// kernels every groups-per-row count (candle-rocm's `split_groups_per_row`: 17 x 512 gives
+/// 2 for the 32-value blocks and 1 for the k-quants, 1024 x 2048 gives 8 and 4, 64 x 5632 8
+/// and 8), x as (1, k) and as (1, 1, k): for each, its name, the GPU's result (computed twice:
+/// the two must be the same bits) and the CPU's product on the dequantized weights.
+fn one_row_products(dev: &Device) -> Result<Vec<(String, Vec<f32>, Tensor)>> {
+    let mut out = Vec::new();
+    for (i, dtype) in QMATVEC_TYPES.into_iter().enumerate() {
+        for (j, (n, k)) in [(17, 512), (1024, 2048), (64, 5632)]
+            .into_iter()
+            .enumerate()
+        {
+            let (cpu, q) = weights(dtype, n, k, 700 + (10 * i + j) as u64)?;
+            let w = cpu.dequantize(&Device::Cpu)?;
+            let mm = QMatMul::from_qtensor(q)?;
+            let shape = if j == 1 { vec![1, 1, k] } else { vec![1, k] };
+            let x = Tensor::from_vec(
+                normal(&mut rng(800 + (10 * i + j) as u64), k, 1.0),
+                shape,
+                &Device::Cpu,
+            )?;
+            let x_dev = x.to_device(dev)?;
+            let what = format!("{dtype:?} one row {n} x {k}");
+            let got = mm.forward(&x_dev)?.flatten_all()?.to_vec1::<f32>()?;
+            let again = mm.forward(&x_dev)?.flatten_all()?.to_vec1::<f32>()?;
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&again), "{what}: two runs differ");
+            let want = x.broadcast_matmul(&w.t()?)?.flatten_all()?;
+            out.push((what, got, want));
+        }
+    }
+    Ok(out)
+}
+
+/// `CANDLE_ROCM_QMATVEC_SPLIT=1` (read once per process): the split kernels' one-row
+/// products, computed in a child process of this binary, against the default kernels' in this
+/// one (handed over in a file) and against the CPU, within the mat-vec's tolerance above
+/// (1e-4 of the largest value); each deterministic (two runs, the same bits).
+#[test]
+#[ignore = "needs a HIP device"]
+fn qmatvec_split_matches_the_unsplit_kernels() -> Result<()> {
+    if qmatvec_q8() {
+        // The split kernels take f32 activations only; q8 mode never runs them.
+        return Ok(());
+    }
+    let dev = gpu()?;
+    let products = one_row_products(&dev)?;
+    let Some(path) = std::env::var_os(SPLIT_REFERENCE_VAR) else {
+        // The parent: the default kernels' results, then the child with the setting on.
+        if qmatvec_split() {
+            eprintln!("{QMATVEC_SPLIT_VAR} is on here: no unsplit results to compare against");
+            return Ok(());
+        }
+        let path = std::env::temp_dir().join(format!(
+            "candle-rocm-qmatvec-split-{}.f32",
+            std::process::id()
+        ));
+        let bytes: Vec<u8> = products
+            .iter()
+            .flat_map(|(_, got, _)| got.iter().flat_map(|v| v.to_le_bytes()))
+            .collect();
+        std::fs::write(&path, bytes)?;
+        let path_text = path.to_string_lossy().into_owned();
+        let child = isolated_with(
+            "quantized::qmatvec_split_matches_the_unsplit_kernels",
+            &[
+                (QMATVEC_SPLIT_VAR, "1"),
+                (SPLIT_REFERENCE_VAR, path_text.as_str()),
+            ],
+        );
+        let _ = std::fs::remove_file(&path);
+        if child? {
+            candle_core::bail!("the split run needs a child process of its own");
+        }
+        return Ok(());
+    };
+    // The child: the split kernels ran these products.
+    assert!(qmatvec_split(), "{QMATVEC_SPLIT_VAR} is off in the child");
+    let bytes = std::fs::read(path)?;
+    let unsplit: Vec<f32> = bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    let total: usize = products.iter().map(|(_, got, _)| got.len()).sum();
+    assert_eq!(unsplit.len(), total, "unsplit results");
+    let mut at = 0;
+    for (what, got, cpu) in &products {
+        let got_t = Tensor::new(got.as_slice(), &Device::Cpu)?;
+        let want = Tensor::new(&unsplit[at..at + got.len()], &Device::Cpu)?;
+        at += got.len();
+        assert_close(&got_t, &want, 1e-4, &format!("{what}: split vs unsplit"))?;
+        assert_close(&got_t, cpu, 1e-4, &format!("{what}: split vs the CPU"))?;
     }
     Ok(())
 }
