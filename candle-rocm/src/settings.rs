@@ -129,7 +129,7 @@ pub struct Setting {
 }
 
 /// Every setting of the library.
-pub const SETTINGS: [Setting; 16] = [
+pub const SETTINGS: [Setting; 17] = [
     Setting {
         var: STRICT_VAR,
         values: SWITCH_VALUES,
