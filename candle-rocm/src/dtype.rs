@@ -34,7 +34,7 @@ macro_rules! with_dtypes {
 }
 pub(crate) use with_dtypes;
 
-/// Every dtype a tensor stores on the GPU holds, in [`with_dtypes!`]'s order (Candle's MX types F6E2M3,
+/// Every dtype a tensor stores on the GPU holds, in `with_dtypes!`'s order (Candle's MX types F6E2M3,
 /// F6E3M2, F4 and F8E8M0 have no storage on any GPU backend).
 pub const STORED_DTYPES: [DType; 10] = {
     macro_rules! list {

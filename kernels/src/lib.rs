@@ -5,7 +5,7 @@
 //! and our own `kernels/hip/*.hip` (`rand`, `index`, `convert`, `where`, `small_int`, `rows`,
 //! `elementwise`, `qmatvec`, `copy`, `gemv`, `attention`) through the compatibility headers in `kernels/include/` into one
 //! HSA code object per (module, target), deflate-compressed under `kernels/objects/` and listed in
-//! `kernels/manifest.json`; `src/objects.rs` embeds them. [`code_object`] returns one,
+//! `kernels/manifest.json`; `src/objects.rs` embeds them. [`code_object()`] returns one,
 //! decompressed; [`code_object::CodeObject`] reads a code object's kernel list and resource
 //! use. This crate does not depend on candle-core.
 

@@ -7,7 +7,7 @@
 //! The kernel exists only in the code objects of targets with matrix units (MFMA on gfx90a and
 //! gfx94x, WMMA on gfx11 and gfx12, tensor cores on the HIP-on-CUDA harness): [`conv_igemm`]
 //! returns `None` elsewhere, and for shapes past the kernel's 32-bit sizes, and the caller
-//! keeps its im2col-tile GEMM path. [`igemm_args`] and [`igemm_launch`] are host arithmetic,
+//! keeps its im2col-tile GEMM path. `igemm_args` and `igemm_launch` are host arithmetic,
 //! tested here; the kernel's arithmetic is tested on the CPU emulator
 //! (`kernels/tests/emu/conv_igemm_test.cpp`, every matrix-unit family).
 

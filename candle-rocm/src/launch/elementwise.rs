@@ -8,7 +8,7 @@
 //! contiguously are merged. Then
 //! - every operand contiguous: the contiguous kernel `<op>_<dt>(n, in..., out)`, which moves
 //!   16-byte packs when the pointers are 16-byte aligned (else element by element);
-//! - at most [`MAX_RANK`] merged dims, at most `u32::MAX` elements and offsets: the strided
+//! - at most `MAX_RANK` merged dims, at most `u32::MAX` elements and offsets: the strided
 //!   kernel `<op>_<dt>_strided(n, Strided, in..., out)` with the shape, magic-number divisors
 //!   and strides by value; when the innermost dim is a multiple of the pack and each operand is
 //!   either contiguous along it (with pack-aligned strides) or broadcast (stride 0), packs are

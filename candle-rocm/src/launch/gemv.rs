@@ -7,7 +7,7 @@
 //! the memory bandwidth (about 1.2 TB/s for a 2048 x 2048 f16 matrix on an H100 via
 //! HIP-on-CUDA, where a copy moves 3 TB/s) and take several launches for some of them; the
 //! kernel here streams each weight row once with 16-byte loads, one launch per product.
-//! [`matmul`](crate::matmul) asks [`plan`] first and keeps rocBLAS for everything else (and for
+//! [`gemm`](crate::launch::gemm) asks [`plan`] first and keeps rocBLAS for everything else (and for
 //! all products with `CANDLE_ROCM_FAST_KERNELS=0`).
 
 use candle_core::DType;
@@ -66,7 +66,7 @@ fn names(dtype: DType) -> Option<&'static [(&'static str, &'static str); MAX_ROW
     }
 }
 
-/// A product the kernels take: the rocBLAS configuration [`crate::layout::gemm_config`] made
+/// A product the kernels take: the rocBLAS configuration `crate::layout::gemm_config` made
 /// (rocBLAS's A is Candle's rhs `w`, its B Candle's lhs `x`), seen as `y = x w^T`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Plan {

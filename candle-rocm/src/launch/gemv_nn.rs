@@ -97,7 +97,7 @@ pub struct Plan {
 /// The [`Plan`] for `cfg`, or `None` when the kernels do not take it (more than [`MAX_ROWS`]
 /// rows, a transposed operand, alpha other than 1 or beta other than 0, an output with padded
 /// rows, a dtype other than f32/f16/bf16, sizes past 32 bits, more than 65535 batch entries, or
-/// a `k` past [`LONG_K`]).
+/// a `k` past `LONG_K`).
 pub fn plan(cfg: &GemmConfig, dtype: DType) -> Option<Plan> {
     let (rows, n, k) = (cfg.n, cfg.m, cfg.k);
     names(dtype)?;

@@ -7,7 +7,7 @@
 //! launch, so a bad layout is an error, never an out-of-bounds access.
 //!
 //! Unary ops, `affine`, `elu`, `powf`, binary ops, `where_cond` and casts between the float
-//! dtypes first try our vectorised kernels ([`crate::elementwise`]), which take the shape by
+//! dtypes first try our vectorised kernels (`crate::elementwise`), which take the shape by
 //! value; candle's kernels (our `where` module for `where_cond`) run what those do not cover
 //! (other dtypes, more than six unmergeable dims).
 

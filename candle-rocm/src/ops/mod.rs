@@ -1,5 +1,5 @@
 //! The op families of `BackendStorage`, over storage slices ([`crate::RocmStorageSlice`]) and a
-//! device: each dispatches on dtype ([`crate::dispatch`]) and calls the launchers
+//! device: each dispatches on dtype (`crate::dispatch`) and calls the launchers
 //! ([`crate::launch`]) or candle's kernels. None of them knows the storage type; `storage.rs`,
 //! the level above, wraps their results.
 //!

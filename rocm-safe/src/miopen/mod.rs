@@ -1,7 +1,7 @@
 //! [`MiopenHandle`]: an MIOpen handle bound to a stream, with 2-D convolution (forward and
 //! transposed, so also 1-D as the H = 1 case) and 2-D pooling on packed NCHW device buffers,
-//! when MIOpen is installed. Shapes are in [`config`], descriptors in [`desc`], keys, policy and
-//! the choice among candidates in [`plan`].
+//! when MIOpen is installed. Shapes are in `config`, descriptors in `desc`, keys, policy and
+//! the choice among candidates in `plan`.
 //!
 //! MIOpen facts this module relies on, from `include/miopen/miopen.h` (versions listed in
 //! [`rocm_sys::miopen`]):

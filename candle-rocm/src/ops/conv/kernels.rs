@@ -344,9 +344,9 @@ impl Map1 for Pool2D {
 /// Nearest-neighbour upsampling of (b, c, h, w) to (b, c, out_h, out_w); 1-D inputs run as
 /// (b, c, l, 1).
 pub struct UpsampleNearest {
-    /// Output size along dims[2].
+    /// Output size along `dims[2]`.
     pub out_h: usize,
-    /// Output size along dims[3].
+    /// Output size along `dims[3]`.
     pub out_w: usize,
 }
 

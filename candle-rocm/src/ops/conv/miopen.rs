@@ -1,5 +1,5 @@
 //! The MIOpen path of the convolutions (`conv1d`, `conv2d`, `conv_transpose1d`,
-//! `conv_transpose2d`) and of `max_pool2d` (rocm-safe's [`MiopenHandle`]), chosen by
+//! `conv_transpose2d`) and of `max_pool2d` (rocm-safe's `MiopenHandle`), chosen by
 //! `CANDLE_ROCM_CONV` ([`crate::settings::conv_path`]) (`avg_pool2d` stays on our kernel: MIOpen's averages round differently from
 //! Candle's, enough to fail candle-core's own pooling test):
 //!
@@ -9,7 +9,7 @@
 //!   convolutions, our kernels for the transposed ones and the pools);
 //! - `im2col`: our own paths;
 //! - `auto` (the default): MIOpen, when installed, for the convolutions and transposed
-//!   convolutions [`auto_takes_miopen`] picks per shape (contiguous f32/f16/bf16 of at least
+//!   convolutions `auto_takes_miopen` picks per shape (contiguous f32/f16/bf16 of at least
 //!   [`AUTO_MIN_FLOPS`]), each decision logged once per shape at debug level; our path for the
 //!   smaller ones, where MIOpen's host cost per call outweighs the work, and for the pools. The
 //!   rule comes from the H100 harness (MIOpen over cuDNN through the double), not from an AMD
