@@ -13,8 +13,9 @@
 # COUNT_STEPS (default "4 20") decode steps, and prints the difference per token: host
 # instructions (exact, unlike times on a shared machine), kernel launches, GEMMs and raw device
 # allocations, then the launches per token of each kernel (NULL_CUDA_STATS=2).
-# The decode_llama rows run one `--profile` pass; the gguf rows their three timed runs (so the
-# difference covers three times the steps).
+# The decode_llama and synthetic gguf_decode_1.1b_* rows run one `--profile` pass each; other
+# rows (a real GGUF file's) their three timed runs (so the difference covers three times the
+# steps).
 #
 # BENCH defaults to tests/target/release/candle-rocm-bench (`cargo xtask bench` builds it).
 # NULL_ONLY picks the rows (decode_llama by default), NULL_TOKENS the decode steps (64).
@@ -41,7 +42,7 @@ if [ "${COUNT:-0}" = 1 ]; then
     read -r a b <<< "${COUNT_STEPS:-4 20}"
     for row in ${COUNT_ROWS:-decode_llama_1.1b decode_llama_1.1b_flash gguf_decode_1.1b_q4_0}; do
         k=3 extra=()
-        case "$row" in decode_llama*) k=1 extra=(--profile) ;; esac
+        case "$row" in decode_llama* | gguf_decode_1.1b_*) k=1 extra=(--profile) ;; esac
         for n in "$a" "$b"; do
             NULL_CUDA_STATS=2 valgrind --tool=cachegrind --cache-sim=no \
                 --cachegrind-out-file="$out/cachegrind.$row.$n" \

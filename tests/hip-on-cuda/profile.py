@@ -77,13 +77,16 @@ def steps(kernels):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, required=True)
+    # The timed rows beside the profile: the safetensors llama's by default, or a GGUF row
+    # (`gguf_decode_1.1b_q4_0`: f32 activations, no host row).
+    ap.add_argument("--row", default="decode_llama_1.1b")
     ap.add_argument("runs", nargs="+")
     a = ap.parse_args()
     if len(a.runs) % 3:
         sys.exit("profile.py: arguments come in threes: NAME TSV CSV")
     runs = [a.runs[i : i + 3] for i in range(0, len(a.runs), 3)]
     print("## Decode, per token\n")
-    print("| backend | dtype | wall µs/token | host µs/token | kernels/token | GPU µs/token (f16, ncu) |")
+    print("| backend | dtype | wall µs/token | host µs/token | kernels/token | GPU µs/token (profiled pass, ncu) |")
     print("|---|---|---|---|---|---|")
     tops = {}
     for name, tsv, ncsv in runs:
@@ -93,12 +96,14 @@ def main():
             print(f"({name}: found {len(st)} decode steps in the profile, expected {a.tokens})", file=sys.stderr)
         per_k = sum(len(s) for s in st) / max(len(st), 1)
         per_t = sum(ns for s in st for _, ns in s) / max(len(st), 1) / 1e3
-        for dtype in ("f16", "bf16"):
-            wall = rows.get(("decode_llama_1.1b", dtype))
-            host = rows.get(("decode_llama_1.1b_host", dtype))
+        # The profiled pass runs the first dtype: f16 for the llama, f32 for a GGUF row.
+        dtypes = ("f32",) if a.row.startswith("gguf") else ("f16", "bf16")
+        for dtype in dtypes:
+            wall = rows.get((a.row, dtype))
+            host = rows.get((a.row + "_host", dtype))
             f = lambda v: f"{v * 1e6:.0f}" if v is not None else "-"
-            gpu = f"{per_t:.0f}" if dtype == "f16" and st else "-"
-            kpt = f"{per_k:.0f}" if dtype == "f16" and st else "-"
+            gpu = f"{per_t:.0f}" if dtype == dtypes[0] and st else "-"
+            kpt = f"{per_k:.0f}" if dtype == dtypes[0] and st else "-"
             print(f"| {name} | {dtype} | {f(wall)} | {f(host)} | {kpt} | {gpu} |")
         agg = collections.defaultdict(lambda: [0, 0.0])
         for s in st:
@@ -109,7 +114,7 @@ def main():
     for name, (agg, n) in tops.items():
         if not agg:
             continue
-        print(f"\n## {name}: kernels of one decode step (f16), by GPU time\n")
+        print(f"\n## {name}: kernels of one decode step ({a.row}), by GPU time\n")
         print("| kernel | launches/token | µs/token | µs/launch |")
         print("|---|---|---|---|")
         for k, (cnt, ns) in sorted(agg.items(), key=lambda kv: -kv[1][1])[:25]:

@@ -16,8 +16,9 @@
 #    per token, and the kernels that take it. Host time per token well above GPU time per
 #    token means the loop is bound by per-op host overhead.
 #
-# PROFILE_ONLY picks the bench rows (decode_llama by default); PROFILE_TOKENS the decode steps
-# under the profiler (4). Everything lands in $OUT; the summary is printed last.
+# PROFILE_ONLY picks the bench rows (decode_llama by default; one synthetic GGUF row such as
+# gguf_decode_1.1b_q4_0 works too, its decode profiled with f32 activations); PROFILE_TOKENS the
+# decode steps under the profiler (4). Everything lands in $OUT; the summary is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -67,7 +68,10 @@ if [ -x "$BUILD/bin/candle-rocm-bench" ]; then
     tail -n 2 "$OUT/ours-unbatched.err"
 fi
 
-python3 tests/hip-on-cuda/profile.py --tokens "$tokens" \
+# A GGUF row (PROFILE_ONLY=gguf_decode_1.1b_q4_0) is summarised beside its own timed row.
+row_op=decode_llama_1.1b
+case "$only" in gguf_decode_1.1b_*) row_op=$only ;; esac
+python3 tests/hip-on-cuda/profile.py --tokens "$tokens" --row "$row_op" \
     ours "$OUT/ours.tsv" "$OUT/ours-ncu.csv" \
     "ours, cat unbatched" "$OUT/ours-unbatched.tsv" - \
     candle-cuda "$OUT/candle-cuda.tsv" "$OUT/candle-cuda-ncu.csv" > "$OUT/profile.md"

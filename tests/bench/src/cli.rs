@@ -33,8 +33,9 @@ pub(crate) struct Cli {
     #[arg(long)]
     pub(crate) gguf: Vec<std::path::PathBuf>,
     /// One untimed pass of each selected decoder row (prompt, then the decode steps; f16 only
-    /// for the safetensors llama), for a profiler such as Nsight Compute to record
-    /// (`tests/hip-on-cuda/profile.sh`); prints no rows.
+    /// for the safetensors llama; the synthetic GGUF rows' decode too, `gguf_decode_1.1b_*`),
+    /// for a profiler such as Nsight Compute to record (`tests/hip-on-cuda/profile.sh`); prints
+    /// no rows.
     #[arg(long)]
     pub(crate) profile: bool,
     /// Write the synthetic GGUF decoders of the gguf_*_1.1b_* rows (q4_0, q4_k_m) and an f16

@@ -375,7 +375,8 @@ fn gguf_rows(
         let next = logits.argmax(D::Minus1)?.flatten_all()?.to_vec1::<u32>()?[0];
         Ok((next, t.elapsed().as_secs_f64()))
     }
-    if b.wanted("model", prefill_op) {
+    // `--profile`: one untimed decode pass for a profiler, no prefill rows.
+    if b.wanted("model", prefill_op) && !b.profile {
         prefill(model, dev, 512)?;
         let s = median(
             (0..3)
@@ -397,6 +398,10 @@ fn gguf_rows(
             }
             Ok(t.elapsed().as_secs_f64() / steps as f64)
         };
+        if b.profile {
+            run(steps)?;
+            return Ok(());
+        }
         run(4)?;
         let s = median((0..3).map(|_| run(steps)).collect::<Result<Vec<_>>>()?);
         let shape = format!("prompt16{tag}");

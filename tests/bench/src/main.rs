@@ -107,6 +107,7 @@ fn main() -> Result<()> {
     };
     if b.profile {
         models::decode(&b, cli.decode_tokens)?;
+        gguf::gguf_decoder(&b, cli.decode_tokens)?;
         return Ok(());
     }
     if let Some(gpus) = cli.gpus {
