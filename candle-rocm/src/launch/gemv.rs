@@ -39,42 +39,58 @@ const MIN_ROWS_LONG_K: usize = 1024;
 /// The longest `k` the kernels take for any number of rows.
 const LONG_K: usize = 8192;
 
-/// `gemv_<T>_<M>` and `gemv_<T>_<M>_v` for M = 1..=8, by M - 1 (static: no name is built per
-/// product on the decode path).
-macro_rules! names {
-    ($t:literal) => {
+/// `<prefix><T>_<M>` and `<prefix><T>_<M>_v` for M = 1..=8, by M - 1 (static: no name is built
+/// per product on the decode path); `launch::gemv_nn` names its kernels with it too.
+macro_rules! gemv_names {
+    ($p:literal, $t:literal) => {
         [
-            names!(@m $t, "1"), names!(@m $t, "2"), names!(@m $t, "3"), names!(@m $t, "4"),
-            names!(@m $t, "5"), names!(@m $t, "6"), names!(@m $t, "7"), names!(@m $t, "8"),
+            gemv_names!(@m $p, $t, "1"), gemv_names!(@m $p, $t, "2"),
+            gemv_names!(@m $p, $t, "3"), gemv_names!(@m $p, $t, "4"),
+            gemv_names!(@m $p, $t, "5"), gemv_names!(@m $p, $t, "6"),
+            gemv_names!(@m $p, $t, "7"), gemv_names!(@m $p, $t, "8"),
         ]
     };
-    (@m $t:literal, $m:literal) => {
-        (concat!("gemv_", $t, "_", $m), concat!("gemv_", $t, "_", $m, "_v"))
+    (@m $p:literal, $t:literal, $m:literal) => {
+        (concat!($p, $t, "_", $m), concat!($p, $t, "_", $m, "_v"))
     };
 }
-const F32_NAMES: [(&str, &str); MAX_ROWS] = names!("f32");
-const F16_NAMES: [(&str, &str); MAX_ROWS] = names!("f16");
-const BF16_NAMES: [(&str, &str); MAX_ROWS] = names!("bf16");
+pub(crate) use gemv_names;
 
-/// The kernels (scalar, vector) for `dtype` by rows - 1, when the kernels cover the dtype.
-fn names(dtype: DType) -> Option<&'static [(&'static str, &'static str); MAX_ROWS]> {
+/// One kernel family's (scalar, vector) names by rows - 1.
+pub(crate) type Names = [(&'static str, &'static str); MAX_ROWS];
+
+const F32_NAMES: Names = gemv_names!("gemv_", "f32");
+const F16_NAMES: Names = gemv_names!("gemv_", "f16");
+const BF16_NAMES: Names = gemv_names!("gemv_", "bf16");
+
+/// The names of `dtype` among a family's f32, f16 and bf16 tables, when the kernels cover it.
+pub(crate) fn names_of(
+    dtype: DType,
+    [f32, f16, bf16]: [&'static Names; 3],
+) -> Option<&'static Names> {
     match dtype {
-        DType::F32 => Some(&F32_NAMES),
-        DType::F16 => Some(&F16_NAMES),
-        DType::BF16 => Some(&BF16_NAMES),
+        DType::F32 => Some(f32),
+        DType::F16 => Some(f16),
+        DType::BF16 => Some(bf16),
         _ => None,
     }
 }
 
+/// The kernels (scalar, vector) for `dtype` by rows - 1, when the kernels cover the dtype.
+fn names(dtype: DType) -> Option<&'static Names> {
+    names_of(dtype, [&F32_NAMES, &F16_NAMES, &BF16_NAMES])
+}
+
 /// A product the kernels take: the rocBLAS configuration `crate::layout::gemm_config` made
-/// (rocBLAS's A is Candle's rhs `w`, its B Candle's lhs `x`), seen as `y = x w^T`.
+/// (rocBLAS's A is Candle's rhs `w`, its B Candle's lhs `x`), seen as `y = x w^T` here and as
+/// `y = x w` by `launch::gemv_nn`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Plan {
     /// Rows of `x` (Candle's m), 1..=[`MAX_ROWS`].
     pub rows: usize,
-    /// Rows of `w`, the output's columns (Candle's n).
+    /// The output's columns (Candle's n): rows of `w` here, its columns in `gemv_nn`.
     pub n: usize,
-    /// The reduced dimension.
+    /// The reduced dimension (columns of `w` here, its rows in `gemv_nn`).
     pub k: usize,
     /// Row stride of `w`, in elements.
     pub ldw: usize,

@@ -16,9 +16,8 @@ use rocm_safe::{DevicePtrArg, DeviceSlice, DeviceSliceMut, GemmConfig, LaunchCon
 use crate::device::RocmDevice;
 use crate::dtype::RocmDType;
 use crate::error::BackendError;
-
-/// The most rows of `lhs` the kernels take (M in `gemv_nn_<T>_<M>`).
-pub const MAX_ROWS: usize = 8;
+use crate::launch::gemv::{gemv_names, names_of, Names};
+use crate::launch::gemv::{Plan, MAX_ROWS};
 
 /// Threads per block (`GV_BLOCK`): `lanes` along n times `GV_BLOCK / lanes` groups along k.
 const BLOCK: usize = 256;
@@ -42,56 +41,13 @@ const MAX_BATCH: usize = 65535;
 /// Between 80 and 4096 it was not measured; 1024 keeps decode attention up to that context.
 const LONG_K: usize = 1024;
 
-/// `gemv_nn_<T>_<M>` and `gemv_nn_<T>_<M>_v` for M = 1..=8, by M - 1 (static: no name is built
-/// per product on the decode path).
-macro_rules! names {
-    ($t:literal) => {
-        [
-            names!(@m $t, "1"), names!(@m $t, "2"), names!(@m $t, "3"), names!(@m $t, "4"),
-            names!(@m $t, "5"), names!(@m $t, "6"), names!(@m $t, "7"), names!(@m $t, "8"),
-        ]
-    };
-    (@m $t:literal, $m:literal) => {
-        (concat!("gemv_nn_", $t, "_", $m), concat!("gemv_nn_", $t, "_", $m, "_v"))
-    };
-}
-const F32_NAMES: [(&str, &str); MAX_ROWS] = names!("f32");
-const F16_NAMES: [(&str, &str); MAX_ROWS] = names!("f16");
-const BF16_NAMES: [(&str, &str); MAX_ROWS] = names!("bf16");
+const F32_NAMES: Names = gemv_names!("gemv_nn_", "f32");
+const F16_NAMES: Names = gemv_names!("gemv_nn_", "f16");
+const BF16_NAMES: Names = gemv_names!("gemv_nn_", "bf16");
 
 /// The kernels (scalar, vector) for `dtype` by rows - 1, when the kernels cover the dtype.
-fn names(dtype: DType) -> Option<&'static [(&'static str, &'static str); MAX_ROWS]> {
-    match dtype {
-        DType::F32 => Some(&F32_NAMES),
-        DType::F16 => Some(&F16_NAMES),
-        DType::BF16 => Some(&BF16_NAMES),
-        _ => None,
-    }
-}
-
-/// A product the kernels take: the rocBLAS configuration `layout::gemm_config` made
-/// (rocBLAS's A is Candle's rhs `w`, its B Candle's lhs `x`, both untransposed), seen as
-/// `y = x w`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Plan {
-    /// Rows of `x` (Candle's m), 1..=[`MAX_ROWS`].
-    pub rows: usize,
-    /// Columns of `w` and of the output (Candle's n).
-    pub n: usize,
-    /// The reduced dimension (rows of `w`).
-    pub k: usize,
-    /// Row stride of `w`, in elements.
-    pub ldw: usize,
-    /// Row stride of `x`, in elements.
-    pub ldx: usize,
-    /// Batch entries (grid y).
-    pub batch: usize,
-    /// Batch stride of `w` (0 for a matrix shared by the batch).
-    pub stride_w: usize,
-    /// Batch stride of `x`.
-    pub stride_x: usize,
-    /// Batch stride of the output.
-    pub stride_y: usize,
+fn names(dtype: DType) -> Option<&'static Names> {
+    names_of(dtype, [&F32_NAMES, &F16_NAMES, &BF16_NAMES])
 }
 
 /// The [`Plan`] for `cfg`, or `None` when the kernels do not take it (more than [`MAX_ROWS`]

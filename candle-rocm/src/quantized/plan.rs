@@ -215,7 +215,13 @@ pub(super) struct QmatvecLaunch {
 impl QmatvecLaunch {
     /// The launch for `n` output rows with x at `x_addr`.
     pub(super) fn new(n: usize, x_addr: usize) -> Self {
-        let grid = n.div_ceil(QMATVEC_ROWS).clamp(1, QMATVEC_MAX_GRID);
+        Self::with_rows_per_block(n, QMATVEC_ROWS, x_addr)
+    }
+
+    /// The launch for `n` output rows at `rows_per_block` rows a block (the split kernels
+    /// cover fewer), x at `x_addr`.
+    fn with_rows_per_block(n: usize, rows_per_block: usize, x_addr: usize) -> Self {
+        let grid = n.div_ceil(rows_per_block).clamp(1, QMATVEC_MAX_GRID);
         QmatvecLaunch {
             cfg: LaunchConfig {
                 // At most 2^20: fits u32.
@@ -279,15 +285,11 @@ impl QmatvecSplit {
     /// The launch for `n` output rows of `nb` blocks of `block_size` values, x at `x_addr`.
     pub(super) fn new(n: usize, nb: usize, block_size: usize, x_addr: usize) -> Self {
         let gpr = split_groups_per_row(n, nb, qmatvec_step_blocks(block_size));
-        let grid = n.div_ceil(QMATVEC_ROWS / gpr).clamp(1, QMATVEC_MAX_GRID);
+        let QmatvecLaunch { cfg, vec } =
+            QmatvecLaunch::with_rows_per_block(n, QMATVEC_ROWS / gpr, x_addr);
         QmatvecSplit {
-            cfg: LaunchConfig {
-                // At most 2^20: fits u32.
-                grid_dim: (grid as u32, 1, 1),
-                block_dim: (QMATVEC_THREADS, 1, 1),
-                shared_mem_bytes: 0,
-            },
-            vec: x_addr % 16 == 0,
+            cfg,
+            vec,
             // 1, 2, 4 or 8.
             gpr: gpr as u32,
         }
