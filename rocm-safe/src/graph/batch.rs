@@ -14,8 +14,8 @@
 //! logits (or the sampled token) ends it. The next step records the same kernels with other
 //! arguments (the KV cache grew, the position moved): the executable graph of the last stretch
 //! with the same kernels in the same order is *updated* (`hipGraphExecUpdate`) rather than
-//! instantiated again, and a few are kept ([`GraphMode::max_execs`]) for stretches that
-//! alternate.
+//! instantiated again; up to [`GraphMode::max_execs`] are kept, for the several stretches of a
+//! step (`exec_cache` says which one is dropped when none is left).
 //!
 //! # Why results cannot differ from plain launches
 //!
@@ -57,6 +57,7 @@ use std::sync::Arc;
 
 use rocm_sys::{hipError_t, hipGraphExecUpdateResult, hipGraphExec_t, hipGraphNode_t, hipGraph_t};
 
+use super::exec_cache::{ExecCache, Room};
 use super::{gate, update_outcome, CaptureMode, GraphApi, UpdateOutcome};
 use crate::allocator::CachingAllocator;
 use crate::buffer::{byte_len, DeviceBuffer, DeviceRepr};
@@ -102,7 +103,7 @@ impl Default for GraphMode {
     fn default() -> Self {
         GraphMode {
             max_nodes: 0,
-            max_execs: 8,
+            max_execs: 64,
             plain_head: 0,
             record_blas: false,
             record_rccl: false,
@@ -123,6 +124,9 @@ pub struct GraphModeStats {
     pub updates: u64,
     /// Updates the runtime refused (the graph was instantiated instead).
     pub refused_updates: u64,
+    /// Launches on an executable graph made for that launch only: every kept one was in
+    /// recent use (a step with more distinct stretches than [`GraphMode::max_execs`]).
+    pub uncached: u64,
     /// Host-to-device uploads recorded through the pinned staging memory.
     pub staged_uploads: u64,
 }
@@ -164,13 +168,6 @@ impl NodeKind {
     }
 }
 
-/// An executable graph and the key of the stretch it was made from.
-struct CachedExec {
-    key: (u64, usize),
-    raw: hipGraphExec_t,
-    last_used: u64,
-}
-
 /// One block of pinned host memory that staged uploads are copied into.
 struct Arena {
     buf: PinnedHostBuffer<u8>,
@@ -190,8 +187,7 @@ pub(crate) struct Batch {
     head_left: usize,
     nodes: usize,
     key: u64,
-    execs: Vec<CachedExec>,
-    clock: u64,
+    execs: ExecCache<hipGraphExec_t>,
     arenas: Vec<Arena>,
     /// Arenas written by the stretch being recorded, the last one still open.
     in_use: Vec<usize>,
@@ -248,8 +244,7 @@ impl Stream {
             head_left: mode.plain_head,
             nodes: 0,
             key: 0,
-            execs: Vec::new(),
-            clock: 0,
+            execs: ExecCache::new(),
             arenas,
             in_use: Vec::new(),
             stats: GraphModeStats::default(),
@@ -547,64 +542,67 @@ impl Batch {
     /// launches it on `stream`.
     fn launch(&mut self, stream: &Stream, graph: &OwnedGraph, key: (u64, usize)) -> Result<()> {
         let hip = stream.device().hip();
-        self.clock += 1;
-        let found = self.execs.iter().position(|e| e.key == key);
-        let index = match found {
-            Some(i) => {
-                let mut node: hipGraphNode_t = std::ptr::null_mut();
-                let mut result = hipGraphExecUpdateResult::hipGraphExecUpdateError;
-                // SAFETY: both handles are live; `node` and `result` are valid out-pointers.
-                let code = unsafe {
-                    (self.api.exec_update)(self.execs[i].raw, graph.raw, &mut node, &mut result)
-                };
-                match update_outcome(code, result) {
-                    Ok(UpdateOutcome::Updated) => {
-                        self.stats.updates += 1;
-                        i
-                    }
-                    Ok(UpdateOutcome::NeedsInstantiate(_)) => {
-                        self.stats.refused_updates += 1;
-                        let old = self.execs.swap_remove(i);
-                        self.destroy_exec(stream, old.raw);
-                        self.instantiate(stream, graph, key)?
-                    }
-                    Err(code) => {
-                        return Err(RocmError::Hip(HipError::new(
-                            hip,
-                            "hipGraphExecUpdate",
-                            code,
-                        )));
+        let mut kept = None;
+        if let Some((i, exec)) = self.execs.find(key) {
+            let mut node: hipGraphNode_t = std::ptr::null_mut();
+            let mut result = hipGraphExecUpdateResult::hipGraphExecUpdateError;
+            // SAFETY: both handles are live; `node` and `result` are valid out-pointers.
+            let code = unsafe { (self.api.exec_update)(exec, graph.raw, &mut node, &mut result) };
+            match update_outcome(code, result) {
+                Ok(UpdateOutcome::Updated) => {
+                    self.stats.updates += 1;
+                    kept = Some(exec);
+                }
+                Ok(UpdateOutcome::NeedsInstantiate(_)) => {
+                    self.stats.refused_updates += 1;
+                    if let Some(old) = self.execs.remove(i) {
+                        self.destroy_exec(stream, old);
                     }
                 }
+                Err(code) => {
+                    return Err(RocmError::Hip(HipError::new(
+                        hip,
+                        "hipGraphExecUpdate",
+                        code,
+                    )));
+                }
             }
-            None => self.instantiate(stream, graph, key)?,
+        }
+        let (exec, once) = match kept {
+            Some(exec) => (exec, false),
+            None => {
+                let keep = loop {
+                    match self.execs.make_room(self.mode.max_execs) {
+                        Room::Free => break true,
+                        Room::Full => break false,
+                        Room::Evicted(old) => self.destroy_exec(stream, old),
+                    }
+                };
+                let exec = self.instantiate(stream, graph)?;
+                if keep {
+                    self.execs.insert(key, exec);
+                } else {
+                    self.stats.uncached += 1;
+                }
+                (exec, !keep)
+            }
         };
-        let exec = &mut self.execs[index];
-        exec.last_used = self.clock;
         // SAFETY: the exec and stream are live and of the same device; the recorded work uses
         // memory that is alive: blocks of buffers freed while recording went back to this
         // stream's cache, which hands them only to work recorded after their last use or
         // queued after this launch (the cache is not trimmed while recording), and staged
         // uploads read arenas kept until an event behind this launch completes.
-        let code = unsafe { (self.api.launch)(exec.raw, stream.raw()) };
+        let code = unsafe { (self.api.launch)(exec, stream.raw()) };
+        if once {
+            // Made for this launch only (every kept exec is in use): destroying it now lets
+            // the launch complete and frees it afterwards.
+            self.destroy_exec(stream, exec);
+        }
         check(hip, "hipGraphLaunch", code)
     }
 
-    /// Instantiates `graph`, evicting the least recently used exec beyond `max_execs`.
-    fn instantiate(
-        &mut self,
-        stream: &Stream,
-        graph: &OwnedGraph,
-        key: (u64, usize),
-    ) -> Result<usize> {
-        while self.execs.len() >= self.mode.max_execs {
-            let Some(oldest) = (0..self.execs.len()).min_by_key(|&i| self.execs[i].last_used)
-            else {
-                break;
-            };
-            let old = self.execs.swap_remove(oldest);
-            self.destroy_exec(stream, old.raw);
-        }
+    /// Instantiates `graph` (counted in the stats).
+    fn instantiate(&mut self, stream: &Stream, graph: &OwnedGraph) -> Result<hipGraphExec_t> {
         let mut raw: hipGraphExec_t = std::ptr::null_mut();
         // SAFETY: `raw` is a valid out-pointer; `graph.raw` is a live graph; the error node
         // and log buffer are optional (null, size 0).
@@ -619,17 +617,12 @@ impl Batch {
         };
         check(stream.device().hip(), "hipGraphInstantiate", code)?;
         self.stats.instantiations += 1;
-        self.execs.push(CachedExec {
-            key,
-            raw,
-            last_used: self.clock,
-        });
-        Ok(self.execs.len() - 1)
+        Ok(raw)
     }
 
     fn destroy_exec(&self, stream: &Stream, raw: hipGraphExec_t) {
-        // SAFETY: `raw` came from hipGraphInstantiate and was removed from `execs`, so it is
-        // destroyed once; launches already queued complete normally.
+        // SAFETY: `raw` came from hipGraphInstantiate and was removed from `execs` (or never
+        // kept there), so it is destroyed once; launches already queued complete normally.
         let code = unsafe { (self.api.exec_destroy)(raw) };
         if let Err(e) = check(stream.device().hip(), "hipGraphExecDestroy", code) {
             stream.device().runtime().record_err(e);
@@ -639,8 +632,9 @@ impl Batch {
     /// Launches what is recorded, then releases everything graph mode holds.
     pub(crate) fn close(&mut self, stream: &Stream) -> Result<()> {
         let flushed = self.flush(stream);
-        for e in std::mem::take(&mut self.execs) {
-            self.destroy_exec(stream, e.raw);
+        let execs: Vec<hipGraphExec_t> = self.execs.drain().collect();
+        for e in execs {
+            self.destroy_exec(stream, e);
         }
         // The arenas may still be read by launched graphs: wait for them before freeing.
         for a in &mut self.arenas {

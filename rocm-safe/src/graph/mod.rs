@@ -64,6 +64,7 @@
 pub(crate) mod batch;
 mod capture;
 mod exec;
+mod exec_cache;
 pub(crate) mod gate;
 
 pub use batch::{GraphMode, GraphModeStats, PlainOp};

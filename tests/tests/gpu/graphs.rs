@@ -1,7 +1,8 @@
 //! Graph mode (`candle_rocm::graphs`): a tiny candle-transformers llama decoding greedily on a
 //! device in graph mode gives the tokens and the f32 logits (bit for bit) of the same model on a
 //! device running plain launches, on both attention paths, while the KV cache grows past the
-//! sizes where kernels change their grids; and the decode steps reuse executable graphs.
+//! sizes where kernels change their grids; and the decode steps reuse executable graphs, also
+//! when a step is cut into more stretches than graph mode keeps executables for.
 
 use std::collections::HashMap;
 
@@ -67,31 +68,54 @@ fn graph_mode_decodes_the_tokens_and_logits_of_plain_launches() -> Result<()> {
         .iter()
         .map(|(k, v)| (k.clone(), v.as_tensor().clone()))
         .collect();
-    for flash in [false, true] {
+    // The default mode (one graph a step), then stretches of 8 operations with 4 executables
+    // kept: more distinct stretches a step than are kept, where least-recently-used eviction
+    // instantiated a graph at every launch.
+    let cut = GraphMode {
+        max_nodes: 8,
+        max_execs: 4,
+        ..GraphMode::default()
+    };
+    for (mode, flash) in [
+        (GraphMode::default(), false),
+        (GraphMode::default(), true),
+        (cut, false),
+        (cut, true),
+    ] {
         // Both modes set here: devices start in graph mode unless CANDLE_ROCM_GRAPHS=0.
         let plain = own_device()?;
         set_graph_mode(&plain, None).map_err(candle_core::Error::wrap)?;
         let graphs = own_device()?;
-        set_graph_mode(&graphs, Some(GraphMode::default())).map_err(candle_core::Error::wrap)?;
+        set_graph_mode(&graphs, Some(mode)).map_err(candle_core::Error::wrap)?;
         let (want_tokens, want) = decode(&plain, &weights, flash, STEPS)?;
         let (got_tokens, got) = decode(&graphs, &weights, flash, STEPS)?;
-        assert_eq!(got_tokens, want_tokens, "flash {flash}: tokens");
+        let what = format!("flash {flash}, max_nodes {}", mode.max_nodes);
+        assert_eq!(got_tokens, want_tokens, "{what}: tokens");
         for (step, (g, w)) in got.iter().zip(&want).enumerate() {
             assert!(
                 g.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits()),
-                "flash {flash}: step {step}: logits differ from plain launches"
+                "{what}: step {step}: logits differ from plain launches"
             );
         }
         let st = graph_stats(&graphs).expect("graph mode is on");
-        println!("flash {flash}: {st:?}");
+        println!("{what}: {st:?}");
         assert!(
             st.launches >= STEPS as u64,
-            "a graph a step at least: {st:?}"
+            "{what}: a graph a step at least: {st:?}"
         );
         assert!(
-            st.updates > st.instantiations,
-            "decode steps reuse their executable graphs: {st:?}"
+            st.updates > st.instantiations - st.uncached,
+            "{what}: decode steps reuse their executable graphs: {st:?}"
         );
+        if mode.max_nodes > 0 {
+            // More stretches a step than executables kept: the kept ones are reused every
+            // step (kernels that change with the cache's size aside: at least 2 of the 4 on
+            // average) while the others run on executables made for one launch.
+            assert!(
+                st.uncached > 0 && st.updates >= 2 * STEPS as u64,
+                "{what}: the kept executables are reused while the rest run once: {st:?}"
+            );
+        }
         assert_eq!(graph_stats(&plain), None);
     }
     Ok(())
