@@ -45,12 +45,12 @@ pub const QMATVEC_VAR: &str = "CANDLE_ROCM_QMATVEC";
 /// bench/results and the README's speed section).
 pub const QMATVEC_ROWS_VAR: &str = "CANDLE_ROCM_QMATVEC_ROWS";
 
-/// Experimental, off by default: `1` runs the quantized mat-vec of one f32 activation row
-/// (decode) on the split kernels (`qmatvec_split_*`, `kernels/hip/qmatvec/split.h`), which
-/// share each row's blocks among up to 8 groups of 32 lanes instead of one. The default
-/// kernels were measured latency-bound at decode (long serial walks over k in few groups; issue
-/// 27); the split ones are not yet measured. Other row counts, and [`QMATVEC_VAR`]`=q8`, are
-/// unchanged.
+/// Where the quantized mat-vec of one f32 activation row (decode) runs on the split kernels
+/// (`qmatvec_split_*`, `kernels/hip/qmatvec/split.h`), which share each row's blocks among up
+/// to 8 groups of 32 lanes instead of one: `auto` (the default) for weights of too few rows to
+/// give every compute unit a block of the unsplit kernels (`quantized::plan`'s `split_pays`;
+/// where they were measured faster, bench/results), `1` for all, `0` for none. Other row
+/// counts, and [`QMATVEC_VAR`]`=q8`, are unchanged.
 pub const QMATVEC_SPLIT_VAR: &str = "CANDLE_ROCM_QMATVEC_SPLIT";
 
 /// Default of [`QMATVEC_ROWS_VAR`] for the k-quants and in q8 mode (see there).
@@ -162,8 +162,8 @@ pub const SETTINGS: [Setting; 17] = [
     },
     Setting {
         var: QMATVEC_SPLIT_VAR,
-        values: SWITCH_VALUES,
-        default: "0",
+        values: "auto, 0, 1 (or off, on)",
+        default: "auto",
     },
     Setting {
         var: QMATMUL_ROWS_VAR,
@@ -388,17 +388,48 @@ pub fn qmatvec_q8() -> bool {
     })
 }
 
-/// Whether one-row f32 quantized mat-vecs run the split kernels ([`QMATVEC_SPLIT_VAR`]).
-pub fn qmatvec_split() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        let on = switch(QMATVEC_SPLIT_VAR, false);
-        if on {
-            tracing::info!(
-                "{QMATVEC_SPLIT_VAR}: one-row quantized mat-vecs run the split kernels (experimental)"
-            );
+/// When one-row f32 quantized mat-vecs run the split kernels ([`QMATVEC_SPLIT_VAR`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SplitMode {
+    /// The default: for weights of too few rows to fill the GPU with the unsplit kernels.
+    Auto,
+    /// Every one-row f32 mat-vec (`1`).
+    Always,
+    /// None (`0`).
+    Never,
+}
+
+impl SplitMode {
+    /// Parses [`QMATVEC_SPLIT_VAR`]'s value: `auto` (or empty), or a switch value; `None` for
+    /// anything else.
+    pub fn parse(v: &str) -> Option<SplitMode> {
+        if matches!(v.trim().to_ascii_lowercase().as_str(), "" | "auto") {
+            return Some(SplitMode::Auto);
         }
-        on
+        parse_switch(v).map(|on| {
+            if on {
+                SplitMode::Always
+            } else {
+                SplitMode::Never
+            }
+        })
+    }
+}
+
+/// The split kernels' mode ([`QMATVEC_SPLIT_VAR`]; an unknown value is a warning and means
+/// `auto`).
+pub fn qmatvec_split() -> SplitMode {
+    static MODE: OnceLock<SplitMode> = OnceLock::new();
+    *MODE.get_or_init(|| {
+        let v = value(QMATVEC_SPLIT_VAR).unwrap_or_default();
+        let mode = SplitMode::parse(&v).unwrap_or_else(|| {
+            tracing::warn!("{QMATVEC_SPLIT_VAR}={v:?} is not one of auto, 0, 1: using auto");
+            SplitMode::Auto
+        });
+        if mode != SplitMode::Auto {
+            tracing::info!("{QMATVEC_SPLIT_VAR}: one-row quantized mat-vecs split: {mode:?}");
+        }
+        mode
     })
 }
 
@@ -541,6 +572,15 @@ mod tests {
         assert_eq!(ConvPath::parse(" im2col "), Some(ConvPath::Im2col));
         assert_eq!(ConvPath::parse("MIOpen"), Some(ConvPath::Miopen));
         assert_eq!(ConvPath::parse("cudnn"), None);
+    }
+
+    #[test]
+    fn the_split_variable_parses() {
+        assert_eq!(SplitMode::parse(""), Some(SplitMode::Auto));
+        assert_eq!(SplitMode::parse(" Auto"), Some(SplitMode::Auto));
+        assert_eq!(SplitMode::parse("1"), Some(SplitMode::Always));
+        assert_eq!(SplitMode::parse("off"), Some(SplitMode::Never));
+        assert_eq!(SplitMode::parse("sometimes"), None);
     }
 
     #[test]

@@ -10,7 +10,7 @@
 #    "H100 via HIP-on-CUDA"; its memory-bound rows a second time with
 #    CANDLE_ROCM_FAST_KERNELS=0, candle's own kernels, its quantized rows again with
 #    CANDLE_ROCM_QMATVEC=q8 and with the tiled kernels, CANDLE_ROCM_QMATMUL_ROWS=64, also from 2
-#    rows, and with the split-k mat-vec, CANDLE_ROCM_QMATVEC_SPLIT=1, its decoder rows with
+#    rows, and without the split-k mat-vec, CANDLE_ROCM_QMATVEC_SPLIT=0, its decoder rows with
 #    plain launches, CANDLE_ROCM_GRAPHS=0 (graph mode is the default), its conv_models rows once
 #    more with CANDLE_ROCM_CONV=im2col), Candle 0.11.1's own CUDA backend (candle-cuda-bench, built from
 #    the same source against crates.io Candle with its `cuda` feature) and PyTorch eager
@@ -77,10 +77,10 @@ CANDLE_ROCM_QMATVEC=q8 timeout "$limit" "$BUILD/bin/candle-rocm-bench" --only "$
     > "$OUT/ours-q8.tsv" 2> "$OUT/ours-q8.err"
 row "8-bit activations (qmat, gguf) exit" "$? ($(grep -c '^bench' "$OUT/ours-q8.tsv") rows)"
 
-echo "== ours with the split-k mat-vec (CANDLE_ROCM_QMATVEC_SPLIT=1): the quantized rows"
-CANDLE_ROCM_QMATVEC_SPLIT=1 timeout "$limit" "$BUILD/bin/candle-rocm-bench" --only "${BENCH_ONLY:-qmat,gguf}" "${gguf[@]}" \
+echo "== ours without the split-k mat-vec (CANDLE_ROCM_QMATVEC_SPLIT=0; auto by default): the quantized rows"
+CANDLE_ROCM_QMATVEC_SPLIT=0 timeout "$limit" "$BUILD/bin/candle-rocm-bench" --only "${BENCH_ONLY:-qmat,gguf}" "${gguf[@]}" \
     > "$OUT/ours-split.tsv" 2> "$OUT/ours-split.err"
-row "split-k mat-vec (qmat, gguf) exit" "$? ($(grep -c '^bench' "$OUT/ours-split.tsv") rows)"
+row "unsplit mat-vec (qmat, gguf) exit" "$? ($(grep -c '^bench' "$OUT/ours-split.tsv") rows)"
 
 echo "== ours with the tiled quantized kernels up to 64 rows (CANDLE_ROCM_QMATMUL_ROWS=64, f32 and q8; and from 2 rows, CANDLE_ROCM_QMATVEC_ROWS=1, f32): the quantized rows"
 tiled_passes=("f32:CANDLE_ROCM_QMATVEC=f32" "q8:CANDLE_ROCM_QMATVEC=q8"
@@ -241,7 +241,7 @@ fi
 if grep -q '^bench' "$OUT/ours-split.tsv" 2> /dev/null; then
     echo >> "$result"
     python3 tests/bench/table.py "$OUT/ours-split.tsv" "$OUT/candle-cuda.tsv" "$OUT/torch.tsv" \
-        --title "the quantized rows again, ours with the split-k mat-vec (CANDLE_ROCM_QMATVEC_SPLIT=1: one-row f32 mat-vecs share each row among up to 8 groups)" \
+        --title "the quantized rows again, ours without the split-k mat-vec (CANDLE_ROCM_QMATVEC_SPLIT=0: every one-row f32 mat-vec on one group of lanes per row; by default weights of few rows split)" \
         | awk -F'|' 'NF < 10 || $5 != " - "' >> "$result"  # only the rows ours ran
 fi
 if grep -q '^bench' "$OUT/ours-plain.tsv" 2> /dev/null; then

@@ -251,8 +251,9 @@ fi
 # (CANDLE_ROCM_QMATVEC=q8: qmv_quantize_x8 and the qmatvec8_* kernels; f32 by default, where 7-8
 # rows of the 32-value block types already run qmr_*_m8), and with the tiled path taking 9-32 rows (CANDLE_ROCM_QMATMUL_ROWS=32: in f32 the register-tiled qmr_*
 # up to 16 rows and the f16 GEMM past them, qmm8_* in q8 mode), 2-8 rows
-# (CANDLE_ROCM_QMATVEC_ROWS=1: qmr_*_m8) and 9-512 rows, and with one-row products on the split
-# mat-vec (CANDLE_ROCM_QMATVEC_SPLIT=1: qmatvec_split_*, experimental), so every shipped
+# (CANDLE_ROCM_QMATVEC_ROWS=1: qmr_*_m8) and 9-512 rows, and with every one-row product on the
+# split mat-vec (CANDLE_ROCM_QMATVEC_SPLIT=1: qmatvec_split_*; by default only weights of few
+# rows), so every shipped
 # quantized kernel of ours runs here (the f32 qmm_* tiles are not shipped; the CPU emulator
 # checks them).
 if [ -x "$BUNDLE/candle-rocm-tests.gpu" ] && [[ -z "${ONLY:-}" || "candle-rocm-tests.gpu" =~ $ONLY ]]; then

@@ -13,10 +13,11 @@ use crate::layout::invalid;
 use crate::storage::RocmStorage;
 
 use super::plan::{
-    mat_vec_rows_per_block, qmatvec_kernel, row_chunks, QmatvecLaunch, QmatvecNames, QmatvecSplit,
-    QMATVEC_THREADS, X8_BLOCK_BYTES,
+    mat_vec_rows_per_block, qmatvec_kernel, row_chunks, split_pays, QmatvecLaunch, QmatvecNames,
+    QmatvecSplit, QMATVEC_THREADS, X8_BLOCK_BYTES,
 };
 use super::qstorage::{Blocks, RocmQStorage};
+use crate::settings::SplitMode;
 
 impl RocmQStorage {
     /// A fresh f32 buffer for the `(m, n)` output of a quantized product (a typed error when
@@ -141,9 +142,9 @@ impl RocmQStorage {
     }
     /// `x (m, k) @ w^T` with our `qmatvec_<type>[_m<rows>][_v]` kernels
     /// (`kernels/hip/qmatvec.hip`), which take up to [`QmatvecNames::max_rows`] rows of `x` per
-    /// launch (each weight word is read once for all of them); one row with
-    /// [`crate::settings::qmatvec_split`] on runs `qmatvec_split_<type>[_v]` instead (k split
-    /// across groups, [`QmatvecSplit`]), for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0
+    /// launch (each weight word is read once for all of them); one row runs
+    /// `qmatvec_split_<type>[_v]` instead where [`crate::settings::qmatvec_split`] says so (k
+    /// split across groups, [`QmatvecSplit`]), for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0
     /// (blocks of 32 values), Q4_K, Q5_K and Q6_K (256) weights `w` of shape `(n, k)`: `None` when they do
     /// not apply (`k` not a multiple of the block, `n` zero or past `u32`, `x` not `m`
     /// contiguous rows of `k` values). The only allocation is the output.
@@ -160,7 +161,7 @@ impl RocmQStorage {
         };
         let mut out = self.alloc_output(m, n)?;
         let x_addr = x.slice(x_start..)?.device_ptr() as usize;
-        if m == 1 && crate::settings::qmatvec_split() {
+        if m == 1 && self.split(n) {
             let split = QmatvecSplit::new(n, blocks as usize, self.dtype.block_size(), x_addr);
             let f = self
                 .device
@@ -186,6 +187,16 @@ impl RocmQStorage {
             self.device.clone(),
         )))
     }
+    /// Whether a one-row product on `n` rows of these weights runs the split kernels
+    /// ([`crate::settings::qmatvec_split`]).
+    fn split(&self, n: usize) -> bool {
+        match crate::settings::qmatvec_split() {
+            SplitMode::Always => true,
+            SplitMode::Never => false,
+            SplitMode::Auto => split_pays(n, self.device.device().info().compute_units as usize),
+        }
+    }
+
     /// One launch of a split `qmatvec_split_<type>[_v]` kernel for one row of x: `y_out (1,
     /// rows) = x_row (1, k) @ w^T` (k = block_size * `blocks`), `split.gpr` groups per row
     /// group.

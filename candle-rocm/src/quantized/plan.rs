@@ -269,6 +269,16 @@ pub(super) fn split_groups_per_row(n: usize, nb: usize, step: usize) -> usize {
     gpr
 }
 
+/// Whether `auto` ([`crate::settings::SplitMode::Auto`]) runs a one-row product on `n` rows
+/// of weights on the split kernels, on a GPU of `compute_units`: when the unsplit launch
+/// ([`QMATVEC_ROWS`] rows a block) has fewer blocks than the GPU has compute units, so some
+/// would sit idle while each group walks all of k. Weights of more rows keep the unsplit
+/// kernels, which were faster there (a 4096- and a 5632-row weight on the H100 harness, where
+/// 256-row and 2048-row ones ran faster split; bench/results, 2026-11-26).
+pub(super) fn split_pays(n: usize, compute_units: usize) -> bool {
+    n.div_ceil(QMATVEC_ROWS) < compute_units
+}
+
 /// Launch of a split `qmatvec_split_*` kernel (one x row): the groups per row group, the grid
 /// for `n` rows of `nb` blocks (`QMATVEC_ROWS / gpr` rows a block) and whether x (at device
 /// address `x_addr`) allows the `_v` kernel's float4 loads.
@@ -412,6 +422,24 @@ mod tests {
                 (1..=64).all(|m| qmatmul_path(dtype, m) != Tiled),
                 "{dtype:?}"
             );
+        }
+    }
+
+    /// `auto` splits the weights whose unsplit grid leaves compute units idle.
+    #[test]
+    fn split_pays_below_a_block_per_compute_unit() {
+        // (n, compute units) -> split; 132 SMs on an H100, 304 CUs on an MI300X.
+        for (n, cus, want) in [
+            (256, 132, true),    // k, v of a 1.1B llama: 16 blocks
+            (2048, 132, true),   // q, o, down: 128 blocks
+            (2112, 132, false),  // 132 blocks: one each
+            (4096, 132, false),  // 256 blocks
+            (5632, 132, false),  // gate, up: 352 blocks
+            (32000, 132, false), // lm_head
+            (4096, 304, true),
+            (1, 1, false),
+        ] {
+            assert_eq!(split_pays(n, cus), want, "n {n} compute units {cus}");
         }
     }
 

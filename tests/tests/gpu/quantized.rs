@@ -5,7 +5,7 @@
 
 use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor};
 use candle_core::{DType, Device, Module, Result, Tensor};
-use candle_rocm::settings::{qmatvec_split, QMATVEC_SPLIT_VAR};
+use candle_rocm::settings::{qmatvec_split, SplitMode, QMATVEC_SPLIT_VAR};
 use candle_rocm_tests::{
     assert_close, assert_gpu_close, gpu, isolated_with, normal, rng, root_cause,
     GGML_TYPES_BUT_Q8_1,
@@ -276,8 +276,8 @@ fn qmatvec_with_every_rows_per_block() -> Result<()> {
     Ok(())
 }
 
-/// Names the file through which the parent process of
-/// [`qmatvec_split_matches_the_unsplit_kernels`] hands its (unsplit) results to the child.
+/// Names the file through which the first child process of
+/// [`qmatvec_split_matches_the_unsplit_kernels`] hands its (unsplit) results to the second.
 const SPLIT_REFERENCE_VAR: &str = "CANDLE_ROCM_TESTS_QMATVEC_SPLIT_REFERENCE";
 
 /// One-row products (decode) on every `QMATVEC_TYPES` type, on shapes that give the split
@@ -314,10 +314,11 @@ fn one_row_products(dev: &Device) -> Result<Vec<(String, Vec<f32>, Tensor)>> {
     Ok(out)
 }
 
-/// `CANDLE_ROCM_QMATVEC_SPLIT=1` (read once per process): the split kernels' one-row
-/// products, computed in a child process of this binary, against the default kernels' in this
-/// one (handed over in a file) and against the CPU, within the mat-vec's tolerance above
-/// (1e-4 of the largest value); each deterministic (two runs, the same bits).
+/// The split kernels' one-row products (`CANDLE_ROCM_QMATVEC_SPLIT=1`, read once per process:
+/// computed in a child process of this binary) against the unsplit kernels' (`=0`, in another
+/// child, handed over in a file) and against the CPU, within the mat-vec's tolerance above
+/// (1e-4 of the largest value); each deterministic (two runs, the same bits). The parent's
+/// own setting (by default `auto`, which splits some shapes) does not matter.
 #[test]
 #[ignore = "needs a HIP device"]
 fn qmatvec_split_matches_the_unsplit_kernels() -> Result<()> {
@@ -325,39 +326,46 @@ fn qmatvec_split_matches_the_unsplit_kernels() -> Result<()> {
         // The split kernels take f32 activations only; q8 mode never runs them.
         return Ok(());
     }
-    let dev = gpu()?;
-    let products = one_row_products(&dev)?;
     let Some(path) = std::env::var_os(SPLIT_REFERENCE_VAR) else {
-        // The parent: the default kernels' results, then the child with the setting on.
-        if qmatvec_split() {
-            eprintln!("{QMATVEC_SPLIT_VAR} is on here: no unsplit results to compare against");
-            return Ok(());
-        }
+        // The parent: the unsplit kernels' results in one child, then the split kernels' in
+        // another, which compares.
         let path = std::env::temp_dir().join(format!(
             "candle-rocm-qmatvec-split-{}.f32",
             std::process::id()
         ));
-        let bytes: Vec<u8> = products
-            .iter()
-            .flat_map(|(_, got, _)| got.iter().flat_map(|v| v.to_le_bytes()))
-            .collect();
-        std::fs::write(&path, bytes)?;
         let path_text = path.to_string_lossy().into_owned();
-        let child = isolated_with(
-            "quantized::qmatvec_split_matches_the_unsplit_kernels",
-            &[
-                (QMATVEC_SPLIT_VAR, "1"),
-                (SPLIT_REFERENCE_VAR, path_text.as_str()),
-            ],
-        );
+        let children = ["0", "1"].into_iter().try_for_each(|split| {
+            let child = isolated_with(
+                "quantized::qmatvec_split_matches_the_unsplit_kernels",
+                &[
+                    (QMATVEC_SPLIT_VAR, split),
+                    (SPLIT_REFERENCE_VAR, path_text.as_str()),
+                ],
+            );
+            if child? {
+                candle_core::bail!("each split run needs a child process of its own");
+            }
+            Ok(())
+        });
         let _ = std::fs::remove_file(&path);
-        if child? {
-            candle_core::bail!("the split run needs a child process of its own");
-        }
-        return Ok(());
+        return children;
     };
-    // The child: the split kernels ran these products.
-    assert!(qmatvec_split(), "{QMATVEC_SPLIT_VAR} is off in the child");
+    let dev = gpu()?;
+    let products = one_row_products(&dev)?;
+    match qmatvec_split() {
+        SplitMode::Never => {
+            // The first child: the unsplit kernels' results, for the second.
+            let bytes: Vec<u8> = products
+                .iter()
+                .flat_map(|(_, got, _)| got.iter().flat_map(|v| v.to_le_bytes()))
+                .collect();
+            std::fs::write(&path, bytes)?;
+            return Ok(());
+        }
+        SplitMode::Always => {}
+        SplitMode::Auto => candle_core::bail!("{QMATVEC_SPLIT_VAR} is auto in a child"),
+    }
+    // The second child: the split kernels ran these products.
     let bytes = std::fs::read(path)?;
     let unsplit: Vec<f32> = bytes
         .chunks_exact(4)
