@@ -5,9 +5,9 @@
 //! library call), each its own key, and the keys of a step come back in the same order every
 //! step. Plain least-recently-used eviction fails that pattern completely once a step has more
 //! distinct stretches than the cache holds: every stretch then evicts the one the next step
-//! needs first, and every launch instantiates a graph (measured on the H100 harness,
-//! 2026-11-26: 13 stretches a token against 8 kept executables instantiated a graph at every
-//! launch and cost a 1.1B decoder 25-40% of its speed). So an executable is dropped only once
+//! needs first, and every launch instantiates a graph (a 1.1B decoder's 13 stretches a token
+//! against 8 kept executables did exactly that; bench/results, 2026-11-26 22:38Z, has what it
+//! cost). So an executable is dropped only once
 //! it is stale (unused for [`STALE_AFTER`] times the cache's size in lookups); while every
 //! kept one is in use, a new stretch runs on an executable made for that one launch instead
 //! ([`Room::Full`]), and the kept ones keep being reused.
