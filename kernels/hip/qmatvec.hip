@@ -45,8 +45,8 @@
 // (ds_bpermute on AMD, so a wave of 64 holds two independent groups; the wave size QMV_WAVE
 // is a compile-time constant, 32 or 64, and nothing assumes either). A block of QMV_BLOCK
 // (256) threads has 8 groups, so QMV_ROWS (16) rows; blocks visit rows with a block-uniform
-// grid-stride loop, so every lane reaches every shuffle; rows past n are computed as zero and
-// not written.
+// grid-stride loop, so every lane reaches every shuffle; a row past n is computed from the
+// group's first row (so every lane loads a valid row) and not written.
 //
 // The k-quant kernels keep that split (same groups, rows per group, block and grid) but share
 // a super-block among QMV_KL (16) lanes of QMV_KV (16) values each: lane l takes part
