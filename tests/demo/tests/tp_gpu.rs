@@ -19,7 +19,11 @@
 //! Both run with the embeddings and the output head split by vocabulary (the default: an
 //! all-reduce after the lookup, an all-gather of the logits).
 //!
-//! Needs two GPUs and RCCL, and is `#[ignore]`d; `tests/hip-on-cuda/run.sh` runs it where it
+//! On one GPU ([`flash_attention_takes_grouped_kv_heads_as_they_are`]): the model's flash
+//! attention path, which takes grouped k/v heads without repeating them, against its matmul
+//! path.
+//!
+//! Needs two GPUs and RCCL (but for the one-GPU test), and is `#[ignore]`d; `tests/hip-on-cuda/run.sh` runs it where it
 //! sees two GPUs and the RCCL double (`NCCL_NVLS_ENABLE=0`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -189,6 +193,40 @@ fn two_gpus_7b_shape_bf16_give_the_tokens_and_logits_of_one() {
         DType::BF16,
         BF16_LOGIT_TOL,
     );
+}
+
+/// One GPU, a world of one: the tensor-parallel llama with flash attention, which hands the
+/// grouped k/v heads (the 1.1B shape's 4 for 32 query heads) to flash attention as they are,
+/// gives the greedy tokens of its matmul attention (which repeats them per query group) and
+/// forced logits within [`LOGIT_TOL`] of it.
+#[test]
+#[ignore = "needs a HIP device"]
+fn flash_attention_takes_grouped_kv_heads_as_they_are() {
+    assert!(candle_rocm::strict(), "GPU tests run in strict mode");
+    let dir = std::env::temp_dir().join(format!("tp-gpu-{}-flash-gqa", std::process::id()));
+    let dtype = DType::F16;
+    let matmul_cfg = write_random_llama(&dir, &tinyllama_1_1b(2), dtype).unwrap();
+    let (flash_cfg, _) = read_config(&dir, true).unwrap();
+    assert!(flash_cfg.use_flash_attn && !matmul_cfg.use_flash_attn);
+    assert!(flash_cfg.num_key_value_heads < flash_cfg.num_attention_heads);
+    let dev0 = candle_rocm::device(0).unwrap();
+    let matmul = load_dir(&dir, &matmul_cfg, Arc::new(Solo), dtype, &dev0).unwrap();
+    let (want_ids, want_logits) = run(&matmul, dtype, &dev0, None);
+    drop(matmul);
+    let flash = load_dir(&dir, &flash_cfg, Arc::new(Solo), dtype, &dev0).unwrap();
+    let (ids, logits) = run(&flash, dtype, &dev0, Some(&want_ids));
+    drop(flash);
+    let _ = std::fs::remove_dir_all(&dir);
+    let d = max_diff(&logits, &want_logits);
+    eprintln!("flash: {ids:?}; matmul: {want_ids:?}; logits max |diff| {d}");
+    same_tokens(
+        &ids,
+        &want_ids,
+        &want_logits,
+        LOGIT_TOL,
+        "flash against matmul attention",
+    );
+    assert!(d <= LOGIT_TOL, "flash attention's logits differ by {d}");
 }
 
 /// The test `test` (this binary's name for it, which rank 1 runs again): random weights of

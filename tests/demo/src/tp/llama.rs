@@ -136,14 +136,16 @@ impl Attention {
             v = Tensor::cat(&[cv, &v], 2)?.contiguous()?;
         }
         cache.kvs[layer] = Some((k.clone(), v.clone()));
-        let rep = self.heads / self.kv_heads;
-        let k = candle_transformers::utils::repeat_kv(k, rep)?;
-        let v = candle_transformers::utils::repeat_kv(v, rep)?;
         let scale = 1f32 / (self.head_dim as f32).sqrt();
         let y = if self.flash {
+            // Flash attention takes fewer k/v heads than query heads itself (grouped-query
+            // attention): no copies of the cache per query group.
             let (q, k, v) = (q.transpose(1, 2)?, k.transpose(1, 2)?, v.transpose(1, 2)?);
             candle_flash_attn::flash_attn(&q, &k, &v, scale, seq > 1)?.transpose(1, 2)?
         } else {
+            let rep = self.heads / self.kv_heads;
+            let k = candle_transformers::utils::repeat_kv(k, rep)?;
+            let v = candle_transformers::utils::repeat_kv(v, rep)?;
             let dtype = q.dtype();
             let (q, k, v) = (
                 q.to_dtype(DType::F32)?,
