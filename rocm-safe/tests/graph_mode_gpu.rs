@@ -1,7 +1,8 @@
 //! Graph mode on a real device (`Stream::set_graph_mode`): recorded work gives the results of
 //! plain launches, executable graphs are reused through updates, staged uploads, the node
 //! limit, work left recorded when the mode is turned off, and what it saves in host time.
-//! Ignored in CI (no GPU); the HIP-on-CUDA harness runs them with `--include-ignored`.
+//! Ignored in CI (no GPU); the HIP-on-CUDA harness runs them with `--include-ignored`. One,
+//! whose counts do not depend on the runtime, also runs in CI on the null double (`.ci/run`).
 //! Kernels come from rocm-safe/tests/kernels/test_kernels.hip ($ROCM_SAFE_TEST_MODULE).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -130,6 +131,57 @@ fn the_node_limit_launches_in_stretches() {
     assert_close(&got, &want, "16 launches in stretches of 5");
     let st = s.graph_stats().unwrap();
     assert_eq!((st.launches, st.nodes), (4, 16), "5 + 5 + 5 + 1: {st:?}");
+}
+
+/// Set (by `.ci/run`) when the runtime is the null double (`tests/hip-on-cuda/build.sh
+/// --null`): its calls succeed without computing anything, so only counts can be checked.
+const NULL_RUNTIME_VAR: &str = "ROCM_SAFE_TESTS_NULL_RUNTIME";
+
+/// A step cut into more distinct stretches than graph mode keeps executables for (stretches of
+/// 1, 2 and 3 launches, 2 kept): the two kept are updated every step and the third runs on an
+/// executable made for its launch, where least-recently-used eviction made all three again at
+/// every step. The counts do not depend on the runtime, so `.ci/run` also runs this on the
+/// null double, without a GPU.
+#[test]
+#[ignore = "needs a HIP device (or the null double, as .ci/run runs it)"]
+fn more_stretches_than_kept_executables_still_reuse_them() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    const STEPS: u64 = 20;
+    let (_d, f, s) = fixture();
+    let x = s.clone_htod(&host(1.0)).unwrap();
+    let y = s.clone_htod(&host(0.0)).unwrap();
+    s.set_graph_mode(Some(GraphMode {
+        max_nodes: 0,
+        max_execs: 2,
+        plain_head: 0,
+        record_blas: false,
+        record_rccl: false,
+    }))
+    .unwrap();
+    for _ in 0..STEPS {
+        for len in 1..=3 {
+            for _ in 0..len {
+                axpy(&s, &f, 1.0, &x.as_arg(), &y.as_arg());
+            }
+            drop(s.flush_graph().unwrap());
+        }
+    }
+    let st = s.graph_stats().unwrap();
+    assert_eq!((st.launches, st.nodes), (3 * STEPS, 6 * STEPS), "{st:?}");
+    assert_eq!(
+        (st.updates, st.uncached, st.instantiations),
+        (2 * (STEPS - 1), STEPS, STEPS + 2),
+        "two executables kept and updated every step, the third made for each launch: {st:?}"
+    );
+    if std::env::var_os(NULL_RUNTIME_VAR).is_none() {
+        let got = s.clone_dtoh(&y).unwrap();
+        let want: Vec<f32> = host(0.0)
+            .iter()
+            .zip(host(1.0))
+            .map(|(y, x)| y + (6 * STEPS) as f32 * x)
+            .collect();
+        assert_close(&got, &want, "120 launches of y += x");
+    }
 }
 
 #[test]
