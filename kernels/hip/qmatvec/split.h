@@ -1,7 +1,7 @@
 // qmatvec/split.h - part of qmatvec.hip (see its header for layouts, the per-block work split
 // and alignment), included by it after matvec_f32.h, never on its own: the f32 mat-vec of one x
-// row (decode) with k split across groups, `qmatvec_split_<T>[_v]` (candle-rocm's
-// CANDLE_ROCM_QMATVEC_SPLIT, experimental).
+// row (decode) with k split across groups, `qmatvec_split_<T>[_v]` (candle-rocm takes them for
+// weights of too few rows to fill the GPU; CANDLE_ROCM_QMATVEC_SPLIT).
 //
 // Why. `qmatvec_<T>` gives each group of 32 lanes QMV_R (2) rows and walks all of k serially
 // (nb / 8 dependent steps of 8 blocks, nb / 2 of 2 super-blocks): a 2048 x 2048 q4_0 weight is
