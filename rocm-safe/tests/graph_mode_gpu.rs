@@ -153,9 +153,7 @@ fn more_stretches_than_kept_executables_still_reuse_them() {
     s.set_graph_mode(Some(GraphMode {
         max_nodes: 0,
         max_execs: 2,
-        plain_head: 0,
-        record_blas: false,
-        record_rccl: false,
+        ..GraphMode::default()
     }))
     .unwrap();
     for _ in 0..STEPS {

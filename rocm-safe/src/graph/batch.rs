@@ -57,7 +57,7 @@ use std::sync::Arc;
 
 use rocm_sys::{hipError_t, hipGraphExecUpdateResult, hipGraphExec_t, hipGraphNode_t, hipGraph_t};
 
-use super::exec_cache::{ExecCache, Room};
+use super::exec_cache::{ExecCache, Key, Room};
 use super::{gate, update_outcome, CaptureMode, GraphApi, UpdateOutcome};
 use crate::allocator::CachingAllocator;
 use crate::buffer::{byte_len, DeviceBuffer, DeviceRepr};
@@ -261,23 +261,19 @@ impl Stream {
     /// Whether graph mode is on and records rocBLAS calls ([`GraphMode::record_blas`]): one
     /// atomic load when it is off (every GEMM asks).
     pub(crate) fn records_blas(&self) -> bool {
-        self.batching.load(Ordering::Acquire)
-            && self
-                .batch
-                .lock()
-                .as_ref()
-                .is_some_and(|b| b.mode.record_blas)
+        self.mode_says(|m| m.record_blas)
     }
 
     /// Whether graph mode is on and records RCCL collectives ([`GraphMode::record_rccl`]): one
     /// atomic load when it is off.
     pub(crate) fn records_rccl(&self) -> bool {
+        self.mode_says(|m| m.record_rccl)
+    }
+
+    /// Whether graph mode is on and `flag` holds for its mode (the lock only when it is on).
+    fn mode_says(&self, flag: impl FnOnce(&GraphMode) -> bool) -> bool {
         self.batching.load(Ordering::Acquire)
-            && self
-                .batch
-                .lock()
-                .as_ref()
-                .is_some_and(|b| b.mode.record_rccl)
+            && self.batch.lock().as_ref().is_some_and(|b| flag(&b.mode))
     }
 
     /// What graph mode did on this stream (`None` when it is off).
@@ -540,7 +536,7 @@ impl Batch {
 
     /// Updates (or instantiates) the executable graph for stretch `key` from `graph` and
     /// launches it on `stream`.
-    fn launch(&mut self, stream: &Stream, graph: &OwnedGraph, key: (u64, usize)) -> Result<()> {
+    fn launch(&mut self, stream: &Stream, graph: &OwnedGraph, key: Key) -> Result<()> {
         let hip = stream.device().hip();
         let mut kept = None;
         if let Some((i, exec)) = self.execs.find(key) {
