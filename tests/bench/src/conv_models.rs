@@ -135,7 +135,12 @@ fn input(b: &Bench, shape: &[usize], dtype: DType) -> Result<Tensor> {
 pub(crate) fn conv_models(b: &Bench, tiny: bool) -> Result<()> {
     for dtype in [DType::F32, DType::F16] {
         vae_decode(b, dtype, tiny)?;
-        unet_step(b, dtype, tiny)?;
+        unet_step(b, dtype, tiny, false)?;
+        // Candle CUDA's build has no flash attention (crates.io candle-flash-attn needs its CUDA
+        // kernels built): candle-transformers would panic there.
+        if cfg!(all(feature = "rocm", not(feature = "cuda"))) {
+            unet_step(b, dtype, tiny, true)?;
+        }
         for batch in [1, 32] {
             resnet50(b, dtype, batch, tiny)?;
         }
@@ -225,18 +230,24 @@ fn vae_decode(b: &Bench, dtype: DType, tiny: bool) -> Result<()> {
 }
 
 /// `sd15_unet_step`: one SD 1.5 UNet step on 2x4x64x64 latents with 2x77x768 text states
-/// (tiny: blocks of 32/64 channels, one layer each, cross-attention width 32, on 2x4x8x8 with
-/// 2x7x32).
-fn unet_step(b: &Bench, dtype: DType, tiny: bool) -> Result<()> {
-    const OP: &str = "sd15_unet_step";
-    if !b.wanted(GROUP, OP) {
+/// (tiny: blocks of 32/64 channels in 4 heads of 8/16, one layer each, cross-attention width
+/// 32, on 2x4x8x8 with 2x7x32); `sd15_unet_step_flash` the same with `use_flash_attn` (attention through flash
+/// attention in f16, as PyTorch's row runs it through `scaled_dot_product_attention`; without
+/// it candle-transformers computes attention in f32 with the whole score matrix).
+fn unet_step(b: &Bench, dtype: DType, tiny: bool, flash: bool) -> Result<()> {
+    let op = if flash {
+        "sd15_unet_step_flash"
+    } else {
+        "sd15_unet_step"
+    };
+    if !b.wanted(GROUP, op) {
         return Ok(());
     }
     let (cfg, hw, tokens) = if tiny {
         let bc = |out_channels, use_cross_attn| unet_2d::BlockConfig {
             out_channels,
             use_cross_attn,
-            attention_head_dim: 8,
+            attention_head_dim: 4,
         };
         let cfg = unet_2d::UNet2DConditionModelConfig {
             blocks: vec![bc(32, Some(1)), bc(64, None)],
@@ -249,11 +260,11 @@ fn unet_step(b: &Bench, dtype: DType, tiny: bool) -> Result<()> {
         (sd15_unet_config(), 64, 77)
     };
     let context = cfg.cross_attention_dim;
-    let model = unet_2d::UNet2DConditionModel::new(weights(b, dtype), 4, 4, false, cfg)?;
+    let model = unet_2d::UNet2DConditionModel::new(weights(b, dtype), 4, 4, flash, cfg)?;
     let latents = input(b, &[2, 4, hw, hw], dtype)?;
     let text = input(b, &[2, tokens, context], dtype)?;
     let shape = shape_name(tiny, format!("2x4x{hw}x{hw}c{tokens}x{context}"));
-    row(b, (OP, &shape, dtype), 2, || {
+    row(b, (op, &shape, dtype), 2, || {
         Ok(model.forward(&latents, 981.0, &text)?)
     })
 }

@@ -275,15 +275,38 @@ pub(crate) fn write_gguf_files(dir: &std::path::Path, shape: GgufShape) -> Resul
 /// bytes `--write-gguf` writes) loaded with candle-transformers' `quantized_llama` onto the
 /// device. Rows: prefill (one 512-token prompt, seconds per prompt token) and decode (`steps`
 /// greedy tokens after a 16-token prompt, each argmax read back to the host; seconds per
-/// token).
+/// token), with matmul attention (`gguf_decode_1.1b_<mix>`) and, in our backend's build, with
+/// flash attention (the patched `ModelWeights::with_flash_attn`: `gguf_decode_1.1b_<mix>_flash`).
 pub(crate) fn gguf_decoder(b: &Bench, steps: usize) -> Result<()> {
     use candle_core::quantized::gguf_file;
     use candle_transformers::models::quantized_llama::ModelWeights;
     let dev = &b.dev;
+    // Candle CUDA's build runs the crates.io candle-transformers, which has no flash path here.
+    // `--profile` records one path, as `decode` does: flash when `--only` names it, else matmul.
+    let flash_paths: &[bool] = if !cfg!(all(feature = "rocm", not(feature = "cuda"))) {
+        &[false]
+    } else if b.profile {
+        if b.only.iter().any(|w| w.contains("flash")) {
+            &[true]
+        } else {
+            &[false]
+        }
+    } else {
+        &[false, true]
+    };
     for (mix, layer_ty, out_ty) in GGUF_MIXES {
-        let decode_op = format!("gguf_decode_1.1b_{mix}");
-        let prefill_op = format!("gguf_prefill_1.1b_{mix}");
-        if !b.wanted("model", &decode_op) && !b.wanted("model", &prefill_op) {
+        let ops = |flash: bool| {
+            let suffix = if flash { "_flash" } else { "" };
+            (
+                format!("gguf_prefill_1.1b_{mix}{suffix}"),
+                format!("gguf_decode_1.1b_{mix}{suffix}"),
+            )
+        };
+        let wanted = |flash: bool| {
+            let (prefill_op, decode_op) = ops(flash);
+            b.wanted("model", &decode_op) || b.wanted("model", &prefill_op)
+        };
+        if !flash_paths.iter().any(|&f| wanted(f)) {
             continue;
         }
         let bytes = synthetic_gguf(GgufShape::TinyLlama, layer_ty, out_ty)?;
@@ -291,7 +314,16 @@ pub(crate) fn gguf_decoder(b: &Bench, steps: usize) -> Result<()> {
         let content = gguf_file::Content::read(&mut file)?;
         let mut model = GgufModel::Llama(ModelWeights::from_gguf(content, &mut file, dev)?);
         drop(file);
-        gguf_rows(b, &mut model, (&prefill_op, &decode_op), "", steps)?;
+        for &flash in flash_paths {
+            if !wanted(flash) {
+                continue;
+            }
+            if flash {
+                model = model.with_flash_attn()?;
+            }
+            let (prefill_op, decode_op) = ops(flash);
+            gguf_rows(b, &mut model, (&prefill_op, &decode_op), "", steps)?;
+        }
     }
     Ok(())
 }
@@ -343,6 +375,22 @@ impl GgufModel {
             Self::Llama(m) => m.forward(x, pos),
             Self::Gemma3(m) => m.forward(x, pos),
         }
+    }
+
+    /// The same weights with flash attention (`quantized_llama` only, in our backend's build;
+    /// Gemma 3's model has no flash path and stays as it is).
+    #[cfg(all(feature = "rocm", not(feature = "cuda")))]
+    fn with_flash_attn(self) -> Result<Self> {
+        Ok(match self {
+            Self::Llama(m) => Self::Llama(m.with_flash_attn(true)?),
+            gemma => gemma,
+        })
+    }
+
+    /// Without flash attention in Candle CUDA's build: nothing to change.
+    #[cfg(not(all(feature = "rocm", not(feature = "cuda"))))]
+    fn with_flash_attn(self) -> Result<Self> {
+        Ok(self)
     }
 
     /// Forgets the previous sequence (Gemma 3's layers drop their cache at position 0).

@@ -1,6 +1,7 @@
 //! candle-transformers' Stable Diffusion VAE decoder and UNet, made small (a few dozen
 //! channels, 8x8 latents) with seeded random weights, on the GPU against the same model on the
-//! CPU, in f32, f16 and bf16, on each convolution path.
+//! CPU, in f32, f16 and bf16, on each convolution path; and the UNet with flash attention
+//! (`use_flash_attn`) against the CPU's matmul attention.
 //!
 //! candle-rocm reads `CANDLE_ROCM_CONV` once per process, so each path's test runs its body in
 //! a child process of this binary with the variable set ([`isolated_with`]) and checks there
@@ -103,6 +104,28 @@ enum Model {
     /// one layer each, the mid block's transformer, norm groups of 8; one step on 2x4x8x8
     /// latents with 2x5x16 text states.
     Unet,
+    /// The same UNet with `use_flash_attn` (candle-transformers computes attention in f16
+    /// there, whatever the model's dtype, through candle-rocm's flash attention); its
+    /// reference is the UNet's matmul attention on the CPU.
+    UnetFlash,
+}
+
+impl Model {
+    /// The model whose CPU result is the reference.
+    fn reference(self) -> Model {
+        match self {
+            Model::UnetFlash => Model::Unet,
+            other => other,
+        }
+    }
+
+    /// [`model_tolerance`], at least f16's where the model's attention runs in f16.
+    fn tolerance(self, dtype: DType) -> f64 {
+        match self {
+            Model::UnetFlash => model_tolerance(dtype).max(model_tolerance(DType::F16)),
+            _ => model_tolerance(dtype),
+        }
+    }
 }
 
 /// `model`'s output on `dev` in `dtype`, weights and inputs rounded to `round`.
@@ -121,7 +144,7 @@ fn forward(model: Model, round: DType, dtype: DType, dev: &Device) -> Result<Ten
             let m = vae::AutoEncoderKL::new(vb, 3, 3, cfg)?;
             m.decode(&input(1, &[1, 4, 8, 8], round, dtype, dev)?)
         }
-        Model::Unet => {
+        Model::Unet | Model::UnetFlash => {
             let bc = |out_channels, use_cross_attn| unet_2d::BlockConfig {
                 out_channels,
                 use_cross_attn,
@@ -134,7 +157,8 @@ fn forward(model: Model, round: DType, dtype: DType, dev: &Device) -> Result<Ten
                 cross_attention_dim: 16,
                 ..Default::default()
             };
-            let m = unet_2d::UNet2DConditionModel::new(vb, 4, 4, false, cfg)?;
+            let flash = matches!(model, Model::UnetFlash);
+            let m = unet_2d::UNet2DConditionModel::new(vb, 4, 4, flash, cfg)?;
             let latents = input(2, &[2, 4, 8, 8], round, dtype, dev)?;
             let text = input(3, &[2, 5, 16], round, dtype, dev)?;
             m.forward(&latents, 981.0, &text)
@@ -149,12 +173,12 @@ fn gpu_matches_cpu(model: Model, path: ConvPath) -> Result<()> {
     let dev = gpu()?;
     let runs = miopen_runs();
     for dtype in DTYPES {
-        let want = forward(model, dtype, DType::F32, &Device::Cpu)?;
+        let want = forward(model.reference(), dtype, DType::F32, &Device::Cpu)?;
         let got = forward(model, dtype, dtype, &dev)?;
         assert_gpu_close(
             &got,
             &want.to_dtype(dtype)?,
-            model_tolerance(dtype),
+            model.tolerance(dtype),
             &format!("{model:?} in {dtype:?} on {path:?}"),
         )?;
     }
@@ -212,4 +236,14 @@ fn unet_step_matches_the_cpu_on_im2col() -> Result<()> {
 #[ignore = "needs a HIP device"]
 fn unet_step_matches_the_cpu_on_miopen() -> Result<()> {
     on_path("unet_step_matches_the_cpu_on_miopen", Model::Unet, "miopen")
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn unet_step_with_flash_attention_matches_the_cpu() -> Result<()> {
+    on_path(
+        "unet_step_with_flash_attention_matches_the_cpu",
+        Model::UnetFlash,
+        "im2col",
+    )
 }
