@@ -247,7 +247,7 @@ fn run(args: Args) -> Result<()> {
     if !args.no_decoder {
         println!();
         match args.gguf {
-            Some(file) => generate_gguf(&device, file, &args.prompt, args.max_tokens)?,
+            Some(file) => generate_gguf(&device, file, flash, &args.prompt, args.max_tokens)?,
             None => generate(
                 &device,
                 dtype,
@@ -318,18 +318,30 @@ fn print_generation(what: &str, load: std::time::Duration, prompt: &str, g: &Gen
 }
 
 /// The decoder part from a GGUF file (`file` empty: SmolLM2-135M's): loads it with its
-/// quantized weights on `device` and prints the greedy continuation of `prompt`.
-fn generate_gguf(device: &Device, file: PathBuf, prompt: &str, max_tokens: usize) -> Result<()> {
+/// quantized weights on `device` (with flash attention or matmul attention) and prints the
+/// greedy continuation of `prompt`.
+fn generate_gguf(
+    device: &Device,
+    file: PathBuf,
+    flash_attn: bool,
+    prompt: &str,
+    max_tokens: usize,
+) -> Result<()> {
     let file = if file.as_os_str().is_empty() {
         smollm2_gguf().context("fetching SmolLM2-135M's GGUF")?
     } else {
         file
     };
     let t = Instant::now();
-    let mut decoder = GgufDecoder::load(&file, device)?;
+    let mut decoder = GgufDecoder::load_with(&file, device, flash_attn)?;
     let load = t.elapsed();
     let g = decoder.generate(prompt, max_tokens)?;
-    print_generation(&format!("{} (quantized)", file.display()), load, prompt, &g);
+    let what = format!(
+        "{} (quantized, {})",
+        file.display(),
+        attention_name(flash_attn)
+    );
+    print_generation(&what, load, prompt, &g);
     Ok(())
 }
 

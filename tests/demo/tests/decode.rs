@@ -273,20 +273,25 @@ fn gguf_through_the_slot_matches_the_dequantized_model() {
     assert!(ext.dequantized() > 0, "no quantized weight was dequantized");
 }
 
-/// The GGUF as shipped, on the GPU with its weights quantized there: its logits along the CPU
-/// f32 model's 32 greedy tokens stay within [`GGUF_GPU_TOLERANCE`] of that model's, its 32
-/// greedy tokens follow them (see [`assert_follows`]), and its first 2 tokens equal Candle's
-/// CPU quantized path's (which rounds activations to 8 bits, see
+/// The GGUF as shipped, on the GPU with its weights quantized there, with matmul attention and
+/// with flash attention (`GgufDecoder::load_with`): its logits along the CPU f32 model's 32
+/// greedy tokens stay within [`GGUF_GPU_TOLERANCE`] of that model's, its 32 greedy tokens
+/// follow them (see [`assert_follows`]), and its first 2 tokens equal Candle's CPU quantized
+/// path's (which rounds activations to 8 bits, see
 /// `cpu_quantized_gguf_agrees_with_f32_safetensors_on_2_tokens`).
 #[test]
 #[ignore = "needs a HIP device"]
 fn gpu_gguf_matches_the_dequantized_model() {
     let gpu = candle_rocm::device(0).unwrap();
-    let mut on_gpu = GgufDecoder::load(&gguf(), &gpu).unwrap();
-    assert!(on_gpu.device().same_device(&gpu));
     let mut on_cpu = GgufDecoder::load(&gguf(), &Device::Cpu).unwrap();
     let cpu = LlamaDecoder::load(&llama_dir(), &Device::Cpu, DType::F32).unwrap();
-    for prompt in PROMPTS {
+    for (flash, prompt) in [false, true]
+        .into_iter()
+        .flat_map(|f| PROMPTS.iter().map(move |p| (f, *p)))
+    {
+        let mut on_gpu = GgufDecoder::load_with(&gguf(), &gpu, flash).unwrap();
+        assert!(on_gpu.device().same_device(&gpu));
+        eprintln!("GGUF with flash attention: {flash}");
         let want = cpu.generate(prompt, 32).unwrap().ids;
         let g = on_gpu.generate(prompt, 32).unwrap();
         eprintln!(

@@ -27,19 +27,26 @@ impl std::fmt::Debug for GgufDecoder {
 }
 
 impl GgufDecoder {
-    /// Loads the GGUF file `path` on `device`; the quantized weights keep their GGML types
-    /// there (a device whose backend cannot hold quantized tensors gives [`DecoderError::Gguf`]
-    /// with Candle's reason).
+    /// Loads the GGUF file `path` on `device` with matmul attention; the quantized weights
+    /// keep their GGML types there (a device whose backend cannot hold quantized tensors gives
+    /// [`DecoderError::Gguf`] with Candle's reason).
     pub fn load(path: &Path, device: &Device) -> Result<Self, DecoderError> {
+        Self::load_with(path, device, false)
+    }
+
+    /// [`Self::load`] with flash attention (`flash_attn`: the patched candle-transformers'
+    /// `ModelWeights::with_flash_attn`, one fused kernel a layer on the GPU) or without.
+    pub fn load_with(path: &Path, device: &Device, flash_attn: bool) -> Result<Self, DecoderError> {
         let (content, mut reader) = read_gguf(path)?;
         let tokenizer = tokenizer_from_gguf(&content, path)?;
-        let model = ModelWeights::from_gguf(content, &mut reader, device).map_err(|error| {
-            DecoderError::Gguf {
-                path: path.to_path_buf(),
-                error,
-            }
-        })?;
-        tracing::info!(path = %path.display(), device = ?device.location(), "decoder: loaded GGUF");
+        let gguf_err = |error| DecoderError::Gguf {
+            path: path.to_path_buf(),
+            error,
+        };
+        let model = ModelWeights::from_gguf(content, &mut reader, device)
+            .and_then(|m| m.with_flash_attn(flash_attn))
+            .map_err(gguf_err)?;
+        tracing::info!(path = %path.display(), device = ?device.location(), flash_attn, "decoder: loaded GGUF");
         Ok(GgufDecoder {
             model,
             tokenizer,
