@@ -10,11 +10,16 @@
 //! A rank's block of a weight is a [`ParallelWeight`]: dense (safetensors, random weights: a
 //! candle-nn [`Linear`]) or quantized (a GGUF file's blocks: candle's [`QMatMul`], which runs
 //! the backend's quantized matrix product on f32 activations).
+//!
+//! Column-parallel layers that take the same input (q, k and v; gate and up) are stacked
+//! ([`StackedColumns`]): one matrix product of their blocks' rows instead of one per layer,
+//! each layer's output a slice of it, which on a GPU is one launch instead of three or two.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
-use candle_core::quantized::{QMatMul, QTensor};
-use candle_core::{Module, Tensor};
+use candle_core::quantized::{QMatMul, QStorage, QTensor};
+use candle_core::{Module, Tensor, D};
 use candle_nn::Linear;
 use candle_rocm::collective::{Comm, ReduceOp};
 
@@ -167,6 +172,140 @@ impl Module for ColumnParallelLinear {
     }
 }
 
+/// Column-parallel layers on the same input as one product: this rank's blocks of their
+/// weights stacked by rows (dense blocks concatenated; quantized blocks of one GGML type
+/// joined block for block), or, for quantized blocks of different types (a Q4_K_M file's
+/// mixed layers), kept apart.
+#[derive(Debug, Clone)]
+pub struct StackedColumns {
+    proj: Stack,
+}
+
+#[derive(Debug, Clone)]
+enum Stack {
+    /// One product; each layer's output is `rows[i]` features of it, in order. A dense stack
+    /// also keeps each layer as a view of its rows (`views`, no copy): an input of more than
+    /// one row (a prefill) takes a product per layer there, as slices of a many-row product
+    /// are strided and the copies and strided element-wise ops after them cost more than the
+    /// launches saved.
+    One {
+        linear: Proj,
+        rows: Vec<usize>,
+        views: Option<Vec<Proj>>,
+    },
+    /// A product per layer.
+    Apart(Vec<Proj>),
+}
+
+impl StackedColumns {
+    /// The layers from this rank's blocks of rows of their weights, `(out_i / world, in)`
+    /// each, in the order their outputs come back.
+    pub fn from_weights(weights: Vec<ParallelWeight>) -> candle_core::Result<Self> {
+        let rows = weights
+            .iter()
+            .map(|w| match w {
+                ParallelWeight::Dense(t) => t.dim(0),
+                ParallelWeight::Quantized(q) => q.shape().dims2().map(|d| d.0),
+            })
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        let proj = match stack(&weights)? {
+            Some(w) => {
+                let views = match &w {
+                    ParallelWeight::Dense(t) => {
+                        let mut views = Vec::with_capacity(rows.len());
+                        let mut start = 0;
+                        for &r in &rows {
+                            views.push(Proj::Dense(Linear::new(t.narrow(0, start, r)?, None)));
+                            start += r;
+                        }
+                        Some(views)
+                    }
+                    ParallelWeight::Quantized(_) => None,
+                };
+                Stack::One {
+                    linear: Proj::new(w)?,
+                    rows,
+                    views,
+                }
+            }
+            None => Stack::Apart(
+                weights
+                    .into_iter()
+                    .map(Proj::new)
+                    .collect::<candle_core::Result<_>>()?,
+            ),
+        };
+        Ok(StackedColumns { proj })
+    }
+
+    /// Each layer's block of the outputs, in the order of [`Self::from_weights`].
+    pub fn forward(&self, x: &Tensor) -> candle_core::Result<Vec<Tensor>> {
+        let one_row = x.elem_count() == x.dim(D::Minus1)?;
+        match &self.proj {
+            Stack::Apart(ps) => ps.iter().map(|p| p.forward(x)).collect(),
+            Stack::One {
+                views: Some(views), ..
+            } if !one_row => views.iter().map(|p| p.forward(x)).collect(),
+            Stack::One { linear, rows, .. } => {
+                let all = linear.forward(x)?;
+                let mut start = 0;
+                let mut out = Vec::with_capacity(rows.len());
+                for &r in rows {
+                    out.push(all.narrow(D::Minus1, start, r)?);
+                    start += r;
+                }
+                Ok(out)
+            }
+        }
+    }
+}
+
+/// `weights` stacked by rows, or `None` when they cannot be (quantized blocks of different
+/// GGML types or row lengths, or dense and quantized mixed).
+fn stack(weights: &[ParallelWeight]) -> candle_core::Result<Option<ParallelWeight>> {
+    if let Some(dense) = weights
+        .iter()
+        .map(|w| match w {
+            ParallelWeight::Dense(t) => Some(t),
+            ParallelWeight::Quantized(_) => None,
+        })
+        .collect::<Option<Vec<_>>>()
+    {
+        return Ok(Some(ParallelWeight::Dense(Tensor::cat(&dense, 0)?)));
+    }
+    let Some(qs) = weights
+        .iter()
+        .map(|w| match w {
+            ParallelWeight::Quantized(q) => Some(q),
+            ParallelWeight::Dense(_) => None,
+        })
+        .collect::<Option<Vec<_>>>()
+    else {
+        return Ok(None);
+    };
+    let (dtype, cols) = (qs[0].dtype(), qs[0].shape().dims2()?.1);
+    let mut rows = 0;
+    for q in &qs {
+        let (r, c) = q.shape().dims2()?;
+        if q.dtype() != dtype || c != cols {
+            return Ok(None);
+        }
+        rows += r;
+    }
+    // The blocks of a row-major quantized matrix are its rows' blocks back to back, so the
+    // stacked matrix is the blocks of each weight in turn (read back once, at load time).
+    let mut data = Vec::new();
+    for q in &qs {
+        data.extend_from_slice(&q.data()?);
+    }
+    let device = qs[0].device();
+    let storage = QStorage::from_data(Cow::Owned(data), &device, dtype)?;
+    Ok(Some(ParallelWeight::Quantized(Arc::new(QTensor::new(
+        storage,
+        (rows, cols),
+    )?))))
+}
+
 /// A linear layer (no bias) whose weight columns (input features) are split over the ranks:
 /// this rank multiplies its block of the inputs, and an all-reduce sums the ranks' partial
 /// outputs into the whole output on every rank.
@@ -211,6 +350,65 @@ mod tests {
     use super::*;
     use crate::tp::{Shard, Split};
     use candle_core::{DType, Device};
+
+    /// Max |a - b|.
+    fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
+        (a - b)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap()
+    }
+
+    /// Stacked q/k/v-like blocks (dense; quantized of one type; quantized of mixed types, kept
+    /// apart) give each layer's output as the layers apart do.
+    #[test]
+    fn stacked_columns_equal_the_layers_apart() {
+        use candle_core::quantized::GgmlDType;
+        let dev = &Device::Cpu;
+        let ws: Vec<Tensor> = [32, 16, 16]
+            .iter()
+            .map(|&r| Tensor::randn(0f32, 1., (r, 64), dev).unwrap())
+            .collect();
+        let quantized = |types: [GgmlDType; 3]| -> Vec<ParallelWeight> {
+            ws.iter()
+                .zip(types)
+                .map(|(w, t)| ParallelWeight::Quantized(Arc::new(QTensor::quantize(w, t).unwrap())))
+                .collect()
+        };
+        let dense: Vec<ParallelWeight> = ws.iter().cloned().map(ParallelWeight::Dense).collect();
+        let cases = [
+            ("dense", dense, true),
+            ("q8_0", quantized([GgmlDType::Q8_0; 3]), true),
+            (
+                "mixed",
+                quantized([GgmlDType::Q8_0, GgmlDType::Q4_0, GgmlDType::Q8_0]),
+                false,
+            ),
+        ];
+        for (what, weights, one) in cases {
+            let stacked = StackedColumns::from_weights(weights.clone()).unwrap();
+            assert_eq!(matches!(stacked.proj, Stack::One { .. }), one, "{what}");
+            // A decode step (one row: the stacked product) and a prefill (3 rows).
+            for tokens in [1, 3] {
+                let x = Tensor::randn(0f32, 1., (1, tokens, 64), dev).unwrap();
+                let apart: Vec<Tensor> = weights
+                    .iter()
+                    .map(|w| Proj::new(w.clone()).unwrap().forward(&x).unwrap())
+                    .collect();
+                let got = stacked.forward(&x).unwrap();
+                assert_eq!(got.len(), 3);
+                for (g, want) in got.iter().zip(&apart) {
+                    assert_eq!(g.dims(), want.dims(), "{what}, {tokens} tokens");
+                    let d = max_diff(g, want);
+                    assert!(d < 1e-4, "{what}, {tokens} tokens: {d}");
+                }
+            }
+        }
+    }
 
     /// A world of two simulated in one process: each rank's layers from its blocks, the
     /// row-parallel partials summed here; equal to the unsharded layers.

@@ -7,7 +7,8 @@
 //! column-parallel (whole heads: `num_attention_heads / world` query heads and
 //! `num_key_value_heads / world` key-value heads per rank, so every query head finds its
 //! key-value head on its own rank), o projection row-parallel; gate and up projections
-//! column-parallel, down projection row-parallel. Two all-reduces per layer. Norms are whole on
+//! column-parallel, down projection row-parallel, each rank's q/k/v and gate/up blocks stacked
+//! into one product each ([`StackedColumns`]). Two all-reduces per layer. Norms are whole on
 //! every rank; the embeddings and the output head are split by vocabulary rows by default
 //! (`vocab.rs`: an all-reduce after the lookup, an all-gather of the logits; [`VocabSplit`]
 //! keeps either whole), so every rank computes the same logits.
@@ -25,7 +26,7 @@ use candle_core::{DType, Device, IndexOp, Module, Tensor};
 use candle_nn::RmsNorm;
 use candle_transformers::models::llama::{Config, Llama3RopeConfig, Llama3RopeType};
 
-use super::linear::{ColumnParallelLinear, ParallelWeight, RowParallelLinear, World};
+use super::linear::{ParallelWeight, RowParallelLinear, StackedColumns, World};
 use super::shard::{ShardedWeights, Split};
 use super::vocab::{VocabEmbedding, VocabHead, VocabSplit};
 use super::TpError;
@@ -89,9 +90,8 @@ fn llama3_scaled(s: &Llama3RopeConfig, freq: f32) -> f32 {
 /// One rank's share of a layer's attention.
 #[derive(Debug, Clone)]
 struct Attention {
-    q: ColumnParallelLinear,
-    k: ColumnParallelLinear,
-    v: ColumnParallelLinear,
+    /// The q, k and v projections' blocks, stacked.
+    qkv: StackedColumns,
     o: RowParallelLinear,
     heads: usize,
     kv_heads: usize,
@@ -115,11 +115,10 @@ impl Attention {
                 .transpose(1, 2)?
                 .contiguous()
         };
-        let q = split(self.q.forward(x)?, self.heads)?;
-        let k = split(self.k.forward(x)?, self.kv_heads)?;
-        let mut v = self
-            .v
-            .forward(x)?
+        let qkv = self.qkv.forward(x)?;
+        let q = split(qkv[0].clone(), self.heads)?;
+        let k = split(qkv[1].clone(), self.kv_heads)?;
+        let mut v = qkv[2]
             .reshape((b, seq, self.kv_heads, self.head_dim))?
             .transpose(1, 2)?;
         let cos = cache.cos.narrow(0, pos, seq)?;
@@ -174,14 +173,15 @@ impl Attention {
 /// One rank's share of a layer's MLP.
 #[derive(Debug, Clone)]
 struct Mlp {
-    gate: ColumnParallelLinear,
-    up: ColumnParallelLinear,
+    /// The gate and up projections' blocks, stacked (gate first).
+    gate_up: StackedColumns,
     down: RowParallelLinear,
 }
 
 impl Module for Mlp {
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        let h = (candle_nn::ops::silu(&self.gate.forward(x)?)? * self.up.forward(x)?)?;
+        let gate_up = self.gate_up.forward(x)?;
+        let h = (candle_nn::ops::silu(&gate_up[0])? * &gate_up[1])?;
         self.down.forward(&h)
     }
 }
@@ -252,11 +252,12 @@ impl TpLlama {
         let mut blocks = Vec::with_capacity(config.num_hidden_layers);
         for l in 0..config.num_hidden_layers {
             let p = format!("model.layers.{l}.");
-            let col = |t: &str, full: &[usize]| -> Result<ColumnParallelLinear, TpError> {
-                Ok(ColumnParallelLinear::from_weight(linear(
-                    &format!("{p}{t}"),
-                    full,
-                )?)?)
+            let cols = |parts: &[(&str, &[usize])]| -> Result<StackedColumns, TpError> {
+                let weights = parts
+                    .iter()
+                    .map(|(t, full)| linear(&format!("{p}{t}"), full))
+                    .collect::<Result<Vec<_>, TpError>>()?;
+                Ok(StackedColumns::from_weights(weights)?)
             };
             let row = |t: &str, full: &[usize]| -> Result<RowParallelLinear, TpError> {
                 Ok(RowParallelLinear::from_weight(
@@ -267,12 +268,14 @@ impl TpLlama {
             blocks.push(Block {
                 norm_1: norm(&format!("{p}input_layernorm.weight"))?,
                 attn: Attention {
-                    q: col(
-                        "self_attn.q_proj.weight",
-                        &[head_dim * config.num_attention_heads, h],
-                    )?,
-                    k: col("self_attn.k_proj.weight", &[kv, h])?,
-                    v: col("self_attn.v_proj.weight", &[kv, h])?,
+                    qkv: cols(&[
+                        (
+                            "self_attn.q_proj.weight",
+                            &[head_dim * config.num_attention_heads, h],
+                        ),
+                        ("self_attn.k_proj.weight", &[kv, h]),
+                        ("self_attn.v_proj.weight", &[kv, h]),
+                    ])?,
                     o: row(
                         "self_attn.o_proj.weight",
                         &[h, head_dim * config.num_attention_heads],
@@ -285,8 +288,10 @@ impl TpLlama {
                 },
                 norm_2: norm(&format!("{p}post_attention_layernorm.weight"))?,
                 mlp: Mlp {
-                    gate: col("mlp.gate_proj.weight", &[i, h])?,
-                    up: col("mlp.up_proj.weight", &[i, h])?,
+                    gate_up: cols(&[
+                        ("mlp.gate_proj.weight", &[i, h]),
+                        ("mlp.up_proj.weight", &[i, h]),
+                    ])?,
                     down: row("mlp.down_proj.weight", &[h, i])?,
                 },
             });

@@ -48,7 +48,9 @@ use candle_transformers::models::llama::{Config, LlamaEosToks};
 pub use error::TpError;
 pub use gguf::{gguf_config, gguf_name, GgufShards, SlicePlan, GGUF_TYPES};
 pub use launch::{free_port, join, rank_env, spawn_ranks, wait_ranks, RankProcess};
-pub use linear::{ColumnParallelLinear, ParallelWeight, RowParallelLinear, Solo, World};
+pub use linear::{
+    ColumnParallelLinear, ParallelWeight, RowParallelLinear, Solo, StackedColumns, World,
+};
 pub use llama::{TpCache, TpLlama};
 pub use random::{
     llama2_7b, parse_config, tinyllama_1_1b, write_random_llama, write_random_llama_gguf, GgufTypes,
