@@ -281,19 +281,7 @@ pub(crate) fn gguf_decoder(b: &Bench, steps: usize) -> Result<()> {
     use candle_core::quantized::gguf_file;
     use candle_transformers::models::quantized_llama::ModelWeights;
     let dev = &b.dev;
-    // Candle CUDA's build runs the crates.io candle-transformers, which has no flash path here.
-    // `--profile` records one path, as `decode` does: flash when `--only` names it, else matmul.
-    let flash_paths: &[bool] = if !cfg!(all(feature = "rocm", not(feature = "cuda"))) {
-        &[false]
-    } else if b.profile {
-        if b.only.iter().any(|w| w.contains("flash")) {
-            &[true]
-        } else {
-            &[false]
-        }
-    } else {
-        &[false, true]
-    };
+    let flash_paths = b.attention_paths();
     for (mix, layer_ty, out_ty) in GGUF_MIXES {
         let ops = |flash: bool| {
             let suffix = if flash { "_flash" } else { "" };

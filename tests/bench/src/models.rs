@@ -184,22 +184,8 @@ pub(crate) fn decode(b: &Bench, steps: usize) -> Result<()> {
     } else {
         &[DType::F16, DType::BF16]
     };
-    // Candle CUDA's build has no flash attention (crates.io candle-flash-attn needs its CUDA
-    // kernels built): candle-transformers would panic there. `--profile` records one path
-    // (its summary counts kernels per step): flash when `--only` names it, else matmul.
-    let paths: &[bool] = if !cfg!(all(feature = "rocm", not(feature = "cuda"))) {
-        &[false]
-    } else if b.profile {
-        if b.only.iter().any(|w| w.contains("flash")) {
-            &[true]
-        } else {
-            &[false]
-        }
-    } else {
-        &[false, true]
-    };
     for &dtype in dtypes {
-        for &flash in paths {
+        for &flash in b.attention_paths() {
             decode_rows(b, steps, dtype, flash)?;
         }
     }

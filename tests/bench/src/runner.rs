@@ -26,6 +26,25 @@ pub(crate) struct Bench {
 }
 
 impl Bench {
+    /// The attention paths of the decoder rows, `false` matmul and `true` flash: both in our
+    /// backend's build; matmul alone in Candle CUDA's (crates.io candle-flash-attn needs its
+    /// CUDA kernels built, and crates.io candle-transformers' quantized llama has no flash
+    /// path). `--profile` records one path (its summary counts kernels per step): flash when
+    /// `--only` names it, else matmul.
+    pub(crate) fn attention_paths(&self) -> &'static [bool] {
+        if !cfg!(all(feature = "rocm", not(feature = "cuda"))) {
+            &[false]
+        } else if self.profile {
+            if self.only.iter().any(|w| w.contains("flash")) {
+                &[true]
+            } else {
+                &[false]
+            }
+        } else {
+            &[false, true]
+        }
+    }
+
     /// Whether the `--only` filter selects the row `op` of `group`.
     pub(crate) fn wanted(&self, group: &str, op: &str) -> bool {
         self.only.is_empty()

@@ -447,16 +447,8 @@ mod tests {
         // The column-parallel blocks side by side are the whole first layer's output.
         let cat = Tensor::cat(&blocks, 2).unwrap();
         let first = Linear::new(up, None).forward(&x).unwrap();
-        let diff = (cat - first).unwrap().abs().unwrap().max_all().unwrap();
-        assert_eq!(diff.to_scalar::<f32>().unwrap(), 0.0);
-        let diff = (sum.unwrap() - &whole)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .max_all()
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap();
+        assert_eq!(max_diff(&cat, &first), 0.0);
+        let diff = max_diff(&sum.unwrap(), &whole);
         assert!(diff < 1e-4, "{diff}");
         assert_eq!(whole.dtype(), DType::F32);
     }
