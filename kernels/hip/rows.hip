@@ -32,10 +32,17 @@
 //   rsoftmax_<T>_<K>(const T* x, T* dst, const T* alpha, const T* beta, size_t rows,
 //                    size_t cols, unsigned tpr, float eps)
 //   rrmsnorm_<T>_<K>, rlayernorm_<T>_<K>   same signature (alpha/beta unused where the op has
-//     none; never null where it has them). K = 1, 2, 4 (and 8 for f32, f64): each thread
+//     none; never null where it has them).
+//   raddrmsnorm_<T>_<K>   same signature: beta is a residual laid out as x; dst holds 2 rows
+//     cols elements: x + beta rounded to T, then its RMS norm scaled by alpha (one read of
+//     each operand, the residual stream's add and the next norm in one launch). K = 1, 2, 4 (and 8 for f32, f64): each thread
 //     keeps K chunks of N elements in registers, at most 32 values (one read, one write; rows
 //     up to 256 * K * N elements: 8192 for f32/f16/bf16, 4096 for f64); K = 0: two passes
 //     over the row for longer rows. Suffix _v for the vector path.
+//   rswiglu_<T>(const T* x, T* dst, size_t rows, size_t h)  SwiGLU's gate of candle-nn's
+//     `swiglu`: x is `rows` contiguous rows of 2 h elements (gate, then up), dst rows of h:
+//     silu(gate) * up. _v: N outputs a thread (h % N == 0, both pointers 16-byte aligned).
+//     Blocks of RW_BLOCK threads, any grid (grid-stride).
 //   rtranspose_<T>(const T* src, T* dst, size_t batches, unsigned r, unsigned c)
 //     src is `batches` contiguous (c, r) matrices, dst the (r, c) transposes; 32x32 tiles
 //     through shared memory, blocks of (32, 8) threads, a grid-stride loop over tiles (any
@@ -236,13 +243,59 @@ __device__ __forceinline__ void rope_vec(const T *x, const T *cos, const T *sin,
         rope_vec<T, true>(x, cos, sin, dst, rows, t, d, rows_per_b);                             \
     }
 
+// ---------------------------------------------------------------------------------------------
+// SwiGLU's gate (see the header): out[r][i] = silu(x[r][i]) * x[r][h + i], each product
+// rounded to T as candle's silu and mul round. Vector path: N consecutive outputs a thread.
+template <typename T, bool VEC>
+__device__ __forceinline__ void swiglu_rows(const T *x, T *dst, size_t rows, size_t h) {
+    typedef typename Acc<T>::type A;
+    constexpr int N = VEC ? Chunk<T>::N : 1;
+    const size_t per_row = h / N, total = rows * per_row;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t r = i / per_row, j = (i - r * per_row) * N;
+        const T *a = x + r * 2 * h + j, *b = a + h;
+        T *o = dst + r * h + j;
+        A av[N], bv[N];
+        if (VEC) {
+            const Chunk<T> ca = load_vec(a, 0), cb = load_vec(b, 0);
+#pragma unroll
+            for (int e = 0; e < N; ++e) av[e] = rw_to(ca.e[e]), bv[e] = rw_to(cb.e[e]);
+        } else {
+            av[0] = rw_to(a[0]);
+            bv[0] = rw_to(b[0]);
+        }
+        Chunk<T> out;
+#pragma unroll
+        for (int e = 0; e < N; ++e) {
+            const A g = rw_round<T>(av[e] / ((A)1 + rw_exp(-av[e])));
+            out.e[e] = rw_from<T>(g * bv[e]);
+        }
+        if (VEC) {
+            store_vec(o, 0, out);
+        } else {
+            o[0] = out.e[0];
+        }
+    }
+}
+
+#define RW_SWIGLU(T, TN)                                                                         \
+    extern "C" __global__ void __launch_bounds__(RW_BLOCK)                                      \
+        rswiglu_##TN(const T *x, T *dst, size_t rows, size_t h) {                                \
+        swiglu_rows<T, false>(x, dst, rows, h);                                                  \
+    }                                                                                            \
+    extern "C" __global__ void __launch_bounds__(RW_BLOCK)                                      \
+        rswiglu_##TN##_v(const T *x, T *dst, size_t rows, size_t h) {                            \
+        swiglu_rows<T, true>(x, dst, rows, h);                                                   \
+    }
+
 #define RW_ALL(T, TN, KMAX)                                                                      \
     RW_COLS(T, TN)                                                                               \
     RW_REDUCE(T, TN, false, )                                                                    \
     RW_REDUCE(T, TN, true, _v)                                                                   \
     RW_FUSED_##KMAX(T, TN, false, )                                                              \
     RW_FUSED_##KMAX(T, TN, true, _v)                                                             \
-    RW_ROPE(T, TN)
+    RW_ROPE(T, TN)                                                                               \
+    RW_SWIGLU(T, TN)
 
 RW_ALL(float, f32, 8)
 RW_ALL(double, f64, 8)

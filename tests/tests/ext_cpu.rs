@@ -355,6 +355,8 @@ fn candle_nn_fused_ops_handled_or_fallen_back() -> Result<()> {
         let cos = input(d, 28, &[4, 4])?;
         let sin = input(d, 29, &[4, 4])?;
         let h = x.to_dtype(DType::F16)?;
+        let residual = beta.broadcast_as(x.shape())?.contiguous()?;
+        let (sum, normed) = ops::add_rms_norm(&x, &residual, &alpha, 1e-5)?;
         Ok(vec![
             ops::sigmoid(&h)?,
             ops::softmax_last_dim(&x)?,
@@ -367,6 +369,13 @@ fn candle_nn_fused_ops_handled_or_fallen_back() -> Result<()> {
             x.arg_sort_last_dim(true)?,
             x.arg_sort_last_dim(false)?,
             x.sort_last_dim(true)?.0,
+            // The fused swiglu and residual norm: this backend has neither, so their CPU
+            // forms run, equal to the composition the CPU device computes.
+            ops::swiglu(&x)?,
+            ops::swiglu(&h)?,
+            sum,
+            normed,
+            ops::add_rms_norm(&h, &h.sin()?, &alpha.to_dtype(DType::F16)?, 1e-5)?.1,
         ])
     })?;
     assert_eq!(ext(&dev).fused(), Vec::<&str>::new());
@@ -383,6 +392,10 @@ fn candle_nn_fused_ops_handled_or_fallen_back() -> Result<()> {
             "argsort",
             "argsort",
             "argsort",
+            "swiglu",
+            "swiglu",
+            "add-rms-norm",
+            "add-rms-norm",
         ]
     );
     Ok(())

@@ -25,6 +25,8 @@ mod flash_attn;
 mod flash_attn_long;
 #[path = "gpu/fused.rs"]
 mod fused;
+#[path = "gpu/fused_residual.rs"]
+mod fused_residual;
 #[path = "gpu/graphs.rs"]
 mod graphs;
 // The tiny llama of the flash-attn tests, shared with tests/flash_attn.rs.

@@ -40,7 +40,7 @@ const KS: [usize; 4] = [1, 2, 4, 8];
 /// The dtypes the row kernels exist for.
 const FLOATS: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType::BF16];
 /// Kernel name roots: the reductions, then the fused ops (which add `_<K>`).
-const ROOTS: [&str; 8] = [
+const ROOTS: [&str; 9] = [
     "rsum",
     "rmax",
     "rmin",
@@ -49,6 +49,7 @@ const ROOTS: [&str; 8] = [
     "rsoftmax",
     "rrmsnorm",
     "rlayernorm",
+    "raddrmsnorm",
 ];
 /// Chunks per thread of the fused kernels (0: the two-pass kernel).
 const KS_ALL: [usize; 5] = [0, 1, 2, 4, 8];
@@ -327,6 +328,9 @@ pub(crate) enum FusedRow {
     RmsNorm,
     /// Layer norm with a scale and a shift (alpha, beta).
     LayerNorm,
+    /// The residual add and an RMS norm (alpha, then the residual: `rows * cols` elements),
+    /// into an output of `2 * rows * cols` elements: the sum, then its norm.
+    AddRmsNorm,
 }
 
 /// Threads per row the 16-bit single-pass kernels aim at (8 values per chunk): rows of up to
@@ -354,8 +358,9 @@ pub(crate) fn fused_k(chunk_elems: usize, units: usize) -> Option<usize> {
 }
 
 /// Runs a fused row op on `rows` contiguous rows of `cols` elements of `x` (exactly
-/// `rows * cols` elements); `params` are alpha (and beta), each at least `cols` elements.
-/// `None` for a dtype without these kernels.
+/// `rows * cols` elements); `params` are alpha (and beta), each at least `cols` elements, or
+/// for [`FusedRow::AddRmsNorm`] alpha and the residual, which holds at least `rows * cols`
+/// (the caller checks both). `None` for a dtype without these kernels.
 #[cfg_attr(not(feature = "candle"), allow(dead_code))]
 pub(crate) fn fused<T: RocmDType>(
     dev: &RocmDevice,
@@ -373,6 +378,7 @@ pub(crate) fn fused<T: RocmDType>(
         FusedRow::Softmax => "rsoftmax",
         FusedRow::RmsNorm => "rrmsnorm",
         FusedRow::LayerNorm => "rlayernorm",
+        FusedRow::AddRmsNorm => "raddrmsnorm",
     };
     if !float(T::DTYPE) {
         return Ok(None);
@@ -380,7 +386,7 @@ pub(crate) fn fused<T: RocmDType>(
     let want = match op {
         FusedRow::Softmax => 0,
         FusedRow::RmsNorm => 1,
-        FusedRow::LayerNorm => 2,
+        FusedRow::LayerNorm | FusedRow::AddRmsNorm => 2,
     };
     let el = rows
         .checked_mul(cols)
@@ -395,7 +401,8 @@ pub(crate) fn fused<T: RocmDType>(
             ),
         ));
     }
-    let out = dev.alloc::<T>(el)?;
+    let outputs = if op == FusedRow::AddRmsNorm { 2 } else { 1 };
+    let out = dev.alloc::<T>(outputs * el)?;
     if el == 0 {
         return Ok(Some(out));
     }
@@ -427,12 +434,72 @@ pub(crate) fn fused<T: RocmDType>(
     // SAFETY: r<op>_<T>_<K>[_v](const T* x, T* dst, const T* alpha, const T* beta,
     // size_t rows, size_t cols, unsigned tpr, float eps) reads rows * cols elements of x
     // (x.len() == el, checked), cols elements of alpha and beta where the op has them (the
-    // caller checked each holds at least cols; otherwise they are never read), and writes el
-    // elements of `out` (allocated with el); K comes from fused_k, so the kernel exists and a
+    // caller checked each holds at least cols; otherwise they are never read; raddrmsnorm's
+    // beta, the residual, el elements, which its caller checked), and writes el elements of
+    // `out` (2 el for raddrmsnorm; allocated with `outputs * el`); K comes from fused_k, so the kernel exists and a
     // block of `shape.block` <= 256 threads covers a row with K chunks per thread; _v only
     // when every pointer is 16-byte aligned and cols is a multiple of the chunk; tpr follows
     // RowShape's rule; all buffers are ordered on the device's stream.
     unsafe { l.launch(shape.cfg())? };
+    Ok(Some(out))
+}
+
+/// SwiGLU's gate (rows.hip `rswiglu_<T>[_v]`) on `rows` contiguous rows of `2 h` elements
+/// of `x` (gate, then up; exactly `rows * 2 h` elements): `rows * h` outputs. `None` when the
+/// fast kernels are off or the dtype has none (the caller then runs the composition).
+#[cfg_attr(not(feature = "candle"), allow(dead_code))]
+pub(crate) fn swiglu<T: RocmDType>(
+    dev: &RocmDevice,
+    x: &impl DeviceSlice<T>,
+    (rows, h): (usize, usize),
+) -> Result<Option<DeviceBuffer<T>>, BackendError> {
+    const OP: &str = "swiglu";
+    if !crate::settings::fast_kernels() || !float(T::DTYPE) {
+        return Ok(None);
+    }
+    let el = rows
+        .checked_mul(h)
+        .ok_or_else(|| invalid(OP, "row count times row length overflows"))?;
+    if el.checked_mul(2) != Some(x.len()) {
+        return Err(invalid(
+            OP,
+            format_args!("{} elements for {rows} rows of 2 x {h}", x.len()),
+        ));
+    }
+    let out = dev.alloc::<T>(el)?;
+    if el == 0 {
+        return Ok(Some(out));
+    }
+    let n = chunk::<T>();
+    let vec = h % n == 0 && aligned(x.device_ptr()) && aligned(out.device_ptr());
+    let name = match (T::DTYPE, vec) {
+        (DType::F32, false) => "rswiglu_f32",
+        (DType::F32, true) => "rswiglu_f32_v",
+        (DType::F64, false) => "rswiglu_f64",
+        (DType::F64, true) => "rswiglu_f64_v",
+        (DType::F16, false) => "rswiglu_f16",
+        (DType::F16, true) => "rswiglu_f16_v",
+        (DType::BF16, false) => "rswiglu_bf16",
+        (DType::BF16, true) => "rswiglu_bf16_v",
+        _ => return Ok(None),
+    };
+    let f = dev.function(Module::Rows, name)?;
+    let threads = if vec { el / n } else { el };
+    let cfg = LaunchConfig {
+        // At most MAX_BLOCKS: fits u32; the kernel loops over the rest.
+        grid_dim: (threads.div_ceil(BLOCK).min(MAX_BLOCKS) as u32, 1, 1),
+        block_dim: (BLOCK as u32, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let (px, po) = (DevicePtrArg::of(x), out.as_arg());
+    let mut l = dev.stream().launch_builder(&f);
+    l.arg(&px).arg(&po).arg(&rows).arg(&h);
+    // SAFETY: rswiglu_<T>[_v](const T* x, T* dst, size_t rows, size_t h) reads rows * 2 h
+    // elements of x (x.len(), checked) and writes rows * h of `out` (allocated with that
+    // many), grid-stride over any grid of RW_BLOCK (BLOCK) threads; _v only when h is a
+    // multiple of the chunk and both pointers are 16-byte aligned, so every chunk is; both
+    // buffers are ordered on the device's stream.
+    unsafe { l.launch(cfg)? };
     Ok(Some(out))
 }
 

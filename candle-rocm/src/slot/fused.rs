@@ -1,6 +1,7 @@
 //! The fused ops that candle-nn and candle-core hand to an out-of-tree backend
 //! ([`candle_core::ext::FusedOp`]): sigmoid, softmax over the last dim, RMS and layer norm, the
-//! three rotary embeddings and arg-sort, each one launch. Softmax and the norms run our `rows`
+//! three rotary embeddings, arg-sort, SwiGLU's gate and the residual add with the next RMS norm
+//! (candle-nn's `swiglu` and `add_rms_norm`), each one launch. Softmax and the norms run our `rows`
 //! kernels (single pass with the row in registers up to 8192 elements, two passes beyond; see
 //! `rows.rs`), and so do rope and rope_i where a row's halves (rope) or the row (rope_i) are
 //! whole 16-byte packs; the others candle-kernels' own kernel with the arguments candle-nn's
@@ -94,6 +95,35 @@ pub(crate) fn run(
             Ok(out.map(|s| (RocmStorage::new(s, dev.clone()), xl.shape().clone())))
         }
         FusedOp::ArgSort { asc } => argsort(x, l, *asc),
+        // Without our row kernels (CANDLE_ROCM_FAST_KERNELS=0) the CPU's composition runs.
+        FusedOp::Swiglu if float && crate::settings::fast_kernels() => {
+            let (x, xl) = contiguous(x, l)?;
+            let out = dispatch1(&x.slice, |v| swiglu(dev, v, &xl))?;
+            let mut dims = xl.dims().to_vec();
+            if let Some(d) = dims.last_mut() {
+                *d /= 2;
+            }
+            Ok(out.map(|s| (RocmStorage::new(s, dev.clone()), Shape::from(dims))))
+        }
+        FusedOp::AddRmsNorm { eps } if float && crate::settings::fast_kernels() => {
+            let [(r, rl), (a, al)] = operands::<2>(op, args)?;
+            if rl.shape() != l.shape() {
+                return Err(shape_error(
+                    op.name(),
+                    "the residual's shape differs from x's",
+                ))
+                .w();
+            }
+            let (x, xl) = contiguous(x, l)?;
+            let (r, rl) = contiguous(r, rl)?;
+            let (a, al) = contiguous(a, al)?;
+            let out = dispatch3(&x.slice, &a.slice, &r.slice, |v, w, z| {
+                norm(dev, "addrmsnorm", v, &xl, &[(w, &al), (z, &rl)], *eps)
+            })?;
+            let mut dims = vec![2];
+            dims.extend_from_slice(xl.dims());
+            Ok(out.map(|s| (RocmStorage::new(s, dev.clone()), Shape::from(dims))))
+        }
         _ => Ok(None),
     }
 }
@@ -350,7 +380,13 @@ fn norm_t<T: FromFloat1>(
     let mut ptrs = [std::ptr::null_mut(); MAX_NORM_PARAMS];
     for (i, (p, pl)) in params.iter().enumerate() {
         let v = view(root, same::<T>(root, p)?, pl)?;
-        if v.len() < cols {
+        // addrmsnorm's second operand is the residual: a whole x.
+        let need = if root == "addrmsnorm" && i == 1 {
+            rows * cols
+        } else {
+            cols
+        };
+        if v.len() < need {
             return Err(invalid(
                 root,
                 format_args!("a scale/shift of {} elements for rows of {cols}", v.len()),
@@ -360,13 +396,17 @@ fn norm_t<T: FromFloat1>(
         ptrs[i] = v.device_ptr();
     }
     let (views, ptrs) = (&views[..params.len()], &ptrs[..params.len()]);
-    let op = if root == "rmsnorm" {
-        FusedRow::RmsNorm
-    } else {
-        FusedRow::LayerNorm
+    let op = match root {
+        "rmsnorm" => FusedRow::RmsNorm,
+        "addrmsnorm" => FusedRow::AddRmsNorm,
+        _ => FusedRow::LayerNorm,
     };
     if let Some(out) = rows::fused(dev, op, &src, (rows, cols), views, ptrs, eps)? {
         return Ok(out);
+    }
+    if op == FusedRow::AddRmsNorm {
+        // No candle kernel does both; `run` only comes here with our kernels on.
+        return Err(invalid(root, "the row kernels are off"));
     }
     let out = dev.alloc::<T>(rows * cols)?;
     let f = dev.function(Module::Reduce, &kernel_name::<T>(root))?;
@@ -391,6 +431,29 @@ fn norm_t<T: FromFloat1>(
     // all buffers are ordered on the device's stream.
     unsafe { b.launch(cfg)? };
     Ok(out)
+}
+
+/// SwiGLU's gate over the last dim (`rows::swiglu`; `run` comes here only with our kernels
+/// on).
+fn swiglu(dev: &RocmDevice, x: Float1<'_>, l: &Layout) -> candle_core::Result<S> {
+    with_float!(x, b => swiglu_t(dev, b, l).map(S::from_buffer).w())
+}
+
+fn swiglu_t<T: RocmDType>(
+    dev: &RocmDevice,
+    x: &DeviceBuffer<T>,
+    l: &Layout,
+) -> Result<DeviceBuffer<T>, BackendError> {
+    const OP: &str = "swiglu";
+    let (rows, cols) = rows_cols(OP, l)?;
+    if cols % 2 != 0 {
+        return Err(shape_error(OP, "needs a last dim of even length"));
+    }
+    if rows * cols == 0 {
+        return dev.alloc::<T>(0);
+    }
+    rows::swiglu(dev, &view(OP, x, l)?, (rows, cols / 2))?
+        .ok_or_else(|| invalid(OP, "the row kernels are off"))
 }
 
 /// The three rotary embeddings: our vector kernels for `rope` and `rope_i` where whole 16-byte

@@ -1,11 +1,15 @@
 // rows/fused.h - part of rows.hip (see its header), included by it after rows/reduce.h, never
-// on its own: the fused softmax, RMS norm and layer norm over the last dim.
+// on its own: the fused softmax, RMS norm and layer norm over the last dim, the residual add
+// fused with an RMS norm, and the gated linear unit of a SwiGLU MLP.
 
 // ---------------------------------------------------------------------------------------------
 // Fused softmax / RMS norm / layer norm over the last dim.
 #define RW_SOFTMAX 0
 #define RW_RMS 1
 #define RW_LAYER 2
+// x + beta (the residual, same layout as x) rounded to T, written to dst's first rows * cols
+// elements, and its RMS norm scaled by alpha to the next rows * cols.
+#define RW_ADD_RMS 3
 
 // Loads chunk c of a row into vals[0..N) (the op's neutral value past the row's end).
 template <typename T, bool VEC>
@@ -90,6 +94,9 @@ __device__ __forceinline__ void fused_rows(const T *x, T *dst, const T *alpha, c
         const bool valid = row < rows;
         const T *p = x + (valid ? row : 0) * cols;
         T *q = dst + (valid ? row : 0) * cols;
+        // RW_ADD_RMS: the residual row, and where the norm goes (q holds the sum).
+        const T *res = beta + (valid ? row : 0) * cols;
+        T *qn = OP == RW_ADD_RMS ? q + rows * cols : q;
         // Single pass (K > 0): the row stays in registers between the reduction and the write.
         A vals[KK][N];
         if (K > 0) {
@@ -98,6 +105,12 @@ __device__ __forceinline__ void fused_rows(const T *x, T *dst, const T *alpha, c
                 const size_t c = g + (size_t)k * tpr;
                 if (valid && c < nc) {
                     load_chunk<T, VEC>(p, c, cols, vals[k], pad);
+                    if (OP == RW_ADD_RMS) {
+                        A r[N];
+                        load_chunk<T, VEC>(res, c, cols, r, (A)0);
+#pragma unroll
+                        for (int j = 0; j < N; ++j) vals[k][j] = rw_to(rw_from<T>(vals[k][j] + r[j]));
+                    }
                 } else {
 #pragma unroll
                     for (int j = 0; j < N; ++j) vals[k][j] = pad;
@@ -165,7 +178,22 @@ __device__ __forceinline__ void fused_rows(const T *x, T *dst, const T *alpha, c
             }
         } else {
             Sum2V<A> sv = Sum2V<A>::empty();
+            // Single pass: alpha's chunks are loaded before the reduction, so their latency
+            // overlaps it instead of following it.
+            A pa[KK][N];
             if (K > 0) {
+#pragma unroll
+                for (int k = 0; k < KK; ++k) {
+                    const size_t c = g + (size_t)k * tpr;
+                    if (valid && c < nc) load_param<T, VEC>(alpha, c, cols, pa[k]);
+                }
+                if (OP == RW_ADD_RMS && valid) {
+#pragma unroll
+                    for (int k = 0; k < KK; ++k) {
+                        const size_t c = g + (size_t)k * tpr;
+                        if (c < nc) store_chunk<T, VEC>(q, c, cols, vals[k], [](A v, size_t, int) { return v; });
+                    }
+                }
 #pragma unroll
                 for (int k = 0; k < KK; ++k)
 #pragma unroll
@@ -177,6 +205,14 @@ __device__ __forceinline__ void fused_rows(const T *x, T *dst, const T *alpha, c
                 for (size_t c = g; c < nc; c += tpr) {
                     A t[N];
                     load_chunk<T, VEC>(p, c, cols, t, (A)0);
+                    if (OP == RW_ADD_RMS) {
+                        // The sum is written here and read back by this same thread below.
+                        A r[N];
+                        load_chunk<T, VEC>(res, c, cols, r, (A)0);
+#pragma unroll
+                        for (int j = 0; j < N; ++j) t[j] = rw_to(rw_from<T>(t[j] + r[j]));
+                        store_chunk<T, VEC>(q, c, cols, t, [](A v, size_t, int) { return v; });
+                    }
 #pragma unroll
                     for (int j = 0; j < N; ++j) {
                         sv.s += t[j];
@@ -186,7 +222,7 @@ __device__ __forceinline__ void fused_rows(const T *x, T *dst, const T *alpha, c
             }
             sv = group_reduce(sv, tpr, sm_sum2);
             NormOut<A, OP> f;
-            if (OP == RW_RMS) {
+            if (OP == RW_RMS || OP == RW_ADD_RMS) {
                 f.mean = (A)0;
                 f.scale = rw_rsqrt(sv.q / n + eps);
             } else {
@@ -201,19 +237,21 @@ __device__ __forceinline__ void fused_rows(const T *x, T *dst, const T *alpha, c
                 for (int k = 0; k < KK; ++k) {
                     const size_t c = g + (size_t)k * tpr;
                     if (c < nc) {
-                        load_param<T, VEC>(alpha, c, cols, a);
+#pragma unroll
+                        for (int j = 0; j < N; ++j) a[j] = pa[k][j];
                         if (OP == RW_LAYER) load_param<T, VEC>(beta, c, cols, b);
-                        store_chunk<T, VEC>(q, c, cols, vals[k], f);
+                        store_chunk<T, VEC>(qn, c, cols, vals[k], f);
                     }
                 }
             } else if (valid) {
-                // Two passes: walk the row again.
+                // Two passes: walk the row again (RW_ADD_RMS: the sum this thread wrote).
+                const T *src = OP == RW_ADD_RMS ? q : p;
                 for (size_t c = g; c < nc; c += tpr) {
                     A t[N];
-                    load_chunk<T, VEC>(p, c, cols, t, (A)0);
+                    load_chunk<T, VEC>(src, c, cols, t, (A)0);
                     load_param<T, VEC>(alpha, c, cols, a);
                     if (OP == RW_LAYER) load_param<T, VEC>(beta, c, cols, b);
-                    store_chunk<T, VEC>(q, c, cols, t, f);
+                    store_chunk<T, VEC>(qn, c, cols, t, f);
                 }
             }
         }
@@ -230,7 +268,8 @@ __device__ __forceinline__ void fused_rows(const T *x, T *dst, const T *alpha, c
 #define RW_FUSED_K(T, TN, K, VEC, SUF)                                                           \
     RW_FUSED_ONE(rsoftmax, RW_SOFTMAX, T, TN, K, VEC, SUF)                                       \
     RW_FUSED_ONE(rrmsnorm, RW_RMS, T, TN, K, VEC, SUF)                                           \
-    RW_FUSED_ONE(rlayernorm, RW_LAYER, T, TN, K, VEC, SUF)
+    RW_FUSED_ONE(rlayernorm, RW_LAYER, T, TN, K, VEC, SUF)                                       \
+    RW_FUSED_ONE(raddrmsnorm, RW_ADD_RMS, T, TN, K, VEC, SUF)
 
 // K * N <= 32 values per thread: K up to 8 for f32 and f64, up to 4 for f16 and bf16.
 #define RW_FUSED_4(T, TN, VEC, SUF)                                                              \

@@ -391,7 +391,9 @@ impl GgufModel {
 
 /// The prefill and decode rows of a loaded GGUF decoder: prefill (one 512-token prompt,
 /// seconds per prompt token) and decode (`steps` greedy tokens after a 16-token prompt, each
-/// argmax read back to the host; seconds per token); `tag` is appended to the shape column.
+/// argmax read back to the host; seconds per token, and in a `<decode op>_host` row the host's
+/// share of it: the time to queue each step's forward and argmax, without waiting for the GPU,
+/// as the llama rows report); `tag` is appended to the shape column.
 fn gguf_rows(
     b: &Bench,
     model: &mut GgufModel,
@@ -423,25 +425,35 @@ fn gguf_rows(
         b.print(["model", prefill_op, &shape, "f32"], s, 1.0, "tokens");
     }
     if b.wanted("model", decode_op) {
-        let mut run = |steps: usize| -> Result<f64> {
+        // (seconds per token, the host's share: queueing a step's forward and argmax)
+        let mut run = |steps: usize| -> Result<(f64, f64)> {
             let (mut next, _) = prefill(model, dev, 16)?;
             dev.synchronize()?;
+            let mut host = 0.0;
             let t = Instant::now();
             for i in 0..steps {
+                let q = Instant::now();
                 let input = Tensor::new(&[next], dev)?.unsqueeze(0)?;
                 let logits = model.forward(&input, 16 + i)?;
-                next = logits.argmax(D::Minus1)?.flatten_all()?.to_vec1::<u32>()?[0];
+                let best = logits.argmax(D::Minus1)?.flatten_all()?;
+                host += q.elapsed().as_secs_f64();
+                next = best.to_vec1::<u32>()?[0];
             }
-            Ok(t.elapsed().as_secs_f64() / steps as f64)
+            let n = steps as f64;
+            Ok((t.elapsed().as_secs_f64() / n, host / n))
         };
         if b.profile {
             run(steps)?;
             return Ok(());
         }
         run(4)?;
-        let s = median((0..3).map(|_| run(steps)).collect::<Result<Vec<_>>>()?);
+        let runs = (0..3).map(|_| run(steps)).collect::<Result<Vec<_>>>()?;
+        let s = median(runs.iter().map(|r| r.0).collect());
+        let host = median(runs.iter().map(|r| r.1).collect());
         let shape = format!("prompt16{tag}");
         b.print(["model", decode_op, &shape, "f32"], s, 1.0, "tokens");
+        let host_op = format!("{decode_op}_host");
+        b.print(["model", &host_op, &shape, "f32"], host, 1.0, "tokens");
     }
     Ok(())
 }

@@ -7,7 +7,7 @@ use candle_core::{Device, Tensor};
 use crate::runner::Bench;
 
 /// Matrix products on quantized (GGML) weights, as a GGUF model's linear layers run them:
-/// decode-shaped (one f32 row; the work counted is the weight bytes, which dominate what the
+/// decode-shaped (one f32 row, at the 7B head's shapes and the 1.1B llama's layers; the work counted is the weight bytes, which dominate what the
 /// kernel must read), small batches (4, 6, 8, 16, 32 and 64 rows, as batched decoding or a
 /// short prompt gives; weight bytes too) and prefill-shaped (512 rows; flops). Weights are
 /// random, quantized on the CPU, then placed on the device with `QTensor::quantize_onto`.
@@ -25,6 +25,11 @@ pub(crate) fn quantized(b: &Bench) -> Result<()> {
         for (m, n, k) in [
             (1usize, 4096usize, 4096usize),
             (1, 32000, 4096),
+            // The 1.1B llama's decode products: stacked q/k/v, o, stacked gate/up, down.
+            (1, 2560, 2048),
+            (1, 2048, 2048),
+            (1, 11264, 2048),
+            (1, 2048, 5632),
             (4, 4096, 4096),
             (6, 4096, 4096),
             (8, 4096, 4096),

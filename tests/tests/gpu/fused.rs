@@ -34,7 +34,7 @@ const SHAPES: &[&[usize]] = &[
 
 /// candle-kernels' RMS and layer norm accumulate in f32 for every dtype (as Candle's CUDA
 /// backend does), so an f64 result is only as close to the CPU's f64 one as f32 allows.
-fn norm_tolerance(dtype: DType) -> f64 {
+pub(super) fn norm_tolerance(dtype: DType) -> f64 {
     tolerance(dtype).max(tolerance(DType::F32))
 }
 
@@ -42,7 +42,10 @@ fn norm_tolerance(dtype: DType) -> f64 {
 /// compute f16 and bf16 in the type itself (its softmax sums a 4097-long row in f16 and comes
 /// out several percent off), while candle-kernels accumulate in f32; for those dtypes the
 /// reference is the same op on f32 copies of the same values, rounded to the dtype.
-fn reference(inputs: &[&Tensor], op: impl Fn(&[Tensor]) -> Result<Tensor>) -> Result<Tensor> {
+pub(super) fn reference(
+    inputs: &[&Tensor],
+    op: impl Fn(&[Tensor]) -> Result<Tensor>,
+) -> Result<Tensor> {
     let dtype = inputs[0].dtype();
     if matches!(dtype, DType::F16 | DType::BF16) {
         let up = inputs
@@ -57,7 +60,7 @@ fn reference(inputs: &[&Tensor], op: impl Fn(&[Tensor]) -> Result<Tensor>) -> Re
 
 /// candle-nn's CPU `rms_norm`/`layer_norm` have no f64 kernel ("unsupported dtype"): the f64
 /// reference is the unfused formula of the same crate (`rms_norm_slow`, `layer_norm_slow`).
-fn rms_norm_cpu(x: &Tensor, alpha: &Tensor, eps: f32) -> Result<Tensor> {
+pub(super) fn rms_norm_cpu(x: &Tensor, alpha: &Tensor, eps: f32) -> Result<Tensor> {
     reference(&[x, alpha], |t| match t[0].dtype() {
         DType::F64 => candle_nn::ops::rms_norm_slow(&t[0], &t[1], eps),
         _ => candle_nn::ops::rms_norm(&t[0], &t[1], eps),
@@ -182,7 +185,7 @@ fn softmax_last_dim() -> Result<()> {
 
 /// Scale (and shift) vectors of `cols` elements: contiguous, and with a stride of 2 (every
 /// other element of a longer buffer), each with its CPU twin.
-fn params(
+pub(super) fn params(
     cols: usize,
     dtype: DType,
     r: &mut rand::rngs::StdRng,
