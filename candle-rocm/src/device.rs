@@ -76,6 +76,7 @@ impl RocmDevice {
                 record_blas: crate::settings::graph_blas(),
                 record_rccl: crate::settings::graph_rccl(),
                 plain_head: GRAPH_PLAIN_HEAD,
+                first_nodes: crate::settings::graph_first_nodes(),
                 ..GraphMode::default()
             };
             match stream.set_graph_mode(Some(mode)) {

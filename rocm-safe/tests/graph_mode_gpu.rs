@@ -113,6 +113,7 @@ fn the_node_limit_launches_in_stretches() {
     let y = s.clone_htod(&host(0.0)).unwrap();
     s.set_graph_mode(Some(GraphMode {
         max_nodes: 5,
+        first_nodes: 0,
         max_execs: 2,
         plain_head: 0,
         record_blas: false,
@@ -386,5 +387,39 @@ fn the_plain_head_keeps_short_stretches_out_of_graphs() {
     let stats = s.graph_stats().unwrap();
     // Recorded: 10 - 3 and 4 - 3; the stretches of 2, 3 and 1 stay in the head.
     assert_eq!((stats.launches, stats.nodes), (2, 8), "{stats:?}");
+    s.set_graph_mode(None).unwrap();
+}
+
+/// `first_nodes`: after a read-back the stretches grow from `first_nodes` operations, doubling
+/// up to `max_nodes`, and the results are those of plain launches.
+#[test]
+#[ignore = "needs a HIP device"]
+fn stretches_ramp_up_after_a_read_back() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (_d, f, s) = fixture();
+    let x = s.clone_htod(&host(1.0)).unwrap();
+    let y0 = host(0.0);
+    let y = s.clone_htod(&y0).unwrap();
+    s.set_graph_mode(Some(GraphMode {
+        max_nodes: 8,
+        first_nodes: 2,
+        ..GraphMode::default()
+    }))
+    .unwrap();
+    let mut applied = 0.0f32;
+    for round in 0..2 {
+        // 2 + 4 + 8 + 8 + 8, then 3 launched by the read-back: 6 stretches a round.
+        for _ in 0..33 {
+            axpy(&s, &f, 0.5, &x.as_arg(), &y.as_arg());
+        }
+        applied += 33.0;
+        let got = s.clone_dtoh(&y).unwrap();
+        let want: Vec<f32> = (0..N as usize)
+            .map(|i| y0[i] + 0.5 * applied * host(1.0)[i])
+            .collect();
+        assert_close(&got, &want, &format!("round {round}"));
+    }
+    let stats = s.graph_stats().unwrap();
+    assert_eq!((stats.launches, stats.nodes), (12, 66), "{stats:?}");
     s.set_graph_mode(None).unwrap();
 }

@@ -81,6 +81,11 @@ pub struct GraphMode {
     /// Launch the recorded work after this many operations even when nothing needs its
     /// results yet, so the device starts while the host records the rest (0: no limit).
     pub max_nodes: usize,
+    /// After each launch something needed (a read-back, ...), the first recorded stretch ends
+    /// after this many operations and each next one after twice as many as the one before,
+    /// up to `max_nodes`: the device, idle while the host waited, gets work after a few
+    /// operations instead of a whole stretch (0: every stretch ends at `max_nodes`).
+    pub first_nodes: usize,
     /// Executable graphs kept for reuse, keyed by the kernels they run (at least 1).
     pub max_execs: usize,
     /// Operations queued as plain launches after each launch that something needed (a
@@ -103,6 +108,7 @@ impl Default for GraphMode {
     fn default() -> Self {
         GraphMode {
             max_nodes: 0,
+            first_nodes: 0,
             max_execs: 64,
             plain_head: 0,
             record_blas: false,
@@ -185,6 +191,9 @@ pub(crate) struct Batch {
     active: bool,
     /// Operations still to queue plainly before recording begins ([`GraphMode::plain_head`]).
     head_left: usize,
+    /// The length the ramp after a needed launch sets for the next stretch
+    /// ([`GraphMode::first_nodes`]; 0 once the ramp is off).
+    ramp: usize,
     nodes: usize,
     key: u64,
     execs: ExecCache<hipGraphExec_t>,
@@ -218,6 +227,7 @@ impl Stream {
         };
         if let Some(b) = slot.as_mut() {
             b.mode = mode;
+            b.ramp = mode.first_nodes;
             return Ok(());
         }
         if self.capturing.load(Ordering::Acquire) {
@@ -242,6 +252,7 @@ impl Stream {
             allocator,
             active: false,
             head_left: mode.plain_head,
+            ramp: mode.first_nodes,
             nodes: 0,
             key: 0,
             execs: ExecCache::new(),
@@ -294,6 +305,7 @@ impl Stream {
         if let Some(b) = slot.as_mut() {
             b.flush(self)?;
             b.head_left = b.mode.plain_head;
+            b.ramp = b.mode.first_nodes;
         }
         self.plain_ops.fetch_add(1, Ordering::AcqRel);
         Ok(PlainOp { stream: Some(self) })
@@ -423,8 +435,14 @@ impl Batch {
         }
         self.nodes += 1;
         self.key = (self.key ^ kind.code()).wrapping_mul(0x0100_0000_01b3);
-        if self.mode.max_nodes > 0 && self.nodes >= self.mode.max_nodes {
+        let limit = match (self.ramp, self.mode.max_nodes) {
+            (0, max) => max,
+            (ramp, 0) => ramp,
+            (ramp, max) => ramp.min(max),
+        };
+        if limit > 0 && self.nodes >= limit {
             self.flush(stream)?;
+            self.ramp = self.ramp.saturating_mul(2);
         }
         Ok(())
     }
