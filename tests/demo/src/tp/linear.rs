@@ -240,12 +240,27 @@ impl StackedColumns {
 
     /// Each layer's block of the outputs, in the order of [`Self::from_weights`].
     pub fn forward(&self, x: &Tensor) -> candle_core::Result<Vec<Tensor>> {
+        Ok(self.forward_joined(x)?.1)
+    }
+
+    /// [`Self::forward`]'s blocks and, when they are slices of one product (stacked weights,
+    /// one row of `x`), that product.
+    pub fn forward_joined(&self, x: &Tensor) -> candle_core::Result<(Option<Tensor>, Vec<Tensor>)> {
         let one_row = x.elem_count() == x.dim(D::Minus1)?;
         match &self.proj {
-            Stack::Apart(ps) => ps.iter().map(|p| p.forward(x)).collect(),
+            Stack::Apart(ps) => Ok((
+                None,
+                ps.iter().map(|p| p.forward(x)).collect::<Result<_, _>>()?,
+            )),
             Stack::One {
                 views: Some(views), ..
-            } if !one_row => views.iter().map(|p| p.forward(x)).collect(),
+            } if !one_row => Ok((
+                None,
+                views
+                    .iter()
+                    .map(|p| p.forward(x))
+                    .collect::<Result<_, _>>()?,
+            )),
             Stack::One { linear, rows, .. } => {
                 let all = linear.forward(x)?;
                 let mut start = 0;
@@ -254,7 +269,7 @@ impl StackedColumns {
                     out.push(all.narrow(D::Minus1, start, r)?);
                     start += r;
                 }
-                Ok(out)
+                Ok((Some(all), out))
             }
         }
     }

@@ -8,7 +8,9 @@
 //! `num_key_value_heads / world` key-value heads per rank, so every query head finds its
 //! key-value head on its own rank), o projection row-parallel; gate and up projections
 //! column-parallel, down projection row-parallel, each rank's q/k/v and gate/up blocks stacked
-//! into one product each ([`StackedColumns`]). Two all-reduces per layer. Norms are whole on
+//! into one product each ([`StackedColumns`]; one-row steps gate the stacked gate|up product with
+//! candle-nn's `swiglu`, and each residual add runs with the next norm, `add_rms_norm`, as
+//! candle-transformers' llama does). Two all-reduces per layer. Norms are whole on
 //! every rank; the embeddings and the output head are split by vocabulary rows by default
 //! (`vocab.rs`: an all-reduce after the lookup, an all-gather of the logits; [`VocabSplit`]
 //! keeps either whole), so every rank computes the same logits.
@@ -180,8 +182,12 @@ struct Mlp {
 
 impl Module for Mlp {
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        let gate_up = self.gate_up.forward(x)?;
-        let h = (candle_nn::ops::silu(&gate_up[0])? * &gate_up[1])?;
+        let (all, gate_up) = self.gate_up.forward_joined(x)?;
+        let h = match all {
+            // Gate and up side by side in one product: SwiGLU's gate in one operation.
+            Some(all) if gate_up[0].dims() == gate_up[1].dims() => candle_nn::ops::swiglu(&all)?,
+            _ => (candle_nn::ops::silu(&gate_up[0])? * &gate_up[1])?,
+        };
         self.down.forward(&h)
     }
 }
@@ -354,15 +360,30 @@ impl TpLlama {
         cache: &mut TpCache,
     ) -> candle_core::Result<Tensor> {
         let (_, seq) = tokens.dims2()?;
+        // Each residual add runs with the norm after it (`add_rms_norm`: one launch on our
+        // device); `pending` is the last MLP's output, added with the next norm.
+        let add_norm = |x: &Tensor, residual: &Tensor, norm: &RmsNorm| {
+            candle_nn::ops::add_rms_norm(x, residual, norm.weight(), norm.eps() as f32)
+        };
         let mut x = self.embed.forward(tokens)?;
+        let mut pending: Option<Tensor> = None;
         for (l, block) in self.blocks.iter().enumerate() {
-            let y = block
-                .attn
-                .forward(&block.norm_1.forward(&x)?, pos, l, cache)?;
-            let x1 = (y + &x)?;
-            x = (block.mlp.forward(&block.norm_2.forward(&x1)?)? + x1)?;
+            let (residual, h) = match pending.take() {
+                Some(mlp) => add_norm(&mlp, &x, &block.norm_1)?,
+                None => {
+                    let h = block.norm_1.forward(&x)?;
+                    (x, h)
+                }
+            };
+            let y = block.attn.forward(&h, pos, l, cache)?;
+            let (x1, h) = add_norm(&y, &residual, &block.norm_2)?;
+            pending = Some(block.mlp.forward(&h)?);
+            x = x1;
         }
-        let x = self.norm.forward(&x)?;
+        let x = match pending {
+            Some(mlp) => add_norm(&mlp, &x, &self.norm)?.1,
+            None => self.norm.forward(&x)?,
+        };
         let x = x.i((.., seq - 1, ..))?.contiguous()?;
         let logits = self.lm_head.forward(&x)?.to_dtype(DType::F32)?;
         self.world.wait()?;
