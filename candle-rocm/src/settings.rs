@@ -371,38 +371,28 @@ pub fn graph_rccl() -> bool {
     *ON.get_or_init(|| switch(GRAPH_RCCL_VAR, false))
 }
 
+/// A graph-mode operation count from `var` (0 to 100000), else `default` (an unparsable
+/// value is a warning).
+fn graph_count(var: &str, default: usize) -> usize {
+    let Some(v) = value(var) else {
+        return default;
+    };
+    parse_rows(&v, 0, 100_000).unwrap_or_else(|| {
+        tracing::warn!("{var}={v:?} is not a number from 0 to 100000: keeping {default}");
+        default
+    })
+}
+
 /// Graph mode's node limit ([`GRAPH_NODES_VAR`]; 0: none).
 pub fn graph_nodes() -> usize {
     static NODES: OnceLock<usize> = OnceLock::new();
-    *NODES.get_or_init(|| {
-        let Some(v) = value(GRAPH_NODES_VAR) else {
-            return GRAPH_NODES_DEFAULT;
-        };
-        parse_rows(&v, 0, 100_000).unwrap_or_else(|| {
-            tracing::warn!(
-                "{GRAPH_NODES_VAR}={v:?} is not a number from 0 to 100000: keeping \
-                 {GRAPH_NODES_DEFAULT}"
-            );
-            GRAPH_NODES_DEFAULT
-        })
-    })
+    *NODES.get_or_init(|| graph_count(GRAPH_NODES_VAR, GRAPH_NODES_DEFAULT))
 }
 
 /// Graph mode's first stretch after a needed launch ([`GRAPH_FIRST_NODES_VAR`]; 0: none).
 pub fn graph_first_nodes() -> usize {
     static NODES: OnceLock<usize> = OnceLock::new();
-    *NODES.get_or_init(|| {
-        let Some(v) = value(GRAPH_FIRST_NODES_VAR) else {
-            return GRAPH_FIRST_NODES_DEFAULT;
-        };
-        parse_rows(&v, 0, 100_000).unwrap_or_else(|| {
-            tracing::warn!(
-                "{GRAPH_FIRST_NODES_VAR}={v:?} is not a number from 0 to 100000: keeping \
-                 {GRAPH_FIRST_NODES_DEFAULT}"
-            );
-            GRAPH_FIRST_NODES_DEFAULT
-        })
-    })
+    *NODES.get_or_init(|| graph_count(GRAPH_FIRST_NODES_VAR, GRAPH_FIRST_NODES_DEFAULT))
 }
 
 /// Whether the quantized mat-vec rounds activations to 8 bits ([`QMATVEC_VAR`]).

@@ -17,7 +17,7 @@ use candle_rocm_tests::{
 use rand::seq::SliceRandom;
 use rand::Rng;
 
-const FLOATS: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType::BF16];
+pub(super) const FLOATS: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType::BF16];
 
 /// Shapes reduced over their last dim: 1 x 1, rows longer than a 1024-thread block (4097, and
 /// exactly 1024), single-element rows, one row, many short rows, a 3-d tensor.

@@ -3,12 +3,10 @@
 //! dtype: rows of vector and scalar chunks, single- and two-pass rows, many short rows; and the
 //! unfused path add_rms_norm takes for a strided scale.
 
-use candle_core::{DType, Result, D};
+use candle_core::{Result, D};
 use candle_rocm_tests::{assert_gpu_close, gpu, host_pair, normal, rng, tolerance};
 
-use super::fused::{norm_tolerance, params, reference, rms_norm_cpu};
-
-const FLOATS: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType::BF16];
+use super::fused::{norm_tolerance, params, reference, rms_norm_cpu, FLOATS};
 
 /// Shapes with an even last dim (gate, then up): halves of whole 16-byte chunks (11264: the
 /// 1.1B llama's gate|up; 600), of odd element counts (8194 -> 4097, 34 -> 17), one pair, many
