@@ -28,6 +28,7 @@ const LEVELS: &[(&str, u32)] = &[
     ("launch::gemv", 61),
     ("launch::gemv_nn", 62),
     ("launch::rows", 61),
+    ("launch::row_elementwise", 62),
     ("launch::strides", 61),
     ("launch::elementwise", 62),
     ("launch::conv_igemm", 62),

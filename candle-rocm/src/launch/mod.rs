@@ -16,6 +16,7 @@ pub mod elementwise;
 pub mod gemm;
 pub mod gemv;
 pub mod gemv_nn;
+pub mod row_elementwise;
 pub mod rows;
 pub mod strides;
 pub mod transpose;

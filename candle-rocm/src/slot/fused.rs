@@ -25,6 +25,7 @@ use crate::dispatch::Map1;
 use crate::dtype::{RocmDType, RocmStorageSlice as S};
 use crate::error::{BackendError, WrapErr};
 use crate::launch::kernel_name;
+use crate::launch::row_elementwise;
 use crate::launch::rows::{self, FusedRow};
 use crate::layout::invalid;
 use crate::layout::{checked_product, shape_error};
@@ -433,7 +434,7 @@ fn norm_t<T: FromFloat1>(
     Ok(out)
 }
 
-/// SwiGLU's gate over the last dim (`rows::swiglu`; `run` comes here only with our kernels
+/// SwiGLU's gate over the last dim (`row_elementwise::swiglu`; `run` comes here only with our kernels
 /// on).
 fn swiglu(dev: &RocmDevice, x: Float1<'_>, l: &Layout) -> candle_core::Result<S> {
     with_float!(x, b => swiglu_t(dev, b, l).map(S::from_buffer).w())
@@ -452,12 +453,12 @@ fn swiglu_t<T: RocmDType>(
     if rows * cols == 0 {
         return dev.alloc::<T>(0);
     }
-    rows::swiglu(dev, &view(OP, x, l)?, (rows, cols / 2))?
+    row_elementwise::swiglu(dev, &view(OP, x, l)?, (rows, cols / 2))?
         .ok_or_else(|| invalid(OP, "the row kernels are off"))
 }
 
 /// The three rotary embeddings: our vector kernels for `rope` and `rope_i` where whole 16-byte
-/// packs fit (see [`rows::rope`]), else candle's `rope_i`, `rope` and `rope_thd` kernels, one
+/// packs fit (see [`row_elementwise::rope`]), else candle's `rope_i`, `rope` and `rope_thd` kernels, one
 /// thread per pair of elements.
 fn rope(
     dev: &RocmDevice,
@@ -532,7 +533,7 @@ fn rope_t<T: FromFloat1>(
     if !matches!(op, FusedOp::RopeThd) {
         let rows_per_b = if batched { d1 * d2 } else { 0 };
         let interleaved = matches!(op, FusedOp::RopeI);
-        if rows::rope(
+        if row_elementwise::rope(
             dev,
             interleaved,
             (&src, &c, &s),
