@@ -17,16 +17,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
-use candle_core::quantized::{gguf_file, GgmlDType};
 use candle_core::{DType, Device, Tensor};
 use candle_rocm_demo::decoder::argmax;
-use candle_rocm_demo::tp::{
-    forced_logits, generate, load_gguf, write_random_llama_gguf, GgufTypes, Solo,
-};
+use candle_rocm_demo::tp::{forced_logits, generate, load_gguf, Solo};
 use candle_transformers::models::quantized_llama::ModelWeights;
+
+mod common;
+use common::{load_quantized_llama, small_gguf_llama};
 
 /// The prompt, fed as `PROMPT[..SPLIT]` at position 0 and `PROMPT[SPLIT..]` after it.
 const PROMPT: [u32; 9] = [1, 17, 42, 5, 99, 3, 77, 120, 64];
@@ -42,38 +42,6 @@ const LOGIT_TOL: f32 = 2e-3;
 /// other way, which moves that step's logits by about 2e-2 (seen: 1.8e-2 on one step of 24,
 /// 0 on the others, 2026-11-27) though the two paths agree to the ulp.
 const CPU_LOGIT_TOL: f32 = 5e-2;
-/// Every row of 256 or 512 values is whole blocks of the k-quants' 256.
-const TYPES: GgufTypes = GgufTypes {
-    linear: GgmlDType::Q4K,
-    down: GgmlDType::Q6K,
-    embed: GgmlDType::Q8_0,
-    output: GgmlDType::Q4_0,
-};
-
-/// A llama of 2 layers, 256 wide: 4 query heads and 2 key-value heads of 64.
-fn config() -> serde_json::Value {
-    serde_json::json!({
-        "hidden_size": 256,
-        "intermediate_size": 512,
-        "vocab_size": 256,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "rms_norm_eps": 1e-5,
-        "rope_theta": 10000.0,
-        "bos_token_id": 1,
-        "eos_token_id": 2,
-        "max_position_embeddings": 256,
-        "tie_word_embeddings": false
-    })
-}
-
-fn gguf_file(name: &str) -> PathBuf {
-    let path = std::env::temp_dir().join(format!("gguf-flash-{name}-{}.gguf", std::process::id()));
-    write_random_llama_gguf(&path, &config(), TYPES).unwrap();
-    path
-}
-
 /// The model of `path` on `dev`, with flash attention or without: the greedy tokens after
 /// [`PROMPT`] (fed in two chunks, split at `split`, or whole when `split` is its length) and
 /// the logits each was picked from (the prompt's last logits first). With `forced`, those
@@ -85,10 +53,9 @@ fn decode(
     split: usize,
     forced: Option<&[u32]>,
 ) -> (Vec<u32>, Vec<Vec<f32>>) {
-    let mut reader = std::fs::File::open(path).unwrap();
-    let content = gguf_file::Content::read(&mut reader).unwrap();
-    let model = ModelWeights::from_gguf(content, &mut reader, dev).unwrap();
-    let mut model = model.with_flash_attn(flash).unwrap();
+    let mut model = load_quantized_llama(path, dev)
+        .with_flash_attn(flash)
+        .unwrap();
     let forward = |model: &mut ModelWeights, tokens: &[u32], pos: usize| {
         let x = Tensor::new(tokens, dev).unwrap().unsqueeze(0).unwrap();
         model.forward(&x, pos).unwrap()
@@ -111,7 +78,7 @@ fn decode(
 /// within `tol` along them, and the same greedy pick at every step but where the matmul
 /// logits' best two are within `tol` of each other (a tie the tolerance cannot settle).
 fn flash_matches_matmul(dev: &Device, name: &str, tol: f32) {
-    let path = gguf_file(name);
+    let path = small_gguf_llama(name);
     let (want_ids, want) = decode(&path, dev, false, SPLIT, None);
     let (ids, got) = decode(&path, dev, true, SPLIT, Some(&want_ids));
     std::fs::remove_file(&path).ok();
@@ -166,7 +133,7 @@ fn gpu_flash_attention_gives_the_tokens_and_logits_of_matmul() {
 #[ignore = "needs a HIP device"]
 fn gpu_stacked_projections_give_the_tokens_and_logits_of_separate_ones() {
     let dev = candle_rocm::device(0).unwrap();
-    let path = gguf_file("gpu-stacked");
+    let path = small_gguf_llama("gpu-stacked");
     let (ids, got) = decode(&path, &dev, false, PROMPT.len(), None);
     let (model, _) = load_gguf(&path, Arc::new(Solo), DType::F32, &dev, false).unwrap();
     std::fs::remove_file(&path).ok();

@@ -7,12 +7,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
-
-use candle_core::quantized::{gguf_file, GgmlDType};
 use candle_core::{Device, Tensor};
-use candle_rocm_demo::tp::{write_random_llama_gguf, GgufTypes};
 use candle_transformers::models::quantized_llama::ModelWeights;
+
+mod common;
+use common::{load_quantized_llama as load, small_gguf_llama};
 
 /// Decode steps: past the cache's first 256 positions, so it grows once.
 const STEPS: usize = 300;
@@ -26,41 +25,6 @@ const CHECKED: [usize; 6] = [0, 100, 254, 255, 256, 299];
 /// (other SIMD kernels), 1.7e-3 on the GPU; a cache that loses its positions at the growth
 /// is off by 0.5 and more.
 const TOL: f32 = 0.1;
-/// Every row of 256 or 512 values is whole blocks of the k-quants' 256.
-const TYPES: GgufTypes = GgufTypes {
-    linear: GgmlDType::Q4K,
-    down: GgmlDType::Q6K,
-    embed: GgmlDType::Q8_0,
-    output: GgmlDType::Q4_0,
-};
-
-/// A llama of 2 layers, 256 wide: 4 query heads and 2 key-value heads of 64.
-fn gguf_file(name: &str) -> PathBuf {
-    let config = serde_json::json!({
-        "hidden_size": 256,
-        "intermediate_size": 512,
-        "vocab_size": 256,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "rms_norm_eps": 1e-5,
-        "rope_theta": 10000.0,
-        "bos_token_id": 1,
-        "eos_token_id": 2,
-        "max_position_embeddings": 1024,
-        "tie_word_embeddings": false
-    });
-    let path = std::env::temp_dir().join(format!("gguf-kv-{name}-{}.gguf", std::process::id()));
-    write_random_llama_gguf(&path, &config, TYPES).unwrap();
-    path
-}
-
-fn load(path: &Path, dev: &Device) -> ModelWeights {
-    let mut reader = std::fs::File::open(path).unwrap();
-    let content = gguf_file::Content::read(&mut reader).unwrap();
-    ModelWeights::from_gguf(content, &mut reader, dev).unwrap()
-}
-
 /// The logits (of the last position) after feeding `tokens` at `pos`.
 fn step(model: &mut ModelWeights, tokens: &[u32], pos: usize, dev: &Device) -> Vec<f32> {
     let x = Tensor::new(tokens, dev).unwrap().unsqueeze(0).unwrap();
@@ -82,7 +46,7 @@ fn tokens(n: usize) -> Vec<u32> {
 }
 
 fn decode_matches_recomputation(dev: &Device, name: &str) {
-    let path = gguf_file(name);
+    let path = small_gguf_llama(name);
     let seq = tokens(STEPS + 1);
     let mut model = load(&path, dev);
     let mut worst = 0f32;
@@ -107,7 +71,7 @@ fn decode_matches_recomputation(dev: &Device, name: &str) {
 /// into buffers of another capacity, and a product over differently strided keys may take
 /// another kernel.
 fn clones_decode_on_their_own(dev: &Device, name: &str, tol: f32) {
-    let path = gguf_file(name);
+    let path = small_gguf_llama(name);
     let prompt = tokens(12);
     let (a, b): (Vec<u32>, Vec<u32>) = ((40..46).collect(), (90..96).collect());
     // Reference: each continuation on a model of its own.

@@ -1,4 +1,5 @@
-//! What the decoder tests share: comparing two models' logits and greedy tokens.
+//! What the decoder tests share: comparing two models' logits and greedy tokens, and a small
+//! random GGUF llama for the `quantized_llama` tests.
 
 #![allow(dead_code)] // each test binary uses its own subset
 
@@ -48,4 +49,47 @@ pub fn assert_follows(
         want[i]
     );
     Some(i)
+}
+
+/// A small random GGUF llama for the `quantized_llama` tests (gguf_flash, gguf_kv_cache),
+/// written to a temporary file named after `name`: 2 layers, 256 wide, 4 query heads and 2
+/// key-value heads of 64; q4_K projections, q6_K down projections, a q8_0 embedding and a q4_0
+/// output head (every row of 256 or 512 values is whole blocks of the k-quants' 256).
+pub fn small_gguf_llama(name: &str) -> std::path::PathBuf {
+    use candle_core::quantized::GgmlDType;
+    use candle_rocm_demo::tp::{write_random_llama_gguf, GgufTypes};
+    let config = serde_json::json!({
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "vocab_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "max_position_embeddings": 1024,
+        "tie_word_embeddings": false
+    });
+    let types = GgufTypes {
+        linear: GgmlDType::Q4K,
+        down: GgmlDType::Q6K,
+        embed: GgmlDType::Q8_0,
+        output: GgmlDType::Q4_0,
+    };
+    let path = std::env::temp_dir().join(format!("small-llama-{name}-{}.gguf", std::process::id()));
+    write_random_llama_gguf(&path, &config, types).unwrap();
+    path
+}
+
+/// candle-transformers' `quantized_llama` from the GGUF file at `path`, on `dev`.
+pub fn load_quantized_llama(
+    path: &std::path::Path,
+    dev: &candle_core::Device,
+) -> candle_transformers::models::quantized_llama::ModelWeights {
+    use candle_transformers::models::quantized_llama::ModelWeights;
+    let mut reader = std::fs::File::open(path).unwrap();
+    let content = candle_core::quantized::gguf_file::Content::read(&mut reader).unwrap();
+    ModelWeights::from_gguf(content, &mut reader, dev).unwrap()
 }
