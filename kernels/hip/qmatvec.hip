@@ -87,6 +87,8 @@
 //     min(ceil(n / QMV_ROWS), 2^20) blocks); the same for every type.
 //   qmatvec_split_<T>[_v](same, unsigned gpr): one x row with k split over gpr groups per row
 //     group (qmatvec/split.h; experimental, CANDLE_ROCM_QMATVEC_SPLIT).
+//   qmatvec_swiglu_<T>[_v](same, with h = n / 2 in place of n): SwiGLU's gate of one x row's
+//     product with 2h stacked gate and up rows, silu(W[i] x) * W[h + i] x (qmatvec/gated.h).
 //
 // The kernels live in qmatvec/, one file per family, included here in order (one module, one
 // code object per target).
@@ -94,6 +96,7 @@
 #include "qmatvec/common.h"
 #include "qmatvec/matvec_f32.h"
 #include "qmatvec/split.h"
+#include "qmatvec/gated.h"
 #include "qmatvec/matvec_q8.h"
 #include "qmatvec/dequantize.h"
 #include "qmatvec/qmm.h"

@@ -2,7 +2,7 @@
 //! model in plain C++ (blocks one after another, the threads of a block as cooperative fibers
 //! that meet at `__syncthreads` and wave shuffles, `__shared__` as static storage), and the
 //! drivers in `tests/emu/` launch `hip/elementwise.hip`, `hip/rows.hip`, `hip/index.hip`,
-//! `hip/qmatvec.hip` (its split mat-vec in `qmatvec_split_test.cpp`), `hip/copy.hip` (batched copies, im2col rows), `hip/gemv.hip` (both
+//! `hip/qmatvec.hip` (its one-row kernels, split and SwiGLU-gated, in `qmatvec_decode_test.cpp`), `hip/copy.hip` (batched copies, im2col rows), `hip/gemv.hip` (both
 //! orientations, `gemv_test.cpp` and `gemv_nn_test.cpp`),
 //! `hip/attention.hip` and `hip/conv_igemm.hip` with candle-rocm's launch geometry and
 //! argument structs and check every result against host references. `rows.hip`, `qmatvec.hip`, `gemv.hip` and `attention.hip`
@@ -261,27 +261,28 @@ fn qmatvec_kernels_match_references_on_cpu_amd_wave64() {
     build_and_run("qmatvec_test.cpp", "qmatvec-amd64", &["-DEMU_AMD_WAVE=64"]);
 }
 
-/// The split mat-vec kernels (`qmatvec/split.h`, `CANDLE_ROCM_QMATVEC_SPLIT`): every type, gpr
-/// 1 to 8, against the same reference, and twice each (identical bits).
+/// The one-row (decode) mat-vec kernels: the split ones (`qmatvec/split.h`,
+/// `CANDLE_ROCM_QMATVEC_SPLIT`), every type, gpr 1 to 8, against the same reference, twice each
+/// (identical bits); and those with SwiGLU's gate (`qmatvec/gated.h`), every type.
 #[test]
-fn qmatvec_split_kernels_match_references_on_cpu_cuda_path() {
-    build_and_run("qmatvec_split_test.cpp", "qmatvec-split-cuda", &[]);
+fn qmatvec_decode_kernels_match_references_on_cpu_cuda_path() {
+    build_and_run("qmatvec_decode_test.cpp", "qmatvec-decode-cuda", &[]);
 }
 
 #[test]
-fn qmatvec_split_kernels_match_references_on_cpu_amd_wave32() {
+fn qmatvec_decode_kernels_match_references_on_cpu_amd_wave32() {
     build_and_run(
-        "qmatvec_split_test.cpp",
-        "qmatvec-split-amd32",
+        "qmatvec_decode_test.cpp",
+        "qmatvec-decode-amd32",
         &["-DEMU_AMD_WAVE=32"],
     );
 }
 
 #[test]
-fn qmatvec_split_kernels_match_references_on_cpu_amd_wave64() {
+fn qmatvec_decode_kernels_match_references_on_cpu_amd_wave64() {
     build_and_run(
-        "qmatvec_split_test.cpp",
-        "qmatvec-split-amd64",
+        "qmatvec_decode_test.cpp",
+        "qmatvec-decode-amd64",
         &["-DEMU_AMD_WAVE=64"],
     );
 }

@@ -14,7 +14,7 @@ use crate::storage::RocmStorage;
 
 use super::plan::{
     mat_vec_rows_per_block, qmatvec_kernel, row_chunks, split_pays, QmatvecLaunch, QmatvecNames,
-    QmatvecSplit, QMATVEC_THREADS, X8_BLOCK_BYTES,
+    QmatvecSplit, QMATVEC_SWIGLU_ROWS, QMATVEC_THREADS, X8_BLOCK_BYTES,
 };
 use super::qstorage::{Blocks, RocmQStorage};
 use crate::settings::SplitMode;
@@ -187,6 +187,66 @@ impl RocmQStorage {
             self.device.clone(),
         )))
     }
+    /// SwiGLU's gate of one f32 row's product with these stacked gate|up weights `w` `(n, k)`
+    /// (`n = 2 h`, gate rows first): `silu(x w_i) * x w_{h+i}` for `i < h` with our
+    /// `qmatvec_swiglu_<type>[_v]` (`kernels/hip/qmatvec/gated.h`), one launch; `None` when
+    /// they do not apply: fast kernels off, 8-bit activations on
+    /// ([`crate::settings::qmatvec_q8`]: the product then rounds x as that mode does), another
+    /// type, another row count than one, `n` odd, or the shape checks of [`Self::qmatvec_shape`].
+    pub(super) fn qmatvec_swiglu(
+        &self,
+        (n, k, m): (usize, usize, usize),
+        x: &DeviceBuffer<f32>,
+        x_l: &Layout,
+    ) -> Result<Option<RocmStorage>, BackendError> {
+        let Blocks::Quantized(data) = &self.blocks else {
+            return Ok(None);
+        };
+        if !crate::settings::fast_kernels() || crate::settings::qmatvec_q8() || m != 1 || n % 2 != 0
+        {
+            return Ok(None);
+        }
+        let Some(names) = qmatvec_kernel(self.dtype) else {
+            return Ok(None);
+        };
+        let Some((rows, blocks, x_start)) = self.qmatvec_shape((n, k, m), data, x, x_l)? else {
+            return Ok(None);
+        };
+        let h = rows / 2;
+        let out = self.alloc_output(1, n / 2)?;
+        let xs = x.slice(x_start..x_start + k)?;
+        let launch = QmatvecLaunch::with_rows_per_block(
+            n / 2,
+            QMATVEC_SWIGLU_ROWS,
+            xs.device_ptr() as usize,
+        );
+        let f = self
+            .device
+            .function(Module::Qmatvec, names.swiglu[usize::from(launch.vec)])?;
+        let (pw, px, pout) = (
+            data.as_arg(),
+            rocm_safe::DevicePtrArg::of(&xs),
+            out.as_arg(),
+        );
+        let mut l = self.device.stream().launch_builder(&f);
+        l.arg(&pw).arg(&px).arg(&pout).arg(&h).arg(&blocks);
+        // SAFETY: `qmatvec_swiglu_<type>[_v]` take (const uint8_t *w, const float *x, float *y,
+        // unsigned h, unsigned nb), read 2h = `rows` rows of `blocks` blocks and one row of
+        // k = block_size * blocks f32 values, and write h values. `qmatvec_shape` checked with
+        // `check_count` that those weights lie within the blocks held and that the buffer's
+        // start is 4-byte aligned; the kernels' reads of up to 2 bytes before a block (inside
+        // the previous one) or up to 4 after the last (inside the MATRIX_ROW_PADDING of zeroed
+        // blocks, at least 288 bytes) stay inside the buffer; `xs` is a checked view of the k
+        // values, 16-byte aligned where `launch` chose the `_v` kernel; `out` is a fresh buffer
+        // of h values; the kernels take blocks of QMATVEC_THREADS threads and any grid (a
+        // grid-stride loop); all ordered on the device's stream.
+        unsafe { l.launch(launch.cfg)? };
+        Ok(Some(RocmStorage::new(
+            RocmStorageSlice::F32(out),
+            self.device.clone(),
+        )))
+    }
+
     /// Whether a one-row product on `n` rows of these weights runs the split kernels
     /// ([`crate::settings::qmatvec_split`]).
     fn split(&self, n: usize) -> bool {

@@ -21,6 +21,10 @@
 //! type runs candle-kernels' `dequantize_mul_mat_vec_*` kernels (as every type does with
 //! `CANDLE_ROCM_FAST_KERNELS=0`), in f32.
 //!
+//! One f32 row against stacked gate|up weights (`QMatMul::forward_swiglu_fused`, which the
+//! patched quantized llama calls for its MLP) runs `qmatvec_swiglu_*`: the product and
+//! SwiGLU's gate in one launch, the gate and up sums of an output in the same group of lanes.
+//!
 //! Past the mat-vec's rows, up to `CANDLE_ROCM_QMATMUL_ROWS` (8 by default: so 7 and 8 rows of
 //! the 32-value block types in f32, where they beat the mat-vec on the H100 via HIP-on-CUDA;
 //! see `settings::QMATMUL_ROWS_VAR`), the same eight types run our tiled kernels: up to 16 rows
@@ -138,5 +142,34 @@ impl ExtQStorage for RocmQStorage {
             }
         }
         dequantize_matmul_t(self, w_shape, x, x_l)
+    }
+
+    /// One f32 row's product with stacked gate|up weights and SwiGLU's gate in one launch
+    /// (`qmatvec_swiglu_*`); `None` for anything else (more rows, other dtypes, the 8-bit or
+    /// fast-kernels-off modes), where candle runs the product and the gate.
+    fn matmul_t_swiglu(
+        &self,
+        w_shape: &Shape,
+        x: &dyn ExtStorage,
+        x_l: &Layout,
+    ) -> candle_core::Result<Option<(Box<dyn ExtStorage>, Shape)>> {
+        let (n, k, m, dst_shape) = qmatmul_dims(w_shape, x_l)?;
+        if x.dtype() != DType::F32 || n % 2 != 0 {
+            return Ok(None);
+        }
+        let Some(x) = x.as_any().downcast_ref::<RocmStorage>() else {
+            return Ok(None);
+        };
+        let Some(out) = self
+            .qmatvec_swiglu((n, k, m), x.as_buffer::<f32>()?, x_l)
+            .w()?
+        else {
+            return Ok(None);
+        };
+        let mut dims = dst_shape.dims().to_vec();
+        if let Some(last) = dims.last_mut() {
+            *last = n / 2;
+        }
+        Ok(Some((Box::new(out), Shape::from(dims))))
     }
 }

@@ -33,6 +33,9 @@ pub(super) struct QmatvecNames {
     /// The split mat-vec of one f32 row (`qmatvec_split_<type>` and its `_v`), with
     /// [`crate::settings::qmatvec_split`].
     pub(super) split: [&'static str; 2],
+    /// The mat-vec of one f32 row with SwiGLU's gate on stacked gate|up weights
+    /// (`qmatvec_swiglu_<type>` and its `_v`).
+    pub(super) swiglu: [&'static str; 2],
 }
 
 impl QmatvecNames {
@@ -44,8 +47,8 @@ impl QmatvecNames {
 }
 
 /// The names of `qmatvec_<t>`, `qmatvec_<t>_m<r>` (and their `_v`), `qmatvec8_<t>[_m<r>]`,
-/// the tiled `qmm8_<t>_m<tile>`, the register-tiled `qmr_<t>_m<tile>` and the split
-/// `qmatvec_split_<t>[_v]`
+/// the tiled `qmm8_<t>_m<tile>`, the register-tiled `qmr_<t>_m<tile>`, the split
+/// `qmatvec_split_<t>[_v]` and the gated `qmatvec_swiglu_<t>[_v]`
 /// for the row-count suffixes given ("" for one row).
 macro_rules! qmatvec_names {
     ($t:literal: $($suffix:literal),+) => {
@@ -62,6 +65,7 @@ macro_rules! qmatvec_names {
             ],
             qmr: [concat!("qmr_", $t, "_m8"), concat!("qmr_", $t, "_m16")],
             split: [concat!("qmatvec_split_", $t), concat!("qmatvec_split_", $t, "_v")],
+            swiglu: [concat!("qmatvec_swiglu_", $t), concat!("qmatvec_swiglu_", $t, "_v")],
         }
     };
 }
@@ -218,9 +222,9 @@ impl QmatvecLaunch {
         Self::with_rows_per_block(n, QMATVEC_ROWS, x_addr)
     }
 
-    /// The launch for `n` output rows at `rows_per_block` rows a block (the split kernels
-    /// cover fewer), x at `x_addr`.
-    fn with_rows_per_block(n: usize, rows_per_block: usize, x_addr: usize) -> Self {
+    /// The launch for `n` output rows at `rows_per_block` rows a block (the split and gated
+    /// kernels cover fewer), x at `x_addr`.
+    pub(super) fn with_rows_per_block(n: usize, rows_per_block: usize, x_addr: usize) -> Self {
         let grid = n.div_ceil(rows_per_block).clamp(1, QMATVEC_MAX_GRID);
         QmatvecLaunch {
             cfg: LaunchConfig {
@@ -237,6 +241,9 @@ impl QmatvecLaunch {
 /// Groups of 32 lanes in a `qmatvec` block (`QMV_BLOCK / QMV_GROUP`): the most groups per row
 /// group of the split kernels.
 pub(super) const QMATVEC_GROUPS: usize = 8;
+/// Outputs one block of a `qmatvec_swiglu_*` kernel covers (`QMV_SWIGLU_ROWS`: a group per
+/// output, its gate row and its up row).
+pub(super) const QMATVEC_SWIGLU_ROWS: usize = QMATVEC_GROUPS;
 /// Blocks a split mat-vec launch ([`QmatvecSplit`]) should have at least before its row groups
 /// are not split further: several per compute unit of a large GPU (132 SMs on an H100, 304
 /// CUs on an MI300X), so that more groups walk shorter stretches of k at once; the dense
@@ -257,7 +264,7 @@ pub(super) fn qmatvec_step_blocks(block_size: usize) -> usize {
 /// blocks, `step` blocks a group step: the fewest that give [`QMATVEC_SPLIT_TARGET_BLOCKS`]
 /// blocks, but no more than leave each group at least one step of the row's blocks (as
 /// `launch::gemv`'s `groups_per_row`). Ported in the emulator driver
-/// `kernels/tests/emu/qmatvec_split_test.cpp` (`split_groups_per_row`).
+/// `kernels/tests/emu/qmatvec_decode_test.cpp` (`split_groups_per_row`).
 pub(super) fn split_groups_per_row(n: usize, nb: usize, step: usize) -> usize {
     // The largest power of two at or below the steps' bound (11 steps allow 8, 6 allow 4).
     let bound = (nb / step.max(1)).clamp(1, QMATVEC_GROUPS);
@@ -582,6 +589,8 @@ mod tests {
         assert_eq!(q40.qmr[1], "qmr_q4_0_m16");
         assert_eq!(q40.split, ["qmatvec_split_q4_0", "qmatvec_split_q4_0_v"]);
         assert_eq!(q6k.split, ["qmatvec_split_q6_K", "qmatvec_split_q6_K_v"]);
+        assert_eq!(q40.swiglu, ["qmatvec_swiglu_q4_0", "qmatvec_swiglu_q4_0_v"]);
+        assert_eq!(q6k.swiglu, ["qmatvec_swiglu_q6_K", "qmatvec_swiglu_q6_K_v"]);
         for t in [
             GgmlDType::Q4_0,
             GgmlDType::Q5_0,
@@ -631,6 +640,7 @@ mod tests {
             let all = all
                 .chain(names.qmr.iter())
                 .chain(names.split.iter())
+                .chain(names.swiglu.iter())
                 .chain(names.qmm8.iter())
                 .copied();
             for name in all.chain([dequantize.as_str(), "qmm_reduce"]) {

@@ -7,6 +7,41 @@
 #ifndef QMV_PARTS
 #define QMV_PARTS 1
 #endif
+// A lane's share of the sums of R weight rows (`rows`, from `qmv_row`) against M x rows of k
+// values over a row's nb blocks: lane part t of the blocks first, first + STEP, ... (the work
+// split in qmatvec.hip's header), added into acc. Shared by `qmatvec` (the group's QMV_R
+// consecutive rows) and `qmatvec_swiglu` (qmatvec/gated.h: a gate row and its up row).
+template <typename Q, bool V, unsigned M, unsigned R>
+__device__ __forceinline__ void qmv_accumulate(QmvRow (&rows)[R], const float *__restrict__ x, size_t k,
+                                               unsigned nb, unsigned t, unsigned first,
+                                               float (&acc)[R][M]) {
+    constexpr unsigned L = QMV_BL / QMV_PARTS; // lanes per block
+    constexpr unsigned STEP = QMV_GROUP / L;
+    QMV_UNROLL_LOOP(QMV_UNROLL)
+    for (unsigned b = first; b < nb; b += STEP) {
+#pragma unroll
+        for (unsigned pp = 0; pp < QMV_PARTS; ++pp) {
+            const unsigned part = t * QMV_PARTS + pp;
+            // x row j's values of this part against every weight row (the weight words are
+            // the same loads for every j).
+#pragma unroll
+            for (unsigned j = 0; j < M; ++j) {
+                float xs[QMV_BV];
+                qmv_load_x8<V>(x + j * k + (size_t)b * 32 + Q::X_STEP * part, Q::X_GAP, xs);
+                float xsum = 0.0f;
+                if (Q::NEEDS_XSUM) {
+#pragma unroll
+                    for (int i = 0; i < QMV_BV; ++i) xsum += xs[i];
+                }
+#pragma unroll
+                for (unsigned r = 0; r < R; ++r) acc[r][j] += Q::dot(rows[r].p, rows[r].phase, part, xs, xsum);
+            }
+        }
+#pragma unroll
+        for (unsigned r = 0; r < R; ++r) rows[r].p += STEP * Q::BYTES / 4;
+    }
+}
+
 template <typename Q, bool V, unsigned M>
 __device__ __forceinline__ void qmatvec(const uint8_t *__restrict__ w, const float *__restrict__ x,
                                         float *__restrict__ y, unsigned n, unsigned nb) {
@@ -29,30 +64,7 @@ __device__ __forceinline__ void qmatvec(const uint8_t *__restrict__ w, const flo
 #pragma unroll
             for (int r = 0; r < QMV_R; ++r)
                 rows[r] = qmv_row<Q::BYTES, STEP>(w, r0 + r < n ? r0 + r : r0, row_bytes, first);
-            QMV_UNROLL_LOOP(QMV_UNROLL)
-            for (unsigned b = first; b < nb; b += STEP) {
-#pragma unroll
-                for (unsigned pp = 0; pp < QMV_PARTS; ++pp) {
-                    const unsigned part = t * QMV_PARTS + pp;
-                    // x row j's values of this part against both weight rows (the weight
-                    // words are the same loads for every j).
-#pragma unroll
-                    for (unsigned j = 0; j < M; ++j) {
-                        float xs[QMV_BV];
-                        qmv_load_x8<V>(x + j * k + (size_t)b * 32 + Q::X_STEP * part, Q::X_GAP, xs);
-                        float xsum = 0.0f;
-                        if (Q::NEEDS_XSUM) {
-#pragma unroll
-                            for (int i = 0; i < QMV_BV; ++i) xsum += xs[i];
-                        }
-#pragma unroll
-                        for (int r = 0; r < QMV_R; ++r)
-                            acc[r][j] += Q::dot(rows[r].p, rows[r].phase, part, xs, xsum);
-                    }
-                }
-#pragma unroll
-                for (int r = 0; r < QMV_R; ++r) rows[r].p += STEP * Q::BYTES / 4;
-            }
+            qmv_accumulate<Q, V, M, QMV_R>(rows, x, k, nb, t, first, acc);
         }
         qmv_store<M>(acc, lane, y, n, r0);
     }
@@ -218,6 +230,33 @@ struct Q6K {
     }
 };
 
+// The k-quant form of `qmv_accumulate`: QMV_KL lanes per super-block, lane part `part` of the
+// super-blocks first, first + QMV_KS, ... (its x values start xoff into each).
+template <typename Q, bool V, unsigned M, unsigned R>
+__device__ __forceinline__ void qmv_accumulate_k(QmvRow (&rows)[R], const float *__restrict__ x, size_t k,
+                                                 unsigned nb, unsigned part, unsigned first, unsigned xoff,
+                                                 float (&acc)[R][M]) {
+    QMV_UNROLL_LOOP(QMV_UNROLL)
+    for (unsigned b = first; b < nb; b += QMV_KS) {
+#pragma unroll
+        for (unsigned j = 0; j < M; ++j) {
+            float xs[QMV_KV];
+            qmv_load_xk<V, Q::L>(x + j * k + (size_t)b * QMV_QK + xoff, xs);
+            float xsum[QMV_KV / Q::L];
+#pragma unroll
+            for (int g = 0; g < QMV_KV / Q::L; ++g) {
+                xsum[g] = 0.0f;
+#pragma unroll
+                for (int i = 0; i < Q::L; ++i) xsum[g] += xs[Q::L * g + i];
+            }
+#pragma unroll
+            for (unsigned r = 0; r < R; ++r) acc[r][j] += Q::dot(rows[r].p, rows[r].phase, part, xs, xsum);
+        }
+#pragma unroll
+        for (unsigned r = 0; r < R; ++r) rows[r].p += QMV_KS * Q::BYTES / 4;
+    }
+}
+
 // The k-quant mat-vec: the work split of `qmatvec` with QMV_KL lanes per super-block.
 template <typename Q, bool V, unsigned M>
 __device__ __forceinline__ void qmatvec_k(const uint8_t *__restrict__ w, const float *__restrict__ x,
@@ -239,26 +278,7 @@ __device__ __forceinline__ void qmatvec_k(const uint8_t *__restrict__ w, const f
 #pragma unroll
             for (int r = 0; r < QMV_R; ++r)
                 rows[r] = qmv_row<Q::BYTES, QMV_KS>(w, r0 + r < n ? r0 + r : r0, row_bytes, first);
-            QMV_UNROLL_LOOP(QMV_UNROLL)
-            for (unsigned b = first; b < nb; b += QMV_KS) {
-#pragma unroll
-                for (unsigned j = 0; j < M; ++j) {
-                    float xs[QMV_KV];
-                    qmv_load_xk<V, Q::L>(x + j * k + (size_t)b * QMV_QK + xoff, xs);
-                    float xsum[QMV_KV / Q::L];
-#pragma unroll
-                    for (int g = 0; g < QMV_KV / Q::L; ++g) {
-                        xsum[g] = 0.0f;
-#pragma unroll
-                        for (int i = 0; i < Q::L; ++i) xsum[g] += xs[Q::L * g + i];
-                    }
-#pragma unroll
-                    for (int r = 0; r < QMV_R; ++r)
-                        acc[r][j] += Q::dot(rows[r].p, rows[r].phase, part, xs, xsum);
-                }
-#pragma unroll
-                for (int r = 0; r < QMV_R; ++r) rows[r].p += QMV_KS * Q::BYTES / 4;
-            }
+            qmv_accumulate_k<Q, V, M, QMV_R>(rows, x, k, nb, part, first, xoff, acc);
         }
         qmv_store<M>(acc, lane, y, n, r0);
     }

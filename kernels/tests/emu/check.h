@@ -2,6 +2,7 @@
 // encodings computed independently of the kernels (direct round-to-nearest-even from double),
 // buffers with a chosen misalignment, and a mismatch counter that prints the first few.
 #pragma once
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>

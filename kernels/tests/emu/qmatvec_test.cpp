@@ -704,7 +704,7 @@ static void test_port() {
         G.c.fail("launch shape port");
 }
 
-// qmatvec_split_test.cpp includes this driver for its references, with a main of its own.
+// qmatvec_decode_test.cpp includes this driver for its references, with a main of its own.
 #ifndef QMV_TEST_NO_MAIN
 int main() {
     test_port();

@@ -450,3 +450,58 @@ fn truncated_blocks_are_a_typed_error() -> Result<()> {
     );
     Ok(())
 }
+
+/// SwiGLU's gate fused into the decode mat-vec (`QMatMul::forward_swiglu_fused` on stacked
+/// gate|up weights, `qmatvec_swiglu_*`): for our mat-vec types, one row, x aligned and not,
+/// odd and even h, the same numbers as the unfused product on the GPU with the gate applied on
+/// the host (the same sums, so within f32 rounding of silu), and the CPU's reference; `None`
+/// (the caller's composition) for the other types and modes and for more than one row.
+#[test]
+#[ignore = "needs a HIP device"]
+fn qmatvec_swiglu_matches_the_product_then_the_gate() -> Result<()> {
+    let dev = gpu()?;
+    let k = 512;
+    for (i, dtype) in GGML_TYPES_BUT_Q8_1.into_iter().enumerate() {
+        let fused_here = QMATVEC_TYPES.contains(&dtype)
+            && !qmatvec_q8()
+            && candle_rocm::settings::fast_kernels();
+        for (h, skew) in [(8, 0), (13, 1), (64, 0), (37, 3)] {
+            let (cpu, q) = weights(dtype, 2 * h, k, 700 + (i * 11 + h) as u64)?;
+            let w = cpu.dequantize(&Device::Cpu)?;
+            let blocks = cpu.data()?.into_owned();
+            let mm = QMatMul::from_qtensor(q)?;
+            // One row of k values `skew` floats into a buffer (skew 0: 16-byte aligned, the
+            // `_v` kernel).
+            let wide = Tensor::from_vec(
+                normal(&mut rng(900 + h as u64), k + skew, 1.0),
+                (1, k + skew),
+                &Device::Cpu,
+            )?;
+            let x = wide.narrow(1, skew, k)?;
+            let xg = wide.to_device(&dev)?.narrow(1, skew, k)?;
+            let what = format!("{dtype:?} swiglu h {h} x+{skew}");
+            let Some(got) = mm.forward_swiglu_fused(&xg)? else {
+                assert!(!fused_here, "{what}: the fused kernel did not run");
+                continue;
+            };
+            assert!(fused_here, "{what}: fused where it should not be");
+            assert_eq!(got.dims(), [1, h], "{what}");
+            let gate = |p: &Tensor| -> Result<Tensor> {
+                let g = p.narrow(1, 0, h)?;
+                let u = p.narrow(1, h, h)?;
+                (g.clone() / (g.neg()?.exp()? + 1.0)?)? * u
+            };
+            let unfused = gate(&mm.forward(&xg)?.to_device(&Device::Cpu)?)?;
+            assert_gpu_close(&got, &unfused, 1e-5, &format!("{what} vs unfused"))?;
+            let reference = gate(&mat_vec_reference(dtype, &blocks, &w, &x.contiguous()?)?)?;
+            assert_gpu_close(&got, &reference, 1e-4, &format!("{what} vs CPU"))?;
+        }
+        // More rows: the caller's composition.
+        let (_, q) = weights(dtype, 16, k, 1)?;
+        let x2 = Tensor::ones((2, k), DType::F32, &dev)?;
+        assert!(QMatMul::from_qtensor(q)?
+            .forward_swiglu_fused(&x2)?
+            .is_none());
+    }
+    Ok(())
+}
