@@ -170,6 +170,9 @@ else
         name="llama.cpp FA $([ "$fa" = 1 ] && echo on || echo off)"
         grep -q '^bench' "$OUT/llamacpp-fa$fa.tsv" 2> /dev/null && peers+=(--peer "$name=$OUT/llamacpp-fa$fa.tsv")
     done
+    # Decode with PDL off: llama.cpp as its HIP build runs (llamacpp.sh, step 3b).
+    grep -q '^bench' "$OUT/llamacpp-nopdl-fa1.tsv" 2> /dev/null \
+        && peers+=(--peer "llama.cpp FA on, PDL off=$OUT/llamacpp-nopdl-fa1.tsv")
 fi
 
 echo "== several GPUs: all-reduce, GPU-to-GPU copies, the tensor-parallel llama (ours, then PyTorch)"

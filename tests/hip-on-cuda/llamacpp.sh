@@ -12,14 +12,17 @@
 #    target llama-bench (-j$JOBS);
 # 3. runs `llama-bench -m FILE -ngl 99 -fa 0,1 -p 512 -n 128 -r 5 -o json` per file (prefill
 #    pp512 and decode tg128, flash attention off and on);
+#    then decode again with flash attention on and `GGML_CUDA_PDL=0` (LLAMACPP_NO_PDL_ARGS,
+#    "-n 128 -r 5"): llama.cpp without programmatic dependent launch, as its HIP build runs;
 # 4. converts the rows (tests/bench/llamacpp_rows.py) into candle-rocm-bench's row format:
-#    OUTDIR/llamacpp-fa1.tsv and OUTDIR/llamacpp-fa0.tsv, which table.py joins (--peer); the
-#    raw JSON of every file goes to OUTDIR/llamacpp.json.
+#    OUTDIR/llamacpp-fa1.tsv and OUTDIR/llamacpp-fa0.tsv, which table.py joins (--peer), and
+#    OUTDIR/llamacpp-nopdl-fa1.tsv for the PDL-off decode; the raw JSON of every file goes to
+#    OUTDIR/llamacpp.json (OUTDIR/llamacpp-nopdl.json).
 #
 # Env: LLAMACPP_ARCHIVE (.bench-bundle/llama.cpp.tar.xz), LLAMACPP_BUILD (/tmp/llama.cpp: source,
 # build tree and logs), LLAMACPP_CUDA=0 (a CPU-only build: checks the archive and the GGUF
 # files on a machine without a GPU), LLAMACPP_BENCH_ARGS ("-p 512 -n 128 -r 5"),
-# LLAMACPP_CMAKE_ARGS (more configure flags), JOBS (nproc).
+# LLAMACPP_CMAKE_ARGS (more configure flags), LLAMACPP_NO_PDL=0 (no PDL-off pass), JOBS (nproc).
 # Exit status: 0 when every file ran; 1 when llama-bench did not build (the log's tail is
 # printed); 2 when some file failed (the others' rows are still written).
 set -uo pipefail
@@ -139,6 +142,31 @@ for f in "$@"; do
     fi
 done
 
+# 3b. decode again, flash attention on, with PDL off (GGML_CUDA_PDL=0). llama.cpp's CUDA build
+# launches its kernels with programmatic dependent launch on sm_90 (a kernel starts while the
+# one before it drains); its HIP build compiles PDL out, so these rows are llama.cpp as it runs
+# on an AMD GPU. LLAMACPP_NO_PDL=0 skips them.
+nopdl=()
+if [ "${LLAMACPP_NO_PDL:-1}" != 0 ] && [ "$cuda" = 1 ]; then
+    # shellcheck disable=SC2206  # the sizes are whole words
+    reps=(${LLAMACPP_NO_PDL_ARGS:--n 128 -r 5})
+    i=0
+    for f in "$@"; do
+        i=$((i + 1))
+        [ -f "$f" ] || continue
+        json="$root/bench-nopdl-$i.json"
+        if GGML_CUDA_PDL=0 "$bench" -m "$f" -ngl 99 -fa 1 -p 0 "${reps[@]}" -o json > "$json" 2> "$root/bench-nopdl-$i.err"; then
+            nopdl+=("$json")
+        else
+            echo "llamacpp.sh: llama-bench with GGML_CUDA_PDL=0 failed on $(basename "$f") (log: $root/bench-nopdl-$i.err)" >&2
+            status=2
+        fi
+    done
+fi
+
 # 4. rows for table.py
 python3 tests/bench/llamacpp_rows.py "$out/llamacpp" "${jsons[@]}" || status=2
+if [ ${#nopdl[@]} -gt 0 ]; then
+    python3 tests/bench/llamacpp_rows.py "$out/llamacpp-nopdl" "${nopdl[@]}" || status=2
+fi
 exit "$status"
