@@ -9,7 +9,8 @@ OUT_PREFIX.json (every test of every input, as one list).
 Row keys are ours for the same file (tests/bench/src/gguf.rs):
 - `gguf-<shape>-<mix>.gguf` (`candle-rocm-bench --write-gguf`): pp -> gguf_prefill_<shape>_<mix>
   `prompt<n>`, tg -> gguf_decode_<shape>_<mix> `prompt16` (ours decodes after a 16-token
-  prompt, llama-bench from an empty context); the f16 file's tg is keyed as our f16 decode of
+  prompt, llama-bench from an empty context), tg at depth d (`-d d`) -> `prompt<d>` (ours
+  after a d-token prompt, `--decode-depth`); the f16 file's tg is keyed as our f16 decode of
   the same shape (`decode_llama_<shape>`, dtype f16: the same weights through safetensors),
   its pp as `prefill_llama_<shape>` (no row of ours);
 - any other file (BENCH_GGUF): gguf_prefill_file `prompt<n> <name>`, gguf_decode_file
@@ -25,13 +26,15 @@ import sys
 SYNTHETIC = re.compile(r"gguf-(?P<shape>[^-]+)-(?P<mix>.+)\.gguf")
 
 
-def key(model_filename, n_prompt, n_gen):
+def key(model_filename, n_prompt, n_gen, n_depth=0):
     """(group, op, shape, dtype) of a llama-bench test, or None when ours has no such row."""
     name = os.path.basename(model_filename)
-    if n_prompt > 0 and n_gen == 0:
+    if n_prompt > 0 and n_gen == 0 and n_depth == 0:
         kind, size = "prefill", f"prompt{n_prompt}"
     elif n_gen > 0 and n_prompt == 0:
-        kind, size = "decode", "prompt16"
+        # Decode from an empty context, or after n_depth cached positions (`-d`), as ours'
+        # rows after a prompt of 16 or of --decode-depth tokens.
+        kind, size = "decode", f"prompt{n_depth}" if n_depth > 0 else "prompt16"
     else:
         return None
     m = SYNTHETIC.fullmatch(name)
@@ -47,7 +50,7 @@ def rows(tests):
     out, device = {0: [], 1: []}, {}
     for t in tests:
         fa = 1 if int(t.get("flash_attn", 0)) == 1 else 0
-        k = key(t["model_filename"], int(t["n_prompt"]), int(t["n_gen"]))
+        k = key(t["model_filename"], int(t["n_prompt"]), int(t["n_gen"]), int(t.get("n_depth", 0) or 0))
         ts = float(t.get("avg_ts") or 0.0)
         if k is None or ts <= 0.0:
             continue

@@ -73,6 +73,14 @@ class Keys(unittest.TestCase):
     def test_prompt_and_generation_together_has_no_row(self):
         self.assertIsNone(llamacpp_rows.key("gguf-1.1b-q4_0.gguf", 512, 128))
 
+    def test_decode_at_depth_sits_beside_our_long_prompt_rows(self):
+        self.assertEqual(llamacpp_rows.key("gguf-1.1b-q4_0.gguf", 0, 128, 2048),
+                         ("model", "gguf_decode_1.1b_q4_0", "prompt2048", "f32"))
+        self.assertEqual(llamacpp_rows.key("gguf-1.1b-q4_0.gguf", 0, 128, 0),
+                         ("model", "gguf_decode_1.1b_q4_0", "prompt16", "f32"))
+        # A prefill at depth has no row of ours.
+        self.assertIsNone(llamacpp_rows.key("gguf-1.1b-q4_0.gguf", 512, 0, 2048))
+
 
 class Rows(unittest.TestCase):
     def test_rows_split_by_flash_attention(self):

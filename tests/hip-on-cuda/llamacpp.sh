@@ -12,8 +12,10 @@
 #    target llama-bench (-j$JOBS);
 # 3. runs `llama-bench -m FILE -ngl 99 -fa 0,1 -p 512 -n 128 -r 5 -o json` per file (prefill
 #    pp512 and decode tg128, flash attention off and on);
-#    then decode again with flash attention on and `GGML_CUDA_PDL=0` (LLAMACPP_NO_PDL_ARGS,
-#    "-n 128 -r 5"): llama.cpp without programmatic dependent launch, as its HIP build runs;
+#    and decode after 2048 cached positions (`-fa 1 -p 0 -n 128 -d 2048`, ours' --decode-depth
+#    rows); then decode again with flash attention on and `GGML_CUDA_PDL=0`
+#    (LLAMACPP_NO_PDL_ARGS, "-n 128 -d 0,2048 -r 5"): llama.cpp without programmatic dependent
+#    launch, as its HIP build runs;
 # 4. converts the rows (tests/bench/llamacpp_rows.py) into candle-rocm-bench's row format:
 #    OUTDIR/llamacpp-fa1.tsv and OUTDIR/llamacpp-fa0.tsv, which table.py joins (--peer), and
 #    OUTDIR/llamacpp-nopdl-fa1.tsv for the PDL-off decode; the raw JSON of every file goes to
@@ -22,7 +24,8 @@
 # Env: LLAMACPP_ARCHIVE (.bench-bundle/llama.cpp.tar.xz), LLAMACPP_BUILD (/tmp/llama.cpp: source,
 # build tree and logs), LLAMACPP_CUDA=0 (a CPU-only build: checks the archive and the GGUF
 # files on a machine without a GPU), LLAMACPP_BENCH_ARGS ("-p 512 -n 128 -r 5"),
-# LLAMACPP_CMAKE_ARGS (more configure flags), LLAMACPP_NO_PDL=0 (no PDL-off pass), JOBS (nproc).
+# LLAMACPP_DEPTH_ARGS ("-p 0 -n 128 -d 2048 -r 3"), LLAMACPP_CMAKE_ARGS (more configure flags),
+# LLAMACPP_NO_PDL=0 (no PDL-off pass), JOBS (nproc).
 # Exit status: 0 when every file ran; 1 when llama-bench did not build (the log's tail is
 # printed); 2 when some file failed (the others' rows are still written).
 set -uo pipefail
@@ -135,6 +138,15 @@ for f in "$@"; do
     json="$root/bench-$i.json"
     if "$bench" -m "$f" -ngl 99 -fa 0,1 "${sizes[@]}" -o json > "$json" 2> "$root/bench-$i.err"; then
         jsons+=("$json")
+        # Decode after 2048 cached positions, flash attention on (LLAMACPP_DEPTH_ARGS).
+        # shellcheck disable=SC2206  # the sizes are whole words
+        deep=(${LLAMACPP_DEPTH_ARGS:--p 0 -n 128 -d 2048 -r 3})
+        if "$bench" -m "$f" -ngl 99 -fa 1 "${deep[@]}" -o json > "$root/bench-deep-$i.json" 2> "$root/bench-deep-$i.err"; then
+            jsons+=("$root/bench-deep-$i.json")
+        else
+            echo "llamacpp.sh: llama-bench at depth failed on $name (log: $root/bench-deep-$i.err)" >&2
+            status=2
+        fi
     else
         tail -15 "$root/bench-$i.err"
         echo "llamacpp.sh: llama-bench failed on $name (log: $root/bench-$i.err)" >&2
@@ -149,7 +161,7 @@ done
 nopdl=()
 if [ "${LLAMACPP_NO_PDL:-1}" != 0 ] && [ "$cuda" = 1 ]; then
     # shellcheck disable=SC2206  # the sizes are whole words
-    reps=(${LLAMACPP_NO_PDL_ARGS:--n 128 -r 5})
+    reps=(${LLAMACPP_NO_PDL_ARGS:--n 128 -d 0,2048 -r 5})
     i=0
     for f in "$@"; do
         i=$((i + 1))

@@ -21,8 +21,12 @@ use crate::layout::{invalid, kernel_limit, out_of_bounds};
 pub const THREADS: u32 = 128;
 /// Keys per tile of the prefill kernels (`FA_BN`): the unit their splits divide the keys in.
 pub const KEY_TILE: usize = 64;
-/// Keys per tile of the decode kernels (one per thread).
+/// Keys per tile of the decode kernels (one per thread; `FA_DEC_TILE`).
 pub const DECODE_KEY_TILE: usize = THREADS as usize;
+/// Keys per tile of the FMA decode kernels in f32 (`FA_DEC_TILE_F32`): a quarter of
+/// [`DECODE_KEY_TILE`], so an f32 decode (the GGUF models' f32 KV cache) over a short or
+/// middling context splits over more blocks.
+pub const DECODE_KEY_TILE_F32: usize = 32;
 /// The most packed (query, head-in-group) rows a decode kernel takes.
 pub const DECODE_ROWS: usize = 8;
 /// Packed rows per tile of the matrix-unit tile (`fa_mma_*`, every tier).
@@ -182,10 +186,11 @@ impl TileKernel {
         }
     }
 
-    /// Keys per tile (the unit of splits).
-    pub fn key_tile(self) -> usize {
+    /// Keys per tile (the unit of splits) for q, k and v of `dtype`.
+    pub fn key_tile(self, dtype: DType) -> usize {
         match self {
             TileKernel::Prefill | TileKernel::Mma => KEY_TILE,
+            TileKernel::Decode4 | TileKernel::Decode8 if dtype == DType::F32 => DECODE_KEY_TILE_F32,
             TileKernel::MmaDecode | TileKernel::Decode4 | TileKernel::Decode8 => DECODE_KEY_TILE,
         }
     }
@@ -444,9 +449,15 @@ mod tests {
         assert_eq!(TileKernel::for_rows(8), TileKernel::Decode8);
         assert_eq!(TileKernel::for_rows(9), TileKernel::Prefill);
         assert_eq!(MMA_NAMES[1][2], "fa_mma_bf16_256");
-        assert_eq!(TileKernel::Mma.key_tile(), KEY_TILE);
+        assert_eq!(TileKernel::Mma.key_tile(DType::F16), KEY_TILE);
         assert_eq!(MDEC_NAMES[1][1], "fa_mdec_bf16_128");
-        assert_eq!(TileKernel::MmaDecode.key_tile(), DECODE_KEY_TILE);
+        assert_eq!(TileKernel::MmaDecode.key_tile(DType::F16), DECODE_KEY_TILE);
+        assert_eq!(TileKernel::Decode8.key_tile(DType::BF16), DECODE_KEY_TILE);
+        assert_eq!(
+            TileKernel::Decode4.key_tile(DType::F32),
+            DECODE_KEY_TILE_F32
+        );
+        assert_eq!(TileKernel::Prefill.key_tile(DType::F32), KEY_TILE);
         assert_eq!(FWD_NAMES[0][3], "fa_fwd_f32_512");
     }
 }

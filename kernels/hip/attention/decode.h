@@ -24,11 +24,14 @@
 // outputs are added in group order in shared memory (deterministic), and the rows are
 // normalised and written as the tile kernels write them (T, or the split workspace).
 //
-// Splits count in tiles of FA_DEC_TILE (128) keys (the host's DECODE_KEY_TILE); sub-tiles of
-// KT <= 128 keys divide them.
+// Splits count in tiles of FA_DEC_TILE (128) keys (the host's DECODE_KEY_TILE), f32 ones in
+// tiles of FA_DEC_TILE_F32 (32, DECODE_KEY_TILE_F32): an f32 decode (the GGUF models' f32 KV
+// cache) over a short or middling context then still spreads over many blocks. Sub-tiles of
+// KT keys divide them (KT <= 32 for f32 at every tier on every target).
 #pragma once
 
 #define FA_DEC_TILE 128
+#define FA_DEC_TILE_F32 32
 // Bytes of K (and of V) a sub-tile: 8 KiB on the CUDA path (228 KiB of shared memory an SM:
 // about 9 blocks), 4 KiB on AMD (64 KiB of LDS a compute unit: 5 blocks of about 12 KiB).
 #if defined(__HIP_DEVICE_COMPILE__)
@@ -67,7 +70,8 @@ __device__ __forceinline__ void fa_decode(const fa_params &p) {
     constexpr int NW = FA_THREADS / FA_WAVE;                     // waves per block
     constexpr int RW = R / NW;                                   // rows per wave in the softmax
     constexpr int LK = (KT + FA_WAVE - 1) / FA_WAVE;             // keys per lane in the softmax
-    static_assert(KT >= 1 && FA_DEC_TILE % KT == 0 && NL * FA_THREADS == KT * CT, "decode sub-tile");
+    constexpr int TILE = sizeof(T) == 4 ? FA_DEC_TILE_F32 : FA_DEC_TILE; // keys per split unit
+    static_assert(KT >= 1 && TILE % KT == 0 && NL * FA_THREADS == KT * CT, "decode sub-tile");
     static_assert(NP * KT == FA_THREADS && PC * NP == CT && KG * CT == FA_THREADS, "decode split");
     static_assert(RW * NW == R && N % 4 == 0, "decode rows");
     __shared__ fa_vec ks[KT][CT + 1];
@@ -116,9 +120,9 @@ __device__ __forceinline__ void fa_decode(const fa_params &p) {
             if (wr >= 0) hi = fa_min<int64_t>(hi, (int64_t)((rows - 1) / G) + off + wr + 1);
         }
         if (p.splits > 1) {
-            const int64_t s0 = (int64_t)split * p.tiles_per_split * FA_DEC_TILE;
+            const int64_t s0 = (int64_t)split * p.tiles_per_split * TILE;
             lo = fa_max<int64_t>(lo, s0);
-            hi = fa_min<int64_t>(hi, s0 + (int64_t)p.tiles_per_split * FA_DEC_TILE);
+            hi = fa_min<int64_t>(hi, s0 + (int64_t)p.tiles_per_split * TILE);
         }
         j_lo = lo / KT * KT;
         j_hi = hi;

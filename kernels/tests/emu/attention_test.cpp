@@ -174,7 +174,8 @@ static void run(const Run<T> &k, const Case &cs, bool decode) {
     p.splits = cs.splits;
     p.page = cs.page;
     p.bt_stride = bt_stride;
-    const uint32_t key_tile = decode ? FA_THREADS : FA_BN;
+    // The decode kernels' split unit: FA_DEC_TILE keys, FA_DEC_TILE_F32 for f32's FMA decode.
+    const uint32_t key_tile = !decode ? FA_BN : sizeof(T) == 4 && !k.mma ? FA_DEC_TILE_F32 : FA_DEC_TILE;
     const uint32_t ktiles = (p.seqlen_k + key_tile - 1) / key_tile;
     p.tiles_per_split = (ktiles + cs.splits - 1) / cs.splits;
     p.total_q = total_q;

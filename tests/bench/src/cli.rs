@@ -28,6 +28,12 @@ pub(crate) struct Cli {
     /// them end to end on the CPU in seconds.
     #[arg(long)]
     pub(crate) tiny_models: bool,
+    /// The synthetic GGUF decoders' long-context rows (`gguf_decode_1.1b_*`, shape
+    /// `prompt<N>`): the decode steps after a prompt of this many tokens, where attention reads
+    /// N cached positions a layer (0: none; N plus the decode tokens must stay below the
+    /// model's 4096 positions).
+    #[arg(long, default_value_t = 2048)]
+    pub(crate) decode_depth: usize,
     /// A GGUF decoder file (llama or Gemma 3 architecture) for the `gguf_*_file` rows: prefill
     /// and decode tokens/s of the real model (skipped when not given; repeat for several).
     #[arg(long)]

@@ -276,8 +276,17 @@ pub(crate) fn write_gguf_files(dir: &std::path::Path, shape: GgufShape) -> Resul
 /// device. Rows: prefill (one 512-token prompt, seconds per prompt token) and decode (`steps`
 /// greedy tokens after a 16-token prompt, each argmax read back to the host; seconds per
 /// token), with matmul attention (`gguf_decode_1.1b_<mix>`) and, in our backend's build, with
-/// flash attention (the patched `ModelWeights::with_flash_attn`: `gguf_decode_1.1b_<mix>_flash`).
-pub(crate) fn gguf_decoder(b: &Bench, steps: usize) -> Result<()> {
+/// flash attention (the patched `ModelWeights::with_flash_attn`: `gguf_decode_1.1b_<mix>_flash`);
+/// and with `depth` > 0 the same decode after a `depth`-token prompt (shape `prompt<depth>`).
+pub(crate) fn gguf_decoder(b: &Bench, steps: usize, depth: usize) -> Result<()> {
+    // The model's rotary tables hold 4096 positions (candle-transformers' MAX_SEQ_LEN).
+    if depth + steps + 4 > 4096 {
+        anyhow::bail!(
+            "--decode-depth {depth} with --decode-tokens {steps}: the synthetic decoder holds \
+             4096 positions; pass a depth of at most {}",
+            4096usize.saturating_sub(steps + 4)
+        );
+    }
     use candle_core::quantized::gguf_file;
     use candle_transformers::models::quantized_llama::ModelWeights;
     let dev = &b.dev;
@@ -310,7 +319,7 @@ pub(crate) fn gguf_decoder(b: &Bench, steps: usize) -> Result<()> {
                 model = model.with_flash_attn()?;
             }
             let (prefill_op, decode_op) = ops(flash);
-            gguf_rows(b, &mut model, (&prefill_op, &decode_op), "", steps)?;
+            gguf_rows(b, &mut model, (&prefill_op, &decode_op), "", steps, depth)?;
         }
     }
     Ok(())
@@ -400,6 +409,7 @@ fn gguf_rows(
     (prefill_op, decode_op): (&str, &str),
     tag: &str,
     steps: usize,
+    depth: usize,
 ) -> Result<()> {
     let dev = &b.dev;
     // A fresh prompt of `len` tokens: the greedy next token and the seconds it took.
@@ -425,16 +435,17 @@ fn gguf_rows(
         b.print(["model", prefill_op, &shape, "f32"], s, 1.0, "tokens");
     }
     if b.wanted("model", decode_op) {
-        // (seconds per token, the host's share: queueing a step's forward and argmax)
-        let mut run = |steps: usize| -> Result<(f64, f64)> {
-            let (mut next, _) = prefill(model, dev, 16)?;
+        // (seconds per token, the host's share: queueing a step's forward and argmax) of
+        // `steps` tokens after a `prompt`-token prompt
+        let mut run = |prompt: usize, steps: usize| -> Result<(f64, f64)> {
+            let (mut next, _) = prefill(model, dev, prompt)?;
             dev.synchronize()?;
             let mut host = 0.0;
             let t = Instant::now();
             for i in 0..steps {
                 let q = Instant::now();
                 let input = Tensor::new(&[next], dev)?.unsqueeze(0)?;
-                let logits = model.forward(&input, 16 + i)?;
+                let logits = model.forward(&input, prompt + i)?;
                 let best = logits.argmax(D::Minus1)?.flatten_all()?;
                 host += q.elapsed().as_secs_f64();
                 next = best.to_vec1::<u32>()?[0];
@@ -443,17 +454,27 @@ fn gguf_rows(
             Ok((t.elapsed().as_secs_f64() / n, host / n))
         };
         if b.profile {
-            run(steps)?;
+            run(16, steps)?;
             return Ok(());
         }
-        run(4)?;
-        let runs = (0..3).map(|_| run(steps)).collect::<Result<Vec<_>>>()?;
-        let s = median(runs.iter().map(|r| r.0).collect());
-        let host = median(runs.iter().map(|r| r.1).collect());
-        let shape = format!("prompt16{tag}");
-        b.print(["model", decode_op, &shape, "f32"], s, 1.0, "tokens");
-        let host_op = format!("{decode_op}_host");
-        b.print(["model", &host_op, &shape, "f32"], host, 1.0, "tokens");
+        run(16, 4)?;
+        // After a 16-token prompt, and (the synthetic decoders, `depth` > 0) after `depth`.
+        let prompts = if tag.is_empty() && depth > 0 {
+            vec![16, depth]
+        } else {
+            vec![16]
+        };
+        for prompt in prompts {
+            let runs = (0..3)
+                .map(|_| run(prompt, steps))
+                .collect::<Result<Vec<_>>>()?;
+            let s = median(runs.iter().map(|r| r.0).collect());
+            let host = median(runs.iter().map(|r| r.1).collect());
+            let shape = format!("prompt{prompt}{tag}");
+            b.print(["model", decode_op, &shape, "f32"], s, 1.0, "tokens");
+            let host_op = format!("{decode_op}_host");
+            b.print(["model", &host_op, &shape, "f32"], host, 1.0, "tokens");
+        }
     }
     Ok(())
 }
@@ -474,7 +495,7 @@ pub(crate) fn gguf_file_rows(b: &Bench, paths: &[std::path::PathBuf], steps: usi
             .file_name()
             .map(|n| n.to_string_lossy())
             .unwrap_or_default();
-        gguf_rows(b, &mut model, ops, &format!(" {name}"), steps)?;
+        gguf_rows(b, &mut model, ops, &format!(" {name}"), steps, 0)?;
     }
     Ok(())
 }

@@ -107,7 +107,7 @@ fn main() -> Result<()> {
     };
     if b.profile {
         models::decode(&b, cli.decode_tokens)?;
-        gguf::gguf_decoder(&b, cli.decode_tokens)?;
+        gguf::gguf_decoder(&b, cli.decode_tokens, cli.decode_depth)?;
         return Ok(());
     }
     if let Some(gpus) = cli.gpus {
@@ -125,7 +125,7 @@ fn main() -> Result<()> {
     models::bert(&b)?;
     attention::attention(&b)?;
     models::decode(&b, cli.decode_tokens)?;
-    gguf::gguf_decoder(&b, cli.decode_tokens)?;
+    gguf::gguf_decoder(&b, cli.decode_tokens, cli.decode_depth)?;
     gguf::gguf_file_rows(&b, &cli.gguf, cli.decode_tokens)?;
     Ok(())
 }

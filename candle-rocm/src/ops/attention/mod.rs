@@ -47,6 +47,13 @@ const DECODE_BLOCKS_PER_CU: usize = 4;
 const MDEC_BLOCKS_PER_CU: usize = 2;
 /// The most splits of one call (the combine reads every split of a row).
 const MAX_SPLITS: usize = 128;
+/// The same for the FMA decode kernels in f32, which split in tiles of 32 keys
+/// (`DECODE_KEY_TILE_F32`): about one block per compute unit, so a short context splits into
+/// every tile and a longer one into about as many splits as the GPU has compute units, each
+/// of two tiles and more (on the harness, one-tile splits won after 16 positions and two-tile
+/// ones after 2048, where one-tile ones lost: bench/results/bench-2026-11-27T0752Z-*, calls D
+/// to F).
+const DECODE_BLOCKS_PER_CU_F32: usize = 1;
 
 /// Runs the checked call `spec` on `dev`: the output, contiguous, with q's shape
 /// (`(batch, seqlen_q, heads, head_dim)` dense, `(total_q, heads, head_dim)` variable-length).
@@ -227,11 +234,14 @@ fn run<T: RocmDType>(
         TileKernel::Mma => rows.div_ceil(MMA_ROWS),
         TileKernel::MmaDecode | TileKernel::Decode4 | TileKernel::Decode8 => 1,
     };
-    let key_tiles = max_k.div_ceil(kernel.key_tile()).max(1);
+    let key_tiles = max_k.div_ceil(kernel.key_tile(T::DTYPE)).max(1);
     let cus = dev.device().info().compute_units as usize;
     let blocks = tiles * hk * batch;
     let per_cu = match kernel {
         TileKernel::MmaDecode => MDEC_BLOCKS_PER_CU,
+        TileKernel::Decode4 | TileKernel::Decode8 if T::DTYPE == DType::F32 => {
+            DECODE_BLOCKS_PER_CU_F32
+        }
         TileKernel::Decode4 | TileKernel::Decode8 => DECODE_BLOCKS_PER_CU,
         TileKernel::Prefill | TileKernel::Mma => BLOCKS_PER_CU,
     };
