@@ -234,21 +234,8 @@ fn run<T: RocmDType>(
         TileKernel::Mma => rows.div_ceil(MMA_ROWS),
         TileKernel::MmaDecode | TileKernel::Decode4 | TileKernel::Decode8 => 1,
     };
-    let key_tiles = max_k.div_ceil(kernel.key_tile(T::DTYPE)).max(1);
     let cus = dev.device().info().compute_units as usize;
-    let blocks = tiles * hk * batch;
-    let per_cu = match kernel {
-        TileKernel::MmaDecode => MDEC_BLOCKS_PER_CU,
-        TileKernel::Decode4 | TileKernel::Decode8 if T::DTYPE == DType::F32 => {
-            DECODE_BLOCKS_PER_CU_F32
-        }
-        TileKernel::Decode4 | TileKernel::Decode8 => DECODE_BLOCKS_PER_CU,
-        TileKernel::Prefill | TileKernel::Mma => BLOCKS_PER_CU,
-    };
-    let want = (per_cu * cus.max(1)).div_ceil(blocks.max(1));
-    let mut splits = want.clamp(1, MAX_SPLITS).min(key_tiles);
-    let tiles_per_split = key_tiles.div_ceil(splits);
-    splits = key_tiles.div_ceil(tiles_per_split);
+    let (splits, tiles_per_split) = key_splits(kernel, T::DTYPE, max_k, tiles * hk * batch, cus);
     let (_o_part, _lse) = if splits > 1 {
         let rows = splits * total_q * h;
         let o_part = dev.alloc::<f32>(rows * d)?;
@@ -317,6 +304,33 @@ fn run<T: RocmDType>(
     Ok(out)
 }
 
+/// How `kernel` splits `max_k` keys of q, k and v of `dtype` for a launch of `blocks` blocks
+/// (row tiles x kv heads x sequences) on `cus` compute units: (splits, tiles per split), in
+/// the kernel's key tiles ([`TileKernel::key_tile`]). Splits until the call has its kernel's
+/// blocks per compute unit, at most [`MAX_SPLITS`] and one per tile, every split but the last
+/// of the same number of tiles.
+fn key_splits(
+    kernel: TileKernel,
+    dtype: DType,
+    max_k: usize,
+    blocks: usize,
+    cus: usize,
+) -> (usize, usize) {
+    let key_tiles = max_k.div_ceil(kernel.key_tile(dtype)).max(1);
+    let per_cu = match kernel {
+        TileKernel::MmaDecode => MDEC_BLOCKS_PER_CU,
+        TileKernel::Decode4 | TileKernel::Decode8 if dtype == DType::F32 => {
+            DECODE_BLOCKS_PER_CU_F32
+        }
+        TileKernel::Decode4 | TileKernel::Decode8 => DECODE_BLOCKS_PER_CU,
+        TileKernel::Prefill | TileKernel::Mma => BLOCKS_PER_CU,
+    };
+    let want = (per_cu * cus.max(1)).div_ceil(blocks.max(1));
+    let splits = want.clamp(1, MAX_SPLITS).min(key_tiles);
+    let tiles_per_split = key_tiles.div_ceil(splits);
+    (key_tiles.div_ceil(tiles_per_split), tiles_per_split)
+}
+
 /// `v` as a `u32` kernel argument.
 fn small(v: usize) -> Result<u32, BackendError> {
     u32::try_from(v).map_err(|_| kernel_limit("flash-attn", format_args!("size {v}")))
@@ -330,5 +344,56 @@ fn grid_dim(v: usize) -> Result<u32, BackendError> {
             "flash-attn",
             format_args!("{v} sequences or kv heads x splits (grid limit 65535)"),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The GGUF decoders' f32 decode (TinyLlama: 4 kv heads, one sequence) on an H100's 132
+    /// compute units: every 32-key tile its own split on a short context, about one block per
+    /// compute unit (two-tile splits) after 2048 positions; f16 keeps 128-key tiles and four
+    /// blocks per compute unit.
+    #[test]
+    fn decode_splits_follow_the_measured_policy() {
+        let f32_dec = |max_k| key_splits(TileKernel::Decode8, DType::F32, max_k, 4, 132);
+        assert_eq!(f32_dec(17), (1, 1));
+        assert_eq!(f32_dec(80), (3, 1));
+        assert_eq!(f32_dec(144), (5, 1));
+        assert_eq!(f32_dec(2049), (33, 2));
+        assert_eq!(f32_dec(2112), (33, 2));
+        assert_eq!(f32_dec(4096), (32, 4));
+        let f16_dec = |max_k| key_splits(TileKernel::Decode8, DType::F16, max_k, 4, 132);
+        assert_eq!(f16_dec(80), (1, 1));
+        assert_eq!(f16_dec(2048), (16, 1));
+        assert_eq!(f16_dec(32768), (128, 2));
+        assert_eq!(
+            key_splits(TileKernel::MmaDecode, DType::F16, 32768, 4, 132),
+            (64, 4)
+        );
+        // Enough blocks already: no split.
+        assert_eq!(
+            key_splits(TileKernel::Prefill, DType::F32, 4096, 512, 132),
+            (1, 64)
+        );
+        // Every split covers its tiles once: splits x tiles per split spans the keys, one split
+        // fewer would not.
+        for max_k in [1, 31, 32, 33, 500, 2049, 10_000, 100_000] {
+            for (kernel, dtype) in [
+                (TileKernel::Decode4, DType::F32),
+                (TileKernel::Decode8, DType::BF16),
+                (TileKernel::MmaDecode, DType::F16),
+                (TileKernel::Prefill, DType::F32),
+            ] {
+                let (splits, tps) = key_splits(kernel, dtype, max_k, 4, 132);
+                let tiles = max_k.div_ceil(kernel.key_tile(dtype)).max(1);
+                assert!(
+                    splits * tps >= tiles && (splits - 1) * tps < tiles,
+                    "{max_k} {kernel:?}"
+                );
+                assert!((1..=MAX_SPLITS).contains(&splits));
+            }
+        }
     }
 }
