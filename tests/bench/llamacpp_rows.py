@@ -12,7 +12,9 @@ Row keys are ours for the same file (tests/bench/src/gguf.rs):
   prompt, llama-bench from an empty context), tg at depth d (`-d d`) -> `prompt<d>` (ours
   after a d-token prompt, `--decode-depth`); the f16 file's tg is keyed as our f16 decode of
   the same shape (`decode_llama_<shape>`, dtype f16: the same weights through safetensors),
-  its pp as `prefill_llama_<shape>` (no row of ours);
+  its pp as `prefill_llama_<shape>` (no row of ours); with flash attention on (`-fa 1`)
+  those keys take our flash-attention rows' names (`..._flash`), so each llama.cpp mode sits
+  beside our row of the same attention;
 - any other file (BENCH_GGUF): gguf_prefill_file `prompt<n> <name>`, gguf_decode_file
   `prompt16 <name>`, as ours' `--gguf` rows.
 A test that mixes prompt and generation (`-pg`) has no row of ours and is skipped.
@@ -26,8 +28,10 @@ import sys
 SYNTHETIC = re.compile(r"gguf-(?P<shape>[^-]+)-(?P<mix>.+)\.gguf")
 
 
-def key(model_filename, n_prompt, n_gen, n_depth=0):
-    """(group, op, shape, dtype) of a llama-bench test, or None when ours has no such row."""
+def key(model_filename, n_prompt, n_gen, n_depth=0, flash=False):
+    """(group, op, shape, dtype) of a llama-bench test, or None when ours has no such row;
+    `flash`: llama.cpp ran with flash attention, keyed as our flash rows of the synthetic
+    files."""
     name = os.path.basename(model_filename)
     if n_prompt > 0 and n_gen == 0 and n_depth == 0:
         kind, size = "prefill", f"prompt{n_prompt}"
@@ -38,10 +42,11 @@ def key(model_filename, n_prompt, n_gen, n_depth=0):
     else:
         return None
     m = SYNTHETIC.fullmatch(name)
+    suffix = "_flash" if flash else ""
     if m and m["mix"] == "f16":
-        return ("model", f"{kind}_llama_{m['shape']}", size, "f16")
+        return ("model", f"{kind}_llama_{m['shape']}{suffix}", size, "f16")
     if m:
-        return ("model", f"gguf_{kind}_{m['shape']}_{m['mix']}", size, "f32")
+        return ("model", f"gguf_{kind}_{m['shape']}_{m['mix']}{suffix}", size, "f32")
     return ("model", f"gguf_{kind}_file", f"{size} {name}", "f32")
 
 
@@ -50,7 +55,8 @@ def rows(tests):
     out, device = {0: [], 1: []}, {}
     for t in tests:
         fa = 1 if int(t.get("flash_attn", 0)) == 1 else 0
-        k = key(t["model_filename"], int(t["n_prompt"]), int(t["n_gen"]), int(t.get("n_depth", 0) or 0))
+        k = key(t["model_filename"], int(t["n_prompt"]), int(t["n_gen"]),
+                int(t.get("n_depth", 0) or 0), flash=fa == 1)
         ts = float(t.get("avg_ts") or 0.0)
         if k is None or ts <= 0.0:
             continue

@@ -78,6 +78,13 @@ class Keys(unittest.TestCase):
                          ("model", "gguf_decode_1.1b_q4_0", "prompt2048", "f32"))
         self.assertEqual(llamacpp_rows.key("gguf-1.1b-q4_0.gguf", 0, 128, 0),
                          ("model", "gguf_decode_1.1b_q4_0", "prompt16", "f32"))
+        self.assertEqual(llamacpp_rows.key("gguf-1.1b-q4_0.gguf", 0, 128, 2048, flash=True),
+                         ("model", "gguf_decode_1.1b_q4_0_flash", "prompt2048", "f32"))
+        self.assertEqual(llamacpp_rows.key("gguf-1.1b-f16.gguf", 0, 128, flash=True),
+                         ("model", "decode_llama_1.1b_flash", "prompt16", "f16"))
+        # Real files: our rows of a file have no flash variant.
+        self.assertEqual(llamacpp_rows.key("/c/smollm2.gguf", 0, 128, flash=True),
+                         ("model", "gguf_decode_file", "prompt16 smollm2.gguf", "f32"))
         # A prefill at depth has no row of ours.
         self.assertIsNone(llamacpp_rows.key("gguf-1.1b-q4_0.gguf", 512, 0, 2048))
 
@@ -89,7 +96,7 @@ class Rows(unittest.TestCase):
         fa0 = dict(by_fa[0])
         self.assertEqual(len(fa0), 2)
         self.assertEqual(len(fa1), 5)
-        self.assertAlmostEqual(fa1[("model", "gguf_decode_1.1b_q4_0", "prompt16", "f32")],
+        self.assertAlmostEqual(fa1[("model", "gguf_decode_1.1b_q4_0_flash", "prompt16", "f32")],
                                1 / 925.0)
         self.assertAlmostEqual(fa0[("model", "gguf_prefill_1.1b_q4_0", "prompt512", "f32")],
                                1 / 40000.0)
@@ -110,7 +117,7 @@ class Rows(unittest.TestCase):
                            capture_output=True)
             dev, rows = table.read(prefix + "-fa1.tsv")
             self.assertIn("flash attention on", dev)
-            secs, work, unit = rows[("model", "gguf_decode_1.1b_q4_0", "prompt16", "f32")]
+            secs, work, unit = rows[("model", "gguf_decode_1.1b_q4_0_flash", "prompt16", "f32")]
             tok_s, unit = table.value((secs, work, unit))
             self.assertEqual(unit, "tok/s")
             self.assertAlmostEqual(tok_s, 925.0, places=3)
@@ -134,12 +141,12 @@ class RealOutput(unittest.TestCase):
         by_fa, device = llamacpp_rows.rows(tests)
         self.assertEqual(by_fa[0], [])
         self.assertEqual([k for k, _ in by_fa[1]], [
-            ("model", "gguf_prefill_1.1b_q4_0", "prompt4", "f32"),
-            ("model", "gguf_decode_1.1b_q4_0", "prompt16", "f32"),
-            ("model", "gguf_prefill_1.1b_q4_k_m", "prompt4", "f32"),
-            ("model", "gguf_decode_1.1b_q4_k_m", "prompt16", "f32"),
-            ("model", "prefill_llama_1.1b", "prompt4", "f16"),
-            ("model", "decode_llama_1.1b", "prompt16", "f16"),
+            ("model", "gguf_prefill_1.1b_q4_0_flash", "prompt4", "f32"),
+            ("model", "gguf_decode_1.1b_q4_0_flash", "prompt16", "f32"),
+            ("model", "gguf_prefill_1.1b_q4_k_m_flash", "prompt4", "f32"),
+            ("model", "gguf_decode_1.1b_q4_k_m_flash", "prompt16", "f32"),
+            ("model", "prefill_llama_1.1b_flash", "prompt4", "f16"),
+            ("model", "decode_llama_1.1b_flash", "prompt16", "f16"),
         ])
         for t, (_, secs) in zip(tests, by_fa[1]):
             self.assertAlmostEqual(secs, 1.0 / t["avg_ts"])
