@@ -1,7 +1,7 @@
 //! candle-transformers' Stable Diffusion VAE decoder and UNet, made small (a few dozen
 //! channels, 8x8 latents) with seeded random weights, on the GPU against the same model on the
-//! CPU, in f32, f16 and bf16, on each convolution path; and the UNet with flash attention
-//! (`use_flash_attn`) against the CPU's matmul attention.
+//! CPU, in f32, f16 and bf16, on each convolution path; the UNet with flash attention
+//! (`use_flash_attn`) against the CPU's matmul attention; and Whisper's audio encoder.
 //!
 //! candle-rocm reads `CANDLE_ROCM_CONV` once per process, so each path's test runs its body in
 //! a child process of this binary with the variable set ([`isolated_with`]) and checks there
@@ -21,6 +21,7 @@ use candle_rocm::ops::conv::miopen::miopen_runs;
 use candle_rocm::settings::{conv_path, ConvPath, CONV_VAR};
 use candle_rocm_tests::{assert_gpu_close, gpu, isolated_with, normal, rng};
 use candle_transformers::models::stable_diffusion::{unet_2d, vae};
+use candle_transformers::models::whisper;
 
 /// The dtypes each model runs in.
 const DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
@@ -108,6 +109,10 @@ enum Model {
     /// there, whatever the model's dtype, through candle-rocm's flash attention); its
     /// reference is the UNet's matmul attention on the CPU.
     UnetFlash,
+    /// Whisper's audio encoder (two conv1d layers, then one transformer block of width 32, 4
+    /// heads) on 1x16x32 mel; in f16/bf16 through candle-transformers patch 0006 (its
+    /// positional table in the weights' dtype).
+    WhisperEncoder,
 }
 
 impl Model {
@@ -162,6 +167,23 @@ fn forward(model: Model, round: DType, dtype: DType, dev: &Device) -> Result<Ten
             let latents = input(2, &[2, 4, 8, 8], round, dtype, dev)?;
             let text = input(3, &[2, 5, 16], round, dtype, dev)?;
             m.forward(&latents, 981.0, &text)
+        }
+        Model::WhisperEncoder => {
+            let cfg = whisper::Config {
+                num_mel_bins: 16,
+                max_source_positions: 16,
+                d_model: 32,
+                encoder_attention_heads: 4,
+                encoder_layers: 1,
+                vocab_size: 64,
+                max_target_positions: 8,
+                decoder_attention_heads: 4,
+                decoder_layers: 1,
+                suppress_tokens: Vec::new(),
+            };
+            let mut m = whisper::model::Whisper::load(&vb, cfg)?;
+            m.encoder
+                .forward(&input(4, &[1, 16, 32], round, dtype, dev)?, true)
         }
     }
 }
@@ -245,5 +267,25 @@ fn unet_step_with_flash_attention_matches_the_cpu() -> Result<()> {
         "unet_step_with_flash_attention_matches_the_cpu",
         Model::UnetFlash,
         "im2col",
+    )
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn whisper_encoder_matches_the_cpu_on_im2col() -> Result<()> {
+    on_path(
+        "whisper_encoder_matches_the_cpu_on_im2col",
+        Model::WhisperEncoder,
+        "im2col",
+    )
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn whisper_encoder_matches_the_cpu_on_miopen() -> Result<()> {
+    on_path(
+        "whisper_encoder_matches_the_cpu_on_miopen",
+        Model::WhisperEncoder,
+        "miopen",
     )
 }
