@@ -579,6 +579,11 @@ fn quantized_matmul_and_embedding() -> Result<()> {
             )?;
         }
 
+        // The default `matmul_t_swiglu` has no fused form: `forward_swiglu_fused` answers None
+        // (the model then runs the product and the gate), queueing nothing.
+        let x1 = input(&Device::Cpu, 42, &[1, k])?.to_device(&dev)?;
+        assert!(mm.forward_swiglu_fused(&x1)?.is_none(), "{dt:?}");
+
         // Embedding rows of the quantized table (ids of any integer dtype, from any device).
         let q = q_ext;
         let ids = indices(&Device::Cpu, 41, &[2, 3], n as u32)?;
