@@ -64,8 +64,9 @@ fn cpu_rows_come_out_in_the_table_format() {
 
 /// `--tiny-models`: conv_models rows (small versions of the same models) run end to end on the
 /// CPU, with a positive time per call, the batch as the work and a shape marked `tiny`: the
-/// VAE decoder in f32 and f16, Whisper's encoder in f32 only (the cheapest rows in a debug
-/// build; the UNet and ResNet-50 rows run the same way).
+/// VAE decoder and Whisper's encoder in f32 and f16 (the cheapest rows in a debug build; the
+/// UNet and ResNet-50 rows run the same way; Whisper's f16 row needs candle-transformers patch
+/// 0006).
 #[test]
 fn tiny_conv_model_rows_run_end_to_end() {
     let out = bench(&[
@@ -102,7 +103,8 @@ fn tiny_conv_model_rows_run_end_to_end() {
         [
             "sd15_vae_decode f32",
             "whisper_tiny_encoder f32",
-            "sd15_vae_decode f16"
+            "sd15_vae_decode f16",
+            "whisper_tiny_encoder f16"
         ],
         "{text}"
     );
