@@ -41,7 +41,7 @@
 //     grid (ceil(max rows / BM), kv_heads * splits, batch); block (FA_THREADS)
 //   fa_dec<R>_<T>_<DMAX>(fa_params p)  R = 4, 8: calls of at most R packed rows (decoding), see
 //     attention/decode.h; grid (1, kv_heads * splits, batch), splits in tiles of FA_DEC_TILE
-//     (128) keys
+//     (128) keys, of FA_DEC_TILE_F32 (32) for T = float
 //   Both: splits == 1: o gets the output in T. splits > 1: split s of the tiles_per_split tiles
 //     [s * tps, (s + 1) * tps) writes its normalised partial output to
 //     o_part[((s * total_q + tok) * heads + h) * d + col] and its log2-sum-exp to

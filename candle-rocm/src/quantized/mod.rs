@@ -154,7 +154,7 @@ impl ExtQStorage for RocmQStorage {
         x_l: &Layout,
     ) -> candle_core::Result<Option<(Box<dyn ExtStorage>, Shape)>> {
         let (n, k, m, dst_shape) = qmatmul_dims(w_shape, x_l)?;
-        if x.dtype() != DType::F32 || n % 2 != 0 {
+        if x.dtype() != DType::F32 {
             return Ok(None);
         }
         let Some(x) = x.as_any().downcast_ref::<RocmStorage>() else {
