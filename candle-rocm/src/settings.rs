@@ -128,6 +128,12 @@ pub const GRAPH_BLAS_VAR: &str = "CANDLE_ROCM_GRAPH_BLAS";
 /// is one graph per collective). Off by default until measured on several GPUs.
 pub const GRAPH_RCCL_VAR: &str = "CANDLE_ROCM_GRAPH_RCCL";
 
+/// Off: every all-reduce between GPUs goes through RCCL. On (the default): a sum of f32, f16 or
+/// bf16 of at most `ops::peer_reduce::MAX_BYTES` between the GPUs of one host that reach each
+/// other is one kernel reading the peers' memory directly (a one-shot all-reduce). Must be the
+/// same on every rank.
+pub const PEER_ALLREDUCE_VAR: &str = "CANDLE_ROCM_PEER_ALLREDUCE";
+
 /// One setting, as the README's table shows it.
 #[derive(Clone, Copy, Debug)]
 pub struct Setting {
@@ -140,7 +146,7 @@ pub struct Setting {
 }
 
 /// Every setting of the library.
-pub const SETTINGS: [Setting; 18] = [
+pub const SETTINGS: [Setting; 19] = [
     Setting {
         var: STRICT_VAR,
         values: SWITCH_VALUES,
@@ -225,6 +231,11 @@ pub const SETTINGS: [Setting; 18] = [
         var: GRAPH_RCCL_VAR,
         values: SWITCH_VALUES,
         default: "0",
+    },
+    Setting {
+        var: PEER_ALLREDUCE_VAR,
+        values: SWITCH_VALUES,
+        default: "1",
     },
     Setting {
         var: KERNELS_DIR_VAR,
@@ -369,6 +380,13 @@ pub fn graph_blas() -> bool {
 pub fn graph_rccl() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| switch(GRAPH_RCCL_VAR, false))
+}
+
+/// Whether small all-reduces between the GPUs of one host run as one kernel over the peers'
+/// memory ([`PEER_ALLREDUCE_VAR`]).
+pub fn peer_allreduce() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| switch(PEER_ALLREDUCE_VAR, true))
 }
 
 /// A graph-mode operation count from `var` (0 to 100000), else `default` (an unparsable

@@ -3,7 +3,7 @@
 //!
 //! `cargo xtask kernels` compiles candle-kernels' `.cu` sources (read from the cargo registry)
 //! and our own `kernels/hip/*.hip` (`rand`, `index`, `convert`, `where`, `small_int`, `rows`,
-//! `elementwise`, `qmatvec`, `copy`, `gemv`, `attention`) through the compatibility headers in `kernels/include/` into one
+//! `elementwise`, `qmatvec`, `copy`, `gemv`, `attention`, `conv_igemm`, `collective`) through the compatibility headers in `kernels/include/` into one
 //! HSA code object per (module, target), deflate-compressed under `kernels/objects/` and listed in
 //! `kernels/manifest.json`; `src/objects.rs` embeds them. [`code_object()`] returns one,
 //! decompressed; [`code_object::CodeObject`] reads a code object's kernel list and resource
@@ -84,6 +84,9 @@ pub enum Module {
     /// bf16; the patches gathered into shared memory, no column matrix), where the target has
     /// matrix units (empty elsewhere).
     ConvIgemm,
+    /// Ours, `collective.hip`: the one-shot all-reduce (sum) between the GPUs of one host,
+    /// reading the peers' shared memory directly (f32, f16, bf16).
+    Collective,
 }
 
 /// Where a module's source comes from.
@@ -97,7 +100,7 @@ pub enum Source {
 
 impl Module {
     /// Every module, in a fixed order (usable as an index).
-    pub const ALL: [Module; 23] = [
+    pub const ALL: [Module; 24] = [
         Module::Affine,
         Module::Binary,
         Module::Cast,
@@ -121,6 +124,7 @@ impl Module {
         Module::Gemv,
         Module::Attention,
         Module::ConvIgemm,
+        Module::Collective,
     ];
 
     /// The source file's stem, e.g. `binary`.
@@ -149,6 +153,7 @@ impl Module {
             Module::Gemv => "gemv",
             Module::Attention => "attention",
             Module::ConvIgemm => "conv_igemm",
+            Module::Collective => "collective",
         }
     }
 
@@ -166,7 +171,8 @@ impl Module {
             | Module::Copy
             | Module::Gemv
             | Module::Attention
-            | Module::ConvIgemm => Source::Ours,
+            | Module::ConvIgemm
+            | Module::Collective => Source::Ours,
             _ => Source::Candle,
         }
     }

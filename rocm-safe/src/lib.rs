@@ -8,6 +8,7 @@
 //! | `hipStream_t`, `hipEvent_t` | [`Stream`], [`Event`] |
 //! | `Vec<T>` on the device | [`DeviceBuffer<T>`], views [`DeviceView`] / [`DeviceViewMut`] |
 //! | `hipHostMalloc` | [`PinnedHostBuffer<T>`] |
+//! | fine-grained memory another process maps (`hipIpc*`) | [`ipc::SharedMemory`], [`ipc::PeerMemory`] |
 //! | `hipModule_t`, `hipFunction_t`, launch | [`Module`], [`Function`], [`LaunchArgs`] |
 //! | rocBLAS / MIOpen handles | [`BlasHandle`], [`MiopenHandle`] |
 //! | a memory pool | [`CachingAllocator`] |
@@ -38,6 +39,7 @@ mod device;
 mod error;
 pub mod graph;
 mod host;
+pub mod ipc;
 pub mod miopen;
 mod module;
 pub mod peer;

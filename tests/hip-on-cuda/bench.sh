@@ -22,12 +22,12 @@
 #    16 cores, once per machine) and runs pp512 and tg128 with flash attention on and off;
 # 4. runs the launch-overhead benchmark next to a raw cuLaunchKernel loop;
 # 5. on a machine with two GPUs or more (nvidia-smi -L) and the RCCL double, the rows of
-#    several GPUs (issue 29): `candle-rocm-bench --gpus 2` (all-reduce 1 MiB-1 GiB in f32, f16
+#    several GPUs (issue 29): `candle-rocm-bench --gpus 2` (all-reduce 8 KiB-1 GiB in f32, f16
 #    and bf16, GPU 0 -> GPU 1 copies, the tensor-parallel llama at the 7B shape on 1 GPU and on
 #    2; one process per GPU) and tests/bench/torch_mgpu.py (torch.distributed's NCCL
 #    all-reduce and tensor.to("cuda:1") on the same schedule), NCCL_NVLS_ENABLE=0 in both; the
-#    llama once more with CANDLE_ROCM_GRAPH_RCCL=1 (collectives recorded into the graphs), its
-#    tokens/s in the summary;
+#    all-reduce and the llama once more with CANDLE_ROCM_PEER_ALLREDUCE=0 (RCCL only, against
+#    the one-shot kernel for sums up to 1 MiB), in a table of their own;
 # 6. joins them into one table (tests/bench/table.py), written to
 #    $OUT/bench-<date>-<gpu>.md and printed last, llama.cpp's rows in a table of their own
 #    after the main one with ours and Candle CUDA's beside them, then the rows of several GPUs
@@ -196,14 +196,14 @@ else
     rc=$?
     row "candle-rocm-bench --gpus 2 exit" "$rc ($(grep -c '^bench' "$OUT/ours-mgpu.tsv") rows, $((SECONDS - t0)) s)"
     tail -3 "$OUT/ours-mgpu.err"
-    # The tensor-parallel llama again with its collectives recorded into the graphs
-    # (CANDLE_ROCM_GRAPH_RCCL, off by default until this pass has measured it).
-    CANDLE_ROCM_GRAPH_RCCL=1 timeout -k 10 "$mgpu_limit" "$BUILD/bin/candle-rocm-bench" --gpus 2 \
-        --only mgpu_tp --tp-layers "${BENCH_TP_LAYERS:-32}" \
+    # The all-reduce and the tensor-parallel llama again with every all-reduce through RCCL
+    # (CANDLE_ROCM_PEER_ALLREDUCE=0): the one-shot kernel's rows against RCCL's, same call.
+    CANDLE_ROCM_PEER_ALLREDUCE=0 timeout -k 10 "$mgpu_limit" "$BUILD/bin/candle-rocm-bench" \
+        --gpus 2 --only mgpu_allreduce --only mgpu_tp --tp-layers "${BENCH_TP_LAYERS:-32}" \
         --tp-attention "${BENCH_TP_ATTENTION:-flash}" \
-        > "$OUT/ours-mgpu-graph-rccl.tsv" 2> "$OUT/ours-mgpu-graph-rccl.err"
+        > "$OUT/ours-mgpu-rccl.tsv" 2> "$OUT/ours-mgpu-rccl.err"
     rc=$?
-    row "... with CANDLE_ROCM_GRAPH_RCCL=1" "exit $rc: $(awk -F'\t' '$1 == "bench" { printf "%s %s %.0f tok/s; ", $3, $4, $7 / $6 }' "$OUT/ours-mgpu-graph-rccl.tsv")"
+    row "... with CANDLE_ROCM_PEER_ALLREDUCE=0" "exit $rc: $(awk -F'\t' '$1 == "bench" && $2 == "mgpu_tp" { printf "%s %s %.0f tok/s; ", $3, $4, $7 / $6 }' "$OUT/ours-mgpu-rccl.tsv")"
     t0=$SECONDS
     PYTHONUNBUFFERED=1 timeout -k 10 "$mgpu_limit" python3 tests/bench/torch_mgpu.py --gpus 2 \
         "${only_py[@]}" > "$OUT/torch-mgpu.tsv" 2> "$OUT/torch-mgpu.err"
@@ -274,7 +274,12 @@ fi
 if [ "$mgpu" = 1 ]; then
     echo >> "$result"
     python3 tests/bench/table.py --multi-gpu "$OUT/ours-mgpu.tsv" "$OUT/torch-mgpu.tsv" \
-        --title "$ngpus x $gpu, $(date -u +%Y-%m-%dT%H:%MZ); ours via HIP-on-CUDA (RCCL on NCCL)" >> "$result"
+        --title "$ngpus x $gpu, $(date -u +%Y-%m-%dT%H:%MZ); ours via HIP-on-CUDA (RCCL on NCCL; sums up to 1 MiB: the one-shot kernel)" >> "$result"
+    if grep -q '^bench' "$OUT/ours-mgpu-rccl.tsv" 2> /dev/null; then
+        echo >> "$result"
+        python3 tests/bench/table.py --multi-gpu "$OUT/ours-mgpu-rccl.tsv" "$OUT/torch-mgpu.tsv" \
+            --title "the same, ours with CANDLE_ROCM_PEER_ALLREDUCE=0 (every all-reduce through RCCL)" >> "$result"
+    fi
 fi
 {
     echo

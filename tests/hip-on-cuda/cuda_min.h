@@ -120,6 +120,8 @@ _Static_assert(CU_LAUNCH_PARAM_END_AS_INT == 0 && CU_LAUNCH_PARAM_BUFFER_POINTER
 #endif
 _Static_assert(CU_MEMHOSTALLOC_PORTABLE == 1 && CU_MEMHOSTALLOC_DEVICEMAP == 2 &&
                    CU_MEMHOSTALLOC_WRITECOMBINED == 4, "CU_MEMHOSTALLOC_* differ");
+_Static_assert(CU_IPC_HANDLE_SIZE == 64 && CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS == 1,
+               "CU_IPC_* differ");
 /* A struct cannot be declared twice: its layout is checked instead. */
 #include <stddef.h>
 _Static_assert(offsetof(CUgraphExecUpdateResultInfo, result) == 0 &&
@@ -127,6 +129,7 @@ _Static_assert(offsetof(CUgraphExecUpdateResultInfo, result) == 0 &&
                    offsetof(CUgraphExecUpdateResultInfo, errorFromNode) == 16 &&
                    sizeof(CUgraphExecUpdateResultInfo) == 24,
                "CUgraphExecUpdateResultInfo differs from cuda_min.h");
+_Static_assert(sizeof(CUipcMemHandle) == 64, "CUipcMemHandle differs from cuda_min.h");
 #else
 /* Enum tags as in cuda.h / cublas_api.h / library_types.h (cuBLAS's enums are anonymous). */
 #define HOC_ENUMERATOR(name, value) name = (value),
@@ -156,6 +159,12 @@ typedef struct CUgraphExecUpdateResultInfo_st {
 #define CU_MEMHOSTALLOC_PORTABLE 0x01
 #define CU_MEMHOSTALLOC_DEVICEMAP 0x02
 #define CU_MEMHOSTALLOC_WRITECOMBINED 0x04
+#define CU_IPC_HANDLE_SIZE 64
+#define CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS 0x1
+typedef struct CUipcMemHandle_st {
+    char reserved[CU_IPC_HANDLE_SIZE];
+} CUipcMemHandle_v1;
+typedef CUipcMemHandle_v1 CUipcMemHandle;
 #endif
 
 /* ---- CUDA driver API (libcuda.so.1) ---- */
@@ -186,6 +195,10 @@ CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDe
 CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags);
 CUresult cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,
                            CUcontext srcContext, size_t ByteCount, CUstream hStream);
+/* Interprocess memory: cuda.h maps cuIpcOpenMemHandle to _v2 (CUDA 11+). */
+CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr);
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags);
+CUresult cuIpcCloseMemHandle(CUdeviceptr dptr);
 CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream);
 CUresult cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream);
 CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream);

@@ -396,6 +396,47 @@ HOC_EXPORT hipError_t hipFreeAsync(void *ptr, hipStream_t stream)
     CU(cuMemFreeAsync(DPTR(ptr), STREAM(stream)));
 }
 
+/* hipDeviceMallocDefault 0 / hipDeviceMallocFinegrained 1 / hipDeviceMallocUncached 3: CUDA's
+ * device memory is already what fine-grained memory is for on AMD (stores and system-scope
+ * atomics seen by a peer GPU while a kernel runs), so all three are plain allocations. */
+HOC_EXPORT hipError_t hipExtMallocWithFlags(void **ptr, size_t size, unsigned int flags)
+{
+    if (flags != 0 && flags != 1 && flags != 3) return hipErrorInvalidValue;
+    return hipMalloc(ptr, size);
+}
+
+/* Interprocess memory: the handle is CUDA's, byte for byte (both 64 bytes). Opening always
+ * enables peer access lazily, as HIP's only flag (hipIpcMemLazyEnablePeerAccess, 0) asks. */
+HOC_EXPORT hipError_t hipIpcGetMemHandle(hipIpcMemHandle_t *handle, void *ptr)
+{
+    if (!handle || !ptr) return hipErrorInvalidValue;
+    BIND();
+    CUipcMemHandle h;
+    CUresult rc = cuIpcGetMemHandle(&h, DPTR(ptr));
+    if (rc == CUDA_SUCCESS) memcpy(handle->reserved, h.reserved, sizeof h.reserved);
+    return map_cu(rc);
+}
+
+HOC_EXPORT hipError_t hipIpcOpenMemHandle(void **ptr, hipIpcMemHandle_t handle, unsigned int flags)
+{
+    if (!ptr || flags != 0) return hipErrorInvalidValue;
+    BIND();
+    *ptr = NULL;
+    CUipcMemHandle h;
+    memcpy(h.reserved, handle.reserved, sizeof h.reserved);
+    CUdeviceptr d = 0;
+    CUresult rc = cuIpcOpenMemHandle_v2(&d, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+    if (rc == CUDA_SUCCESS) *ptr = (void *)(uintptr_t)d;
+    return map_cu(rc);
+}
+
+HOC_EXPORT hipError_t hipIpcCloseMemHandle(void *ptr)
+{
+    if (!ptr) return hipErrorInvalidValue;
+    BIND();
+    CU(cuIpcCloseMemHandle(DPTR(ptr)));
+}
+
 /* HIP flags Portable 1 / Mapped 2 / WriteCombined 4 equal CUDA's; AMD-only bits (coherence,
  * NUMA) are dropped. HIP's default pinned memory is portable and mapped, so those are forced. */
 HOC_EXPORT hipError_t hipHostMalloc(void **ptr, size_t size, unsigned int flags)

@@ -35,6 +35,9 @@ typedef struct ihipEvent_t *hipEvent_t;
 typedef struct ihipModule_t *hipModule_t;
 typedef struct ihipModuleSymbol_t *hipFunction_t;
 typedef struct ihipMemPoolHandle_t *hipMemPool_t;
+typedef struct hipIpcMemHandle_st {
+    char reserved[64]; /* HIP_IPC_HANDLE_SIZE, CUDA's CU_IPC_HANDLE_SIZE too */
+} hipIpcMemHandle_t;
 
 enum {
     hipSuccess = 0, hipErrorInvalidValue = 1, hipErrorOutOfMemory = 2, hipErrorNotInitialized = 3,

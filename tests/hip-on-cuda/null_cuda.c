@@ -150,6 +150,10 @@ NC_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, 
 /* One address space: peers always "can" access each other, and a peer copy is a memmove. */
 NC_EXPORT CUresult cuDeviceCanAccessPeer(int *can, CUdevice d, CUdevice p) { *can = d != p; return CUDA_SUCCESS; }
 NC_EXPORT CUresult cuCtxEnablePeerAccess(CUcontext c, unsigned int f) { (void)c; (void)f; return CUDA_SUCCESS; }
+/* One device: nothing to share with another process; the one-shot all-reduce keeps RCCL. */
+NC_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr d) { (void)h; (void)d; return CUDA_ERROR_NOT_SUPPORTED; }
+NC_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *d, CUipcMemHandle h, unsigned int f) { (void)d; (void)h; (void)f; return CUDA_ERROR_NOT_SUPPORTED; }
+NC_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr d) { (void)d; return CUDA_ERROR_NOT_SUPPORTED; }
 NC_EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n, CUstream st) { (void)dc; (void)sc; (void)st; return cuMemcpyDtoD_v2(d, s, n); }
 NC_EXPORT CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream s) { (void)s; memset(PTR(d), v, n); return CUDA_SUCCESS; }
 NC_EXPORT CUresult cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUstream s)

@@ -4,12 +4,20 @@
 //! offset and for strided sources (transposed, and made contiguous on the source device
 //! first), each compared with the host values.
 //!
+//! Also the one-shot all-reduce (`candle_rocm::collective`, sums up to 1 MiB as one kernel over
+//! the peers' memory): against the host's sums for every dtype it takes and sizes of 1 to 64
+//! blocks, and a rank that never joins it, which must be a typed error within the timeout.
+//!
 //! Needs two GPUs and is `#[ignore]`d; the HIP-on-CUDA harness runs it (strict mode) where it
 //! sees two, and skips it with a row where it sees one.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
 use candle_core::{DType, Device, Result, Tensor};
+use candle_rocm::collective::{unique_id, Comm, ReduceOp};
 
 fn two() -> Result<[Device; 2]> {
     assert!(candle_rocm::strict(), "GPU tests run in strict mode");
@@ -97,4 +105,104 @@ fn strided_sources_move_between_gpus() -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Two ranks as threads of this process, on GPUs 0 and 1, each running `body(rank, comm)` on a
+/// communicator with `timeout`.
+fn two_ranks(timeout: Duration, body: fn(usize, Comm) -> Result<()>) -> Result<()> {
+    two()?;
+    let id = unique_id()?;
+    let threads: Vec<_> = (0..2)
+        .map(|rank| {
+            std::thread::spawn(move || -> Result<()> {
+                let dev = candle_rocm::device(rank).map_err(candle_core::Error::wrap)?;
+                body(rank, Comm::new_timeout(&dev, &id, rank, 2, timeout)?)
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("a rank panicked")?;
+    }
+    Ok(())
+}
+
+/// Rank r's element i: eighths below 5 in magnitude, exact in f16 and bf16, so a sum of two
+/// is exact in f32 and rounds once to the dtype.
+fn element(rank: usize, i: usize) -> f32 {
+    ((i * 7 + rank * 13) % 37) as f32 / 8.0 - 2.0
+}
+
+#[test]
+#[ignore = "needs 2 HIP devices and RCCL"]
+fn one_shot_all_reduce_sums_like_the_host() -> Result<()> {
+    two_ranks(Duration::from_secs(120), |rank, comm| {
+        let rt = rocm_safe::Runtime::get().map_err(candle_core::Error::wrap)?;
+        let reach = rt
+            .peer_access(rank, 1 - rank)
+            .map_err(candle_core::Error::wrap)?;
+        assert_eq!(
+            comm.has_peer_allreduce(),
+            reach,
+            "rank {rank}: peer access {reach}"
+        );
+        let dev = comm.device().clone();
+        // 1 block .. 64 blocks (1 MiB of f32), odd tails, and one past 1 MiB (RCCL).
+        let max_f32 = (1 << 20) / 4;
+        for len in [1, 5, 1023, 1024, 4097, 65536 + 3, max_f32, max_f32 + 1] {
+            let want: Vec<f32> = (0..len).map(|i| element(0, i) + element(1, i)).collect();
+            let mine: Vec<f32> = (0..len).map(|i| element(rank, i)).collect();
+            let x = Tensor::from_vec(mine, len, &dev)?;
+            for dtype in [DType::F32, DType::F16, DType::BF16] {
+                let want = Tensor::new(want.as_slice(), &Device::Cpu)?.to_dtype(dtype)?;
+                let xd = x.to_dtype(dtype)?;
+                // Twice: the kernel alternates between two halves of its shared buffer.
+                for round in 0..2 {
+                    let sum = comm.all_reduce(&xd, ReduceOp::Sum)?;
+                    let what = format!("rank {rank}, {dtype:?} x {len}, call {round}");
+                    same(&sum, &want, &what)?;
+                }
+            }
+        }
+        // Other reductions keep RCCL, in between.
+        let x = (Tensor::ones(9, DType::F32, &dev)? * (rank + 1) as f64)?;
+        let max = comm.all_reduce(&x, ReduceOp::Max)?;
+        assert_eq!(max.to_vec1::<f32>()?, vec![2.0; 9]);
+        comm.wait()
+    })
+}
+
+#[test]
+#[ignore = "needs 2 HIP devices and RCCL"]
+fn one_shot_all_reduce_gives_up_on_an_absent_rank() -> Result<()> {
+    // Rank 1 never calls the all-reduce but stays alive (holding the memory rank 0's kernel
+    // reads) until rank 0 has its error and its kernel has ended.
+    static DONE: AtomicBool = AtomicBool::new(false);
+    two_ranks(Duration::from_secs(3), |rank, comm| {
+        if !comm.has_peer_allreduce() {
+            return Ok(());
+        }
+        if rank == 1 {
+            while !DONE.load(Ordering::Acquire) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            return Ok(());
+        }
+        let start = Instant::now();
+        let x = Tensor::ones(64, DType::F32, comm.device())?;
+        let _sum = comm.all_reduce(&x, ReduceOp::Sum)?;
+        let e = comm
+            .wait()
+            .expect_err("a wait on an absent rank")
+            .to_string();
+        let done = comm.device().synchronize();
+        DONE.store(true, Ordering::Release);
+        done?;
+        assert!(e.contains("did not finish within"), "{e}");
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{:?}",
+            start.elapsed()
+        );
+        Ok(())
+    })
 }

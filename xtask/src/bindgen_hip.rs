@@ -87,6 +87,14 @@ const OPTIONAL: &[&str] = &[
     // Lets the caching allocator make a raw allocation for a graph pool while capturing
     // (relaxed mode around hipMalloc, as PyTorch does around cudaMalloc). HIP 5.0+.
     "hipThreadExchangeStreamCaptureMode",
+    // Memory another process of the same host maps (one-shot all-reduce between ranks):
+    // fine-grained device memory, so writes and system-scope atomics are seen across GPUs
+    // while a kernel runs, and its IPC handles. ROCm 3.x+; optional, the collectives keep RCCL
+    // without them.
+    "hipExtMallocWithFlags",
+    "hipIpcGetMemHandle",
+    "hipIpcOpenMemHandle",
+    "hipIpcCloseMemHandle",
 ];
 
 /// Types and constants used by the safe layer.
@@ -99,6 +107,7 @@ const TYPES: &[&str] = &[
     "hipStreamCaptureMode",
     "hipStreamCaptureStatus",
     "hipGraphExecUpdateResult",
+    "hipIpcMemHandle_t",
 ];
 const VARS: &[&str] = &[
     "hipStreamDefault",
@@ -108,6 +117,8 @@ const VARS: &[&str] = &[
     "hipEventDisableTiming",
     "hipHostMallocDefault",
     "hipHostMallocPortable",
+    "hipDeviceMallocFinegrained",
+    "hipIpcMemLazyEnablePeerAccess",
 ];
 
 const OUT: &str = "rocm-sys/src/bindings/hip.rs";

@@ -8,6 +8,7 @@ use candle_rocm_kernels::Module;
 
 pub mod attention;
 pub mod candle;
+pub mod collective;
 pub mod conv;
 pub mod conv_igemm;
 pub mod conv_plan;

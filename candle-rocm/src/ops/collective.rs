@@ -7,17 +7,22 @@
 //! and nothing waits here. [`Communicator::wait`] is where a dead peer becomes an error; call
 //! it (through the slot's `Comm::wait`) where a step ends.
 //!
+//! A sum of f32, f16 or bf16 small enough runs as one kernel over the peers' memory instead of
+//! RCCL when the communicator has a [`PeerReduce`] (see `ops::peer_reduce`).
+//!
 //! Reductions take the float types (f32, f64, f16, bf16) and u8, u32, i32, i64; i16 and f8e4m3
 //! are moved bytewise by all-gather and broadcast but not reduced (RCCL has no 16-bit integer
 //! type, and its 8-bit floats are FNUZ on MI300, not Candle's OCP e4m3): a typed error says so.
 
 use candle_core::{Layout, Shape};
-use rocm_safe::rccl::{Communicator, ReduceOp};
+use rocm_safe::rccl::{Communicator, RcclType, ReduceOp};
+use rocm_safe::{DeviceSlice, DeviceSliceMut};
 
 use crate::device::RocmDevice;
-use crate::dtype::{for_each_slice, RocmStorageSlice};
+use crate::dtype::{for_each_slice, RocmDType, RocmStorageSlice};
 use crate::error::BackendError;
 use crate::layout::{parameter_error, shape_error};
+use crate::ops::peer_reduce::PeerReduce;
 
 /// A collective over one tensor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,11 +86,12 @@ impl Collective {
     }
 }
 
-/// Runs `op` on `src` (laid out by `layout`) with `comm`, on `dev`'s stream: the new buffer and
-/// its shape.
+/// Runs `op` on `src` (laid out by `layout`) with `comm` (or `peer`'s kernel, for the sums it
+/// takes), on `dev`'s stream: the new buffer and its shape.
 pub fn run(
     dev: &RocmDevice,
     comm: &Communicator,
+    peer: Option<&PeerReduce>,
     op: Collective,
     src: &RocmStorageSlice,
     layout: &Layout,
@@ -116,7 +122,7 @@ pub fn run(
         let input = b.slice(start..end)?;
         let mut out = dev.alloc(out_len)?;
         match op {
-            Collective::AllReduce(r) => comm.all_reduce(&input, &mut out, r)?,
+            Collective::AllReduce(r) => all_reduce(dev, comm, peer, &input, &mut out, r)?,
             Collective::AllGather => comm.all_gather(&input, &mut out)?,
             Collective::ReduceScatter(r) => comm.reduce_scatter(&input, &mut out, r)?,
             Collective::Broadcast { root } => comm.broadcast(&input, &mut out, root)?,
@@ -124,6 +130,21 @@ pub fn run(
         RocmStorageSlice::from_buffer(out)
     });
     Ok((slice, shape))
+}
+
+/// An all-reduce: `peer`'s one-shot kernel when it takes the op, dtype and size, else RCCL.
+fn all_reduce<T: RocmDType + RcclType>(
+    dev: &RocmDevice,
+    comm: &Communicator,
+    peer: Option<&PeerReduce>,
+    input: &impl DeviceSlice<T>,
+    out: &mut impl DeviceSliceMut<T>,
+    op: ReduceOp,
+) -> Result<(), BackendError> {
+    match peer {
+        Some(p) if p.takes::<T>(op, input.len()) => p.all_reduce_sum(dev, input, out),
+        _ => Ok(comm.all_reduce(input, out, op)?),
+    }
 }
 
 #[cfg(test)]

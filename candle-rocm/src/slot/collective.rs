@@ -23,12 +23,13 @@ use std::time::Duration;
 use candle_core::backend::BackendStorage;
 use candle_core::ext::{ExtStorage, FusedResult};
 use candle_core::{CpuStorage, CustomOp1, Device, Layout, Shape, Tensor};
-use rocm_safe::rccl::Communicator;
+use rocm_safe::rccl::{Communicator, DEFAULT_TIMEOUT};
 use rocm_safe::rendezvous::Rendezvous;
 
 use crate::device::RocmDevice;
 use crate::error::{BackendError, WrapErr};
 use crate::ops::collective::{run, Collective};
+use crate::ops::peer_reduce::PeerReduce;
 use crate::storage::RocmStorage;
 
 pub use rocm_safe::rccl::{ReduceOp, UniqueId};
@@ -41,26 +42,47 @@ pub fn unique_id() -> candle_core::Result<UniqueId> {
 }
 
 /// One rank's RCCL communicator, on the stream of its candle-rocm device. Cheap to clone.
+///
+/// Small sums of f32, f16 and bf16 between GPUs of one host run as one kernel that reads the
+/// peers' memory directly (a one-shot all-reduce, set up when the communicator is created;
+/// `CANDLE_ROCM_PEER_ALLREDUCE=0` keeps RCCL for everything); the rest goes through RCCL.
 #[derive(Clone)]
 pub struct Comm {
     comm: Arc<Communicator>,
+    peer: Option<Arc<PeerReduce>>,
     device: Device,
 }
 
 impl Comm {
     /// Joins communicator `id` as `rank` of `world_size` on `device` (a ROCm device from
     /// [`crate::device`]); every rank calls it with the same id. See
-    /// [`Communicator::init_rank`] for the timeout on ranks that never arrive.
+    /// [`Communicator::init_rank`] for the timeout on ranks that never arrive. Then sets up
+    /// the one-shot all-reduce with the other ranks (see [`Comm`]).
     pub fn new(
         device: &Device,
         id: &UniqueId,
         rank: usize,
         world_size: usize,
     ) -> candle_core::Result<Comm> {
+        Self::new_timeout(device, id, rank, world_size, DEFAULT_TIMEOUT)
+    }
+
+    /// [`Comm::new`] with `timeout` instead of [`DEFAULT_TIMEOUT`] for joining, for
+    /// [`Comm::wait`] and for a one-shot all-reduce's wait for its peers.
+    pub fn new_timeout(
+        device: &Device,
+        id: &UniqueId,
+        rank: usize,
+        world_size: usize,
+        timeout: Duration,
+    ) -> candle_core::Result<Comm> {
         let dev = rocm_device(device, "Comm::new")?;
-        let comm = Communicator::init_rank(dev.stream(), id, rank, world_size).w()?;
+        let comm =
+            Communicator::init_rank_timeout(dev.stream(), id, rank, world_size, timeout).w()?;
+        let peer = PeerReduce::establish(dev, &comm, crate::settings::peer_allreduce()).w()?;
         Ok(Comm {
             comm: Arc::new(comm),
+            peer,
             device: device.clone(),
         })
     }
@@ -94,15 +116,25 @@ impl Comm {
         &self.comm
     }
 
+    /// Whether small sums run as the one-shot kernel over the peers' memory (every rank
+    /// agreed at set-up).
+    pub fn has_peer_allreduce(&self) -> bool {
+        self.peer.is_some()
+    }
+
     /// Waits for the collectives queued so far, with the communicator's timeout: a peer that
     /// died is an error here (and the communicator is aborted), never a hang.
     pub fn wait(&self) -> candle_core::Result<()> {
-        self.comm.wait().w()
+        self.wait_timeout(self.comm.timeout())
     }
 
     /// [`Comm::wait`] with its own timeout.
     pub fn wait_timeout(&self, timeout: Duration) -> candle_core::Result<()> {
-        self.comm.wait_timeout(timeout).w()
+        self.comm.wait_timeout(timeout).w()?;
+        match &self.peer {
+            Some(p) => p.check(&self.comm).w(),
+            None => Ok(()),
+        }
     }
 
     /// Element-wise `op` over every rank's `x` (same shape on every rank).
@@ -129,6 +161,7 @@ impl Comm {
     pub fn op(&self, op: Collective) -> CollectiveOp {
         CollectiveOp {
             comm: self.comm.clone(),
+            peer: self.peer.clone(),
             op,
         }
     }
@@ -143,6 +176,7 @@ impl std::fmt::Debug for Comm {
 /// A collective as a `CustomOp1`: runs on ROCm tensors of the communicator's device.
 pub struct CollectiveOp {
     comm: Arc<Communicator>,
+    peer: Option<Arc<PeerReduce>>,
     op: Collective,
 }
 
@@ -196,7 +230,8 @@ impl CustomOp1 for CollectiveOp {
         let Some(s) = storage.as_any().downcast_ref::<RocmStorage>() else {
             return Ok(None);
         };
-        let (slice, shape) = run(&s.device, &self.comm, self.op, &s.slice, layout).w()?;
+        let peer = self.peer.as_deref();
+        let (slice, shape) = run(&s.device, &self.comm, peer, self.op, &s.slice, layout).w()?;
         Ok(Some((
             Box::new(RocmStorage::new(slice, s.device.clone())),
             shape,

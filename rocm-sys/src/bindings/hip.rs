@@ -147,6 +147,7 @@ where
         }
     }
 }
+pub const hipIpcMemLazyEnablePeerAccess: u32 = 0;
 pub const hipStreamDefault: u32 = 0;
 pub const hipStreamNonBlocking: u32 = 1;
 pub const hipEventDefault: u32 = 0;
@@ -154,6 +155,7 @@ pub const hipEventBlockingSync: u32 = 1;
 pub const hipEventDisableTiming: u32 = 2;
 pub const hipHostMallocDefault: u32 = 0;
 pub const hipHostMallocPortable: u32 = 1;
+pub const hipDeviceMallocFinegrained: u32 = 1;
 #[repr(C)]
 #[repr(align(4))]
 #[derive(Debug, Default, Copy, Clone, PartialEq, Eq)]
@@ -1722,6 +1724,33 @@ pub struct ihipStream_t {
 }
 pub type hipStream_t = *mut ihipStream_t;
 #[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct hipIpcMemHandle_st {
+    pub reserved: [::core::ffi::c_char; 64usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of hipIpcMemHandle_st",
+    ][::core::mem::size_of::<hipIpcMemHandle_st>() - 64usize];
+    [
+        "Alignment of hipIpcMemHandle_st",
+    ][::core::mem::align_of::<hipIpcMemHandle_st>() - 1usize];
+    [
+        "Offset of field: hipIpcMemHandle_st::reserved",
+    ][::core::mem::offset_of!(hipIpcMemHandle_st, reserved) - 0usize];
+};
+impl Default for hipIpcMemHandle_st {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type hipIpcMemHandle_t = hipIpcMemHandle_st;
+#[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct ihipModule_t {
     _unused: [u8; 0],
@@ -1900,5 +1929,9 @@ crate::table::api_table! {
         pub fn hipGraphExecDestroy(graphExec: hipGraphExec_t) -> hipError_t;
         pub fn hipGraphDestroy(graph: hipGraph_t) -> hipError_t;
         pub fn hipThreadExchangeStreamCaptureMode(mode: *mut hipStreamCaptureMode) -> hipError_t;
+        pub fn hipExtMallocWithFlags(ptr: *mut *mut ::core::ffi::c_void, sizeBytes: usize, flags: ::core::ffi::c_uint) -> hipError_t;
+        pub fn hipIpcGetMemHandle(handle: *mut hipIpcMemHandle_t, devPtr: *mut ::core::ffi::c_void) -> hipError_t;
+        pub fn hipIpcOpenMemHandle(devPtr: *mut *mut ::core::ffi::c_void, handle: hipIpcMemHandle_t, flags: ::core::ffi::c_uint) -> hipError_t;
+        pub fn hipIpcCloseMemHandle(devPtr: *mut ::core::ffi::c_void) -> hipError_t;
     }
 }

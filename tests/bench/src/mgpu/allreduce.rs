@@ -1,6 +1,8 @@
 //! `mgpu_allreduce` rows: RCCL's all-reduce (sum) over every rank through candle-rocm's
 //! `Comm::all_reduce` on `Tensor`s (out of place: a new tensor per call, from the caching
-//! allocator, as a tensor-parallel model calls it), 1 MiB to 1 GiB in f32, f16 and bf16.
+//! allocator, as a tensor-parallel model calls it), 8 KiB to 1 GiB in f32, f16 and bf16. Sums
+//! up to 1 MiB between GPUs that reach each other run as candle-rocm's one-shot kernel, unless
+//! `CANDLE_ROCM_PEER_ALLREDUCE=0` (bench.sh runs the small sizes both ways).
 //!
 //! The figure is nccl-tests' bus bandwidth: `algbw = bytes / time`, `busbw = algbw * 2(n-1)/n`
 //! for `n` ranks, so the row's work is `bytes * 2(n-1)/n` (table.py prints work / time).
@@ -13,13 +15,24 @@ use anyhow::{Context, Result};
 use candle_core::{DType, Tensor};
 use candle_rocm::collective::{Comm, ReduceOp};
 
-use super::{iters_for, mib_label, timed, WARMUP};
+use super::{iters_for, size_label, timed, WARMUP};
 use crate::runner::{name, Bench};
 
 /// The rows' group.
 pub(crate) const GROUP: &str = "mgpu_allreduce";
-/// Sizes of the reduced tensor, MiB: powers of 4 from 1 MiB to 1 GiB.
-pub(crate) const SIZES_MIB: [usize; 6] = [1, 4, 16, 64, 256, 1024];
+/// Sizes of the reduced tensor, bytes: 8 KiB (one token's hidden state of a 4096-wide f16
+/// model), 64 and 256 KiB, then powers of 4 from 1 MiB to 1 GiB.
+pub(crate) const SIZES: [usize; 9] = [
+    8 << 10,
+    64 << 10,
+    256 << 10,
+    1 << 20,
+    4 << 20,
+    16 << 20,
+    64 << 20,
+    256 << 20,
+    1 << 30,
+];
 /// The dtypes of the rows.
 const DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
 
@@ -41,15 +54,14 @@ pub(crate) fn rows(b: &Bench, comm: &Comm, print: bool) -> Result<()> {
     }
     let op = op(n);
     for dtype in DTYPES {
-        for mib in SIZES_MIB {
-            let bytes = mib << 20;
+        for bytes in SIZES {
             let x = Tensor::ones(bytes / dtype.size_in_bytes(), dtype, comm.device())?;
             let secs = one(comm, &x, bytes)
-                .with_context(|| format!("{op} {} {}", mib_label(bytes), name(dtype)))?;
+                .with_context(|| format!("{op} {} {}", size_label(bytes), name(dtype)))?;
             if print {
                 let bus = bytes as f64 * 2.0 * (n - 1) as f64 / n as f64;
                 b.print(
-                    [GROUP, &op, &mib_label(bytes), name(dtype)],
+                    [GROUP, &op, &size_label(bytes), name(dtype)],
                     secs,
                     bus,
                     "bytes",

@@ -60,6 +60,15 @@ pub(crate) fn mib_label(bytes: usize) -> String {
     format!("{}MiB", bytes >> 20)
 }
 
+/// [`mib_label`], or `8KiB` below 1 MiB.
+pub(crate) fn size_label(bytes: usize) -> String {
+    if bytes < 1 << 20 {
+        format!("{}KiB", bytes >> 10)
+    } else {
+        mib_label(bytes)
+    }
+}
+
 /// `--gpus N` on rank 0 (this process): the rows of one process, then the ranks (see the
 /// module comment). `b.dev` is GPU 0, or the CPU with `--cpu` (then only the llama on one
 /// device runs: the rows of several devices need RCCL).
@@ -242,5 +251,7 @@ mod tests {
         assert_eq!(iters_for(mib(256)), 16);
         assert_eq!(iters_for(mib(1024)), 5);
         assert_eq!(mib_label(mib(1024)), "1024MiB");
+        assert_eq!(size_label(8 << 10), "8KiB");
+        assert_eq!(size_label(mib(4)), "4MiB");
     }
 }
