@@ -32,17 +32,30 @@
 // (host memory the caller polls) and finish with a wrong result, so the caller turns it into an
 // error instead of a hang.
 //
-// Kernels: allreduce_sum_oneshot_<T>(ArBases bases, const T* in, T* out, uint32_t n,
-// uint32_t rank, uint32_t world, uint64_t cap, uint64_t timeout_ns, uint32_t* status) for T in
-// f32, f16, bf16 (f16/bf16 summed in f32). Blocks of AR_THREADS threads (world <= AR_THREADS),
-// any grid up to AR_MAX_BLOCKS; n * sizeof(T) <= cap, checked on the host.
+// Loads: a thread moves 16-byte packs (4 f32 or 8 f16/bf16 elements) where the caller's buffers
+// allow it (`vec`: every pointer 16-byte aligned and the element counts whole packs), and
+// issues one pack's loads from every rank before it adds any of them, so a thread waits for one
+// round trip to the peers per pack, not one per rank and element.
+//
+// Kernels (T in f32, f16, bf16; f16/bf16 summed in f32; blocks of AR_THREADS threads,
+// world <= AR_THREADS, grid <= AR_MAX_BLOCKS, every message <= cap bytes, checked on the host):
+// - allreduce_sum_oneshot_<T>(ArBases bases, const T* in, T* out, uint32_t n, uint32_t vec,
+//   uint32_t rank, uint32_t world, uint64_t cap, uint64_t timeout_ns, uint32_t* status): out =
+//   the sum over the ranks of in (n elements), any grid (block b takes a slice of whole packs);
+// - allreduce_add_rmsnorm_oneshot_<T>(ArBases bases, const T* in, const T* residual,
+//   const T* alpha, T* out, uint32_t rows, uint32_t cols, float eps, uint32_t vec, rank, world,
+//   cap, timeout_ns, status): the all-reduce of in (rows x cols) followed by candle-nn's
+//   add_rms_norm with residual and alpha, one block per row: out[0 .. rows * cols) = the
+//   residual sums s = T(T(sum over ranks) + residual), out[rows * cols ..) = T(s * alpha /
+//   sqrt(mean(s^2) + eps)), the rounding of the two launches it replaces (the all-reduce, then
+//   rows.hip's raddrmsnorm).
 #include <stdint.h>
 
 #include "cuda_bf16.h"
 #include "cuda_fp16.h"
 
 #define AR_MAX_RANKS 8
-#define AR_MAX_BLOCKS 64
+#define AR_MAX_BLOCKS 128
 #define AR_THREADS 256
 
 // Kernel parameter, by value. Mirrors candle-rocm's `ArBases` (#[repr(C)], 64 bytes).
@@ -89,42 +102,42 @@ template <> __device__ __forceinline__ __nv_bfloat16 ar_from<__nv_bfloat16>(floa
     return __float2bfloat16(v);
 }
 
-template <typename T>
-__device__ __forceinline__ void allreduce_sum_oneshot(const ArBases &bases, const T *in, T *out,
-                                                      uint32_t n, uint32_t rank, uint32_t world,
-                                                      uint64_t cap, uint64_t timeout_ns,
-                                                      uint32_t *status) {
-    const uint32_t b = blockIdx.x;
-    char *own = (char *)bases.base[rank];
-    const uint64_t flags_at = 2 * cap;
-    uint32_t *epochs = (uint32_t *)(own + flags_at) + AR_MAX_BLOCKS * AR_MAX_RANKS;
+// A 16-byte pack of T, moved as one uint4.
+template <typename T> struct ArPack {
+    static constexpr int V = 16 / sizeof(T);
+    uint4 raw;
+    __device__ __forceinline__ T get(int j) const { return reinterpret_cast<const T *>(&raw)[j]; }
+    __device__ __forceinline__ void set(int j, T v) { reinterpret_cast<T *>(&raw)[j] = v; }
+};
+
+// The start of a call for this block: its epoch (the same on every rank) and the data half.
+__device__ __forceinline__ uint32_t ar_epoch(char *own, uint64_t cap) {
+    uint32_t *epochs = (uint32_t *)(own + 2 * cap) + AR_MAX_BLOCKS * AR_MAX_RANKS;
     __shared__ uint32_t s_epoch;
     if (threadIdx.x == 0) {
-        const uint32_t e = epochs[b] + 1;
-        epochs[b] = e;
+        const uint32_t e = epochs[blockIdx.x] + 1;
+        epochs[blockIdx.x] = e;
         s_epoch = e;
     }
     __syncthreads();
-    const uint32_t epoch = s_epoch;
-    const uint64_t half = (uint64_t)(epoch & 1) * cap;
+    return s_epoch;
+}
 
-    // This block's slice: whole runs of 64 elements, the last block takes the rest.
-    const uint32_t per = ((n + gridDim.x - 1) / gridDim.x + 63) / 64 * 64;
-    const uint32_t lo = b * per < n ? b * per : n;
-    const uint32_t hi = n - lo < per ? n : lo + per;
-
-    T *mine = (T *)(own + half);
-    for (uint32_t i = lo + threadIdx.x; i < hi; i += blockDim.x) mine[i] = in[i];
+// After the block has written its slice into its own data half: tell every peer, wait for
+// every peer (or give up after timeout_ns, setting *status), then the whole block goes on.
+__device__ __forceinline__ void ar_meet(const ArBases &bases, char *own, uint64_t cap,
+                                        uint32_t epoch, uint32_t rank, uint32_t world,
+                                        uint64_t timeout_ns, uint32_t *status) {
     __syncthreads();
-
     const uint32_t peer = threadIdx.x;
     if (peer < world && peer != rank) {
-        // Release at system scope after the barrier: the block's data stores above are seen by
+        // Release at system scope after the barrier: the block's data stores are seen by the
         // peer before the flag is.
         __threadfence_system();
+        const uint64_t flags_at = 2 * cap;
         uint32_t *theirs = (uint32_t *)((char *)bases.base[peer] + flags_at);
-        ar_store_release(theirs + b * AR_MAX_RANKS + rank, epoch);
-        const uint32_t *flag = (const uint32_t *)(own + flags_at) + b * AR_MAX_RANKS + peer;
+        ar_store_release(theirs + blockIdx.x * AR_MAX_RANKS + rank, epoch);
+        const uint32_t *flag = (const uint32_t *)(own + flags_at) + blockIdx.x * AR_MAX_RANKS + peer;
         const uint64_t start = ar_now_ns();
         while ((int32_t)(ar_load_acquire(flag) - epoch) < 0) {
             if (ar_now_ns() - start > timeout_ns) {
@@ -135,25 +148,159 @@ __device__ __forceinline__ void allreduce_sum_oneshot(const ArBases &bases, cons
         }
     }
     __syncthreads();
+}
 
-    for (uint32_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-        float acc = 0.0f;
-        for (uint32_t r = 0; r < world; ++r) {
-            const T *data = (const T *)((const char *)bases.base[r] + half);
-            acc += ar_to(ar_load_peer(data + i));
-        }
-        out[i] = ar_from<T>(acc);
+// Copies elements [lo, hi) of `in` into this rank's data half (packs when vec).
+template <typename T>
+__device__ __forceinline__ void ar_copy_in(const T *in, T *mine, uint32_t lo, uint32_t hi,
+                                           bool vec) {
+    constexpr int V = ArPack<T>::V;
+    if (vec) {
+        for (uint32_t p = lo / V + threadIdx.x; p < hi / V; p += blockDim.x)
+            ((uint4 *)mine)[p] = ((const uint4 *)in)[p];
+    } else {
+        for (uint32_t i = lo + threadIdx.x; i < hi; i += blockDim.x) mine[i] = in[i];
     }
 }
 
-#define AR_KERNEL(T, NAME)                                                                         \
+// The sum over the ranks of pack p (element p when !vec, in acc[0]), every rank's load issued
+// before the first add, in rank order (every rank gets the same bits).
+template <typename T>
+__device__ __forceinline__ void ar_sum(const ArBases &bases, uint64_t half, uint32_t world,
+                                       uint32_t p, bool vec, float acc[ArPack<T>::V]) {
+    constexpr int V = ArPack<T>::V;
+#pragma unroll
+    for (int j = 0; j < V; ++j) acc[j] = 0.0f;
+    if (vec) {
+        ArPack<T> v[AR_MAX_RANKS];
+#pragma unroll
+        for (uint32_t r = 0; r < AR_MAX_RANKS; ++r)
+            if (r < world) v[r].raw = ar_load_peer((const uint4 *)((const char *)bases.base[r] + half) + p);
+#pragma unroll
+        for (uint32_t r = 0; r < AR_MAX_RANKS; ++r)
+            if (r < world) {
+#pragma unroll
+                for (int j = 0; j < V; ++j) acc[j] += ar_to(v[r].get(j));
+            }
+    } else {
+        T v[AR_MAX_RANKS];
+#pragma unroll
+        for (uint32_t r = 0; r < AR_MAX_RANKS; ++r)
+            if (r < world) v[r] = ar_load_peer((const T *)((const char *)bases.base[r] + half) + p);
+#pragma unroll
+        for (uint32_t r = 0; r < AR_MAX_RANKS; ++r)
+            if (r < world) acc[0] += ar_to(v[r]);
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void allreduce_sum_oneshot(const ArBases &bases, const T *in, T *out,
+                                                      uint32_t n, bool vec, uint32_t rank,
+                                                      uint32_t world, uint64_t cap,
+                                                      uint64_t timeout_ns, uint32_t *status) {
+    constexpr int V = ArPack<T>::V;
+    char *own = (char *)bases.base[rank];
+    const uint32_t epoch = ar_epoch(own, cap);
+    const uint64_t half = (uint64_t)(epoch & 1) * cap;
+    // This block's slice: whole runs of 64 elements (whole packs), the last block the rest.
+    const uint32_t per = ((n + gridDim.x - 1) / gridDim.x + 63) / 64 * 64;
+    const uint32_t lo = blockIdx.x * per < n ? blockIdx.x * per : n;
+    const uint32_t hi = n - lo < per ? n : lo + per;
+    ar_copy_in(in, (T *)(own + half), lo, hi, vec);
+    ar_meet(bases, own, cap, epoch, rank, world, timeout_ns, status);
+    const uint32_t step = vec ? V : 1;
+    for (uint32_t i = lo + threadIdx.x * step; i < hi; i += blockDim.x * step) {
+        float acc[V];
+        ar_sum<T>(bases, half, world, vec ? i / V : i, vec, acc);
+        if (vec) {
+            ArPack<T> o;
+#pragma unroll
+            for (int j = 0; j < V; ++j) o.set(j, ar_from<T>(acc[j]));
+            ((uint4 *)out)[i / V] = o.raw;
+        } else {
+            out[i] = ar_from<T>(acc[0]);
+        }
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void allreduce_add_rmsnorm_oneshot(
+    const ArBases &bases, const T *in, const T *residual, const T *alpha, T *out, uint32_t rows,
+    uint32_t cols, float eps, bool vec, uint32_t rank, uint32_t world, uint64_t cap,
+    uint64_t timeout_ns, uint32_t *status) {
+    constexpr int V = ArPack<T>::V;
+    char *own = (char *)bases.base[rank];
+    const uint32_t epoch = ar_epoch(own, cap);
+    const uint64_t half = (uint64_t)(epoch & 1) * cap;
+    const uint32_t row = blockIdx.x;
+    const uint32_t lo = row * cols, hi = lo + cols;
+    ar_copy_in(in, (T *)(own + half), lo, hi, vec);
+    ar_meet(bases, own, cap, epoch, rank, world, timeout_ns, status);
+    T *sums = out;
+    T *norms = out + (size_t)rows * cols;
+    // Pass 1: the sums (written, and read back below by the same thread) and their squares.
+    const uint32_t step = vec ? V : 1;
+    float sq = 0.0f;
+    for (uint32_t i = lo + threadIdx.x * step; i < hi; i += blockDim.x * step) {
+        float acc[V];
+        ar_sum<T>(bases, half, world, vec ? i / V : i, vec, acc);
+        if (vec) {
+            ArPack<T> r, o;
+            r.raw = ((const uint4 *)residual)[i / V];
+#pragma unroll
+            for (int j = 0; j < V; ++j) {
+                const float s = ar_to(ar_from<T>(ar_to(ar_from<T>(acc[j])) + ar_to(r.get(j))));
+                o.set(j, ar_from<T>(s));
+                sq += s * s;
+            }
+            ((uint4 *)sums)[i / V] = o.raw;
+        } else {
+            const float s = ar_to(ar_from<T>(ar_to(ar_from<T>(acc[0])) + ar_to(residual[i])));
+            sums[i] = ar_from<T>(s);
+            sq += s * s;
+        }
+    }
+    __shared__ float red[AR_THREADS];
+    red[threadIdx.x] = sq;
+    __syncthreads();
+    for (uint32_t w = AR_THREADS / 2; w > 0; w >>= 1) {
+        if (threadIdx.x < w) red[threadIdx.x] += red[threadIdx.x + w];
+        __syncthreads();
+    }
+    const float scale = rsqrtf(red[0] / (float)cols + eps);
+    // Pass 2: the norms.
+    for (uint32_t i = lo + threadIdx.x * step; i < hi; i += blockDim.x * step) {
+        const uint32_t c = i - lo;
+        if (vec) {
+            ArPack<T> s, a, o;
+            s.raw = ((const uint4 *)sums)[i / V];
+            a.raw = ((const uint4 *)alpha)[c / V];
+#pragma unroll
+            for (int j = 0; j < V; ++j) o.set(j, ar_from<T>(ar_to(s.get(j)) * scale * ar_to(a.get(j))));
+            ((uint4 *)norms)[i / V] = o.raw;
+        } else {
+            norms[i] = ar_from<T>(ar_to(sums[i]) * scale * ar_to(alpha[c]));
+        }
+    }
+}
+
+#define AR_KERNELS(T, NAME)                                                                        \
+    extern "C" __global__ void __launch_bounds__(AR_THREADS) allreduce_sum_oneshot_##NAME(        \
+        ArBases bases, const T *in, T *out, uint32_t n, uint32_t vec, uint32_t rank,             \
+        uint32_t world, uint64_t cap, uint64_t timeout_ns, uint32_t *status) {                    \
+        allreduce_sum_oneshot<T>(bases, in, out, n, vec != 0, rank, world, cap, timeout_ns,      \
+                                 status);                                                         \
+    }                                                                                              \
     extern "C" __global__ void __launch_bounds__(AR_THREADS)                                      \
-        allreduce_sum_oneshot_##NAME(ArBases bases, const T *in, T *out, uint32_t n,             \
-                                     uint32_t rank, uint32_t world, uint64_t cap,                 \
-                                     uint64_t timeout_ns, uint32_t *status) {                     \
-        allreduce_sum_oneshot<T>(bases, in, out, n, rank, world, cap, timeout_ns, status);        \
+        allreduce_add_rmsnorm_oneshot_##NAME(ArBases bases, const T *in, const T *residual,      \
+                                             const T *alpha, T *out, uint32_t rows,               \
+                                             uint32_t cols, float eps, uint32_t vec,              \
+                                             uint32_t rank, uint32_t world, uint64_t cap,         \
+                                             uint64_t timeout_ns, uint32_t *status) {             \
+        allreduce_add_rmsnorm_oneshot<T>(bases, in, residual, alpha, out, rows, cols, eps,       \
+                                         vec != 0, rank, world, cap, timeout_ns, status);        \
     }
 
-AR_KERNEL(float, f32)
-AR_KERNEL(__half, f16)
-AR_KERNEL(__nv_bfloat16, bf16)
+AR_KERNELS(float, f32)
+AR_KERNELS(__half, f16)
+AR_KERNELS(__nv_bfloat16, bf16)

@@ -6,7 +6,9 @@
 //!
 //! Also the one-shot all-reduce (`candle_rocm::collective`, sums up to 1 MiB as one kernel over
 //! the peers' memory): against the host's sums for every dtype it takes and sizes of 1 to 64
-//! blocks, and a rank that never joins it, which must be a typed error within the timeout.
+//! blocks, and a rank that never joins it, which must be a typed error within the timeout; and
+//! its variant with the residual add and RMS norm after it against the all-reduce followed by
+//! candle-nn's `add_rms_norm`.
 //!
 //! Needs two GPUs and is `#[ignore]`d; the HIP-on-CUDA harness runs it (strict mode) where it
 //! sees two, and skips it with a row where it sees one.
@@ -204,5 +206,66 @@ fn one_shot_all_reduce_gives_up_on_an_absent_rank() -> Result<()> {
             start.elapsed()
         );
         Ok(())
+    })
+}
+
+/// `(sum, normed)` of `add_rms_norm(all_reduce(x), residual, alpha, eps)` composed from the
+/// all-reduce and candle-nn's op, on the GPU.
+fn composed(comm: &Comm, x: &Tensor, r: &Tensor, a: &Tensor, eps: f32) -> Result<(Tensor, Tensor)> {
+    candle_nn::ops::add_rms_norm(&comm.all_reduce(x, ReduceOp::Sum)?, r, a, eps)
+}
+
+#[test]
+#[ignore = "needs 2 HIP devices and RCCL"]
+fn one_shot_all_reduce_with_add_rms_norm_matches_the_two_steps() -> Result<()> {
+    two_ranks(Duration::from_secs(120), |rank, comm| {
+        let dev = comm.device().clone();
+        let eps = 1e-5;
+        // Rows x cols: one row of a 4096-wide model, batches, a width that is not whole
+        // 16-byte packs (the kernel's scalar path), the most rows (128), and shapes it declines.
+        for dims in [vec![1, 4096], vec![1, 1, 4096], vec![8, 4096], vec![3, 1001], vec![128, 512]] {
+            let cols = *dims.last().unwrap();
+            let n: usize = dims.iter().product();
+            let mk = |seed: usize| {
+                let v: Vec<f32> = (0..n).map(|i| element(seed, i)).collect();
+                Tensor::from_vec(v, dims.as_slice(), &dev)
+            };
+            // x differs between the ranks; the residual and alpha are the same on every rank,
+            // as in a model.
+            let (x, r) = (mk(rank)?, mk(5)?);
+            let a = Tensor::from_vec(
+                (0..cols).map(|i| 0.5 + (i % 7) as f32 / 8.0).collect::<Vec<_>>(),
+                cols,
+                &dev,
+            )?;
+            for dtype in [DType::F32, DType::F16, DType::BF16] {
+                let (x, r, a) = (x.to_dtype(dtype)?, r.to_dtype(dtype)?, a.to_dtype(dtype)?);
+                let what = format!("rank {rank}, {dtype:?} {dims:?}");
+                let (sum, normed) = comm
+                    .all_reduce_add_rms_norm(&x, &r, &a, eps)?
+                    .unwrap_or_else(|| panic!("{what}: not taken"));
+                let (want_sum, want_norm) = composed(&comm, &x, &r, &a, eps)?;
+                assert_eq!(sum.dims(), dims.as_slice(), "{what}");
+                same(&sum, &want_sum, &format!("{what}: sums"))?;
+                let got = normed.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+                let want = want_norm.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+                let tol = if dtype == DType::F32 { 1e-5 } else { 1e-2 };
+                let worst = got
+                    .iter()
+                    .zip(&want)
+                    .map(|(g, w)| (g - w).abs() / w.abs().max(1.0))
+                    .fold(0f32, f32::max);
+                assert!(worst <= tol, "{what}: norms differ by {worst}");
+            }
+        }
+        // Declined, for the caller to compose: too many rows, not contiguous, mixed dtypes.
+        let x = Tensor::ones((129, 64), DType::F32, &dev)?;
+        let a = Tensor::ones(64, DType::F32, &dev)?;
+        assert!(comm.all_reduce_add_rms_norm(&x, &x, &a, eps)?.is_none());
+        let t = Tensor::ones((64, 8), DType::F32, &dev)?.t()?;
+        assert!(comm.all_reduce_add_rms_norm(&t, &t, &a, eps)?.is_none());
+        let h = x.to_dtype(DType::F16)?;
+        assert!(comm.all_reduce_add_rms_norm(&h, &x, &a, eps)?.is_none());
+        comm.wait()
     })
 }

@@ -1,7 +1,9 @@
 //! The one-shot all-reduce over typed buffers: `collective.hip`'s `allreduce_sum_oneshot_<T>`
 //! (f32, f16, bf16), one launch that sums every rank's input by reading the peers' shared
-//! memory directly. The shared memory, its layout and the rules for when it may be used are
-//! `ops::peer_reduce`'s; this file checks sizes and queues the kernel.
+//! memory directly, and `allreduce_add_rmsnorm_oneshot_<T>`, the same sum followed by the
+//! residual add and RMS norm of the next layer (candle-nn's `add_rms_norm`) in the same launch.
+//! The shared memory, its layout and the rules for when it may be used are
+//! `ops::peer_reduce`'s; this file checks sizes and queues the kernels.
 
 use candle_core::DType;
 use candle_rocm_kernels::Module;
@@ -15,11 +17,11 @@ use crate::layout::{invalid, kernel_limit};
 /// Most ranks the kernel takes (`AR_MAX_RANKS`).
 pub const MAX_RANKS: usize = 8;
 /// Most blocks of one launch (`AR_MAX_BLOCKS`): each has its own flags and epoch.
-pub const MAX_BLOCKS: usize = 64;
+pub const MAX_BLOCKS: usize = 128;
 /// Threads per block (`AR_THREADS`).
 const THREADS: u32 = 256;
-/// Elements a thread sums, at least, before another block is added.
-const PER_THREAD: usize = 4;
+/// Bytes of a pack (the kernels' 16-byte loads).
+const PACK: usize = 16;
 
 /// Bytes of one rank's shared allocation for halves of `cap` bytes: the two data halves, the
 /// flags (one word per block and sender) and the epochs (one word per block).
@@ -61,7 +63,7 @@ pub struct OneShot {
     pub status: u64,
 }
 
-/// The kernel for `dtype`: f32, f16 and bf16.
+/// The sum kernel for `dtype`: f32, f16 and bf16.
 pub fn kernel_name(dtype: DType) -> Option<&'static str> {
     match dtype {
         DType::F32 => Some("allreduce_sum_oneshot_f32"),
@@ -71,12 +73,46 @@ pub fn kernel_name(dtype: DType) -> Option<&'static str> {
     }
 }
 
-/// Blocks for `n` elements: enough that a thread sums about [`PER_THREAD`] of them, at most
-/// [`MAX_BLOCKS`]. Every rank computes the same grid for the same `n`, which the kernel's
+/// The sum-then-`add_rms_norm` kernel for `dtype`: f32, f16 and bf16.
+pub fn norm_kernel_name(dtype: DType) -> Option<&'static str> {
+    match dtype {
+        DType::F32 => Some("allreduce_add_rmsnorm_oneshot_f32"),
+        DType::F16 => Some("allreduce_add_rmsnorm_oneshot_f16"),
+        DType::BF16 => Some("allreduce_add_rmsnorm_oneshot_bf16"),
+        _ => None,
+    }
+}
+
+/// Blocks of the sum for `bytes` bytes: enough that a thread moves one 16-byte pack, at most
+/// [`MAX_BLOCKS`]. Every rank computes the same grid for the same size, which the kernel's
 /// per-block epochs rely on.
-pub fn blocks(n: usize) -> u32 {
-    n.div_ceil(THREADS as usize * PER_THREAD)
-        .clamp(1, MAX_BLOCKS) as u32
+pub fn blocks(bytes: usize) -> u32 {
+    bytes.div_ceil(THREADS as usize * PACK).clamp(1, MAX_BLOCKS) as u32
+}
+
+/// Whether the kernels may move 16-byte packs: every address aligned to 16 bytes and `unit`
+/// elements (a block's slice, or a row) whole packs.
+fn packs<T>(addresses: &[u64], unit: usize) -> bool {
+    addresses.iter().all(|a| a % PACK as u64 == 0)
+        && (unit * std::mem::size_of::<T>()) % PACK == 0
+}
+
+/// Checks the world and a message of `bytes` against `shot`.
+fn check_shot(name: &str, shot: &OneShot, bytes: u64) -> Result<(), BackendError> {
+    if bytes > shot.cap {
+        return Err(kernel_limit(
+            name,
+            format_args!("{bytes} bytes, past the shared buffer's {}", shot.cap),
+        ));
+    }
+    let world = shot.world as usize;
+    if !(2..=MAX_RANKS).contains(&world) || shot.rank >= shot.world {
+        return Err(invalid(
+            name,
+            format_args!("rank {} of {world} ranks (2 to {MAX_RANKS})", shot.rank),
+        ));
+    }
+    Ok(())
 }
 
 /// Queues `out = sum over the ranks of input` on `dev`'s stream (`input` and `out` of the same
@@ -104,26 +140,18 @@ pub fn allreduce_sum_oneshot<T: RocmDType>(
     if n == 0 {
         return Ok(());
     }
-    let bytes = n as u64 * std::mem::size_of::<T>() as u64;
-    if bytes > shot.cap || n > u32::MAX as usize {
-        return Err(kernel_limit(
-            name,
-            format_args!("{bytes} bytes, past the shared buffer's {}", shot.cap),
-        ));
-    }
-    let world = shot.world as usize;
-    if !(2..=MAX_RANKS).contains(&world) || shot.rank >= shot.world {
-        return Err(invalid(
-            name,
-            format_args!("rank {} of {world} ranks (2 to {MAX_RANKS})", shot.rank),
-        ));
-    }
+    let bytes = n * std::mem::size_of::<T>();
+    check_shot(name, shot, bytes as u64)?;
+    let n32 = u32::try_from(n).map_err(|_| kernel_limit(name, "2^32 elements or more"))?;
     let func = dev.function(Module::Collective, kernel)?;
     let (src, dst) = (DevicePtrArg::of(input), DevicePtrArg::of(&*out));
-    let n32 = n as u32;
+    let grid = blocks(bytes);
+    // A block's slice is a multiple of 64 elements (whole packs) but the last: n whole packs.
+    let addresses = [input.device_ptr() as u64, out.device_ptr() as u64];
+    let vec = u32::from(packs::<T>(&addresses, n));
     let status = shot.status;
     let cfg = LaunchConfig {
-        grid_dim: (blocks(n), 1, 1),
+        grid_dim: (grid, 1, 1),
         block_dim: (THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
@@ -132,19 +160,109 @@ pub fn allreduce_sum_oneshot<T: RocmDType>(
         .arg(&src)
         .arg(&dst)
         .arg(&n32)
+        .arg(&vec)
         .arg(&shot.rank)
         .arg(&shot.world)
         .arg(&shot.cap)
         .arg(&shot.timeout_ns)
         .arg(&status);
-    // SAFETY: allreduce_sum_oneshot_<T>(ArBases, const T*, T*, u32 n, u32 rank, u32 world,
-    // u64 cap, u64 timeout_ns, u32* status), in that order. `input` and `out` hold n elements,
-    // n * size_of::<T>() <= cap (checked above), so each rank's data half takes the message;
+    // SAFETY: allreduce_sum_oneshot_<T>(ArBases, const T*, T*, u32 n, u32 vec, u32 rank,
+    // u32 world, u64 cap, u64 timeout_ns, u32* status), in that order. `input` and `out` hold n
+    // elements (16-byte aligned and whole packs when vec), n * size_of::<T>() <= cap (checked
+    // above), so each rank's data half takes the message;
     // every base is a live shared allocation of `shared_bytes(cap)` bytes mapped into this
     // process (ops::peer_reduce keeps them alive as long as the communicator), `status` a live
     // pinned u32; the grid is at most MAX_BLOCKS blocks of THREADS >= world threads, as the
     // kernel's flag and epoch arrays are sized. `out` is borrowed exclusively and ordered on
     // the device's one stream with `input`.
+    unsafe { l.launch(cfg)? };
+    Ok(())
+}
+
+/// Queues the all-reduce of `input` (`rows` x `cols`) followed by `add_rms_norm` with
+/// `residual` (same shape) and `alpha` (`cols`): `out` (2 x rows x cols) gets the residual sums
+/// and then the norms. One block per row: `rows` at most [`MAX_BLOCKS`]. Every rank must make
+/// the same sequence of calls.
+#[allow(clippy::too_many_arguments)]
+pub fn allreduce_add_rmsnorm_oneshot<T: RocmDType>(
+    dev: &RocmDevice,
+    shot: &OneShot,
+    input: &impl DeviceSlice<T>,
+    residual: &impl DeviceSlice<T>,
+    alpha: &impl DeviceSlice<T>,
+    out: &mut impl DeviceSliceMut<T>,
+    (rows, cols): (usize, usize),
+    eps: f32,
+) -> Result<(), BackendError> {
+    let name = "one-shot all-reduce + add_rms_norm";
+    let Some(kernel) = norm_kernel_name(T::DTYPE) else {
+        return Err(invalid(name, format_args!("{:?} is not summed here", T::DTYPE)));
+    };
+    let n = rows.checked_mul(cols).ok_or_else(|| kernel_limit(name, "rows x cols overflows"))?;
+    if input.len() != n || residual.len() != n || alpha.len() != cols || out.len() != 2 * n {
+        return Err(invalid(
+            name,
+            format_args!(
+                "{rows} x {cols}: input {}, residual {}, alpha {}, output {} elements",
+                input.len(),
+                residual.len(),
+                alpha.len(),
+                out.len()
+            ),
+        ));
+    }
+    if n == 0 {
+        return Ok(());
+    }
+    if rows > MAX_BLOCKS {
+        return Err(kernel_limit(name, format_args!("{rows} rows, past {MAX_BLOCKS}")));
+    }
+    check_shot(name, shot, (n * std::mem::size_of::<T>()) as u64)?;
+    let func = dev.function(Module::Collective, kernel)?;
+    let addresses = [
+        input.device_ptr() as u64,
+        residual.device_ptr() as u64,
+        alpha.device_ptr() as u64,
+        out.device_ptr() as u64,
+    ];
+    let vec = u32::from(packs::<T>(&addresses, cols));
+    let (src, res, a, dst) = (
+        DevicePtrArg::of(input),
+        DevicePtrArg::of(residual),
+        DevicePtrArg::of(alpha),
+        DevicePtrArg::of(&*out),
+    );
+    // `n` fits u32: it is at most cap bytes (checked above).
+    let (rows32, cols32) = (rows as u32, cols as u32);
+    let status = shot.status;
+    let cfg = LaunchConfig {
+        grid_dim: (rows32, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut l = dev.stream().launch_builder(&func);
+    l.arg(&shot.bases)
+        .arg(&src)
+        .arg(&res)
+        .arg(&a)
+        .arg(&dst)
+        .arg(&rows32)
+        .arg(&cols32)
+        .arg(&eps)
+        .arg(&vec)
+        .arg(&shot.rank)
+        .arg(&shot.world)
+        .arg(&shot.cap)
+        .arg(&shot.timeout_ns)
+        .arg(&status);
+    // SAFETY: allreduce_add_rmsnorm_oneshot_<T>(ArBases, const T* in, const T* residual,
+    // const T* alpha, T* out, u32 rows, u32 cols, f32 eps, u32 vec, u32 rank, u32 world,
+    // u64 cap, u64 timeout_ns, u32* status), in that order. `input` and `residual` hold
+    // rows * cols elements, `alpha` cols, `out` 2 * rows * cols (checked above; 16-byte
+    // aligned and rows whole packs when vec); the message fits a data half (<= cap); one block
+    // per row, rows <= MAX_BLOCKS as the flag and epoch arrays are sized; the bases and
+    // `status` are live for the communicator's life (ops::peer_reduce). `out` is borrowed
+    // exclusively and ordered on the device's one stream with the inputs.
     unsafe { l.launch(cfg)? };
     Ok(())
 }

@@ -132,6 +132,77 @@ pub fn run(
     Ok((slice, shape))
 }
 
+/// The all-reduce of `x` followed by candle-nn's `add_rms_norm` with `residual` and `alpha`
+/// (each a slice laid out by its layout: contiguous, `x` and `residual` of one shape, `alpha`
+/// its last dimension) as `peer`'s one launch: a new buffer of shape (2, ..x's shape) holding
+/// the residual sums, then the norms (as candle-nn's fused `add_rms_norm` returns them).
+pub fn all_reduce_add_rms_norm(
+    dev: &RocmDevice,
+    peer: &PeerReduce,
+    (x, lx): (&RocmStorageSlice, &Layout),
+    (residual, lr): (&RocmStorageSlice, &Layout),
+    (alpha, la): (&RocmStorageSlice, &Layout),
+    eps: f32,
+) -> Result<(RocmStorageSlice, Shape), BackendError> {
+    let name = "all_reduce_add_rms_norm";
+    let dims = lx.shape().dims();
+    let Some(&cols) = dims.last() else {
+        return Err(shape_error(name, "a scalar has no rows to normalise"));
+    };
+    if lr.shape() != lx.shape() || la.shape().dims() != [cols] {
+        return Err(shape_error(
+            name,
+            format!(
+                "x {:?}, residual {:?}, alpha {:?}: the residual must have x's shape and alpha \
+                 x's last dimension",
+                lx.shape(),
+                lr.shape(),
+                la.shape()
+            ),
+        ));
+    }
+    let span = |l: &Layout| {
+        l.contiguous_offsets().ok_or_else(|| {
+            parameter_error(name, "every operand must be contiguous: call .contiguous() first")
+        })
+    };
+    let (sx, sr, sa) = (span(lx)?, span(lr)?, span(la)?);
+    let rows = lx.shape().elem_count() / cols.max(1);
+    let mut out_dims = vec![2];
+    out_dims.extend_from_slice(dims);
+    fn run_t<T: RocmDType>(
+        dev: &RocmDevice,
+        peer: &PeerReduce,
+        (x, r, a): (&RocmStorageSlice, &RocmStorageSlice, &RocmStorageSlice),
+        (sx, sr, sa): ((usize, usize), (usize, usize), (usize, usize)),
+        shape: (usize, usize),
+        eps: f32,
+    ) -> Result<RocmStorageSlice, BackendError> {
+        let mismatch = || BackendError::DtypeMismatch {
+            op: "all_reduce_add_rms_norm",
+            lhs: x.dtype(),
+            rhs: if T::as_buffer(r).is_none() { r.dtype() } else { a.dtype() },
+        };
+        let (Some(bx), Some(br), Some(ba)) = (T::as_buffer(x), T::as_buffer(r), T::as_buffer(a))
+        else {
+            return Err(mismatch());
+        };
+        let (vx, vr, va) = (bx.slice(sx.0..sx.1)?, br.slice(sr.0..sr.1)?, ba.slice(sa.0..sa.1)?);
+        let mut out = dev.alloc::<T>(2 * shape.0 * shape.1)?;
+        peer.all_reduce_add_rms_norm(dev, &vx, &vr, &va, &mut out, shape, eps)?;
+        Ok(T::wrap_slice(out))
+    }
+    let ops = (x, residual, alpha);
+    let spans = (sx, sr, sa);
+    let slice = match x.dtype() {
+        candle_core::DType::F32 => run_t::<f32>(dev, peer, ops, spans, (rows, cols), eps)?,
+        candle_core::DType::F16 => run_t::<half::f16>(dev, peer, ops, spans, (rows, cols), eps)?,
+        candle_core::DType::BF16 => run_t::<half::bf16>(dev, peer, ops, spans, (rows, cols), eps)?,
+        dtype => return Err(BackendError::UnsupportedDtype { dtype, op: name }),
+    };
+    Ok((slice, Shape::from(out_dims)))
+}
+
 /// An all-reduce: `peer`'s one-shot kernel when it takes the op, dtype and size, else RCCL.
 fn all_reduce<T: RocmDType + RcclType>(
     dev: &RocmDevice,

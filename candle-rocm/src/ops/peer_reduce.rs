@@ -27,7 +27,8 @@ use crate::device::RocmDevice;
 use crate::dtype::RocmDType;
 use crate::error::BackendError;
 use crate::launch::collective::{
-    allreduce_sum_oneshot, kernel_name, shared_bytes, ArBases, OneShot, MAX_RANKS,
+    allreduce_add_rmsnorm_oneshot, allreduce_sum_oneshot, kernel_name, shared_bytes, ArBases,
+    OneShot, MAX_BLOCKS, MAX_RANKS,
 };
 
 /// The largest all-reduce the one-shot kernel takes, in bytes (one data half of the shared
@@ -191,6 +192,34 @@ impl PeerReduce {
         out: &mut impl DeviceSliceMut<T>,
     ) -> Result<(), BackendError> {
         allreduce_sum_oneshot(dev, &self.shot, input, out)
+    }
+
+    /// Whether the one-shot kernel takes the all-reduce of `rows` x `cols` elements of `dtype`
+    /// followed by `add_rms_norm` (one block per row: at most 128 rows).
+    pub fn takes_norm(&self, dtype: candle_core::DType, rows: usize, cols: usize) -> bool {
+        kernel_name(dtype).is_some()
+            && rows <= MAX_BLOCKS
+            && rows
+                .saturating_mul(cols)
+                .saturating_mul(dtype.size_in_bytes()) as u64
+                <= self.shot.cap
+    }
+
+    /// Queues the all-reduce of `input` (`rows` x `cols`) followed by `add_rms_norm` with
+    /// `residual` and `alpha`: `out` (2 x rows x cols) gets the sums, then the norms (see
+    /// [`PeerReduce::takes_norm`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn all_reduce_add_rms_norm<T: RocmDType>(
+        &self,
+        dev: &RocmDevice,
+        input: &impl DeviceSlice<T>,
+        residual: &impl DeviceSlice<T>,
+        alpha: &impl DeviceSlice<T>,
+        out: &mut impl DeviceSliceMut<T>,
+        shape: (usize, usize),
+        eps: f32,
+    ) -> Result<(), BackendError> {
+        allreduce_add_rmsnorm_oneshot(dev, &self.shot, input, residual, alpha, out, shape, eps)
     }
 
     /// A typed error, and `comm` aborted, once a one-shot wait gave up on a peer; call it after

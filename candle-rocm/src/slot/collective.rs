@@ -22,13 +22,13 @@ use std::time::Duration;
 
 use candle_core::backend::BackendStorage;
 use candle_core::ext::{ExtStorage, FusedResult};
-use candle_core::{CpuStorage, CustomOp1, Device, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp1, CustomOp3, Device, Layout, Shape, Tensor, D};
 use rocm_safe::rccl::{Communicator, DEFAULT_TIMEOUT};
 use rocm_safe::rendezvous::Rendezvous;
 
 use crate::device::RocmDevice;
 use crate::error::{BackendError, WrapErr};
-use crate::ops::collective::{run, Collective};
+use crate::ops::collective::{all_reduce_add_rms_norm, run, Collective};
 use crate::ops::peer_reduce::PeerReduce;
 use crate::storage::RocmStorage;
 
@@ -142,6 +142,44 @@ impl Comm {
         x.apply_op1_no_bwd(&self.op(Collective::AllReduce(op)))
     }
 
+    /// `candle_nn::ops::add_rms_norm(&self.all_reduce(x, Sum)?, residual, alpha, eps)` in one
+    /// launch, the step after a row-parallel layer of a tensor-parallel model (its residual
+    /// add and the next layer's norm): `(sum, normed)` as `add_rms_norm` returns them. `None`
+    /// where the one-shot kernel does not take it (no one-shot path, a dtype other than f32,
+    /// f16 and bf16, operands that are not contiguous or of different dtypes, more than 128
+    /// rows or 1 MiB): then compose the two. Every rank must take the same branch, which the
+    /// same shapes and dtypes on every rank guarantee.
+    pub fn all_reduce_add_rms_norm(
+        &self,
+        x: &Tensor,
+        residual: &Tensor,
+        alpha: &Tensor,
+        eps: f32,
+    ) -> candle_core::Result<Option<(Tensor, Tensor)>> {
+        let Some(peer) = &self.peer else {
+            return Ok(None);
+        };
+        let dtype = x.dtype();
+        let same = residual.dtype() == dtype && alpha.dtype() == dtype;
+        let contiguous = x.is_contiguous() && residual.is_contiguous() && alpha.is_contiguous();
+        if !same || !contiguous || x.rank() == 0 || x.shape() != residual.shape() {
+            return Ok(None);
+        }
+        let cols = x.dim(D::Minus1)?;
+        if cols == 0 || alpha.dims() != [cols] {
+            return Ok(None);
+        }
+        if !peer.takes_norm(dtype, x.elem_count() / cols, cols) {
+            return Ok(None);
+        }
+        let op = AllReduceAddRmsNorm {
+            peer: peer.clone(),
+            eps,
+        };
+        let both = x.apply_op3_no_bwd(residual, alpha, &op)?;
+        Ok(Some((both.get(0)?, both.get(1)?)))
+    }
+
     /// Every rank's `x` concatenated along dimension 0, in rank order.
     pub fn all_gather(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         x.apply_op1_no_bwd(&self.op(Collective::AllGather))
@@ -236,6 +274,73 @@ impl CustomOp1 for CollectiveOp {
             Box::new(RocmStorage::new(slice, s.device.clone())),
             shape,
         )))
+    }
+}
+
+/// [`Comm::all_reduce_add_rms_norm`] as a `CustomOp3` on (x, residual, alpha).
+struct AllReduceAddRmsNorm {
+    peer: Arc<PeerReduce>,
+    eps: f32,
+}
+
+impl CustomOp3 for AllReduceAddRmsNorm {
+    fn name(&self) -> &'static str {
+        "one-shot-all-reduce-add-rms-norm"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        Err(BackendError::Invalid {
+            op: self.name().to_string(),
+            detail: "an operand is on the CPU (or another device); the one-shot all-reduce \
+                     runs on the communicator's ROCm device: move them there with to_device"
+                .into(),
+        })
+        .w()
+    }
+
+    fn ext_fwd(
+        &self,
+        x: &dyn ExtStorage,
+        lx: &Layout,
+        r: &dyn ExtStorage,
+        lr: &Layout,
+        a: &dyn ExtStorage,
+        la: &Layout,
+    ) -> FusedResult {
+        fn rocm(s: &dyn ExtStorage) -> Option<&RocmStorage> {
+            s.as_any().downcast_ref::<RocmStorage>()
+        }
+        let (Some(x), Some(r), Some(a)) = (rocm(x), rocm(r), rocm(a)) else {
+            return Ok(None);
+        };
+        let dev = &x.device;
+        if !r.device.same_device(dev) || !a.device.same_device(dev) {
+            return Err(BackendError::Invalid {
+                op: self.name().to_string(),
+                detail: "the operands are on different ROCm devices: move them to the \
+                         communicator's device"
+                    .into(),
+            })
+            .w();
+        }
+        let (slice, shape) = all_reduce_add_rms_norm(
+            dev,
+            &self.peer,
+            (&x.slice, lx),
+            (&r.slice, lr),
+            (&a.slice, la),
+            self.eps,
+        )
+        .w()?;
+        Ok(Some((Box::new(RocmStorage::new(slice, dev.clone())), shape)))
     }
 }
 

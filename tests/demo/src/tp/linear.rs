@@ -65,6 +65,20 @@ pub trait World: Send + Sync + std::fmt::Debug {
     fn wait(&self) -> candle_core::Result<()> {
         Ok(())
     }
+
+    /// The sum of `x` over every rank, added to `residual` and normalised as the next layer's
+    /// input: `candle_nn::ops::add_rms_norm(sum, residual, alpha, eps)`, `(sum, normed)`. By
+    /// default the two steps; a world that does both in one (candle-rocm's one-shot kernel)
+    /// overrides it.
+    fn all_reduce_add_rms_norm(
+        &self,
+        x: &Tensor,
+        residual: &Tensor,
+        alpha: &Tensor,
+        eps: f32,
+    ) -> candle_core::Result<(Tensor, Tensor)> {
+        candle_nn::ops::add_rms_norm(&self.all_reduce_sum(x)?, residual, alpha, eps)
+    }
 }
 
 /// A world of one rank: every tensor whole, the sum the tensor itself.
@@ -105,6 +119,22 @@ impl World for Comm {
 
     fn wait(&self) -> candle_core::Result<()> {
         Comm::wait(self)
+    }
+
+    /// One launch where the one-shot all-reduce takes it (small messages between GPUs of one
+    /// host), else the two steps.
+    fn all_reduce_add_rms_norm(
+        &self,
+        x: &Tensor,
+        residual: &Tensor,
+        alpha: &Tensor,
+        eps: f32,
+    ) -> candle_core::Result<(Tensor, Tensor)> {
+        let x = x.contiguous()?;
+        match Comm::all_reduce_add_rms_norm(self, &x, residual, alpha, eps)? {
+            Some(both) => Ok(both),
+            None => candle_nn::ops::add_rms_norm(&self.all_reduce_sum(&x)?, residual, alpha, eps),
+        }
     }
 }
 

@@ -10,7 +10,9 @@
 //! column-parallel, down projection row-parallel, each rank's q/k/v and gate/up blocks stacked
 //! into one product each ([`StackedColumns`]; one-row steps gate the stacked gate|up product with
 //! candle-nn's `swiglu`, and each residual add runs with the next norm, `add_rms_norm`, as
-//! candle-transformers' llama does). Two all-reduces per layer. Norms are whole on
+//! candle-transformers' llama does). Two all-reduces per layer, each run with the residual add
+//! and the norm after it ([`World::all_reduce_add_rms_norm`]: on GPUs of one host, candle-rocm's
+//! one-shot kernel does the three in one launch). Norms are whole on
 //! every rank; the embeddings and the output head are split by vocabulary rows by default
 //! (`vocab.rs`: an all-reduce after the lookup, an all-gather of the logits; [`VocabSplit`]
 //! keeps either whole), so every rank computes the same logits.
@@ -104,6 +106,7 @@ struct Attention {
 }
 
 impl Attention {
+    /// This rank's partial sum of the attention's output (before the all-reduce).
     fn forward(
         &self,
         x: &Tensor,
@@ -168,7 +171,8 @@ impl Attention {
         let y = y
             .transpose(1, 2)?
             .reshape((b, seq, self.heads * self.head_dim))?;
-        self.o.forward(&y)
+        // This rank's partial sum: the caller all-reduces it with the residual add and norm.
+        self.o.partial(&y)
     }
 }
 
@@ -180,15 +184,16 @@ struct Mlp {
     down: RowParallelLinear,
 }
 
-impl Module for Mlp {
-    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+impl Mlp {
+    /// This rank's partial sum of the MLP's output (before the all-reduce).
+    fn partial(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         let (all, gate_up) = self.gate_up.forward_joined(x)?;
         let h = match all {
             // Gate and up side by side in one product: SwiGLU's gate in one operation.
             Some(all) if gate_up[0].dims() == gate_up[1].dims() => candle_nn::ops::swiglu(&all)?,
             _ => (candle_nn::ops::silu(&gate_up[0])? * &gate_up[1])?,
         };
-        self.down.forward(&h)
+        self.down.partial(&h)
     }
 }
 
@@ -360,10 +365,12 @@ impl TpLlama {
         cache: &mut TpCache,
     ) -> candle_core::Result<Tensor> {
         let (_, seq) = tokens.dims2()?;
-        // Each residual add runs with the norm after it (`add_rms_norm`: one launch on our
-        // device); `pending` is the last MLP's output, added with the next norm.
+        // Each row-parallel output's all-reduce runs with the residual add and the norm after
+        // it (`World::all_reduce_add_rms_norm`: one launch with candle-rocm's one-shot kernel,
+        // else the all-reduce and `add_rms_norm`); `pending` is the last MLP's partial output.
         let add_norm = |x: &Tensor, residual: &Tensor, norm: &RmsNorm| {
-            candle_nn::ops::add_rms_norm(x, residual, norm.weight(), norm.eps() as f32)
+            self.world
+                .all_reduce_add_rms_norm(x, residual, norm.weight(), norm.eps() as f32)
         };
         let mut x = self.embed.forward(tokens)?;
         let mut pending: Option<Tensor> = None;
@@ -377,7 +384,7 @@ impl TpLlama {
             };
             let y = block.attn.forward(&h, pos, l, cache)?;
             let (x1, h) = add_norm(&y, &residual, &block.norm_2)?;
-            pending = Some(block.mlp.forward(&h)?);
+            pending = Some(block.mlp.partial(&h)?);
             x = x1;
         }
         let x = match pending {
