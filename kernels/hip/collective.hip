@@ -45,17 +45,17 @@
 // - allreduce_add_rmsnorm_oneshot_<T>(ArBases bases, const T* in, const T* residual,
 //   const T* alpha, T* out, uint32_t rows, uint32_t cols, float eps, uint32_t vec, rank, world,
 //   cap, timeout_ns, status): the all-reduce of in (rows x cols) followed by candle-nn's
-//   add_rms_norm with residual and alpha, one block per row: out[0 .. rows * cols) = the
+//   add_rms_norm with residual and alpha, a block per row or several: out[0 .. rows * cols) = the
 //   residual sums s = T(T(sum over ranks) + residual), out[rows * cols ..) = T(s * alpha /
 //   sqrt(mean(s^2) + eps)), the rounding of the two launches it replaces (the all-reduce, then
-//   rows.hip's raddrmsnorm).
+//   rows.hip's raddrmsnorm). Block b takes rows b, b + grid, ... (any grid).
 #include <stdint.h>
 
 #include "cuda_bf16.h"
 #include "cuda_fp16.h"
 
 #define AR_MAX_RANKS 8
-#define AR_MAX_BLOCKS 128
+#define AR_MAX_BLOCKS 256
 #define AR_THREADS 256
 
 // Kernel parameter, by value. Mirrors candle-rocm's `ArBases` (#[repr(C)], 64 bytes).
@@ -232,54 +232,60 @@ __device__ __forceinline__ void allreduce_add_rmsnorm_oneshot(
     char *own = (char *)bases.base[rank];
     const uint32_t epoch = ar_epoch(own, cap);
     const uint64_t half = (uint64_t)(epoch & 1) * cap;
-    const uint32_t row = blockIdx.x;
-    const uint32_t lo = row * cols, hi = lo + cols;
-    ar_copy_in(in, (T *)(own + half), lo, hi, vec);
+    // Block b takes rows b, b + grid, ...: it copies them all in, meets its peers once, then
+    // sums and normalises them one by one.
+    for (uint32_t row = blockIdx.x; row < rows; row += gridDim.x)
+        ar_copy_in(in, (T *)(own + half), row * cols, row * cols + cols, vec);
     ar_meet(bases, own, cap, epoch, rank, world, timeout_ns, status);
     T *sums = out;
     T *norms = out + (size_t)rows * cols;
-    // Pass 1: the sums (written, and read back below by the same thread) and their squares.
+    __shared__ float red[AR_THREADS];
     const uint32_t step = vec ? V : 1;
-    float sq = 0.0f;
-    for (uint32_t i = lo + threadIdx.x * step; i < hi; i += blockDim.x * step) {
-        float acc[V];
-        ar_sum<T>(bases, half, world, vec ? i / V : i, vec, acc);
-        if (vec) {
-            ArPack<T> r, o;
-            r.raw = ((const uint4 *)residual)[i / V];
+    for (uint32_t row = blockIdx.x; row < rows; row += gridDim.x) {
+        const uint32_t lo = row * cols, hi = lo + cols;
+        // Pass 1: the sums (written, and read back below by the same thread) and their squares.
+        float sq = 0.0f;
+        for (uint32_t i = lo + threadIdx.x * step; i < hi; i += blockDim.x * step) {
+            float acc[V];
+            ar_sum<T>(bases, half, world, vec ? i / V : i, vec, acc);
+            if (vec) {
+                ArPack<T> r, o;
+                r.raw = ((const uint4 *)residual)[i / V];
 #pragma unroll
-            for (int j = 0; j < V; ++j) {
-                const float s = ar_to(ar_from<T>(ar_to(ar_from<T>(acc[j])) + ar_to(r.get(j))));
-                o.set(j, ar_from<T>(s));
+                for (int j = 0; j < V; ++j) {
+                    const float s = ar_to(ar_from<T>(ar_to(ar_from<T>(acc[j])) + ar_to(r.get(j))));
+                    o.set(j, ar_from<T>(s));
+                    sq += s * s;
+                }
+                ((uint4 *)sums)[i / V] = o.raw;
+            } else {
+                const float s = ar_to(ar_from<T>(ar_to(ar_from<T>(acc[0])) + ar_to(residual[i])));
+                sums[i] = ar_from<T>(s);
                 sq += s * s;
             }
-            ((uint4 *)sums)[i / V] = o.raw;
-        } else {
-            const float s = ar_to(ar_from<T>(ar_to(ar_from<T>(acc[0])) + ar_to(residual[i])));
-            sums[i] = ar_from<T>(s);
-            sq += s * s;
         }
-    }
-    __shared__ float red[AR_THREADS];
-    red[threadIdx.x] = sq;
-    __syncthreads();
-    for (uint32_t w = AR_THREADS / 2; w > 0; w >>= 1) {
-        if (threadIdx.x < w) red[threadIdx.x] += red[threadIdx.x + w];
+        red[threadIdx.x] = sq;
         __syncthreads();
-    }
-    const float scale = rsqrtf(red[0] / (float)cols + eps);
-    // Pass 2: the norms.
-    for (uint32_t i = lo + threadIdx.x * step; i < hi; i += blockDim.x * step) {
-        const uint32_t c = i - lo;
-        if (vec) {
-            ArPack<T> s, a, o;
-            s.raw = ((const uint4 *)sums)[i / V];
-            a.raw = ((const uint4 *)alpha)[c / V];
+        for (uint32_t w = AR_THREADS / 2; w > 0; w >>= 1) {
+            if (threadIdx.x < w) red[threadIdx.x] += red[threadIdx.x + w];
+            __syncthreads();
+        }
+        const float scale = rsqrtf(red[0] / (float)cols + eps);
+        // Every thread has read red[0] before the next row overwrites it.
+        __syncthreads();
+        // Pass 2: the norms.
+        for (uint32_t i = lo + threadIdx.x * step; i < hi; i += blockDim.x * step) {
+            const uint32_t c = i - lo;
+            if (vec) {
+                ArPack<T> sm, a, o;
+                sm.raw = ((const uint4 *)sums)[i / V];
+                a.raw = ((const uint4 *)alpha)[c / V];
 #pragma unroll
-            for (int j = 0; j < V; ++j) o.set(j, ar_from<T>(ar_to(s.get(j)) * scale * ar_to(a.get(j))));
-            ((uint4 *)norms)[i / V] = o.raw;
-        } else {
-            norms[i] = ar_from<T>(ar_to(sums[i]) * scale * ar_to(alpha[c]));
+                for (int j = 0; j < V; ++j) o.set(j, ar_from<T>(ar_to(sm.get(j)) * scale * ar_to(a.get(j))));
+                ((uint4 *)norms)[i / V] = o.raw;
+            } else {
+                norms[i] = ar_from<T>(ar_to(sums[i]) * scale * ar_to(alpha[c]));
+            }
         }
     }
 }

@@ -18,7 +18,7 @@ Reference configurations (what both sides follow):
 - whisper_tiny_encoder: Whisper tiny's audio encoder (openai/whisper-tiny config.json): two
   conv1d (80->384, k3; 384->384, k3 stride 2) with GELU, sinusoidal positions, 4 pre-norm
   transformer blocks of width 384, 6 heads, MLP 1536, a final layer norm; 30 s of mel,
-  1x80x3000. f32 only, as the Rust row (candle-transformers' encoder fails in f16).
+  1x80x3000, f32 and f16 as the Rust rows (f16 since candle-transformers patch 0006).
 
 Attention runs through F.scaled_dot_product_attention, as diffusers' and transformers' default
 attention processors do. Every row comes twice: with torch.backends.cudnn.benchmark off
@@ -343,7 +343,7 @@ def model_rows():
          lambda dt: (torch.randn(1, 3, 224, 224, **cuda).to(dt),)),
         ("resnet50_b32", "32x3x224x224", 32, (torch.float32, torch.float16), ResNet50,
          lambda dt: (torch.randn(32, 3, 224, 224, **cuda).to(dt),)),
-        ("whisper_tiny_encoder", "1x80x3000", 1, (torch.float32,), WhisperEncoder,
+        ("whisper_tiny_encoder", "1x80x3000", 1, (torch.float32, torch.float16), WhisperEncoder,
          lambda dt: (torch.randn(1, 80, 3000, **cuda).to(dt),)),
     ]
 

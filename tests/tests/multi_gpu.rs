@@ -4,7 +4,7 @@
 //! offset and for strided sources (transposed, and made contiguous on the source device
 //! first), each compared with the host values.
 //!
-//! Also the one-shot all-reduce (`candle_rocm::collective`, sums up to 1 MiB as one kernel over
+//! Also the one-shot all-reduce (`candle_rocm::collective`, sums up to 4 MiB as one kernel over
 //! the peers' memory): against the host's sums for every dtype it takes and sizes of 1 to 64
 //! blocks, and a rank that never joins it, which must be a typed error within the timeout; and
 //! its variant with the residual add and RMS norm after it against the all-reduce followed by
@@ -148,9 +148,20 @@ fn one_shot_all_reduce_sums_like_the_host() -> Result<()> {
             "rank {rank}: peer access {reach}"
         );
         let dev = comm.device().clone();
-        // 1 block .. 64 blocks (1 MiB of f32), odd tails, and one past 1 MiB (RCCL).
-        let max_f32 = (1 << 20) / 4;
-        for len in [1, 5, 1023, 1024, 4097, 65536 + 3, max_f32, max_f32 + 1] {
+        // 1 block .. 256 blocks, odd tails, the most the kernel takes (4 MiB) and one past it
+        // (RCCL).
+        let max_f32 = (4 << 20) / 4;
+        for len in [
+            1,
+            5,
+            1023,
+            1024,
+            4097,
+            65536 + 3,
+            (1 << 20) / 4,
+            max_f32,
+            max_f32 + 1,
+        ] {
             let want: Vec<f32> = (0..len).map(|i| element(0, i) + element(1, i)).collect();
             let mine: Vec<f32> = (0..len).map(|i| element(rank, i)).collect();
             let x = Tensor::from_vec(mine, len, &dev)?;
@@ -222,8 +233,18 @@ fn one_shot_all_reduce_with_add_rms_norm_matches_the_two_steps() -> Result<()> {
         let dev = comm.device().clone();
         let eps = 1e-5;
         // Rows x cols: one row of a 4096-wide model, batches, a width that is not whole
-        // 16-byte packs (the kernel's scalar path), the most rows (128), and shapes it declines.
-        for dims in [vec![1, 4096], vec![1, 1, 4096], vec![8, 4096], vec![3, 1001], vec![128, 512]] {
+        // 16-byte packs (the kernel's scalar path)...
+        // ... and more rows than blocks (a 512-token prompt of a 2048-wide model, 300 short rows).
+        let shapes = [
+            vec![1, 4096],
+            vec![1, 1, 4096],
+            vec![8, 4096],
+            vec![3, 1001],
+            vec![128, 512],
+            vec![300, 64],
+            vec![1, 512, 2048],
+        ];
+        for dims in shapes {
             let cols = *dims.last().unwrap();
             let n: usize = dims.iter().product();
             let mk = |seed: usize| {
@@ -234,7 +255,9 @@ fn one_shot_all_reduce_with_add_rms_norm_matches_the_two_steps() -> Result<()> {
             // as in a model.
             let (x, r) = (mk(rank)?, mk(5)?);
             let a = Tensor::from_vec(
-                (0..cols).map(|i| 0.5 + (i % 7) as f32 / 8.0).collect::<Vec<_>>(),
+                (0..cols)
+                    .map(|i| 0.5 + (i % 7) as f32 / 8.0)
+                    .collect::<Vec<_>>(),
                 cols,
                 &dev,
             )?;
@@ -247,8 +270,14 @@ fn one_shot_all_reduce_with_add_rms_norm_matches_the_two_steps() -> Result<()> {
                 let (want_sum, want_norm) = composed(&comm, &x, &r, &a, eps)?;
                 assert_eq!(sum.dims(), dims.as_slice(), "{what}");
                 same(&sum, &want_sum, &format!("{what}: sums"))?;
-                let got = normed.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
-                let want = want_norm.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+                let got = normed
+                    .to_dtype(DType::F32)?
+                    .flatten_all()?
+                    .to_vec1::<f32>()?;
+                let want = want_norm
+                    .to_dtype(DType::F32)?
+                    .flatten_all()?
+                    .to_vec1::<f32>()?;
                 let tol = if dtype == DType::F32 { 1e-5 } else { 1e-2 };
                 let worst = got
                     .iter()
@@ -258,11 +287,14 @@ fn one_shot_all_reduce_with_add_rms_norm_matches_the_two_steps() -> Result<()> {
                 assert!(worst <= tol, "{what}: norms differ by {worst}");
             }
         }
-        // Declined, for the caller to compose: too many rows, not contiguous, mixed dtypes.
+        // Declined, for the caller to compose: past 4 MiB, not contiguous, mixed dtypes.
+        let x = Tensor::ones((1025, 1024), DType::F32, &dev)?;
+        let a = Tensor::ones(1024, DType::F32, &dev)?;
+        assert!(comm.all_reduce_add_rms_norm(&x, &x, &a, eps)?.is_none());
         let x = Tensor::ones((129, 64), DType::F32, &dev)?;
         let a = Tensor::ones(64, DType::F32, &dev)?;
-        assert!(comm.all_reduce_add_rms_norm(&x, &x, &a, eps)?.is_none());
-        let t = Tensor::ones((64, 8), DType::F32, &dev)?.t()?;
+        assert!(comm.all_reduce_add_rms_norm(&x, &x, &a, eps)?.is_some());
+        let t = Tensor::ones((64, 129), DType::F32, &dev)?.t()?;
         assert!(comm.all_reduce_add_rms_norm(&t, &t, &a, eps)?.is_none());
         let h = x.to_dtype(DType::F16)?;
         assert!(comm.all_reduce_add_rms_norm(&h, &x, &a, eps)?.is_none());

@@ -163,7 +163,10 @@ pub fn all_reduce_add_rms_norm(
     }
     let span = |l: &Layout| {
         l.contiguous_offsets().ok_or_else(|| {
-            parameter_error(name, "every operand must be contiguous: call .contiguous() first")
+            parameter_error(
+                name,
+                "every operand must be contiguous: call .contiguous() first",
+            )
         })
     };
     let (sx, sr, sa) = (span(lx)?, span(lr)?, span(la)?);
@@ -181,13 +184,21 @@ pub fn all_reduce_add_rms_norm(
         let mismatch = || BackendError::DtypeMismatch {
             op: "all_reduce_add_rms_norm",
             lhs: x.dtype(),
-            rhs: if T::as_buffer(r).is_none() { r.dtype() } else { a.dtype() },
+            rhs: if T::as_buffer(r).is_none() {
+                r.dtype()
+            } else {
+                a.dtype()
+            },
         };
         let (Some(bx), Some(br), Some(ba)) = (T::as_buffer(x), T::as_buffer(r), T::as_buffer(a))
         else {
             return Err(mismatch());
         };
-        let (vx, vr, va) = (bx.slice(sx.0..sx.1)?, br.slice(sr.0..sr.1)?, ba.slice(sa.0..sa.1)?);
+        let (vx, vr, va) = (
+            bx.slice(sx.0..sx.1)?,
+            br.slice(sr.0..sr.1)?,
+            ba.slice(sa.0..sa.1)?,
+        );
         let mut out = dev.alloc::<T>(2 * shape.0 * shape.1)?;
         peer.all_reduce_add_rms_norm(dev, &vx, &vr, &va, &mut out, shape, eps)?;
         Ok(T::wrap_slice(out))

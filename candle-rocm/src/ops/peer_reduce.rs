@@ -28,12 +28,12 @@ use crate::dtype::RocmDType;
 use crate::error::BackendError;
 use crate::launch::collective::{
     allreduce_add_rmsnorm_oneshot, allreduce_sum_oneshot, kernel_name, shared_bytes, ArBases,
-    OneShot, MAX_BLOCKS, MAX_RANKS,
+    OneShot, MAX_RANKS,
 };
 
 /// The largest all-reduce the one-shot kernel takes, in bytes (one data half of the shared
 /// allocation); larger ones go through RCCL.
-pub const MAX_BYTES: usize = 1 << 20;
+pub const MAX_BYTES: usize = 4 << 20;
 
 /// Bytes of a rank's record in the set-up exchange.
 const RECORD: usize = 128;
@@ -195,10 +195,9 @@ impl PeerReduce {
     }
 
     /// Whether the one-shot kernel takes the all-reduce of `rows` x `cols` elements of `dtype`
-    /// followed by `add_rms_norm` (one block per row: at most 128 rows).
+    /// followed by `add_rms_norm`.
     pub fn takes_norm(&self, dtype: candle_core::DType, rows: usize, cols: usize) -> bool {
         kernel_name(dtype).is_some()
-            && rows <= MAX_BLOCKS
             && rows
                 .saturating_mul(cols)
                 .saturating_mul(dtype.size_in_bytes()) as u64

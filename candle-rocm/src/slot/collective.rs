@@ -43,7 +43,7 @@ pub fn unique_id() -> candle_core::Result<UniqueId> {
 
 /// One rank's RCCL communicator, on the stream of its candle-rocm device. Cheap to clone.
 ///
-/// Small sums of f32, f16 and bf16 between GPUs of one host run as one kernel that reads the
+/// Sums of f32, f16 and bf16 up to 4 MiB between GPUs of one host run as one kernel that reads the
 /// peers' memory directly (a one-shot all-reduce, set up when the communicator is created;
 /// `CANDLE_ROCM_PEER_ALLREDUCE=0` keeps RCCL for everything); the rest goes through RCCL.
 #[derive(Clone)]
@@ -146,8 +146,8 @@ impl Comm {
     /// launch, the step after a row-parallel layer of a tensor-parallel model (its residual
     /// add and the next layer's norm): `(sum, normed)` as `add_rms_norm` returns them. `None`
     /// where the one-shot kernel does not take it (no one-shot path, a dtype other than f32,
-    /// f16 and bf16, operands that are not contiguous or of different dtypes, more than 128
-    /// rows or 1 MiB): then compose the two. Every rank must take the same branch, which the
+    /// f16 and bf16, operands that are not contiguous or of different dtypes, more than
+    /// `ops::peer_reduce::MAX_BYTES`, 4 MiB): then compose the two. Every rank must take the same branch, which the
     /// same shapes and dtypes on every rank guarantee.
     pub fn all_reduce_add_rms_norm(
         &self,
@@ -340,7 +340,10 @@ impl CustomOp3 for AllReduceAddRmsNorm {
             self.eps,
         )
         .w()?;
-        Ok(Some((Box::new(RocmStorage::new(slice, dev.clone())), shape)))
+        Ok(Some((
+            Box::new(RocmStorage::new(slice, dev.clone())),
+            shape,
+        )))
     }
 }
 
