@@ -42,9 +42,38 @@ const RECORD: usize = 128;
 pub struct PeerReduce {
     shot: OneShot,
     status: PinnedHostBuffer<u32>,
+    // For the barrier of `Drop`: the peers' last kernels read this rank's memory.
+    dev: RocmDevice,
+    comm: Arc<Communicator>,
     // The mappings and the allocation the kernel's bases point to: kept as long as `shot`.
     _peers: Vec<PeerMemory>,
     _own: SharedMemory,
+}
+
+/// The longest the barrier before freeing the shared memory waits for the peers.
+const DROP_BARRIER: Duration = Duration::from_secs(10);
+
+impl Drop for PeerReduce {
+    /// Frees the shared memory only once every peer has passed an RCCL all-reduce queued after
+    /// this rank's last one-shot kernel, so no peer's kernel still reads it (their streams ran
+    /// their own last kernels first). A peer that died or a communicator already aborted ends
+    /// the wait early (at most [`DROP_BARRIER`]); then the memory is freed anyway.
+    fn drop(&mut self) {
+        let barrier = || -> Result<(), BackendError> {
+            let send = self.dev.stream().clone_htod(&[0u32])?;
+            let mut out = self.dev.alloc::<u32>(1)?;
+            self.comm.all_reduce(&send, &mut out, ReduceOp::Sum)?;
+            self.comm
+                .wait_timeout(DROP_BARRIER.min(self.comm.timeout()))?;
+            Ok(())
+        };
+        if let Err(e) = barrier() {
+            tracing::debug!(
+                "rank {}: the barrier before freeing the one-shot all-reduce's memory: {e}",
+                self.shot.rank
+            );
+        }
+    }
 }
 
 impl std::fmt::Debug for PeerReduce {
@@ -111,7 +140,7 @@ impl PeerReduce {
     /// the exchange itself fails.
     pub fn establish(
         dev: &RocmDevice,
-        comm: &Communicator,
+        comm: &Arc<Communicator>,
         want: bool,
     ) -> Result<Option<Arc<PeerReduce>>, BackendError> {
         let (rank, world) = (comm.rank(), comm.world_size());
@@ -172,6 +201,8 @@ impl PeerReduce {
         Ok(Some(Arc::new(PeerReduce {
             shot,
             status,
+            dev: dev.clone(),
+            comm: comm.clone(),
             _peers: peers,
             _own: own,
         })))

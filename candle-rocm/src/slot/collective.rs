@@ -77,11 +77,12 @@ impl Comm {
         timeout: Duration,
     ) -> candle_core::Result<Comm> {
         let dev = rocm_device(device, "Comm::new")?;
-        let comm =
-            Communicator::init_rank_timeout(dev.stream(), id, rank, world_size, timeout).w()?;
+        let comm = Arc::new(
+            Communicator::init_rank_timeout(dev.stream(), id, rank, world_size, timeout).w()?,
+        );
         let peer = PeerReduce::establish(dev, &comm, crate::settings::peer_allreduce()).w()?;
         Ok(Comm {
-            comm: Arc::new(comm),
+            comm,
             peer,
             device: device.clone(),
         })

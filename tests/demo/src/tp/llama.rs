@@ -26,7 +26,7 @@
 use std::f32::consts::PI;
 use std::sync::Arc;
 
-use candle_core::{DType, Device, IndexOp, Module, Tensor};
+use candle_core::{DType, Device, IndexOp, Module, Tensor, D};
 use candle_nn::RmsNorm;
 use candle_transformers::models::llama::{Config, Llama3RopeConfig, Llama3RopeType};
 
@@ -120,9 +120,7 @@ impl Attention {
                 .transpose(1, 2)?
                 .contiguous()
         };
-        let qkv = self.qkv.forward(x)?;
-        let q = split(qkv[0].clone(), self.heads)?;
-        let k = split(qkv[1].clone(), self.kv_heads)?;
+        let (joined, qkv) = self.qkv.forward_joined(x)?;
         let mut v = qkv[2]
             .reshape((b, seq, self.kv_heads, self.head_dim))?
             .transpose(1, 2)?;
@@ -133,8 +131,29 @@ impl Attention {
         } else {
             candle_nn::rotary_emb::rope
         };
-        let q = rope(&q, &cos, &sin)?;
-        let mut k = rope(&k, &cos, &sin)?;
+        let (q, mut k) = match joined {
+            // One token of one sequence: q and k lie side by side in the stacked product, so
+            // one rotary launch takes both heads' sets ((1, heads + kv heads, 1, d)), and q
+            // and k are contiguous views of its output.
+            Some(all) if b == 1 && seq == 1 => {
+                let heads = self.heads + self.kv_heads;
+                let qk = all.narrow(D::Minus1, 0, heads * self.head_dim)?.reshape((
+                    1,
+                    heads,
+                    1,
+                    self.head_dim,
+                ))?;
+                let qk = rope(&qk, &cos, &sin)?;
+                (
+                    qk.narrow(1, 0, self.heads)?,
+                    qk.narrow(1, self.heads, self.kv_heads)?,
+                )
+            }
+            _ => (
+                rope(&split(qkv[0].clone(), self.heads)?, &cos, &sin)?,
+                rope(&split(qkv[1].clone(), self.kv_heads)?, &cos, &sin)?,
+            ),
+        };
         if let Some((ck, cv)) = &cache.kvs[layer] {
             k = Tensor::cat(&[ck, &k], 2)?.contiguous()?;
             v = Tensor::cat(&[cv, &v], 2)?.contiguous()?;
