@@ -83,18 +83,28 @@ pub fn norm_kernel_name(dtype: DType) -> Option<&'static str> {
     }
 }
 
-/// Packs a thread of the sum moves, where the grid allows: two, so that a block's flags (one
-/// handshake with every peer) serve 8 KiB. On two H200s (2026-11-27) 1 MiB took 9.2 us on 128
-/// blocks (two packs a thread) and 12.5 us on 256 (one).
-const PACKS_PER_THREAD: usize = 2;
+/// Blocks a message may take at one 16-byte pack a thread; beyond, up to [`MAX_BLOCKS`] at two
+/// packs a thread or more.
+const ONE_PACK_BLOCKS: usize = 128;
 
-/// Blocks of the sum for `bytes` bytes: [`PACKS_PER_THREAD`] 16-byte packs a thread, at most
-/// [`MAX_BLOCKS`]. Every rank computes the same grid for the same size, which the kernel's
+/// Blocks of the sum for `bytes` bytes: one 16-byte pack a thread up to [`ONE_PACK_BLOCKS`]
+/// blocks (512 KiB), then two packs a thread, at least [`ONE_PACK_BLOCKS`] and at most
+/// [`MAX_BLOCKS`] blocks. Each was the faster grid where both were timed on two H200s
+/// (2026-11-27, calls H-J of bench/results): 8 KiB 5.0 us on 2 blocks against 6.0 on 1,
+/// 256 KiB 6.8-6.9 on 64 against 7.2-7.4 on 32, 1 MiB 9.2 on 128 against 12.3-12.7 on 256,
+/// 4 MiB 22.3 on 256. Every rank computes the same grid for the same size, which the kernel's
 /// per-block epochs rely on.
 pub fn blocks(bytes: usize) -> u32 {
-    bytes
-        .div_ceil(THREADS as usize * PACK * PACKS_PER_THREAD)
-        .clamp(1, MAX_BLOCKS) as u32
+    let packs = bytes.div_ceil(PACK);
+    let one_each = packs.div_ceil(THREADS as usize);
+    let blocks = if one_each <= ONE_PACK_BLOCKS {
+        one_each.max(1)
+    } else {
+        packs
+            .div_ceil(2 * THREADS as usize)
+            .clamp(ONE_PACK_BLOCKS, MAX_BLOCKS)
+    };
+    blocks as u32
 }
 
 /// Whether the kernels may move 16-byte packs: every address aligned to 16 bytes and `unit`
@@ -282,9 +292,13 @@ mod tests {
     #[test]
     fn grids_and_packs() {
         assert_eq!(blocks(1), 1);
-        assert_eq!(blocks(8 << 10), 1);
-        assert_eq!(blocks(64 << 10), 8);
+        assert_eq!(blocks(8 << 10), 2);
+        assert_eq!(blocks(64 << 10), 16);
+        assert_eq!(blocks(256 << 10), 64);
+        assert_eq!(blocks(512 << 10), 128);
+        assert_eq!(blocks(768 << 10), 128);
         assert_eq!(blocks(1 << 20), 128);
+        assert_eq!(blocks(2 << 20), 256);
         assert_eq!(blocks(4 << 20), MAX_BLOCKS as u32);
         assert!(packs::<half::f16>(&[0x1000, 0x2010], 4096));
         assert!(!packs::<half::f16>(&[0x1000, 0x2018], 4096));
