@@ -148,7 +148,7 @@ def rust_const(path, name):
 class TorchScriptMatchesOurs(unittest.TestCase):
     def test_sizes_warmup_samples_and_iterations(self):
         consts, iters_for = torch_constants()
-        self.assertEqual(list(consts["ALLREDUCE_MIB"]), rust_const("allreduce.rs", "SIZES_MIB"))
+        self.assertEqual(list(consts["ALLREDUCE_KIB"]), rust_const("allreduce.rs", "SIZES_KIB"))
         self.assertEqual(list(consts["P2P_MIB"]), rust_const("p2p.rs", "SIZES_MIB"))
         self.assertEqual([consts["WARMUP"]], rust_const("mod.rs", "WARMUP"))
         self.assertEqual([consts["SAMPLES"]], rust_const("mod.rs", "SAMPLES"))

@@ -29,8 +29,8 @@ import torch.multiprocessing as mp  # noqa: E402
 
 WARMUP = 5
 SAMPLES = 10
-# Bytes (ours: mgpu/allreduce.rs SIZES): 8, 64, 256 KiB, then 1 MiB to 1 GiB.
-ALLREDUCE_BYTES = (8 << 10, 64 << 10, 256 << 10) + tuple(m << 20 for m in (1, 4, 16, 64, 256, 1024))
+# KiB (ours: mgpu/allreduce.rs SIZES_KIB): 8, 64, 256 KiB, then 1 MiB to 1 GiB.
+ALLREDUCE_KIB = (8, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576)
 P2P_MIB = (1, 16, 256, 1024)
 DTYPES = ((torch.float32, "f32"), (torch.float16, "f16"), (torch.bfloat16, "bf16"))
 
@@ -91,7 +91,7 @@ def allreduce_rank(rank, world, port, only):
     one = torch.zeros(1, dtype=torch.float32, device=dev)
     try:
         for dtype, name in DTYPES:
-            for nbytes in ALLREDUCE_BYTES:
+            for nbytes in (k << 10 for k in ALLREDUCE_KIB):
                 x = torch.ones(nbytes // torch.tensor([], dtype=dtype).element_size(),
                                dtype=dtype, device=dev)
                 for _ in range(WARMUP):

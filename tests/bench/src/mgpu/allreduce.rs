@@ -20,19 +20,9 @@ use crate::runner::{name, Bench};
 
 /// The rows' group.
 pub(crate) const GROUP: &str = "mgpu_allreduce";
-/// Sizes of the reduced tensor, bytes: 8 KiB (one token's hidden state of a 4096-wide f16
-/// model), 64 and 256 KiB, then powers of 4 from 1 MiB to 1 GiB.
-pub(crate) const SIZES: [usize; 9] = [
-    8 << 10,
-    64 << 10,
-    256 << 10,
-    1 << 20,
-    4 << 20,
-    16 << 20,
-    64 << 20,
-    256 << 20,
-    1 << 30,
-];
+/// Sizes of the reduced tensor, KiB: 8 (one token's hidden state of a 4096-wide f16 model), 64
+/// and 256, then powers of 4 from 1 MiB to 1 GiB.
+pub(crate) const SIZES_KIB: [usize; 9] = [8, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576];
 /// The dtypes of the rows.
 const DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
 
@@ -54,7 +44,7 @@ pub(crate) fn rows(b: &Bench, comm: &Comm, print: bool) -> Result<()> {
     }
     let op = op(n);
     for dtype in DTYPES {
-        for bytes in SIZES {
+        for bytes in SIZES_KIB.map(|k| k << 10) {
             let x = Tensor::ones(bytes / dtype.size_in_bytes(), dtype, comm.device())?;
             let secs = one(comm, &x, bytes)
                 .with_context(|| format!("{op} {} {}", size_label(bytes), name(dtype)))?;
