@@ -7,7 +7,7 @@
 
 use candle_core::DType;
 use candle_rocm_kernels::Module;
-use rocm_safe::{DevicePtrArg, DeviceRepr, DeviceSlice, DeviceSliceMut, LaunchConfig};
+use rocm_safe::{DevicePtrArg, DeviceRepr, DeviceSlice, DeviceSliceMut, LaunchArgs, LaunchConfig};
 
 use crate::device::RocmDevice;
 use crate::dtype::RocmDType;
@@ -89,11 +89,9 @@ const ONE_PACK_BLOCKS: usize = 128;
 
 /// Blocks of the sum for `bytes` bytes: one 16-byte pack a thread up to [`ONE_PACK_BLOCKS`]
 /// blocks (512 KiB), then two packs a thread, at least [`ONE_PACK_BLOCKS`] and at most
-/// [`MAX_BLOCKS`] blocks. Each was the faster grid where both were timed on two H200s
-/// (2026-11-27, calls H-J of bench/results): 8 KiB 5.0 us on 2 blocks against 6.0 on 1,
-/// 256 KiB 6.8-6.9 on 64 against 7.2-7.4 on 32, 1 MiB 9.2 on 128 against 12.3-12.7 on 256,
-/// 4 MiB 22.3 on 256. Every rank computes the same grid for the same size, which the kernel's
-/// per-block epochs rely on.
+/// [`MAX_BLOCKS`] blocks: at each size timed both ways, the faster grid (two H200s through the
+/// harness, bench/results of 2026-11-27, calls H to J). Every rank computes the same grid for
+/// the same size, which the kernel's per-block epochs rely on.
 pub fn blocks(bytes: usize) -> u32 {
     let packs = bytes.div_ceil(PACK);
     let one_each = packs.div_ceil(THREADS as usize);
@@ -165,23 +163,9 @@ pub fn allreduce_sum_oneshot<T: RocmDType>(
     // A block's slice is a multiple of 64 elements (whole packs) but the last: n whole packs.
     let addresses = [input.device_ptr() as u64, out.device_ptr() as u64];
     let vec = u32::from(packs::<T>(&addresses, n));
-    let status = shot.status;
-    let cfg = LaunchConfig {
-        grid_dim: (grid, 1, 1),
-        block_dim: (THREADS, 1, 1),
-        shared_mem_bytes: 0,
-    };
     let mut l = dev.stream().launch_builder(&func);
-    l.arg(&shot.bases)
-        .arg(&src)
-        .arg(&dst)
-        .arg(&n32)
-        .arg(&vec)
-        .arg(&shot.rank)
-        .arg(&shot.world)
-        .arg(&shot.cap)
-        .arg(&shot.timeout_ns)
-        .arg(&status);
+    l.arg(&shot.bases).arg(&src).arg(&dst).arg(&n32).arg(&vec);
+    shot_args(&mut l, shot);
     // SAFETY: allreduce_sum_oneshot_<T>(ArBases, const T*, T*, u32 n, u32 vec, u32 rank,
     // u32 world, u64 cap, u64 timeout_ns, u32* status), in that order. `input` and `out` hold n
     // elements (16-byte aligned and whole packs when vec), n * size_of::<T>() <= cap (checked
@@ -191,8 +175,26 @@ pub fn allreduce_sum_oneshot<T: RocmDType>(
     // pinned u32; the grid is at most MAX_BLOCKS blocks of THREADS >= world threads, as the
     // kernel's flag and epoch arrays are sized. `out` is borrowed exclusively and ordered on
     // the device's one stream with `input`.
-    unsafe { l.launch(cfg)? };
+    unsafe { l.launch(config(grid))? };
     Ok(())
+}
+
+/// Both kernels' last arguments: rank, world, cap, timeout_ns, status.
+fn shot_args<'a>(l: &mut LaunchArgs<'a>, shot: &'a OneShot) {
+    l.arg(&shot.rank)
+        .arg(&shot.world)
+        .arg(&shot.cap)
+        .arg(&shot.timeout_ns)
+        .arg(&shot.status);
+}
+
+/// `grid` blocks of [`THREADS`].
+fn config(grid: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (grid, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
 }
 
 /// Queues the all-reduce of `input` (`rows` x `cols`) followed by `add_rms_norm` with
@@ -252,27 +254,10 @@ pub fn allreduce_add_rmsnorm_oneshot<T: RocmDType>(
     );
     // `n` fits u32: it is at most cap bytes (checked above).
     let (rows32, cols32) = (rows as u32, cols as u32);
-    let status = shot.status;
-    let cfg = LaunchConfig {
-        grid_dim: (rows.min(MAX_BLOCKS) as u32, 1, 1),
-        block_dim: (THREADS, 1, 1),
-        shared_mem_bytes: 0,
-    };
     let mut l = dev.stream().launch_builder(&func);
-    l.arg(&shot.bases)
-        .arg(&src)
-        .arg(&res)
-        .arg(&a)
-        .arg(&dst)
-        .arg(&rows32)
-        .arg(&cols32)
-        .arg(&eps)
-        .arg(&vec)
-        .arg(&shot.rank)
-        .arg(&shot.world)
-        .arg(&shot.cap)
-        .arg(&shot.timeout_ns)
-        .arg(&status);
+    l.arg(&shot.bases).arg(&src).arg(&res).arg(&a).arg(&dst);
+    l.arg(&rows32).arg(&cols32).arg(&eps).arg(&vec);
+    shot_args(&mut l, shot);
     // SAFETY: allreduce_add_rmsnorm_oneshot_<T>(ArBases, const T* in, const T* residual,
     // const T* alpha, T* out, u32 rows, u32 cols, f32 eps, u32 vec, u32 rank, u32 world,
     // u64 cap, u64 timeout_ns, u32* status), in that order. `input` and `residual` hold
@@ -281,7 +266,7 @@ pub fn allreduce_add_rmsnorm_oneshot<T: RocmDType>(
     // MAX_BLOCKS blocks, as the flag and epoch arrays are sized; the bases and
     // `status` are live for the communicator's life (ops::peer_reduce). `out` is borrowed
     // exclusively and ordered on the device's one stream with the inputs.
-    unsafe { l.launch(cfg)? };
+    unsafe { l.launch(config(rows.min(MAX_BLOCKS) as u32))? };
     Ok(())
 }
 

@@ -43,8 +43,8 @@ pub fn unique_id() -> candle_core::Result<UniqueId> {
 
 /// One rank's RCCL communicator, on the stream of its candle-rocm device. Cheap to clone.
 ///
-/// Sums of f32, f16 and bf16 up to 4 MiB between GPUs of one host run as one kernel that reads the
-/// peers' memory directly (a one-shot all-reduce, set up when the communicator is created;
+/// Sums of f32, f16 and bf16 up to 4 MiB between GPUs of one host run as one kernel that reads
+/// the peers' memory directly (a one-shot all-reduce, set up when the communicator is created;
 /// `CANDLE_ROCM_PEER_ALLREDUCE=0` keeps RCCL for everything); the rest goes through RCCL.
 #[derive(Clone)]
 pub struct Comm {
@@ -117,7 +117,7 @@ impl Comm {
         &self.comm
     }
 
-    /// Whether small sums run as the one-shot kernel over the peers' memory (every rank
+    /// Whether sums up to 4 MiB run as the one-shot kernel over the peers' memory (every rank
     /// agreed at set-up).
     pub fn has_peer_allreduce(&self) -> bool {
         self.peer.is_some()
@@ -148,8 +148,8 @@ impl Comm {
     /// add and the next layer's norm): `(sum, normed)` as `add_rms_norm` returns them. `None`
     /// where the one-shot kernel does not take it (no one-shot path, a dtype other than f32,
     /// f16 and bf16, operands that are not contiguous or of different dtypes, more than
-    /// `ops::peer_reduce::MAX_BYTES`, 4 MiB): then compose the two. Every rank must take the same branch, which the
-    /// same shapes and dtypes on every rank guarantee.
+    /// `ops::peer_reduce::MAX_BYTES`, 4 MiB): then compose the two. Every rank must take the
+    /// same branch, which the same shapes and dtypes on every rank guarantee.
     pub fn all_reduce_add_rms_norm(
         &self,
         x: &Tensor,

@@ -1,7 +1,7 @@
 //! `mgpu_allreduce` rows: RCCL's all-reduce (sum) over every rank through candle-rocm's
 //! `Comm::all_reduce` on `Tensor`s (out of place: a new tensor per call, from the caching
 //! allocator, as a tensor-parallel model calls it), 8 KiB to 1 GiB in f32, f16 and bf16. Sums
-//! up to 1 MiB between GPUs that reach each other run as candle-rocm's one-shot kernel, unless
+//! up to 4 MiB between GPUs that reach each other run as candle-rocm's one-shot kernel, unless
 //! `CANDLE_ROCM_PEER_ALLREDUCE=0` (bench.sh runs the small sizes both ways).
 //!
 //! The figure is nccl-tests' bus bandwidth: `algbw = bytes / time`, `busbw = algbw * 2(n-1)/n`
