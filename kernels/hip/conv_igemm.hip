@@ -22,8 +22,10 @@
 // Work split. A block of CI_THREADS (128) threads computes a CI_BM x CI_BN (64 channels x 128
 // positions) tile of C, walking K in steps of CI_BK (32):
 //   - staging: thread t gathers B's column n0 + t (one output position: its image and input
-//     corner computed once) for the step's 32 k, walking (ci, ky, kx) in order, 32 element
-//     loads (zeros outside the input, past K and past N), and 16 k of W's row t / 2 (two
+//     corner computed once) for the step's 32 k, 32 element loads (zeros outside the input,
+//     past K and past N) at offsets read from the step's tap table in shared memory (the 32
+//     taps (ci, ky, kx) as input offsets and row/column shifts, computed by threads 0..31 a
+//     step ahead, one division pair each, instead of by every thread), and 16 k of W's row t / 2 (two
 //     16-byte loads when every row of w is 16-byte aligned and the 16 lie inside K, else element
 //     loads with zeros past c_out and K); both go to shared memory with k contiguous (B as its
 //     transpose, one row per position), rows padded to CI_PITCH (40) elements: 16-byte aligned,
@@ -36,11 +38,13 @@
 //     = 2 x (WN / 16) accumulators of 16 x 16 f32, each step 2 x 16 k of mma/frag.h's
 //     S = Q K^T with Q = W's rows and K = B^T's rows (fm_load_q / fm_load_k / fm_mma_s);
 //   - the store: fm_c_pos names each accumulator element's channel and position.
-// Shared memory: CI_STAGES x (64 + 128) x 40 elements of T = 30 KiB (15 KiB on MFMA).
+// Shared memory: CI_STAGES x (64 + 128) x 40 elements of T = 30 KiB (15 KiB on MFMA), and the
+// taps of two steps (1 KiB).
 //
 // Kernels: conv_igemm_<T>(ConvIgemmArgs a, const T *x, const T *w, T *y), T in f16, bf16.
 //   grid (ceil(N / 128), ceil(c_out / 64)), block (128). Sizes: K, N < 2^31 (so every index of
-//   B, the n of a block and k0 + CI_BK stay in 32 bits); input offsets in 64 bits.
+//   B, the n of a block and k0 + 2 CI_BK stay in 32 bits); h_in, w_in and every input corner
+//   and tap shift below 2^28 in magnitude (32-bit row/column arithmetic); input offsets in 64 bits.
 #include "cuda_fp16.h"
 #include "cuda_bf16.h"
 #include <stdint.h>
@@ -80,8 +84,8 @@ static_assert(sizeof(ConvIgemmArgs) == 112, "ConvIgemmArgs layout");
 // One thread's output position (B's column): its input element at the kernel's tap (0, 0) of
 // channel 0, as an offset from x (may lie outside the input: only read when inside).
 struct CiColumn {
-    int64_t base;  // img s_b + y0 s_h + x0 s_w
-    int64_t y0, x0; // oy stride_h - pad_h, ox stride_w - pad_w
+    int64_t base;   // img s_b + y0 s_h + x0 s_w
+    int32_t y0, x0; // oy stride_h - pad_h, ox stride_w - pad_w (|.| < 2^30: host-checked)
     bool live;      // n < N
 };
 
@@ -91,45 +95,51 @@ __device__ __forceinline__ CiColumn ci_column(const ConvIgemmArgs &a, uint32_t n
     const uint32_t nn = c.live ? n : 0;
     const uint32_t img = nn / a.p, pos = nn % a.p;
     const uint32_t oy = pos / a.w_out, ox = pos % a.w_out;
-    c.y0 = (int64_t)oy * a.stride_h - (int64_t)a.pad_h;
-    c.x0 = (int64_t)ox * a.stride_w - (int64_t)a.pad_w;
-    c.base = (int64_t)img * (int64_t)a.s_b + c.y0 * (int64_t)a.s_h + c.x0 * (int64_t)a.s_w;
+    c.y0 = (int32_t)(oy * a.stride_h) - (int32_t)a.pad_h;
+    c.x0 = (int32_t)(ox * a.stride_w) - (int32_t)a.pad_w;
+    c.base = (int64_t)img * (int64_t)a.s_b + (int64_t)c.y0 * (int64_t)a.s_h +
+             (int64_t)c.x0 * (int64_t)a.s_w;
     return c;
 }
 
-// B[k0 .. k0 + CI_BK)[n] of the thread's column into v (zeros outside the input and past K).
+// One k of B (a tap (ci, ky, kx)), the same for every column: the input offset from a column's
+// base, and the tap's row and column offsets dy = ky dil_h, dx = kx dil_w. Past K, dy is
+// CI_PAST_K, which puts every column's row outside the input (so it reads a zero).
+struct CiTap {
+    int64_t off;
+    int32_t dy, dx;
+};
+#define CI_PAST_K (-(1 << 29))
+
+// The tap of k (the step's table: thread t < CI_BK writes entry t; every thread reads them all).
+__device__ __forceinline__ CiTap ci_tap(const ConvIgemmArgs &a, uint32_t k) {
+    CiTap t;
+    if (k >= a.k) {
+        t.off = 0;
+        t.dy = CI_PAST_K;
+        t.dx = 0;
+        return t;
+    }
+    const uint32_t taps = a.k_h * a.k_w;
+    const uint32_t ci = k / taps, r = k % taps;
+    const uint32_t ky = r / a.k_w, kx = r % a.k_w;
+    t.dy = (int32_t)(ky * a.dil_h);
+    t.dx = (int32_t)(kx * a.dil_w);
+    t.off = (int64_t)ci * (int64_t)a.s_c + (int64_t)t.dy * (int64_t)a.s_h + (int64_t)t.dx * (int64_t)a.s_w;
+    return t;
+}
+
+// B[k0 .. k0 + CI_BK)[n] of the thread's column into v, from the step's taps (zeros outside the
+// input and past K).
 template <typename T>
 __device__ __forceinline__ void ci_load_b(const ConvIgemmArgs &a, const T *__restrict__ x, const CiColumn &c,
-                                          uint32_t k0, T (&v)[CI_BK]) {
-    const uint32_t taps = a.k_h * a.k_w;
-    uint32_t ci = k0 / taps, r = k0 % taps;
-    uint32_t ky = r / a.k_w, kx = r % a.k_w;
-    // The tap's offsets: dy = ky dil_h, dx = kx dil_w, and ci s_c + dy s_h + dx s_w.
-    int64_t dy = (int64_t)ky * a.dil_h, dx = (int64_t)kx * a.dil_w;
-    int64_t off = (int64_t)ci * (int64_t)a.s_c + dy * (int64_t)a.s_h + dx * (int64_t)a.s_w;
-    const int64_t step_x = (int64_t)a.dil_w * (int64_t)a.s_w, step_y = (int64_t)a.dil_h * (int64_t)a.s_h;
+                                          const CiTap *tab, T (&v)[CI_BK]) {
 #pragma unroll
     for (int kk = 0; kk < CI_BK; kk++) {
-        const int64_t iy = c.y0 + dy, ix = c.x0 + dx;
-        const bool in = c.live && k0 + kk < a.k && (uint64_t)iy < a.h_in && (uint64_t)ix < a.w_in;
-        v[kk] = in ? x[c.base + off] : fa_from<T>(0.0f);
-        // The next tap, in (ci, ky, kx) order.
-        if (++kx == a.k_w) {
-            kx = 0;
-            off -= dx * (int64_t)a.s_w;
-            dx = 0;
-            if (++ky == a.k_h) {
-                ky = 0;
-                off += (int64_t)a.s_c - dy * (int64_t)a.s_h;
-                dy = 0;
-            } else {
-                dy += a.dil_h;
-                off += step_y;
-            }
-        } else {
-            dx += a.dil_w;
-            off += step_x;
-        }
+        const CiTap t = tab[kk];
+        const uint32_t iy = (uint32_t)(c.y0 + t.dy), ix = (uint32_t)(c.x0 + t.dx);
+        const bool in = c.live && iy < a.h_in && ix < a.w_in;
+        v[kk] = in ? x[c.base + t.off] : fa_from<T>(0.0f);
     }
 }
 
@@ -170,6 +180,8 @@ __device__ __forceinline__ void conv_igemm(const ConvIgemmArgs &a, const T *__re
     static_assert(NW >= 2 && NW % 2 == 0 && CI_BN == CI_THREADS && CI_BM * 2 == CI_THREADS, "tile shape");
     __shared__ fa_vec as4[CI_STAGES * AS];
     __shared__ fa_vec bs4[CI_STAGES * BS];
+    // The taps of two steps: the one being staged and the next (written a step ahead).
+    __shared__ CiTap tab[2][CI_BK];
 
     const uint32_t tid = threadIdx.x;
     const int wave = (int)(tid / FM_WAVE), lane = (int)(tid % FM_WAVE);
@@ -184,18 +196,22 @@ __device__ __forceinline__ void conv_igemm(const ConvIgemmArgs &a, const T *__re
         for (int j = 0; j < TN; j++) acc[i][j] = fm_zero();
 
     T av[16], bv[CI_BK];
+    if (tid < CI_BK) tab[0][tid] = ci_tap(a, tid);
+    __syncthreads();
     ci_load_a<T>(a, w, a_row, a_k, av);
-    ci_load_b<T>(a, x, col, 0, bv);
+    ci_load_b<T>(a, x, col, tab[0], bv);
     ci_store<T, 16>(reinterpret_cast<T *>(as4) + (tid / 2) * CI_PITCH + a_k, av);
     ci_store<T, CI_BK>(reinterpret_cast<T *>(bs4) + tid * CI_PITCH, bv);
+    if (tid < CI_BK) tab[1][tid] = ci_tap(a, CI_BK + tid);
     __syncthreads();
 
     int buf = 0;
-    for (uint32_t k0 = 0; k0 < a.k; k0 += CI_BK) {
+    int step = 0; // tab[step & 1] holds this step's taps, tab[(step + 1) & 1] the next one's
+    for (uint32_t k0 = 0; k0 < a.k; k0 += CI_BK, step++) {
         const bool more = k0 + CI_BK < a.k;
         if (more) {
             ci_load_a<T>(a, w, a_row, k0 + CI_BK + a_k, av);
-            ci_load_b<T>(a, x, col, k0 + CI_BK, bv);
+            ci_load_b<T>(a, x, col, tab[(step + 1) & 1], bv);
         }
         const T *As = reinterpret_cast<const T *>(as4 + buf * AS) + (wave % 2) * (CI_BM / 2) * CI_PITCH;
         const T *Bs = reinterpret_cast<const T *>(bs4 + buf * BS) + (wave / 2) * WN * CI_PITCH;
@@ -219,6 +235,8 @@ __device__ __forceinline__ void conv_igemm(const ConvIgemmArgs &a, const T *__re
             ci_store<T, 16>(reinterpret_cast<T *>(as4 + next * AS) + (tid / 2) * CI_PITCH + a_k, av);
             ci_store<T, CI_BK>(reinterpret_cast<T *>(bs4 + next * BS) + tid * CI_PITCH, bv);
             buf = next;
+            // The step after next: this step's taps were last read before the last barrier.
+            if (tid < CI_BK) tab[step & 1][tid] = ci_tap(a, k0 + 2 * CI_BK + tid);
         }
         __syncthreads(); // the next step's tiles are in place; this step's are read
     }

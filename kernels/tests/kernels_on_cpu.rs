@@ -149,9 +149,15 @@ fn conv_igemm_driver_catches_mutants() {
     let mutants = [
         (
             cuda,
-            "off += (int64_t)a.s_c - dy * (int64_t)a.s_h;",
-            "off += (int64_t)a.s_c;",
-            "the next channel keeps the last row's offset",
+            "t.off = (int64_t)ci * (int64_t)a.s_c + ",
+            "t.off = (int64_t)ci + ",
+            "a tap's channel offset ignores the channel stride",
+        ),
+        (
+            gfx942,
+            "if (tid < CI_BK) tab[step & 1][tid] = ci_tap(a, k0 + 2 * CI_BK + tid);",
+            "if (tid < CI_BK) tab[(step + 1) & 1][tid] = ci_tap(a, k0 + 2 * CI_BK + tid);",
+            "the step after next's taps overwrite the next step's",
         ),
         (
             gfx942,
@@ -173,8 +179,8 @@ fn conv_igemm_driver_catches_mutants() {
         ),
         (
             gfx1200,
-            "const bool in = c.live && k0 + kk < a.k && (uint64_t)iy < a.h_in && (uint64_t)ix < a.w_in;",
-            "const bool in = c.live && k0 + kk < a.k && (uint64_t)iy < a.h_in;",
+            "const bool in = c.live && iy < a.h_in && ix < a.w_in;",
+            "const bool in = c.live && iy < a.h_in;",
             "taps left or right of the input are read, not zeros",
         ),
         (

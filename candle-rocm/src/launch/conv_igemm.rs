@@ -79,7 +79,9 @@ pub(crate) fn igemm_name(dtype: DType) -> Option<&'static str> {
 /// The kernel's arguments for `g` over an input with strides `strides` (image, channel, row,
 /// column), `w_vec` 0 (the caller sets it from the kernel's alignment); `None` when a size
 /// passes the kernel's limits: K = c_in k_h k_w and N = batch h_out w_out below 2^31, every
-/// geometry field in `u32`, the channel tiles within gridDim.y, or an empty output.
+/// geometry field in `u32`, the input's height and width, the padding and the reach of the
+/// output positions and taps below 2^28, the channel tiles within gridDim.y, or an empty
+/// output.
 pub(crate) fn igemm_args(g: &ConvGeometry, strides: [usize; 4]) -> Option<ConvIgemmArgs> {
     let below_2_31 = |v: usize| (v < 1 << 31).then_some(v as u32);
     let u32_of = |v: usize| u32::try_from(v).ok();
@@ -87,6 +89,25 @@ pub(crate) fn igemm_args(g: &ConvGeometry, strides: [usize; 4]) -> Option<ConvIg
     let k = below_2_31(g.c_in.checked_mul(g.k_h)?.checked_mul(g.k_w)?)?;
     let n = below_2_31(g.batch.checked_mul(positions)?)?;
     if k == 0 || n == 0 || g.c_out == 0 || g.c_out.div_ceil(BLOCK_CHANNELS) > GRID_Y {
+        return None;
+    }
+    // The kernel's rows and columns are 32-bit: the input, the corners and the taps' shifts
+    // stay below 2^28 in magnitude.
+    let small = |v: Option<usize>| v.is_some_and(|v| v < 1 << 28);
+    let reach = |stride: usize, out: usize, dil: usize, k: usize| {
+        Some(stride.checked_mul(out)?.max(dil.checked_mul(k)?))
+    };
+    if ![
+        Some(g.h_in),
+        Some(g.w_in),
+        Some(g.padding.0),
+        Some(g.padding.1),
+        reach(g.stride.0, g.h_out, g.dilation.0, g.k_h),
+        reach(g.stride.1, g.w_out, g.dilation.1, g.k_w),
+    ]
+    .into_iter()
+    .all(small)
+    {
         return None;
     }
     Some(ConvIgemmArgs {
