@@ -87,8 +87,8 @@ pub fn norm_kernel_name(dtype: DType) -> Option<&'static str> {
 /// packs a thread or more.
 const ONE_PACK_BLOCKS: usize = 128;
 
-/// Blocks of the sum for `bytes` bytes: one 16-byte pack a thread up to [`ONE_PACK_BLOCKS`]
-/// blocks (512 KiB), then two packs a thread, at least [`ONE_PACK_BLOCKS`] and at most
+/// Blocks of the sum for `bytes` bytes: one 16-byte pack a thread up to `ONE_PACK_BLOCKS`
+/// blocks (512 KiB), then two packs a thread, at least `ONE_PACK_BLOCKS` and at most
 /// [`MAX_BLOCKS`] blocks: at each size timed both ways, the faster grid (two H200s through the
 /// harness, bench/results of 2026-11-27, calls H to J). Every rank computes the same grid for
 /// the same size, which the kernel's per-block epochs rely on.

@@ -57,7 +57,7 @@ impl Drop for PeerReduce {
     /// Frees the shared memory only once every peer has passed an RCCL all-reduce queued after
     /// this rank's last one-shot kernel, so no peer's kernel still reads it (their streams ran
     /// their own last kernels first). A peer that died or a communicator already aborted ends
-    /// the wait early (at most [`DROP_BARRIER`]); then the memory is freed anyway.
+    /// the wait early (at most `DROP_BARRIER`); then the memory is freed anyway.
     fn drop(&mut self) {
         let barrier = || -> Result<(), BackendError> {
             let send = self.dev.stream().clone_htod(&[0u32])?;
