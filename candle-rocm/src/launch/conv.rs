@@ -40,18 +40,17 @@ pub use crate::launch::conv_plan::{plan, ConvGeometry, ConvPlan, WORKSPACE_BYTES
 use crate::layout::{checked_product, checked_view, invalid};
 
 /// Output positions (images x output pixels) from which the implicit GEMM beats the tiles.
-const IMPLICIT_MIN_POSITIONS: usize = 1 << 16;
+const IMPLICIT_MIN_POSITIONS: usize = 1 << 14;
 /// Output channels up to which the implicit GEMM beats the tiles.
 const IMPLICIT_MAX_C_OUT: usize = 128;
 
 /// Whether the implicit GEMM is the faster form of our path for `g`: many output positions
-/// over few output channels. Measured on the H100 harness (2026-11-26 16:51Z, the bench's
-/// `_igemm` / `_tiles` rows, f16): ResNet-50's 3x3 at batch 32 (64 channels, 100352
-/// positions) ran at 48.6 TFLOP/s against the tiles' 39.3, while every row with fewer
-/// positions or more channels was 2.9-5.0x slower than the tiles (the same 3x3 at batch 1,
-/// the VAE's 512-channel 3x3, Whisper's conv1d): the kernel's 64 x 128 blocks are then too
-/// few to fill the GPU, or its gather feeds too little work per load. Not yet measured on an
-/// AMD GPU.
+/// over few output channels. From the bench's `_igemm` / `_tiles` rows (f16, H100 harness,
+/// 2026-11-27, bench/results' "conv-igemm-rule"): it won on ResNet-50's 3x3 layers at 25088
+/// output positions and more with 64 or 128 channels, and lost on 3136 positions (batch 1),
+/// the VAE's 4096 positions of 512 channels and Whisper's conv1d (3000 of 384); with 256 and
+/// 512 channels at batch 32 the two forms were within a few percent, which keeps the tiles.
+/// Not yet measured on an AMD GPU.
 pub fn implicit_gemm_pays(g: &ConvGeometry) -> bool {
     let positions = g.batch.saturating_mul(g.h_out).saturating_mul(g.w_out);
     positions >= IMPLICIT_MIN_POSITIONS && g.c_out <= IMPLICIT_MAX_C_OUT
@@ -173,6 +172,18 @@ mod tests {
         assert!(
             !implicit_gemm_pays(&geo(1, 64, (56, 56), 64)),
             "ResNet 3x3, batch 1"
+        );
+        assert!(
+            implicit_gemm_pays(&geo(8, 64, (56, 56), 64)),
+            "ResNet 3x3, batch 8"
+        );
+        assert!(
+            implicit_gemm_pays(&geo(32, 128, (28, 28), 128)),
+            "ResNet stage 2, batch 32"
+        );
+        assert!(
+            !implicit_gemm_pays(&geo(32, 256, (14, 14), 256)),
+            "ResNet stage 3, batch 32: within a few percent, tiles kept"
         );
         assert!(
             !implicit_gemm_pays(&geo(1, 512, (64, 64), 512)),

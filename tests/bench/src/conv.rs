@@ -44,10 +44,16 @@ const fn cs(
 }
 
 /// Convolution shapes of the models Candle users run.
-const CONV_SHAPES: [ConvShape; 6] = [
-    // ResNet-50, stage 1: a 3x3 and a 1x1 layer at 56x56, batch 1 and 32.
+const CONV_SHAPES: [ConvShape; 10] = [
+    // ResNet-50, stage 1: a 3x3 and a 1x1 layer at 56x56, batch 1 and 32 (and the 3x3 at 8).
     cs("conv2d_r50_3x3", 1, (64, 64), 3, (56, 56), 1),
+    cs("conv2d_r50_3x3", 8, (64, 64), 3, (56, 56), 1),
     cs("conv2d_r50_3x3", 32, (64, 64), 3, (56, 56), 1),
+    // Its 3x3 layers of stages 2-4 at batch 32 (fewer positions, more channels): where the
+    // implicit GEMM's rule (launch/conv.rs) stops paying.
+    cs("conv2d_r50_s2_3x3", 32, (128, 128), 3, (28, 28), 1),
+    cs("conv2d_r50_s3_3x3", 32, (256, 256), 3, (14, 14), 1),
+    cs("conv2d_r50_s4_3x3", 32, (512, 512), 3, (7, 7), 1),
     cs("conv2d_r50_1x1", 1, (256, 64), 1, (56, 56), 0),
     cs("conv2d_r50_1x1", 32, (256, 64), 1, (56, 56), 0),
     // Stable Diffusion's VAE decoder: 512 channels, 3x3, at 64x64.
