@@ -30,6 +30,7 @@ const LEVELS: &[(&str, u32)] = &[
     ("launch::gemv_nn", 62),
     ("launch::rows", 61),
     ("launch::row_elementwise", 62),
+    ("launch::rope_cache", 62),
     ("launch::strides", 61),
     ("launch::elementwise", 62),
     ("launch::conv_igemm", 62),

@@ -59,6 +59,19 @@
 //     half (rope) or N consecutive outputs (rope_i), so the host launches them only when d / 2
 //     (rope) or d (rope_i) is a multiple of N and every pointer is 16-byte aligned (else
 //     candle's one-pair-per-thread kernels run). Blocks of RW_BLOCK threads, grid-stride.
+//   rrope_cache_<T>(RopeCacheArgs a, const T* q, const T* k, const T* v, const T* cos,
+//                   const T* sin, T* q_out, T* k_cache, T* v_cache)
+//     One step of a decoder's attention before the scores, in one launch (flash-attention's
+//     `flash_attn_with_kvcache` append): the rotary embedding of q and of the new keys, and the
+//     new keys and values written into the KV caches in place. q, k and v are (batch, seq,
+//     heads, d) with any batch and token strides (heads d apart, elements contiguous: views of
+//     a stacked q|k|v product qualify); q_out is contiguous (batch, seq, heads, d); token t of
+//     batch entry b goes to cache position pos + t (cache strides by batch, position and head,
+//     elements contiguous) and uses cos/sin table row pos + t (d / 2 values a row). a.mode:
+//     0 no rotation (q_out not written; k copied), 1 candle-nn's `rope` (halves), 2 `rope_i`
+//     (adjacent pairs), with `rrope`'s rounding. One thread per pair of elements, blocks of
+//     RW_BLOCK, grid-stride; the host keeps batch * seq * (heads + 2 kv_heads) * d / 2 below
+//     2^31.
 #include "cuda_fp16.h"
 #include "cuda_bf16.h"
 #include <stdint.h>
@@ -288,6 +301,63 @@ __device__ __forceinline__ void swiglu_rows(const T *x, T *dst, size_t rows, siz
         swiglu_rows<T, true>(x, dst, rows, h);                                                   \
     }
 
+// ---------------------------------------------------------------------------------------------
+// Rotary embedding with the KV-cache append (see the header).
+struct RopeCacheArgs {
+    uint64_t q_b, q_t, k_b, k_t, v_b, v_t;
+    uint64_t kc_b, kc_t, kc_h, vc_b, vc_t, vc_h;
+    uint32_t batch, seq, heads, kv_heads, d, pos, mode, pad;
+};
+static_assert(sizeof(RopeCacheArgs) == 128, "RopeCacheArgs must match candle-rocm's layout");
+
+template <typename T>
+__device__ __forceinline__ void rope_cache(const RopeCacheArgs &a, const T *q, const T *k, const T *v,
+                                           const T *cos, const T *sin, T *q_out, T *k_cache, T *v_cache) {
+    typedef typename Acc<T>::type A;
+    const unsigned half = a.d / 2, slots = a.heads + 2 * a.kv_heads;
+    const unsigned per_token = slots * half, total = a.batch * a.seq * per_token;
+    for (unsigned p = blockIdx.x * blockDim.x + threadIdx.x; p < total; p += gridDim.x * blockDim.x) {
+        const unsigned bt = p / per_token, rem = p - bt * per_token;
+        const unsigned hs = rem / half, i = rem - hs * half;
+        const unsigned b = bt / a.seq, t = bt - b * a.seq;
+        const T *src;
+        T *dst;
+        bool rotate = a.mode != 0;
+        if (hs < a.heads) {
+            if (!rotate) continue;
+            src = q + b * a.q_b + t * a.q_t + (size_t)hs * a.d;
+            dst = q_out + ((size_t)bt * a.heads + hs) * a.d;
+        } else if (hs < a.heads + a.kv_heads) {
+            const unsigned h = hs - a.heads;
+            src = k + b * a.k_b + t * a.k_t + (size_t)h * a.d;
+            dst = k_cache + b * a.kc_b + (uint64_t)(a.pos + t) * a.kc_t + h * a.kc_h;
+        } else {
+            const unsigned h = hs - a.heads - a.kv_heads;
+            src = v + b * a.v_b + t * a.v_t + (size_t)h * a.d;
+            dst = v_cache + b * a.vc_b + (uint64_t)(a.pos + t) * a.vc_t + h * a.vc_h;
+            rotate = false;
+        }
+        // The pair: (i, i + d / 2) for rope, (2 i, 2 i + 1) for rope_i and plain copies.
+        const unsigned e1 = a.mode == 1 ? i : 2 * i, e2 = a.mode == 1 ? i + half : 2 * i + 1;
+        if (!rotate) {
+            dst[e1] = src[e1];
+            dst[e2] = src[e2];
+            continue;
+        }
+        const size_t row = (size_t)(a.pos + t) * half + i;
+        const A x1 = rw_to(src[e1]), x2 = rw_to(src[e2]), cv = rw_to(cos[row]), sv = rw_to(sin[row]);
+        dst[e1] = rw_from<T>(rw_round<T>(x1 * cv) - rw_round<T>(x2 * sv));
+        dst[e2] = rw_from<T>(rw_round<T>(x1 * sv) + rw_round<T>(x2 * cv));
+    }
+}
+
+#define RW_ROPE_CACHE(T, TN)                                                                     \
+    extern "C" __global__ void __launch_bounds__(RW_BLOCK)                                      \
+        rrope_cache_##TN(RopeCacheArgs a, const T *q, const T *k, const T *v, const T *cos,     \
+                         const T *sin, T *q_out, T *k_cache, T *v_cache) {                       \
+        rope_cache<T>(a, q, k, v, cos, sin, q_out, k_cache, v_cache);                            \
+    }
+
 #define RW_ALL(T, TN, KMAX)                                                                      \
     RW_COLS(T, TN)                                                                               \
     RW_REDUCE(T, TN, false, )                                                                    \
@@ -295,6 +365,7 @@ __device__ __forceinline__ void swiglu_rows(const T *x, T *dst, size_t rows, siz
     RW_FUSED_##KMAX(T, TN, false, )                                                              \
     RW_FUSED_##KMAX(T, TN, true, _v)                                                             \
     RW_ROPE(T, TN)                                                                               \
+    RW_ROPE_CACHE(T, TN)                                                                         \
     RW_SWIGLU(T, TN)
 
 RW_ALL(float, f32, 8)

@@ -222,6 +222,9 @@ mod errors;
 #[path = "flash_attn/cache.rs"]
 mod cache;
 
+#[path = "flash_attn/kvcache.rs"]
+mod kvcache;
+
 #[path = "flash_attn/llama.rs"]
 mod llama;
 

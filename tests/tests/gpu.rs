@@ -21,6 +21,8 @@ mod copy;
 mod device;
 #[path = "gpu/flash_attn.rs"]
 mod flash_attn;
+#[path = "gpu/flash_attn_kvcache.rs"]
+mod flash_attn_kvcache;
 #[path = "gpu/flash_attn_long.rs"]
 mod flash_attn_long;
 #[path = "gpu/fused.rs"]

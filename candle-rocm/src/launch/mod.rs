@@ -17,6 +17,7 @@ pub mod elementwise;
 pub mod gemm;
 pub mod gemv;
 pub mod gemv_nn;
+pub mod rope_cache;
 pub mod row_elementwise;
 pub mod rows;
 pub mod strides;

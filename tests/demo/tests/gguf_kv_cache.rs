@@ -3,7 +3,8 @@
 //! random GGUF llama: decoding one token at a time across the first growth (past position 256)
 //! gives the logits of recomputing the whole sequence without a cache, and a model cloned
 //! mid-sequence decodes on its own (the buffers it shares with the original are copied before
-//! either writes into them), on the CPU (CI) and the GPU.
+//! either writes into them), on the CPU (CI) and the GPU; with flash attention too (patch
+//! 0007: the rotation and the cache writes inside `flash_attn_with_kvcache`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -11,7 +12,14 @@ use candle_core::{Device, Tensor};
 use candle_transformers::models::quantized_llama::ModelWeights;
 
 mod common;
-use common::{load_quantized_llama as load, small_gguf_llama};
+use common::{load_quantized_llama, small_gguf_llama};
+
+/// The model at `path` on `dev`, with flash attention when `flash`.
+fn load(path: &std::path::Path, dev: &Device, flash: bool) -> ModelWeights {
+    load_quantized_llama(path, dev)
+        .with_flash_attn(flash)
+        .unwrap()
+}
 
 /// Decode steps: past the cache's first 256 positions, so it grows once.
 const STEPS: usize = 300;
@@ -45,16 +53,16 @@ fn tokens(n: usize) -> Vec<u32> {
     (0..n as u32).map(|i| (7 * i + 3) % 251 + 3).collect()
 }
 
-fn decode_matches_recomputation(dev: &Device, name: &str) {
+fn decode_matches_recomputation(dev: &Device, name: &str, flash: bool) {
     let path = small_gguf_llama(name);
     let seq = tokens(STEPS + 1);
-    let mut model = load(&path, dev);
+    let mut model = load(&path, dev, flash);
     let mut worst = 0f32;
     for (i, &t) in seq.iter().enumerate().take(STEPS) {
         let got = step(&mut model, &[t], i, dev);
         if CHECKED.contains(&i) {
             // A fresh model, the whole prefix in one call at position 0.
-            let want = step(&mut load(&path, dev), &seq[..=i], 0, dev);
+            let want = step(&mut load(&path, dev, flash), &seq[..=i], 0, dev);
             let d = max_diff(&got, &want);
             assert!(
                 d < TOL,
@@ -70,13 +78,13 @@ fn decode_matches_recomputation(dev: &Device, name: &str) {
 /// `tol`: 0 on the CPU (the same arithmetic); on the GPU a clone's first step copies the cache
 /// into buffers of another capacity, and a product over differently strided keys may take
 /// another kernel.
-fn clones_decode_on_their_own(dev: &Device, name: &str, tol: f32) {
+fn clones_decode_on_their_own(dev: &Device, name: &str, tol: f32, flash: bool) {
     let path = small_gguf_llama(name);
     let prompt = tokens(12);
     let (a, b): (Vec<u32>, Vec<u32>) = ((40..46).collect(), (90..96).collect());
     // Reference: each continuation on a model of its own.
     let run = |cont: &[u32]| {
-        let mut m = load(&path, dev);
+        let mut m = load(&path, dev, flash);
         step(&mut m, &prompt, 0, dev);
         cont.iter()
             .enumerate()
@@ -85,7 +93,7 @@ fn clones_decode_on_their_own(dev: &Device, name: &str, tol: f32) {
     };
     let (want_a, want_b) = (run(&a), run(&b));
     // The original and a clone made after the prompt, stepped in turn.
-    let mut original = load(&path, dev);
+    let mut original = load(&path, dev, flash);
     step(&mut original, &prompt, 0, dev);
     let mut clone = original.clone();
     for i in 0..a.len() {
@@ -106,22 +114,49 @@ fn clones_decode_on_their_own(dev: &Device, name: &str, tol: f32) {
 
 #[test]
 fn cpu_decode_across_the_cache_growth_matches_recomputation() {
-    decode_matches_recomputation(&Device::Cpu, "cpu");
+    decode_matches_recomputation(&Device::Cpu, "cpu", false);
 }
 
 #[test]
 fn cpu_clones_decode_on_their_own() {
-    clones_decode_on_their_own(&Device::Cpu, "cpu-clone", 0.0);
+    clones_decode_on_their_own(&Device::Cpu, "cpu-clone", 0.0, false);
+}
+
+#[test]
+fn cpu_flash_decode_across_the_cache_growth_matches_recomputation() {
+    decode_matches_recomputation(&Device::Cpu, "cpu-flash", true);
+}
+
+#[test]
+fn cpu_flash_clones_decode_on_their_own() {
+    clones_decode_on_their_own(&Device::Cpu, "cpu-flash-clone", 0.0, true);
 }
 
 #[test]
 #[ignore = "needs a HIP device"]
 fn gpu_decode_across_the_cache_growth_matches_recomputation() {
-    decode_matches_recomputation(&candle_rocm::device(0).unwrap(), "gpu");
+    decode_matches_recomputation(&candle_rocm::device(0).unwrap(), "gpu", false);
 }
 
 #[test]
 #[ignore = "needs a HIP device"]
 fn gpu_clones_decode_on_their_own() {
-    clones_decode_on_their_own(&candle_rocm::device(0).unwrap(), "gpu-clone", 1e-4);
+    clones_decode_on_their_own(&candle_rocm::device(0).unwrap(), "gpu-clone", 1e-4, false);
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn gpu_flash_decode_across_the_cache_growth_matches_recomputation() {
+    decode_matches_recomputation(&candle_rocm::device(0).unwrap(), "gpu-flash", true);
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn gpu_flash_clones_decode_on_their_own() {
+    clones_decode_on_their_own(
+        &candle_rocm::device(0).unwrap(),
+        "gpu-flash-clone",
+        1e-4,
+        true,
+    );
 }

@@ -8,6 +8,10 @@
 //!
 //! Beyond upstream:
 //! - f32 as well as f16 and bf16 (q, k and v share the dtype; the output has it too);
+//! - flash-attention's `flash_attn_with_kvcache` ([`flash_attn_with_kvcache`]): a decoder
+//!   step's attention over a KV cache the call extends in place, with the rotary embedding of
+//!   q and the new keys (on the ROCm device one launch for the embedding and both cache
+//!   writes, then the attention);
 //! - the CPU: on `Device::Cpu` (and on another out-of-tree backend, through candle-core's CPU
 //!   fallback) the functions compute the result on the host, in f64, where upstream fails;
 //! - every bad argument is a typed error naming it (`q`, `k`, `v`, `alibi_slopes`,
@@ -36,9 +40,11 @@ use candle_core::{Result, Tensor};
 use crate::error::BackendError;
 
 mod cache;
+mod kvcache;
 mod op;
 
 pub use cache::reshape_and_cache;
+pub use kvcache::{flash_attn_with_kvcache, Rotary};
 pub use op::{FlashAttn, FlashAttnVarLen};
 
 /// Fails naming the first of `others` (argument name, tensor) that is not on q's device.

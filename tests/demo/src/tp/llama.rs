@@ -35,10 +35,63 @@ use super::shard::{ShardedWeights, Split};
 use super::vocab::{VocabEmbedding, VocabHead, VocabSplit};
 use super::TpError;
 
+/// Positions a layer's KV buffers hold at the least; they double when full.
+const KV_CHUNK: usize = 256;
+
+/// A layer's keys and values: `(batch, kv_heads, capacity, head_dim)` buffers whose first `len`
+/// positions are filled. A step writes its positions in place (one position a decode step,
+/// where a `Tensor::cat` of the cache and the new position copied the whole cache).
+#[derive(Debug, Clone)]
+struct LayerKv {
+    k: Tensor,
+    v: Tensor,
+    len: usize,
+}
+
+impl LayerKv {
+    /// `slot`'s buffers with room for positions `pos..pos + seq` of `(b, hk, _, d)` keys and
+    /// values like `like` (made on first use or when that shape changes, doubled when full,
+    /// the first `pos` positions kept); its positions from `pos` on are the step's to write.
+    fn reserve<'a>(
+        slot: &'a mut Option<LayerKv>,
+        (b, hk, seq, d): (usize, usize, usize, usize),
+        like: &Tensor,
+        pos: usize,
+    ) -> candle_core::Result<&'a mut LayerKv> {
+        let fits = |c: &LayerKv| -> candle_core::Result<bool> {
+            let (cb, ch, _, cd) = c.k.dims4()?;
+            Ok((cb, ch, cd) == (b, hk, d) && c.k.dtype() == like.dtype())
+        };
+        let kept = match slot.take() {
+            Some(c) if fits(&c)? => Some(c),
+            _ => None,
+        };
+        let filled = kept.as_ref().map_or(0, |c| c.len);
+        if pos > filled {
+            candle_core::bail!("position {pos} is past the {filled} positions this cache holds");
+        }
+        let cap = kept.as_ref().map_or(0, |c| c.k.dim(2).unwrap_or(0));
+        let c = match kept {
+            Some(c) if pos + seq <= cap => c,
+            kept => {
+                let cap = (2 * cap).max(pos + seq).next_multiple_of(KV_CHUNK);
+                let new = || Tensor::zeros((b, hk, cap, d), like.dtype(), like.device());
+                let (k, v) = (new()?, new()?);
+                if let Some(c) = kept.filter(|_| pos > 0) {
+                    k.slice_set(&c.k.narrow(2, 0, pos)?.contiguous()?, 2, 0)?;
+                    v.slice_set(&c.v.narrow(2, 0, pos)?.contiguous()?, 2, 0)?;
+                }
+                LayerKv { k, v, len: pos }
+            }
+        };
+        Ok(slot.insert(LayerKv { len: pos, ..c }))
+    }
+}
+
 /// One rank's KV cache and rotary tables for [`TpLlama::forward`].
 #[derive(Debug, Clone)]
 pub struct TpCache {
-    kvs: Vec<Option<(Tensor, Tensor)>>,
+    kvs: Vec<Option<LayerKv>>,
     cos: Tensor,
     sin: Tensor,
 }
@@ -121,7 +174,41 @@ impl Attention {
                 .contiguous()
         };
         let (joined, qkv) = self.qkv.forward_joined(x)?;
-        let mut v = qkv[2]
+        let scale = 1f32 / (self.head_dim as f32).sqrt();
+        let shape = (b, self.kv_heads, seq, self.head_dim);
+        if self.flash {
+            // The rotation, the cache writes and the attention in one call, on the heads as
+            // the product lays them out ((b, seq, heads, head_dim) views).
+            let heads = |t: &Tensor, n| t.reshape((b, seq, n, self.head_dim));
+            let q = heads(&qkv[0], self.heads)?;
+            let (k, v) = (
+                heads(&qkv[1], self.kv_heads)?,
+                heads(&qkv[2], self.kv_heads)?,
+            );
+            let kv = LayerKv::reserve(&mut cache.kvs[layer], shape, &k, pos)?;
+            let rotary = candle_flash_attn::Rotary {
+                cos: &cache.cos,
+                sin: &cache.sin,
+                interleaved: self.interleaved,
+            };
+            let y = candle_flash_attn::flash_attn_with_kvcache(
+                &q,
+                &kv.k.transpose(1, 2)?,
+                &kv.v.transpose(1, 2)?,
+                &k,
+                &v,
+                Some(rotary),
+                pos,
+                scale,
+                seq > 1,
+            )?;
+            kv.len = pos + seq;
+            // This rank's partial sum: the caller all-reduces it with the residual add and norm.
+            return self
+                .o
+                .partial(&y.reshape((b, seq, self.heads * self.head_dim))?);
+        }
+        let v = qkv[2]
             .reshape((b, seq, self.kv_heads, self.head_dim))?
             .transpose(1, 2)?;
         let cos = cache.cos.narrow(0, pos, seq)?;
@@ -131,7 +218,7 @@ impl Attention {
         } else {
             candle_nn::rotary_emb::rope
         };
-        let (q, mut k) = match joined {
+        let (q, k) = match joined {
             // One token of one sequence: q and k lie side by side in the stacked product, so
             // one rotary launch takes both heads' sets ((1, heads + kv heads, 1, d)), and q
             // and k are contiguous views of its output.
@@ -154,18 +241,12 @@ impl Attention {
                 rope(&split(qkv[1].clone(), self.kv_heads)?, &cos, &sin)?,
             ),
         };
-        if let Some((ck, cv)) = &cache.kvs[layer] {
-            k = Tensor::cat(&[ck, &k], 2)?.contiguous()?;
-            v = Tensor::cat(&[cv, &v], 2)?.contiguous()?;
-        }
-        cache.kvs[layer] = Some((k.clone(), v.clone()));
-        let scale = 1f32 / (self.head_dim as f32).sqrt();
-        let y = if self.flash {
-            // Flash attention takes fewer k/v heads than query heads itself (grouped-query
-            // attention): no copies of the cache per query group.
-            let (q, k, v) = (q.transpose(1, 2)?, k.transpose(1, 2)?, v.transpose(1, 2)?);
-            candle_flash_attn::flash_attn(&q, &k, &v, scale, seq > 1)?.transpose(1, 2)?
-        } else {
+        let kv = LayerKv::reserve(&mut cache.kvs[layer], shape, &k, pos)?;
+        kv.k.slice_set(&k.contiguous()?, 2, pos)?;
+        kv.v.slice_set(&v.contiguous()?, 2, pos)?;
+        kv.len = pos + seq;
+        let (k, v) = (kv.k.narrow(2, 0, kv.len)?, kv.v.narrow(2, 0, kv.len)?);
+        let y = {
             let rep = self.heads / self.kv_heads;
             let k = candle_transformers::utils::repeat_kv(k, rep)?;
             let v = candle_transformers::utils::repeat_kv(v, rep)?;

@@ -1,0 +1,105 @@
+//! `flash_attn_with_kvcache` on the device against the same calls on the host: a prompt and
+//! then one-token steps of a grouped-query decoder, q/k/v as views of a stacked product and the
+//! caches in a model's `(b, kv_heads, capacity, d)` layout; the caches hold the same rows
+//! (f16/bf16 bit for bit: each product and sum is rounded to the dtype on both sides) and the
+//! outputs agree within the attention tolerance of each dtype.
+
+use candle_core::{DType, Device, Result, Tensor};
+use candle_rocm::flash_attn as fa;
+use candle_rocm_tests::{assert_gpu_close, gpu, normal, rng};
+
+const H: usize = 8;
+const HK: usize = 2;
+const CAP: usize = 48;
+
+fn tol(dtype: DType) -> f64 {
+    match dtype {
+        DType::F16 => 2e-3,
+        DType::BF16 => 1.6e-2,
+        _ => 1e-4,
+    }
+}
+
+/// `shape` normal values from `seed` as `dtype`, on the CPU and the same bits on `dev`.
+fn pair(dev: &Device, seed: u64, shape: &[usize], dtype: DType) -> Result<(Tensor, Tensor)> {
+    let n = shape.iter().product();
+    let cpu = Tensor::from_vec(normal(&mut rng(seed), n, 1.0), shape, &Device::Cpu)?;
+    let cpu = cpu.to_dtype(dtype)?;
+    Ok((cpu.clone(), cpu.to_device(dev)?))
+}
+
+/// One step on `dev`'s tensors: q, k, v views of the stacked product `all`.
+fn step(
+    all: &Tensor,
+    d: usize,
+    (kc, vc): (&Tensor, &Tensor),
+    (cos, sin): (&Tensor, &Tensor),
+    interleaved: bool,
+    pos: usize,
+) -> Result<Tensor> {
+    let (b, seq, _) = all.dims3()?;
+    let part = |from: usize, heads: usize| -> Result<Tensor> {
+        all.narrow(2, from * d, heads * d)?
+            .reshape((b, seq, heads, d))
+    };
+    let (q, k, v) = (part(0, H)?, part(H, HK)?, part(H + HK, HK)?);
+    let rotary = fa::Rotary {
+        cos,
+        sin,
+        interleaved,
+    };
+    let scale = 1.0 / (d as f32).sqrt();
+    fa::flash_attn_with_kvcache(&q, kc, vc, &k, &v, Some(rotary), pos, scale, seq > 1)
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn a_prompt_then_decode_steps_match_the_host() -> Result<()> {
+    let dev = gpu()?;
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        for (d, interleaved) in [(64, true), (128, false), (64, false)] {
+            let what = format!("{dtype:?}, head_dim {d}, interleaved {interleaved}");
+            let (cos_c, cos_g) = pair(&dev, 3, &[CAP, d / 2], dtype)?;
+            let (sin_c, sin_g) = pair(&dev, 4, &[CAP, d / 2], dtype)?;
+            let cache = |dev: &Device| -> Result<Tensor> {
+                Tensor::zeros((1, HK, CAP, d), dtype, dev)?.transpose(1, 2)
+            };
+            let (kcc, vcc, kcg, vcg) = (
+                cache(&Device::Cpu)?,
+                cache(&Device::Cpu)?,
+                cache(&dev)?,
+                cache(&dev)?,
+            );
+            let mut pos = 0;
+            for (i, seq) in [7, 1, 1, 1, 1, 1].into_iter().enumerate() {
+                let (ac, ag) = pair(&dev, 10 + i as u64, &[1, seq, (H + 2 * HK) * d], dtype)?;
+                let want = step(&ac, d, (&kcc, &vcc), (&cos_c, &sin_c), interleaved, pos)?;
+                let got = step(&ag, d, (&kcg, &vcg), (&cos_g, &sin_g), interleaved, pos)?;
+                let at = format!("{what}, step {i} at {pos}");
+                assert_gpu_close(&got, &want, tol(dtype), &at)?;
+                pos += seq;
+            }
+            let cache_tol = if dtype == DType::F32 { 1e-6 } else { 0.0 };
+            assert_gpu_close(&kcg, &kcc, cache_tol, &format!("key cache, {what}"))?;
+            assert_gpu_close(&vcg, &vcc, 0.0, &format!("value cache, {what}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// A call the cache cannot hold is refused on the device too, before anything is written.
+#[test]
+#[ignore = "needs a HIP device"]
+fn a_full_cache_is_refused_on_the_device() -> Result<()> {
+    let dev = gpu()?;
+    let d = 64;
+    let (_, cos) = pair(&dev, 3, &[CAP, d / 2], DType::F32)?;
+    let kc = Tensor::zeros((1, CAP, HK, d), DType::F32, &dev)?;
+    let vc = Tensor::zeros((1, CAP, HK, d), DType::F32, &dev)?;
+    let (_, all) = pair(&dev, 5, &[1, 2, (H + 2 * HK) * d], DType::F32)?;
+    let e = step(&all, d, (&kc, &vc), (&cos, &cos), false, CAP - 1).unwrap_err();
+    assert!(e.to_string().contains("cache_seqlen"), "{e}");
+    let sum = (kc.abs()?.sum_all()? + vc.abs()?.sum_all()?)?.to_scalar::<f32>()?;
+    assert_eq!(sum, 0.0);
+    Ok(())
+}
