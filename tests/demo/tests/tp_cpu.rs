@@ -19,7 +19,7 @@ use candle_nn::VarBuilder;
 use candle_rocm_demo::tp::{
     check_split_gguf, forced_logits, generate, gguf_config, load_dir, load_gguf,
     write_random_llama, write_random_llama_gguf, GgufTypes, Shard, ShardedWeights, Solo, TpError,
-    TpLlama, VocabSplit, World,
+    TpCache, TpLlama, VocabSplit, World,
 };
 use candle_transformers::models::llama::{Cache, Llama};
 use candle_transformers::models::quantized_llama::ModelWeights;
@@ -117,6 +117,46 @@ fn a_world_of_one_computes_candle_transformers_llama() {
         d <= 1e-5,
         "world of one against candle-transformers: max |diff| {d}"
     );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A cache cloned mid-sequence decodes on its own: the KV buffers it shares with the original
+/// (written in place) are copied before either writes into them.
+#[test]
+fn a_cloned_cache_decodes_on_its_own() {
+    let dir = temp_dir("clone");
+    write_random_llama(&dir, &config(2, 96), DType::F32).unwrap();
+    let dev = &Device::Cpu;
+    let (cfg, _) = candle_rocm_demo::tp::read_config(&dir, false).unwrap();
+    let model = load_dir(&dir, &cfg, Arc::new(Solo), DType::F32, dev).unwrap();
+    let step = |cache: &mut TpCache, tokens: &[u32], pos: usize| -> Vec<f32> {
+        let x = Tensor::new(tokens, dev).unwrap().unsqueeze(0).unwrap();
+        let logits = model.forward(&x, pos, cache).unwrap();
+        logits.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+    };
+    let prompt = [5u32, 9, 13, 2];
+    let (a, b) = ([7u32, 8, 9], [40u32, 41, 42]);
+    // Each continuation on a cache of its own.
+    let own = |cont: &[u32]| -> Vec<Vec<f32>> {
+        let mut c = TpCache::new(model.config(), DType::F32, dev).unwrap();
+        step(&mut c, &prompt, 0);
+        cont.iter()
+            .enumerate()
+            .map(|(i, &t)| step(&mut c, &[t], prompt.len() + i))
+            .collect()
+    };
+    let (want_a, want_b) = (own(&a), own(&b));
+    let mut original = TpCache::new(model.config(), DType::F32, dev).unwrap();
+    step(&mut original, &prompt, 0);
+    let mut clone = original.clone();
+    for i in 0..a.len() {
+        let pos = prompt.len() + i;
+        let ga = step(&mut original, &[a[i]], pos);
+        let gb = step(&mut clone, &[b[i]], pos);
+        assert_eq!(ga, want_a[i], "original, step {i}");
+        assert_eq!(gb, want_b[i], "clone, step {i}");
+        assert_ne!(want_a[i], want_b[i], "step {i}");
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -46,6 +46,9 @@ struct LayerKv {
     k: Tensor,
     v: Tensor,
     len: usize,
+    /// Shared with the caches cloned from this one (same buffers): while it is, a step first
+    /// copies the buffers, so clones never write into each other's.
+    owner: Arc<()>,
 }
 
 impl LayerKv {
@@ -72,16 +75,26 @@ impl LayerKv {
         }
         let cap = kept.as_ref().map_or(0, |c| c.k.dim(2).unwrap_or(0));
         let c = match kept {
-            Some(c) if pos + seq <= cap => c,
+            Some(c) if pos + seq <= cap && Arc::strong_count(&c.owner) == 1 => c,
             kept => {
-                let cap = (2 * cap).max(pos + seq).next_multiple_of(KV_CHUNK);
+                // Full (twice as long), or shared with a clone (a copy of the same length).
+                let cap = if pos + seq <= cap {
+                    cap
+                } else {
+                    (2 * cap).max(pos + seq).next_multiple_of(KV_CHUNK)
+                };
                 let new = || Tensor::zeros((b, hk, cap, d), like.dtype(), like.device());
                 let (k, v) = (new()?, new()?);
                 if let Some(c) = kept.filter(|_| pos > 0) {
                     k.slice_set(&c.k.narrow(2, 0, pos)?.contiguous()?, 2, 0)?;
                     v.slice_set(&c.v.narrow(2, 0, pos)?.contiguous()?, 2, 0)?;
                 }
-                LayerKv { k, v, len: pos }
+                LayerKv {
+                    k,
+                    v,
+                    len: pos,
+                    owner: Arc::new(()),
+                }
             }
         };
         Ok(slot.insert(LayerKv { len: pos, ..c }))
