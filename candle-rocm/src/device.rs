@@ -36,9 +36,6 @@ struct Inner {
     /// Tried on the first convolution that asks for MIOpen: `Some(None)` when it is absent,
     /// disabled or failed to start (logged once).
     miopen: Mutex<Option<Option<MiopenHandle>>>,
-    /// The flash decode kernels' split counters ([`RocmDevice::split_counters`]), made on first
-    /// use; `None` when that allocation failed.
-    split_counters: std::sync::OnceLock<Option<DeviceBuffer<u32>>>,
 }
 
 /// A ROCm device for Candle. Cheap to clone (shared).
@@ -60,10 +57,6 @@ pub const BACKEND_NAME: &str = "rocm";
 /// again: code that reads a result every few ops (a test, an op-by-op benchmark) pays for no
 /// one-kernel graphs, while a decode step of hundreds of ops loses only these few.
 const GRAPH_PLAIN_HEAD: usize = 4;
-
-/// Counters a device keeps for the flash decode kernels' in-kernel combine (sequences x kv
-/// heads of one call).
-pub(crate) const SPLIT_COUNTERS: usize = 4096;
 
 /// Threads per block for elementwise kernels (candle's kernels loop over the grid).
 const BLOCK: u32 = 1024;
@@ -107,7 +100,6 @@ impl RocmDevice {
                 }),
                 blas: Mutex::new(None),
                 miopen: Mutex::new(None),
-                split_counters: std::sync::OnceLock::new(),
             }),
         })
     }
@@ -168,23 +160,6 @@ impl RocmDevice {
     /// Uninitialised device memory from the caching allocator.
     pub(crate) fn alloc<T: DeviceRepr>(&self, len: usize) -> Result<DeviceBuffer<T>, BackendError> {
         Ok(self.stream().alloc::<T>(len)?)
-    }
-
-    /// The address of `n` counters for the flash decode kernels' in-kernel combine: zeroed u32
-    /// the kernels leave at zero after every launch (one per sequence and kv head of a call),
-    /// shared by the calls of this device, which its one stream orders. `None` past
-    /// [`SPLIT_COUNTERS`] or when they could not be allocated (the caller then launches the
-    /// combine).
-    pub(crate) fn split_counters(&self, n: usize) -> Option<u64> {
-        if n > SPLIT_COUNTERS {
-            return None;
-        }
-        let counters = self.inner.split_counters.get_or_init(|| {
-            self.zeros::<u32>(SPLIT_COUNTERS)
-                .map_err(|e| tracing::debug!("no split counters on this device: {e}"))
-                .ok()
-        });
-        counters.as_ref().map(|c| c.device_ptr() as u64)
     }
 
     /// `len` zeroed elements.

@@ -47,8 +47,6 @@
 //     o_part[((s * total_q + tok) * heads + h) * d + col] and its log2-sum-exp to
 //     lse_part[(s * total_q + tok) * heads + h] (-inf when it saw no key), tok = tok0_q + i
 //     (b * seqlen_q + i for dense calls).
-//     fa_dec* with p.counters set (a zeroed u32 per (sequence, kv head)): the last block of
-//     each to finish merges the splits into o as fa_combine does and zeroes its counter.
 //   fa_mma_<T>_<DMAX>(fa_params p)  T in f16, bf16; DMAX 64, 128, 256: fa_fwd_*'s contract
 //     (splits included) on matrix units, BM = 64 rows a tile, grid as fa_fwd_*'s (tiers 64
 //     and 128 pipelined, attention/mma_pipe.h; 256 chunked, attention/mma.h); only for
@@ -105,8 +103,6 @@ struct fa_params {
     const uint32_t *block_table;
     const float *alibi;
     const int32_t *mm_prefix; // (batch, mm_ranges, 2), batch stride mm_stride
-    uint32_t *counters;       // split calls of the FMA decode kernels: (batch, kv_heads), zero
-                              // between launches; set, the kernel merges the splits (no combine)
     uint64_t q_batch, q_row, q_head;
     uint64_t k_batch, k_row, k_head;
     uint64_t v_batch, v_row, v_head;
@@ -124,8 +120,8 @@ struct fa_params {
 
 #include "attention/common.h"
 #include "attention/tile.h"
-#include "attention/combine.h"
 #include "attention/decode.h"
+#include "attention/combine.h"
 #include "attention/cache.h"
 #include "mma/tile.h"
 #include "mma/frag.h"

@@ -34,7 +34,7 @@ pub const MMA_ROWS: usize = 64;
 /// The head-dim tiers the kernels are built for (`DMAX`).
 pub const TIERS: [usize; 4] = [64, 128, 256, 512];
 
-/// `struct fa_params` of `attention.hip`, field for field (272 bytes, 8-byte aligned): device
+/// `struct fa_params` of `attention.hip`, field for field (264 bytes, 8-byte aligned): device
 /// addresses as `u64` (0 for an absent operand), strides in elements.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -51,7 +51,6 @@ pub struct FaParams {
     pub block_table: u64,
     pub alibi: u64,
     pub mm_prefix: u64,
-    pub counters: u64,
     pub q_batch: u64,
     pub q_row: u64,
     pub q_head: u64,
@@ -86,7 +85,7 @@ pub struct FaParams {
     pub softcap: f32,
 }
 
-// SAFETY: FaParams is plain old data (u64/u32/i32/f32 fields, `repr(C)`, no padding: 24 u64
+// SAFETY: FaParams is plain old data (u64/u32/i32/f32 fields, `repr(C)`, no padding: 23 u64
 // then 20 four-byte fields), valid for any bit pattern and copied to the kernel by value.
 unsafe impl DeviceRepr for FaParams {}
 
@@ -424,23 +423,14 @@ pub fn cache_write<T: RocmDType>(
 mod tests {
     use super::*;
 
-    /// The struct has the C layout of `fa_params`: 24 eight-byte fields then 20 four-byte ones.
+    /// The struct has the C layout of `fa_params`: 23 eight-byte fields then 20 four-byte ones.
     #[test]
     fn params_layout_matches_the_kernels() {
-        assert_eq!(std::mem::size_of::<FaParams>(), 272);
+        assert_eq!(std::mem::size_of::<FaParams>(), 264);
         assert_eq!(std::mem::align_of::<FaParams>(), 8);
-        assert_eq!(std::mem::offset_of!(FaParams, counters), 11 * 8);
-        assert_eq!(std::mem::offset_of!(FaParams, heads), 24 * 8);
-        assert_eq!(std::mem::offset_of!(FaParams, window_left), 24 * 8 + 16 * 4);
-        assert_eq!(std::mem::offset_of!(FaParams, softcap), 268);
-        // The C side: `counters` right after `mm_prefix`.
-        let src = crate::launch::arg_layout::hip_source("attention.hip");
-        let body = src.split_once("struct fa_params {").unwrap().1;
-        let (prefix, counters) = (
-            body.find("*mm_prefix;").unwrap(),
-            body.find("*counters;").unwrap(),
-        );
-        assert!(prefix < counters && !body[prefix..counters].contains("uint64_t"));
+        assert_eq!(std::mem::offset_of!(FaParams, heads), 23 * 8);
+        assert_eq!(std::mem::offset_of!(FaParams, window_left), 23 * 8 + 16 * 4);
+        assert_eq!(std::mem::offset_of!(FaParams, softcap), 260);
     }
 
     #[test]

@@ -22,9 +22,7 @@
 // Three barriers a sub-tile. Shared-memory rows are padded by one chunk so the lanes reading
 // different rows at the same column hit different banks. At the end the key groups' partial
 // outputs are added in group order in shared memory (deterministic), and the rows are
-// normalised and written as the tile kernels write them (T, or the split workspace); with
-// counters (p.counters), the last split of a (sequence, kv head) to finish then merges the
-// splits itself (flash decoding's combine without a launch of its own).
+// normalised and written as the tile kernels write them (T, or the split workspace).
 //
 // Splits count in tiles of FA_DEC_TILE (128) keys (the host's DECODE_KEY_TILE), f32 ones in
 // tiles of FA_DEC_TILE_F32 (32, DECODE_KEY_TILE_F32): an f32 decode (the GGUF models' f32 KV
@@ -315,25 +313,5 @@ __device__ __forceinline__ void fa_decode(const fa_params &p) {
             T *const op = (T *)p.o + (uint64_t)b * p.o_batch + (s.tok0_q + i) * p.o_row + h * p.o_head;
             op[col] = fa_from<T>(val);
         }
-    }
-    // The combine in the same launch (p.counters set): the last block of this (sequence, kv
-    // head) to count merges every split's rows, as fa_combine would, so no combine launch
-    // follows. Its counter goes back to zero for the next call.
-    if (p.splits > 1 && p.counters) {
-        __shared__ uint32_t last;
-        __threadfence(); // this block's parts are visible device-wide before it counts
-        __syncthreads();
-        uint32_t *const ctr = p.counters + (uint64_t)b * p.kv_heads + hk;
-        if (tid == 0) last = atomicAdd(ctr, 1u) == p.splits - 1;
-        __syncthreads();
-        if (!last) return;
-        __threadfence(); // the parts of the blocks that counted before this one are visible here
-        for (uint32_t r = 0; r < rows; r++) {
-            const uint32_t i = r / G;
-            const uint64_t h = (uint64_t)hk * G + r % G;
-            T *const op = (T *)p.o + (uint64_t)b * p.o_batch + (s.tok0_q + i) * p.o_row + h * p.o_head;
-            fa_combine_row<T>(p, (uint64_t)(s.ws_tok0 + i) * p.heads + h, op, tid, FA_THREADS);
-        }
-        if (tid == 0) *ctr = 0;
     }
 }

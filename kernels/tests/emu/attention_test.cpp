@@ -4,8 +4,7 @@
 // and head strides of a packed qkv tensor, GQA/MQA, causal, windowed, ALiBi, softcap and
 // multimodal-prefix masks, bottom-right alignment (sq != sk, and sq > sk: rows with no key),
 // variable-length batches, a paged cache with a shuffled block table, unaligned operands (the
-// element-load path), and calls split over the keys merged by fa_combine_* (the FMA decode
-// kernels' splits by the kernel's last block, through counters); then
+// element-load path), and calls split over the keys merged by fa_combine_*; then
 // fa_cache_write_*. Inputs are multiples of 1/8 (exact in every T); the tolerance is f32
 // arithmetic plus the output's rounding to T. Output elements outside the result keep their
 // poison. Prints bad=<mismatches> and exits non-zero on any.
@@ -195,11 +194,6 @@ static void run(const Run<T> &k, const Case &cs, bool decode) {
         p.o_part = opart.data();
         p.lse_part = lse.data();
     }
-    // The FMA decode kernels merge their splits themselves (the host's counters); the others'
-    // splits go through fa_combine.
-    std::vector<uint32_t> counters(B * HK, 0);
-    const bool fused = cs.splits > 1 && decode && !k.mma;
-    if (fused) p.counters = counters.data();
     const uint32_t bm = k.mma || k.dmax <= 128 ? 64 : k.dmax == 256 ? 32 : 16;
     const uint32_t tiles = decode ? 1 : (p.seqlen_q * G + bm - 1) / bm;
     Kernel kern = !decode ? k.fwd : packed <= 4 ? k.dec4 : k.dec8;
@@ -208,9 +202,7 @@ static void run(const Run<T> &k, const Case &cs, bool decode) {
         C.fail("launch failed");
         return;
     }
-    for (uint32_t c : counters)
-        if (c != 0) C.fail("a split counter was left at %u", c);
-    if (cs.splits > 1 && !fused) {
+    if (cs.splits > 1) {
         launches++;
         if (!emu::launch("combine", k.combine, dim3(total_q, H), dim3(FA_THREADS), p)) {
             C.fail("combine launch failed");

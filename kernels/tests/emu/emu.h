@@ -380,14 +380,6 @@ inline int ds_bpermute(int addr, int v) {
 } // namespace emu
 
 inline void __syncthreads() { emu::block_barrier(); }
-// Blocks run one after another, and a block's threads switch only at barriers and shuffles:
-// a read-modify-write is atomic as written, and a fence orders nothing more.
-inline unsigned int atomicAdd(unsigned int *p, unsigned int v) {
-    const unsigned int old = *p;
-    *p = old + v;
-    return old;
-}
-inline void __threadfence() {}
 // __syncwarp (CUDA; on AMD candle_hip_compat.h's wave fence): every lane of the wave meets here
 // (a shuffle of nothing), so a lane's shared-memory writes before it are there for the others.
 inline void __syncwarp(unsigned mask = 0xffffffffu) {

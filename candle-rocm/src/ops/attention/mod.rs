@@ -246,17 +246,6 @@ fn run<T: RocmDType>(
     } else {
         (None, None)
     };
-    // The FMA decode kernels merge their own splits (the last block of each sequence and kv
-    // head to finish), counting on the device's zeroed counters: no combine launch.
-    let merged_in_kernel = splits > 1
-        && matches!(kernel, TileKernel::Decode4 | TileKernel::Decode8)
-        && match dev.split_counters(batch * hk) {
-            Some(c) => {
-                p.counters = c;
-                true
-            }
-            None => false,
-        };
     let grid = TileGrid {
         tier,
         kernel,
@@ -297,9 +286,7 @@ fn run<T: RocmDType>(
     // uploaded prefix ranges); o holds total_q x heads x d; o_part/lse_part were sized for
     // splits x total_q x heads rows; every buffer lives until the function returns, after the
     // launches are queued on the device's one stream (the caching allocator reuses memory in
-    // stream order). (2) o, o_part and lse_part are fresh allocations; the counters (set only
-    // for the FMA decode kernels) are batch x kv_heads of the device's zeroed set, which each
-    // launch leaves at zero and no other kernel touches. (3) the grid was built
+    // stream order). (2) o, o_part and lse_part are fresh allocations. (3) the grid was built
     // from the same numbers as p (the kernel's tiles over max_q x group rows, kv_heads x
     // splits of its key tiles, batch) and d <= tier.
     unsafe {
@@ -310,7 +297,7 @@ fn run<T: RocmDType>(
                 format_args!("the matrix-unit tile of tier {tier}, found a moment ago, is missing"),
             ));
         }
-        if splits > 1 && !merged_in_kernel {
+        if splits > 1 {
             launch::combine(dev, T::DTYPE, &p)?;
         }
     }
