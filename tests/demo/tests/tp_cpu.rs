@@ -18,8 +18,8 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use candle_rocm_demo::tp::{
     check_split_gguf, forced_logits, generate, gguf_config, load_dir, load_gguf,
-    write_random_llama, write_random_llama_gguf, GgufTypes, Shard, ShardedWeights, Solo, TpError,
-    TpCache, TpLlama, VocabSplit, World,
+    write_random_llama, write_random_llama_gguf, GgufTypes, Shard, ShardedWeights, Solo, TpCache,
+    TpError, TpLlama, VocabSplit, World,
 };
 use candle_transformers::models::llama::{Cache, Llama};
 use candle_transformers::models::quantized_llama::ModelWeights;

@@ -26,7 +26,8 @@ const DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
 const SEQLENS: [usize; 6] = [1, 2, 63, 64, 65, 200];
 const GQA: [usize; 3] = [1, 4, 8];
 
-fn tol(dtype: DType) -> f64 {
+/// The attention tolerance of each dtype (relative to the largest expected value).
+pub(crate) fn tol(dtype: DType) -> f64 {
     match dtype {
         DType::F16 => 2e-3,
         DType::BF16 => 1.6e-2,
@@ -35,7 +36,12 @@ fn tol(dtype: DType) -> f64 {
 }
 
 /// `shape` normal values from `seed` as `dtype`, on the CPU and the same bits on `dev`.
-fn pair(dev: &Device, seed: u64, shape: &[usize], dtype: DType) -> Result<(Tensor, Tensor)> {
+pub(crate) fn pair(
+    dev: &Device,
+    seed: u64,
+    shape: &[usize],
+    dtype: DType,
+) -> Result<(Tensor, Tensor)> {
     let n = shape.iter().product();
     let cpu = Tensor::from_vec(normal(&mut rng(seed), n, 1.0), shape, &Device::Cpu)?;
     let cpu = cpu.to_dtype(dtype)?;

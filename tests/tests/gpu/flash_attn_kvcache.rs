@@ -6,27 +6,13 @@
 
 use candle_core::{DType, Device, Result, Tensor};
 use candle_rocm::flash_attn as fa;
-use candle_rocm_tests::{assert_gpu_close, gpu, normal, rng};
+use candle_rocm_tests::{assert_gpu_close, gpu};
+
+use crate::flash_attn::{pair, tol};
 
 const H: usize = 8;
 const HK: usize = 2;
 const CAP: usize = 48;
-
-fn tol(dtype: DType) -> f64 {
-    match dtype {
-        DType::F16 => 2e-3,
-        DType::BF16 => 1.6e-2,
-        _ => 1e-4,
-    }
-}
-
-/// `shape` normal values from `seed` as `dtype`, on the CPU and the same bits on `dev`.
-fn pair(dev: &Device, seed: u64, shape: &[usize], dtype: DType) -> Result<(Tensor, Tensor)> {
-    let n = shape.iter().product();
-    let cpu = Tensor::from_vec(normal(&mut rng(seed), n, 1.0), shape, &Device::Cpu)?;
-    let cpu = cpu.to_dtype(dtype)?;
-    Ok((cpu.clone(), cpu.to_device(dev)?))
-}
 
 /// One step on `dev`'s tensors: q, k, v views of the stacked product `all`.
 fn step(
