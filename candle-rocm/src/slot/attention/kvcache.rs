@@ -18,7 +18,7 @@ use candle_core::{
     CpuStorage, CustomOp3, DType, InplaceOp1, InplaceOp2, Layout, Result, Shape, Storage, Tensor,
 };
 
-use super::op::FlashAttn;
+use super::op::{extra, rocm, FlashAttn};
 use rocm_safe::{DeviceBuffer, DeviceView};
 
 use crate::dtype::RocmDType;
@@ -26,7 +26,7 @@ use crate::dtype::RocmStorageSlice as S;
 use crate::error::BackendError;
 use crate::launch::rope_cache::{rope_cache, RopeCacheGeometry, Rotation};
 use crate::layout::{parameter_error, shape_error};
-use crate::ops::attention::{forward, Extras};
+use crate::ops::attention::{forward, Extra, Extras};
 use crate::storage::RocmStorage;
 
 const OP: &str = "flash-attn-with-kvcache";
@@ -120,11 +120,12 @@ fn shares_storage(
 ) -> bool {
     let addr = |t: &Tensor| &*t.storage_and_layout().0 as *const Storage as usize;
     let (kc, vc) = (addr(kc), addr(vc));
-    let mut inputs = vec![addr(q), addr(k), addr(v)];
-    if let Some(r) = rotary {
-        inputs.extend([addr(r.cos), addr(r.sin)]);
-    }
-    kc == vc || inputs.iter().any(|&a| a == kc || a == vc)
+    let tables = rotary.map(|r| [r.cos, r.sin]);
+    kc == vc
+        || [q, k, v]
+            .into_iter()
+            .chain(tables.into_iter().flatten())
+            .any(|t| addr(t) == kc || addr(t) == vc)
 }
 
 /// The call's geometry, every argument checked (shapes, dtypes, devices, the cache's room and
@@ -188,11 +189,9 @@ fn geometry(
     if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
         return Err(BackendError::UnsupportedDtype { op: OP, dtype }.into());
     }
-    let mut others = vec![("k_cache", kc), ("v_cache", vc), ("k", k), ("v", v)];
-    if let Some(r) = rotary {
-        others.extend([("cos", r.cos), ("sin", r.sin)]);
-    }
-    for (what, t) in &others {
+    let tables = rotary.map(|r| [("cos", r.cos), ("sin", r.sin)]);
+    let others = [("k_cache", kc), ("v_cache", vc), ("k", k), ("v", v)];
+    for (what, t) in others.into_iter().chain(tables.into_iter().flatten()) {
         if t.dtype() != dtype {
             return Err(parameter_error(
                 OP,
@@ -416,9 +415,7 @@ impl CustomOp3 for Step {
         v: &dyn ExtStorage,
         vl: &Layout,
     ) -> FusedResult {
-        let [Some(q), Some(k), Some(v)] =
-            [q, k, v].map(|s| s.as_any().downcast_ref::<RocmStorage>())
-        else {
+        let Some([q, k, v]) = rocm([q, k, v]) else {
             return Ok(None);
         };
         let inputs = Inputs {
@@ -536,16 +533,10 @@ fn run(
         .map(|(c, s)| (c.storage_and_layout(), s.storage_and_layout()));
     let tables = match &guards {
         None => None,
-        Some(((c, cl), (s, sl))) => match (&**c, &**s) {
-            (Storage::Ext(c), Storage::Ext(s)) => match (
-                c.as_any().downcast_ref::<RocmStorage>(),
-                s.as_any().downcast_ref::<RocmStorage>(),
-            ) {
-                (Some(c), Some(s)) => Some([(c, cl.start_offset()), (s, sl.start_offset())]),
-                _ => return Err(parameter_error(OP, "cos/sin are not on q's device").into()),
-            },
-            _ => return Err(parameter_error(OP, "cos/sin are not on q's device").into()),
-        },
+        Some(((c, cl), (s, sl))) => Some([
+            extra(OP, "cos", (&**c, cl), &dev)?,
+            extra(OP, "sin", (&**s, sl), &dev)?,
+        ]),
     };
     let offsets = [ql, kl, vl, kcl, vcl].map(|l| l.start_offset());
     let rotated = match (&q.slice, &k.slice, &v.slice, &mut kc.slice, &mut vc.slice) {
@@ -572,12 +563,9 @@ fn run(
     Ok(RocmStorage::new(out, dev))
 }
 
-/// A rotary table's storage and its first element.
-type Table<'a> = (&'a RocmStorage, usize);
-
 /// A rotary table's buffer, of q's dtype.
-fn table<T: RocmDType>(s: &RocmStorage) -> std::result::Result<&DeviceBuffer<T>, BackendError> {
-    T::as_buffer(&s.slice).ok_or_else(|| parameter_error(OP, "cos/sin are not of q's dtype"))
+fn table<T: RocmDType>(s: &S) -> std::result::Result<&DeviceBuffer<T>, BackendError> {
+    T::as_buffer(s).ok_or_else(|| parameter_error(OP, "cos/sin are not of q's dtype"))
 }
 
 /// `b` from element `o` on.
@@ -593,7 +581,7 @@ fn launch<T: RocmDType>(
     dev: &crate::device::RocmDevice,
     g: &RopeCacheGeometry,
     [q, k, v]: [&DeviceBuffer<T>; 3],
-    tables: Option<[Table<'_>; 2]>,
+    tables: Option<[Extra<'_>; 2]>,
     [kc, vc]: [&mut DeviceBuffer<T>; 2],
     [qo, ko, vo, kco, vco]: [usize; 5],
 ) -> std::result::Result<Option<DeviceBuffer<T>>, BackendError> {

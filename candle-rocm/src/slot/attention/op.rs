@@ -451,7 +451,7 @@ fn host_alibi(alibi: Option<&Tensor>) -> candle_core::Result<Option<Vec<f32>>> {
 }
 
 /// A device operand of the call: a ROCm storage on `dev`, its view contiguous.
-fn extra<'a>(
+pub(super) fn extra<'a>(
     op: &str,
     what: &str,
     (s, l): (&'a Storage, &Layout),
@@ -481,7 +481,7 @@ fn extra<'a>(
 }
 
 /// The three ROCm storages, or `None` when any operand is another backend's.
-fn rocm(ops: [&dyn ExtStorage; 3]) -> Option<[&RocmStorage; 3]> {
+pub(super) fn rocm(ops: [&dyn ExtStorage; 3]) -> Option<[&RocmStorage; 3]> {
     let [q, k, v] = ops.map(|s| s.as_any().downcast_ref::<RocmStorage>());
     Some([q?, k?, v?])
 }
