@@ -25,6 +25,7 @@ const LEVELS: &[(&str, u32)] = &[
     ("launch::candle", 61),
     ("launch::collective", 61),
     ("launch::conv_plan", 61),
+    ("launch::conv_tiles", 62),
     ("launch::copy", 61),
     ("launch::gemv", 61),
     ("launch::gemv_nn", 62),

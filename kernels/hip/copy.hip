@@ -30,12 +30,25 @@
 // positions in order, so a row is written with consecutive stores, and a GEMM of the kernel
 // (c_out, c_in * k_h * k_w) by a tile's rows writes the NCHW output directly. The input is
 // read through its four strides (any layout: a channel slice of a grouped convolution too).
-// A thread takes one column (one output position: one division) of one (image, channel) plane
-// and writes its k_h * k_w taps down the plane's rows. Grid: blocks of any size in x stride
-// over the columns, gridDim.y over the planes (images * c_in; grid-stride loops both ways).
-// Sizes (rows, cols, p0 + cols, the dims) fit 32 bits, checked on the host; element offsets
-// are 64-bit. Zero is the all-zero bit pattern, which is 0 in every dtype, so the kernels move
-// bits like the copies above.
+// With `stacked` = 1 the tile's images lie side by side along the columns instead: row
+// r = (ci * k_h + ky) * k_w + kx, column img * cols + i, row length images * cols
+// (dst[r * images * cols + img * cols + i]), so one GEMM of the kernel by the whole tile has
+// images * cols rows of output positions (a tall product, not a batch of short ones; the
+// caller then permutes its (c_out, image, position) result into NCHW). `rows` is
+// images * c_in * k_h * k_w either way: the matrix has the same elements, only their places
+// differ.
+// A thread takes a run of consecutive columns of one plane (the runs numbered plane by plane,
+// so a block's threads cover consecutive columns, and the next plane's when an image has fewer
+// positions than a block has threads: ResNet's 49 and 196) and writes each column's k_h * k_w
+// taps down the plane's rows. A run is IM2COL_RUN columns for a 1x1 kernel, whose one tap a
+// column leaves the index divisions the cost (the run steps its output position instead of
+// dividing again), and one column otherwise (a warp's stores then stay contiguous, which the
+// taps' many stores need more than fewer divisions). Grid: any, read as one
+// line of blocks (blockIdx.y * gridDim.x + blockIdx.x) striding over the runs. Sizes (rows,
+// cols, p0 + cols, the dims) fit 32 bits, checked on the host; the run count and element
+// offsets are 64-bit. Zero is the all-zero bit pattern, which is 0 in every dtype, so the kernels move
+// bits like the copies above. unstack_rows_b<W> (below the im2col) puts a stacked tile's
+// product into NCHW.
 #include <stdint.h>
 
 #define CP_MAX 8
@@ -89,22 +102,35 @@ struct Im2colArgs {
     uint32_t rows;                       // images * c_in * k_h * k_w
     uint32_t cols;                       // output positions in the tile
     uint32_t p0;                         // the tile's first output position
-    uint32_t unused;                     // keeps the size a multiple of 8 on both sides
+    uint32_t stacked;                    // 1: images side by side along the columns (above)
 };
 static_assert(sizeof(Im2colArgs) == 96, "Im2colArgs must match candle-rocm's layout");
+
+#define IM2COL_RUN 4
 
 template <typename T>
 __device__ __forceinline__ void im2col_rows(const Im2colArgs &a, const T *src, T *dst) {
     const uint32_t taps = a.k_h * a.k_w;
     const uint32_t planes = a.rows / taps; // images * c_in; the host passes rows = planes * taps
-    const uint32_t step = gridDim.x * blockDim.x;
-    for (uint32_t plane = blockIdx.y; plane < planes; plane += gridDim.y) {
+    // Row length, and where an image's block and a channel's rows start (both layouts above).
+    const uint64_t ld = a.stacked ? (uint64_t)(planes / a.c_in) * a.cols : a.cols;
+    const uint64_t img_at = a.stacked ? a.cols : (uint64_t)a.c_in * taps * a.cols;
+    const uint32_t run = taps == 1 ? IM2COL_RUN : 1;
+    const uint32_t runs = (a.cols + run - 1) / run; // a plane's runs
+    const uint64_t items = (uint64_t)planes * runs;
+    const bool narrow = items <= 0xffffffffull; // 32-bit divisions (every tile the host makes)
+    const uint64_t step = (uint64_t)gridDim.x * gridDim.y * blockDim.x;
+    for (uint64_t t = ((uint64_t)blockIdx.y * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
+         t < items; t += step) {
+        const uint32_t plane = narrow ? (uint32_t)t / runs : (uint32_t)(t / runs);
+        const uint32_t i0 = (uint32_t)(t - (uint64_t)plane * runs) * run;
         const uint32_t img = plane / a.c_in, ci = plane - img * a.c_in;
         const T *in = src + (uint64_t)img * a.s_b + (uint64_t)ci * a.s_c;
-        T *out = dst + (uint64_t)plane * taps * a.cols;
-        for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < a.cols; i += step) {
-            const uint32_t p = a.p0 + i;
-            const uint32_t oy = p / a.w_out, ox = p - oy * a.w_out;
+        T *out = dst + (uint64_t)img * img_at + (uint64_t)ci * taps * ld;
+        const uint32_t p = a.p0 + i0;
+        uint32_t oy = p / a.w_out, ox = p - oy * a.w_out;
+        const uint32_t end = a.cols - i0 < run ? a.cols : i0 + run;
+        for (uint32_t i = i0; i < end; i++) {
             const int64_t y0 = (int64_t)oy * a.stride_h - (int64_t)a.pad_h;
             const int64_t x0 = (int64_t)ox * a.stride_w - (int64_t)a.pad_w;
             T *o = out + i;
@@ -118,10 +144,42 @@ __device__ __forceinline__ void im2col_rows(const Im2colArgs &a, const T *src, T
                     T v = 0;
                     if (row_in && ix >= 0 && ix < (int64_t)a.w_in) v = line[(uint64_t)ix * a.s_w];
                     *o = v;
-                    o += a.cols;
+                    o += ld;
                 }
             }
+            if (++ox == a.w_out) {
+                ox = 0;
+                oy++;
+            }
         }
+    }
+}
+
+// The stacked tiles' product back into NCHW: unstack_rows_b<W>(const T* src, T* dst, uint32_t
+// images, uint32_t c_out, uint32_t cols) writes dst[(img * c_out + co) * cols + q] =
+// src[(co * images + img) * cols + q] for img < images, co < c_out, q < cols: the GEMM's
+// (c_out, image, position) result as (image, c_out, position), rows of `cols` elements moved
+// whole. A thread takes a run of UNSTACK_RUN consecutive elements of one destination row (two
+// divisions a run; the runs numbered row by row); grid: any, read as one line of blocks. The
+// host checks that images * c_out * cols elements fit both buffers.
+#define UNSTACK_RUN 4
+
+template <typename T>
+__device__ __forceinline__ void unstack_rows(const T *src, T *dst, uint32_t images, uint32_t c_out,
+                                             uint32_t cols) {
+    const uint32_t runs = (cols + UNSTACK_RUN - 1) / UNSTACK_RUN; // a row's runs
+    const uint64_t items = (uint64_t)images * c_out * runs;
+    const bool narrow = items <= 0xffffffffull;
+    const uint64_t step = (uint64_t)gridDim.x * gridDim.y * blockDim.x;
+    for (uint64_t t = ((uint64_t)blockIdx.y * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
+         t < items; t += step) {
+        const uint32_t row = narrow ? (uint32_t)t / runs : (uint32_t)(t / runs);
+        const uint32_t q0 = (uint32_t)(t - (uint64_t)row * runs) * UNSTACK_RUN;
+        const uint32_t img = row / c_out, co = row - img * c_out;
+        const T *in = src + ((uint64_t)co * images + img) * cols;
+        T *out = dst + (uint64_t)row * cols;
+        const uint32_t end = cols - q0 < UNSTACK_RUN ? cols : q0 + UNSTACK_RUN;
+        for (uint32_t q = q0; q < end; q++) out[q] = in[q];
     }
 }
 
@@ -134,3 +192,14 @@ IM2COL_KERNEL(1, uint8_t)
 IM2COL_KERNEL(2, uint16_t)
 IM2COL_KERNEL(4, uint32_t)
 IM2COL_KERNEL(8, uint64_t)
+
+#define UNSTACK_KERNEL(W, T)                                                                     \
+    extern "C" __global__ void unstack_rows_b##W(const T *src, T *dst, uint32_t images,          \
+                                                 uint32_t c_out, uint32_t cols) {                \
+        unstack_rows<T>(src, dst, images, c_out, cols);                                          \
+    }
+
+UNSTACK_KERNEL(1, uint8_t)
+UNSTACK_KERNEL(2, uint16_t)
+UNSTACK_KERNEL(4, uint32_t)
+UNSTACK_KERNEL(8, uint64_t)

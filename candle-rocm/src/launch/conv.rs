@@ -15,6 +15,12 @@
 //!   The workspace is reused by every tile (the stream orders them), so a batch-32 ResNet layer
 //!   never materialises its whole 100+ MB column matrix, and the tile stays in the GPU's L2
 //!   or last-level cache between the two launches where that is large enough.
+//! - Where an image has few output positions (ResNet's later stages: 196, 49), a batch of one
+//!   GEMM an image is a batch of short products; there the tile's images lie side by side
+//!   along the columns ([`ConvPlan::Stacked`], by [`stacking_pays`]) and one GEMM of all their
+//!   positions writes a (c_out, image, position) scratch, which one strided copy puts into the
+//!   NCHW output. A 1x1 with very few positions (49) takes this form too, instead of the
+//!   direct GEMM.
 //!
 //! - In f16 and bf16, where the tiles would run and the caller allows it (the convolutions
 //!   allow it where [`implicit_gemm_pays`]), the implicit GEMM of
@@ -23,7 +29,8 @@
 //!   the column matrix never reaches memory. Targets without matrix units (no kernel in their
 //!   code object) and shapes past its 32-bit sizes keep the tiles.
 //!
-//! [`plan`] and the tiles are host arithmetic ([`crate::launch::conv_plan`], tested there);
+//! [`plan`] and the tiles are host arithmetic ([`crate::launch::conv_plan`] and
+//! [`crate::launch::conv_tiles`], tested there);
 //! [`conv_gemm`] checks the buffers and queues the launches. Shapes past the kernel's 32-bit
 //! sizes or rocBLAS's `i32` dims get `None` from [`plan`], and the caller runs its other path.
 
@@ -35,8 +42,13 @@ use crate::device::RocmDevice;
 use crate::dtype::RocmDType;
 use crate::error::BackendError;
 use crate::launch::conv_igemm::conv_igemm;
-use crate::launch::conv_plan::{gemm_config, im2col_launch, im2col_name, patch, tiles};
-pub use crate::launch::conv_plan::{plan, ConvGeometry, ConvPlan, WORKSPACE_BYTES};
+use crate::launch::conv_plan::patch;
+pub use crate::launch::conv_plan::{
+    few_positions, plan, stacking_pays, ConvGeometry, ConvPlan, Stacking, WORKSPACE_BYTES,
+};
+use crate::launch::conv_tiles::{
+    gemm_config, im2col_launch, im2col_name, tiles, unstack_launch, unstack_name,
+};
 use crate::layout::{checked_product, checked_view, invalid};
 
 /// Output positions (images x output pixels) from which the implicit GEMM beats the tiles.
@@ -56,19 +68,30 @@ pub fn implicit_gemm_pays(g: &ConvGeometry) -> bool {
     positions >= IMPLICIT_MIN_POSITIONS && g.c_out <= IMPLICIT_MAX_C_OUT
 }
 
+/// The forms [`conv_gemm`] may take beyond its plan's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Forms {
+    /// Whether an f16/bf16 shape that would run in tiles takes the implicit GEMM
+    /// ([`ConvPlan::Implicit`]) where the device has it (the convolutions pass
+    /// [`crate::settings::conv_igemm`] and [`implicit_gemm_pays`]).
+    pub implicit: bool,
+    /// Whether tiles stack their images ([`ConvPlan::Stacked`]): the convolutions pass
+    /// [`Stacking::Rule`]; the bench forces each form.
+    pub stacking: Stacking,
+}
+
 /// Runs the convolution `g` of `x` (4-D layout `x_l`, (batch, c_in, h_in, w_in)) with the
 /// contiguous kernel `w[w_off..]` (c_out, c_in, k_h, k_w) on the GEMM path: the new NCHW
 /// output, or `None` when [`plan`] refuses the shape. `budget` bounds the workspace in bytes
-/// (callers pass [`crate::settings::conv_tile_bytes`]); `implicit` lets an f16/bf16 shape that
-/// would run in tiles take the implicit GEMM ([`ConvPlan::Implicit`]) where the device has it
-/// (callers pass [`crate::settings::conv_igemm`]).
+/// (callers pass [`crate::settings::conv_tile_bytes`]); `forms` says which of the implicit
+/// GEMM and the stacked tiles it may take.
 pub fn conv_gemm<T: GemmType + RocmDType>(
     dev: &RocmDevice,
     g: &ConvGeometry,
     (x, x_l): (&DeviceBuffer<T>, &Layout),
     (w, w_off): (&DeviceBuffer<T>, usize),
     budget: usize,
-    implicit: bool,
+    forms: Forms,
 ) -> Result<Option<(DeviceBuffer<T>, ConvPlan)>, BackendError> {
     const OP: &str = "conv (GEMM path)";
     if x_l.dims() != [g.batch, g.c_in, g.h_in, g.w_in] {
@@ -79,10 +102,10 @@ pub fn conv_gemm<T: GemmType + RocmDType>(
     }
     let st = x_l.stride();
     let strides = [st[0], st[1], st[2], st[3]];
-    let Some(p) = plan(g, strides, std::mem::size_of::<T>(), budget) else {
+    let Some(p) = plan(g, strides, std::mem::size_of::<T>(), budget, forms.stacking) else {
         return Ok(None);
     };
-    if implicit && matches!(p, ConvPlan::Tiled { .. }) {
+    if forms.implicit && matches!(p, ConvPlan::Tiled { .. } | ConvPlan::Stacked { .. }) {
         if let Some(out) = conv_igemm(dev, g, (x, x_l), (w, w_off))? {
             return Ok(Some((out, ConvPlan::Implicit)));
         }
@@ -102,15 +125,22 @@ pub fn conv_gemm<T: GemmType + RocmDType>(
             // `gemm_strided_batched` checks every matrix of the batch against its operand.
             dev.blas(|h| h.gemm_strided_batched(&cfg, &x, &w, &mut out))?;
         }
-        ConvPlan::Tiled {
-            images,
-            positions: per_tile,
-        } => {
+        ConvPlan::Tiled { .. } | ConvPlan::Stacked { .. } => {
             let name = im2col_name(std::mem::size_of::<T>())
                 .ok_or_else(|| invalid(OP, "elements of this size have no im2col kernel"))?;
             let f = dev.function(Module::Copy, name)?;
+            let unstack = match p {
+                ConvPlan::Stacked { .. } => {
+                    let name = unstack_name(std::mem::size_of::<T>()).ok_or_else(|| {
+                        invalid(OP, "elements of this size have no unstack kernel")
+                    })?;
+                    Some(dev.function(Module::Copy, name)?)
+                }
+                _ => None,
+            };
             let ws = dev.alloc::<T>(p.workspace(g))?;
-            for t in tiles(g, strides, images, per_tile) {
+            let mut scratch = dev.alloc::<T>(p.scratch(g))?;
+            for t in tiles(g, strides, p) {
                 let (rows, cols) = (t.args.rows as usize, t.args.cols as usize);
                 if rows * cols > ws.len() || rows != t.planes * g.k_h * g.k_w {
                     return Err(invalid(OP, "a tile does not fit its workspace"));
@@ -122,18 +152,45 @@ pub fn conv_gemm<T: GemmType + RocmDType>(
                 let mut l = dev.stream().launch_builder(&f);
                 l.arg(&t.args).arg(&psrc).arg(&pws);
                 // SAFETY: im2col_rows_b<W>(Im2colArgs a, const T* src, T* dst) with W =
-                // size_of::<T>(): it writes dst[r * cols + i] for r < rows, i < cols, and
-                // rows * cols <= ws.len() (checked above); rows = planes * k_h * k_w, a whole
-                // number of planes as the kernel takes it. It reads src at img * s_b + c * s_c +
+                // size_of::<T>(): it writes dst[r * cols + i] for r < rows, i < cols (stacked:
+                // the same rows * cols elements in another order), and rows * cols <=
+                // ws.len() (checked above); rows = planes * k_h * k_w, a whole number of
+                // planes as the kernel takes it. It reads src at img * s_b + c * s_c +
                 // y * s_h + x * s_w for the tile's images (inside the batch), c < c_in,
                 // y < h_in, x < w_in only (positions outside the input are zeros, not reads):
                 // elements of the input layout, which `checked_view` proved lie inside the
                 // buffer. Every field fits its type (`plan`); `ws` is ours alone and all three
                 // are ordered on the device's stream.
-                unsafe { l.launch(im2col_launch(t.planes, cols))? };
-                let mut c = out.slice_mut(t.out_offset..)?;
-                // `gemm_strided_batched` checks every matrix of the batch against its operand.
-                dev.blas(|h| h.gemm_strided_batched(&t.gemm, &ws, &w, &mut c))?;
+                unsafe { l.launch(im2col_launch(t.planes, cols, g.k_h * g.k_w))? };
+                let Some(unstack) = unstack.as_ref().filter(|_| t.args.stacked == 1) else {
+                    let mut c = out.slice_mut(t.out_offset..)?;
+                    // `gemm_strided_batched` checks every matrix of the batch against its
+                    // operand.
+                    dev.blas(|h| h.gemm_strided_batched(&t.gemm, &ws, &w, &mut c))?;
+                    continue;
+                };
+                // The tile's product (c_out, image, position) into the scratch (checked
+                // against it as above), then moved as (image, c_out, position) into the output
+                // from the tile's first image on.
+                dev.blas(|h| h.gemm_strided_batched(&t.gemm, &ws, &w, &mut scratch))?;
+                let n = t.images * g.c_out * positions;
+                let src = scratch.slice(..n)?;
+                let dst = out.slice_mut(t.out_offset..t.out_offset + n)?;
+                let (psrc, pdst) = (DevicePtrArg::of(&src), DevicePtrArg::of(&dst));
+                // `plan` proved images * positions and c_out fit i32.
+                let dims = [t.images as u32, g.c_out as u32, positions as u32];
+                let mut l = dev.stream().launch_builder(unstack);
+                l.arg(&psrc)
+                    .arg(&pdst)
+                    .arg(&dims[0])
+                    .arg(&dims[1])
+                    .arg(&dims[2]);
+                // SAFETY: unstack_rows_b<W>(const T* src, T* dst, u32 images, u32 c_out, u32
+                // cols) with W = size_of::<T>(): it reads src[..n] and writes dst[..n], n =
+                // images * c_out * cols, and both views hold exactly n elements (`slice`
+                // refused a range past either buffer); the scratch and the output are distinct
+                // buffers of ours, ordered with the GEMM before on the device's stream.
+                unsafe { l.launch(unstack_launch(t.images * g.c_out, positions))? };
             }
         }
         ConvPlan::Implicit => return Err(invalid(OP, "plan() never returns Implicit")),

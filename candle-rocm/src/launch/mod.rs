@@ -12,6 +12,7 @@ pub mod collective;
 pub mod conv;
 pub mod conv_igemm;
 pub mod conv_plan;
+pub mod conv_tiles;
 pub mod copy;
 pub mod elementwise;
 pub mod gemm;

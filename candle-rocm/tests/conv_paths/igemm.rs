@@ -21,7 +21,7 @@
 //! odd offset too: its element-load path).
 
 use candle_core::{CpuStorage, DType, Layout};
-use candle_rocm::launch::conv::{conv_gemm, ConvGeometry, ConvPlan};
+use candle_rocm::launch::conv::{conv_gemm, ConvGeometry, ConvPlan, Forms, Stacking};
 use candle_rocm::launch::conv_igemm::has_igemm;
 use candle_rocm::{RocmDType, RocmDevice};
 
@@ -285,7 +285,12 @@ fn launch<T: RocmDType + rocm_safe::GemmType>(
         (xd.as_buffer::<T>().expect("the dtype's buffer"), xl),
         (wd.as_buffer::<T>().expect("the dtype's buffer"), w_off),
         candle_rocm::settings::conv_tile_bytes().max(1),
-        true,
+        // Unstacked tiles where the implicit GEMM does not run: these tests are about which
+        // shapes it takes (the stacked tiles are `conv_gemm_tiles`').
+        Forms {
+            implicit: true,
+            stacking: Stacking::Never,
+        },
     )?
     .expect("a plan");
     let host: Vec<T> = dev.stream().clone_dtoh(&out).expect("the output");

@@ -11,7 +11,9 @@
 //!   offset, with a contiguous or a transposed kernel;
 //! - `conv_gemm_tiles`: the launcher with small workspace budgets, so that tiles of several
 //!   images, of one image and of runs of output positions (including a last partial run) all
-//!   occur, checking the plan taken as well as the values.
+//!   occur, and with their images stacked into one GEMM (by the rule and forced, a 1x1 too,
+//!   a partial last tile too), checking the plan taken as well as the values. Through the
+//!   storage API above, the batch-32 and strided shapes take the stacked tiles by the rule.
 //!
 //! Grouped convolutions through candle-core's `Tensor` API (which splits the groups into
 //! channel slices) are in the tests workspace's `gpu/conv.rs`, which has the `candle` feature.
@@ -25,7 +27,7 @@ mod igemm;
 
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, DType, Layout, Shape};
-use candle_rocm::launch::conv::{conv_gemm, ConvGeometry, ConvPlan};
+use candle_rocm::launch::conv::{conv_gemm, ConvGeometry, ConvPlan, Forms, Stacking};
 use candle_rocm::{RocmDType, RocmDevice};
 
 use super::spatial::{naive_conv, round_to};
@@ -287,14 +289,14 @@ fn kernel_operand(
     (v, round_to(wt.dtype(), &dev_data), l)
 }
 
-/// Runs `conv_gemm` for `T` on `g` with `budget` bytes of workspace: the output (as f64) and
-/// the plan taken.
+/// Runs `conv_gemm` for `T` on `g` with `budget` bytes of workspace, stacking tiles as
+/// `stacking` says: the output (as f64) and the plan taken.
 fn launch<T: RocmDType + rocm_safe::GemmType>(
     dev: &RocmDevice,
     g: &ConvGeometry,
     x: &CpuStorage,
     w: &CpuStorage,
-    budget: usize,
+    (budget, stacking): (usize, Stacking),
 ) -> (CpuStorage, ConvPlan) {
     let xl = Layout::contiguous((g.batch, g.c_in, g.h_in, g.w_in));
     let (xd, wd) = (upload(dev, x), upload(dev, w));
@@ -304,7 +306,10 @@ fn launch<T: RocmDType + rocm_safe::GemmType>(
         (xd.as_buffer::<T>().unwrap(), &xl),
         (wd.as_buffer::<T>().unwrap(), 0),
         budget,
-        false,
+        Forms {
+            implicit: false,
+            stacking,
+        },
     )
     .unwrap()
     .expect("a plan");
@@ -339,11 +344,16 @@ fn conv_gemm_tiles() {
         let g = geo(3, 1, 1);
         let image = 27 * 130 * size;
         // (budget, expected plan): 2 images per tile (the last tile holds 1), 1 image, runs
-        // of 64 positions of one image (130 = 64 + 64 + 2), and the direct 1x1.
+        // of 64 positions of one image (130 = 64 + 64 + 2), and the direct 1x1; then the
+        // same tiles with their images stacked (130 positions: stacked by the rule too), the
+        // 1x1s included.
+        let n = Stacking::Never;
+        let stacked = |images| ConvPlan::Stacked { images };
         let cases = [
             (
                 g,
                 2 * image + 1,
+                n,
                 ConvPlan::Tiled {
                     images: 2,
                     positions: 130,
@@ -352,6 +362,7 @@ fn conv_gemm_tiles() {
             (
                 g,
                 image,
+                n,
                 ConvPlan::Tiled {
                     images: 1,
                     positions: 130,
@@ -360,6 +371,7 @@ fn conv_gemm_tiles() {
             (
                 g,
                 27 * size * 64,
+                n,
                 ConvPlan::Tiled {
                     images: 1,
                     positions: 64,
@@ -368,29 +380,35 @@ fn conv_gemm_tiles() {
             (
                 g,
                 1,
+                n,
                 ConvPlan::Tiled {
                     images: 1,
                     positions: 64,
                 },
             ),
-            (geo(1, 0, 1), 1, ConvPlan::Direct { ld: 130 }),
+            (geo(1, 0, 1), 1, n, ConvPlan::Direct { ld: 130 }),
             (
                 geo(1, 0, 2),
                 1,
+                n,
                 ConvPlan::Tiled {
                     images: 1,
                     positions: 35,
                 },
             ),
+            (g, 2 * image + 1, Stacking::Always, stacked(2)),
+            (g, 1 << 20, Stacking::Rule, stacked(5)),
+            (geo(1, 0, 1), 1 << 20, Stacking::Always, stacked(5)),
+            (geo(1, 0, 2), 1 << 20, Stacking::Rule, stacked(5)),
         ];
-        for (i, (g, budget, want_plan)) in cases.into_iter().enumerate() {
+        for (i, (g, budget, stacking, want_plan)) in cases.into_iter().enumerate() {
             let s = seed("conv_gemm_tiles", dtype, i as u64);
             let mut rng = Rng::new(s);
             let x = random_data(&mut rng, dtype, b * c_in * h * w, Values::Small);
             let wt = random_data(&mut rng, dtype, c_out * c_in * g.k_h * g.k_w, Values::Small);
             let what = format!(
-                "conv_gemm_tiles seed {s} k{} budget {budget} {dtype:?}",
-                g.k_h
+                "conv_gemm_tiles seed {s} k{} s{} budget {budget} {stacking:?} {dtype:?}",
+                g.k_h, g.stride.0
             );
             let mut plan = None;
             check(
@@ -410,11 +428,12 @@ fn conv_gemm_tiles() {
                     Ok(round_to(dtype, &v))
                 },
                 || {
+                    let how = (budget, stacking);
                     let (out, p) = match dtype {
-                        DType::F32 => launch::<f32>(&dev, &g, &x, &wt, budget),
-                        DType::F64 => launch::<f64>(&dev, &g, &x, &wt, budget),
-                        DType::F16 => launch::<half::f16>(&dev, &g, &x, &wt, budget),
-                        _ => launch::<half::bf16>(&dev, &g, &x, &wt, budget),
+                        DType::F32 => launch::<f32>(&dev, &g, &x, &wt, how),
+                        DType::F64 => launch::<f64>(&dev, &g, &x, &wt, how),
+                        DType::F16 => launch::<half::f16>(&dev, &g, &x, &wt, how),
+                        _ => launch::<half::bf16>(&dev, &g, &x, &wt, how),
                     };
                     plan = Some(p);
                     Ok(out)

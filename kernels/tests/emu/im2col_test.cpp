@@ -5,9 +5,11 @@
 // parameter different along h and w), a 1x1 stride-2 subsample, a 1-D shape (h = 1), an input
 // read through permuted and sliced strides (a grouped convolution's channel slice), tiles of
 // output positions that start inside the image (p0 > 0) and of several images, with
-// candle-rocm's launch geometry (256 threads, gridDim.x over the columns capped at 64,
-// gridDim.y one (image, channel) plane per block up to 65535) and with tiny grids (the
-// grid-stride loops both ways). Destination elements past the tile must keep their poison.
+// candle-rocm's launch geometry (256 threads, one thread a run of columns of a plane, at most
+// 65536 blocks in x) and with tiny and two-dimensional grids (the grid-stride loop); every tile
+// both ways: rows per image and images stacked along the columns (`stacked`). Destination
+// elements past the tile must keep their poison. Also unstack_rows_b1/2/4/8, which put a
+// stacked tile's product into NCHW.
 // Prints bad=<mismatches> and exits non-zero on any.
 #include "emu.h"
 
@@ -33,11 +35,12 @@ struct Geo {
 };
 
 // Runs the tile (images img0 .. img0 + imgs, positions p0 .. p0 + cols) with `grid`
-// (0, 0: candle-rocm's geometry) and checks it.
+// (0, 0: candle-rocm's geometry), its images stacked along the columns or not, and checks it.
 template <typename T>
-static void run_tile(const char *what, void (*kernel)(Im2colArgs, const T *, T *), const Geo &g, uint32_t img0,
-                     uint32_t imgs, uint32_t p0, uint32_t cols, dim3 grid) {
-    C.ctx = std::string(what) + " b" + std::to_string(sizeof(T)) + " p0=" + std::to_string(p0);
+static void run_tile1(const char *what, void (*kernel)(Im2colArgs, const T *, T *), const Geo &g, uint32_t img0,
+                      uint32_t imgs, uint32_t p0, uint32_t cols, dim3 grid, bool stacked) {
+    C.ctx = std::string(what) + " b" + std::to_string(sizeof(T)) + " p0=" + std::to_string(p0) +
+            (stacked ? " stacked" : "");
     std::mt19937_64 rng(0x1c01 + p0 * 3 + sizeof(T) + img0);
     std::vector<T> src(g.len);
     for (auto &v : src) v = (T)(rng() | 1); // never zero, so a zero is always padding
@@ -50,6 +53,8 @@ static void run_tile(const char *what, void (*kernel)(Im2colArgs, const T *, T *
             for (uint32_t ky = 0; ky < g.kh; ky++)
                 for (uint32_t kx = 0; kx < g.kw; kx++) {
                     size_t r = (((size_t)i * g.c + c) * g.kh + ky) * g.kw + kx;
+                    // Stacked: row (c, ky, kx) of imgs * cols columns, image i's block at i * cols.
+                    size_t rs = ((size_t)c * g.kh + ky) * g.kw + kx;
                     for (uint32_t q = 0; q < cols; q++) {
                         long oy = (p0 + q) / wo, ox = (p0 + q) % wo;
                         long y = oy * (long)g.sh + (long)ky * g.dh - (long)g.ph;
@@ -57,7 +62,7 @@ static void run_tile(const char *what, void (*kernel)(Im2colArgs, const T *, T *
                         T v = 0;
                         if (y >= 0 && y < (long)g.h && x >= 0 && x < (long)g.w)
                             v = src[(img0 + i) * g.s_b + c * g.s_c + y * g.s_h + x * g.s_w];
-                        want[r * cols + q] = v;
+                        want[stacked ? rs * imgs * cols + (size_t)i * cols + q : r * cols + q] = v;
                     }
                 }
     Im2colArgs a;
@@ -66,11 +71,11 @@ static void run_tile(const char *what, void (*kernel)(Im2colArgs, const T *, T *
     a.c_in = g.c, a.h_in = g.h, a.w_in = g.w, a.w_out = wo;
     a.k_h = g.kh, a.k_w = g.kw, a.stride_h = g.sh, a.stride_w = g.sw;
     a.pad_h = g.ph, a.pad_w = g.pw, a.dil_h = g.dh, a.dil_w = g.dw;
-    a.rows = rows, a.cols = cols, a.p0 = p0;
+    a.rows = rows, a.cols = cols, a.p0 = p0, a.stacked = stacked ? 1 : 0;
     if (grid.x == 0) {
-        unsigned gx = (cols + 255) / 256;
-        unsigned planes = imgs * g.c;
-        grid = dim3(gx < 64 ? gx : 64, planes < 65535 ? planes : 65535);
+        size_t run = g.kh * g.kw == 1 ? 4 : 1;
+        size_t blocks = ((size_t)imgs * g.c * ((cols + run - 1) / run) + 255) / 256;
+        grid = dim3(blocks < 65536 ? (unsigned)blocks : 65536u, 1);
     }
     launches++;
     // The host passes the tile's first image as the source pointer.
@@ -78,14 +83,23 @@ static void run_tile(const char *what, void (*kernel)(Im2colArgs, const T *, T *
         C.fail("launch failed");
         return;
     }
+    const size_t ld = stacked ? (size_t)imgs * cols : cols;
     for (size_t i = 0; i < dst.size(); i++) {
         C.checks++;
         if (dst[i] != want[i]) {
-            C.fail("element %zu of %zu (row %zu col %zu): got %llx want %llx", i, n, i / cols, i % cols,
+            C.fail("element %zu of %zu (row %zu col %zu): got %llx want %llx", i, n, i / ld, i % ld,
                    (unsigned long long)dst[i], (unsigned long long)want[i]);
             return;
         }
     }
+}
+
+// `run_tile1` both ways.
+template <typename T>
+static void run_tile(const char *what, void (*kernel)(Im2colArgs, const T *, T *), const Geo &g, uint32_t img0,
+                     uint32_t imgs, uint32_t p0, uint32_t cols, dim3 grid) {
+    run_tile1<T>(what, kernel, g, img0, imgs, p0, cols, grid, false);
+    run_tile1<T>(what, kernel, g, img0, imgs, p0, cols, grid, true);
 }
 
 // A contiguous (b, c, h, w) input.
@@ -114,11 +128,60 @@ template <typename T> static void run_all(void (*kernel)(Im2colArgs, const T *, 
         // convolution's slice of a channels-last input, with a 2x3 kernel.
         Geo s = Geo{2, 3, 4, 5, 2, 3, 1, 1, 1, 0, 1, 1, 160, 1, 40, 8, 320};
         run_tile<T>("sliced channels-last", kernel, s, 0, 2, 0, 5 * 3, grid);
+        // ResNet's last stage in small: 49 positions an image, so a block spans planes.
+        g = dense(4, 20, 7, 7, 3, 1, 1, 1);
+        run_tile<T>("7x7 images, 4 of 20 channels", kernel, g, 0, 4, 0, 49, grid);
     }
-    // More than one block of columns, and planes past gridDim.y's reach in a small grid.
+    // More than one block of columns, and pairs past a small grid's reach.
     Geo big = dense(1, 40, 20, 30, 3, 1, 1, 1);
     run_tile<T>("600 positions, 40 planes", kernel, big, 0, 1, 0, 600, dim3(0, 0));
     run_tile<T>("600 positions, 40 planes, small grid", kernel, big, 0, 1, 0, 600, dim3(2, 7));
+}
+
+// unstack_rows_b<W>: (c_out, images, cols) rows into (images, c_out, cols), with candle-rocm's
+// launch shape (256 threads, one thread a run of 4 elements) and small grids; elements past the
+// output keep their poison.
+template <typename T>
+static void run_unstack(void (*kernel)(const T *, T *, uint32_t, uint32_t, uint32_t), uint32_t images,
+                        uint32_t c_out, uint32_t cols, dim3 grid) {
+    C.ctx = "unstack b" + std::to_string(sizeof(T)) + " " + std::to_string(images) + "x" + std::to_string(c_out) +
+            "x" + std::to_string(cols);
+    const size_t n = (size_t)images * c_out * cols;
+    std::mt19937_64 rng(0x57ac + n + sizeof(T));
+    std::vector<T> src(n);
+    for (auto &v : src) v = (T)rng();
+    const T poison = (T)0xa5a5a5a5a5a5a5a5ull;
+    std::vector<T> dst(n + 9, poison), want(n + 9, poison);
+    for (uint32_t img = 0; img < images; img++)
+        for (uint32_t co = 0; co < c_out; co++)
+            for (uint32_t q = 0; q < cols; q++)
+                want[((size_t)img * c_out + co) * cols + q] = src[((size_t)co * images + img) * cols + q];
+    if (grid.x == 0) {
+        size_t blocks = ((size_t)images * c_out * ((cols + 3) / 4) + 255) / 256;
+        grid = dim3(blocks < 65536 ? (unsigned)blocks : 65536u, 1);
+    }
+    launches++;
+    if (!emu::launch("unstack", kernel, grid, dim3(256), (const T *)src.data(), dst.data(), images, c_out, cols)) {
+        C.fail("launch failed");
+        return;
+    }
+    for (size_t i = 0; i < dst.size(); i++) {
+        C.checks++;
+        if (dst[i] != want[i]) {
+            C.fail("element %zu of %zu: got %llx want %llx", i, n, (unsigned long long)dst[i],
+                   (unsigned long long)want[i]);
+            return;
+        }
+    }
+}
+
+template <typename T> static void unstack_all(void (*kernel)(const T *, T *, uint32_t, uint32_t, uint32_t)) {
+    for (dim3 grid : {dim3(0, 0), dim3(1, 1), dim3(3, 2)}) {
+        run_unstack<T>(kernel, 4, 6, 49, grid);  // ResNet's 7x7 (runs of 4 and a last one of 1)
+        run_unstack<T>(kernel, 3, 5, 196, grid); // its 14x14
+        run_unstack<T>(kernel, 2, 3, 3, grid);   // rows shorter than a run
+        run_unstack<T>(kernel, 1, 7, 10, grid);  // one image: a plain copy
+    }
 }
 
 int main() {
@@ -126,6 +189,10 @@ int main() {
     run_all<uint16_t>(im2col_rows_b2);
     run_all<uint32_t>(im2col_rows_b4);
     run_all<uint64_t>(im2col_rows_b8);
+    unstack_all<uint8_t>(unstack_rows_b1);
+    unstack_all<uint16_t>(unstack_rows_b2);
+    unstack_all<uint32_t>(unstack_rows_b4);
+    unstack_all<uint64_t>(unstack_rows_b8);
     printf("im2col: %ld launches, %ld checks, bad=%ld\n", launches, C.checks, C.bad);
     return C.bad != 0;
 }

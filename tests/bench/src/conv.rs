@@ -44,7 +44,7 @@ const fn cs(
 }
 
 /// Convolution shapes of the models Candle users run.
-const CONV_SHAPES: [ConvShape; 10] = [
+const CONV_SHAPES: [ConvShape; 13] = [
     // ResNet-50, stage 1: a 3x3 and a 1x1 layer at 56x56, batch 1 and 32 (and the 3x3 at 8).
     cs("conv2d_r50_3x3", 1, (64, 64), 3, (56, 56), 1),
     cs("conv2d_r50_3x3", 8, (64, 64), 3, (56, 56), 1),
@@ -56,6 +56,10 @@ const CONV_SHAPES: [ConvShape; 10] = [
     cs("conv2d_r50_s4_3x3", 32, (512, 512), 3, (7, 7), 1),
     cs("conv2d_r50_1x1", 1, (256, 64), 1, (56, 56), 0),
     cs("conv2d_r50_1x1", 32, (256, 64), 1, (56, 56), 0),
+    // The 1x1s of stages 2-4 that reduce a block's input (784, 196 and 49 positions).
+    cs("conv2d_r50_s2_1x1", 32, (512, 128), 1, (28, 28), 0),
+    cs("conv2d_r50_s3_1x1", 32, (1024, 256), 1, (14, 14), 0),
+    cs("conv2d_r50_s4_1x1", 32, (2048, 512), 1, (7, 7), 0),
     // Stable Diffusion's VAE decoder: 512 channels, 3x3, at 64x64.
     cs("conv2d_vae_512", 1, (512, 512), 3, (64, 64), 1),
     // Whisper's front end (tiny): 80 mel bins to 384 channels, k = 3, over 3000 frames.
@@ -181,8 +185,10 @@ pub(crate) fn conv(b: &Bench) -> Result<()> {
 /// The f16 convolution of `x` by `kernel` (padding, stride, conv1d or not) on each form of our
 /// GEMM path, called through the launcher whatever `CANDLE_ROCM_CONV` says: `<op>_igemm` (the
 /// implicit GEMM, printed only where it ran: a device whose kernels have it) and `<op>_tiles`
-/// (im2col tiles of `CANDLE_ROCM_CONV_TILE_MIB` feeding rocBLAS). Pointwise shapes take one
-/// GEMM either way and print nothing.
+/// (im2col tiles of `CANDLE_ROCM_CONV_TILE_MIB` feeding rocBLAS, a batch of one GEMM an image;
+/// `<op>_direct` for a pointwise shape: its one GEMM from the input) and `<op>_stacked` (the
+/// same tiles with their images stacked into one GEMM, printed where a tile holds several
+/// images).
 #[cfg(all(feature = "rocm", not(feature = "cuda")))]
 fn gemm_path_forms(
     b: &Bench,
@@ -195,7 +201,7 @@ fn gemm_path_forms(
     use anyhow::Context;
     use candle_core::backend::BackendStorage;
     use candle_core::{Layout, Storage};
-    use candle_rocm::launch::conv::{conv_gemm, ConvGeometry, ConvPlan};
+    use candle_rocm::launch::conv::{conv_gemm, ConvGeometry, ConvPlan, Forms, Stacking};
     use candle_rocm::RocmStorage;
 
     let (xs, xl) = x.storage_and_layout();
@@ -245,7 +251,12 @@ fn gemm_path_forms(
     let dev = xs.device();
     let (xb, kb) = (xs.as_buffer::<half::f16>()?, ks.as_buffer::<half::f16>()?);
     let budget = candle_rocm::settings::conv_tile_bytes().max(1);
-    for (form, implicit) in [("igemm", true), ("tiles", false)] {
+    let forms = [
+        ("igemm", true, Stacking::Rule),
+        ("tiles", false, Stacking::Never),
+        ("stacked", false, Stacking::Always),
+    ];
+    for (form, implicit, stacking) in forms {
         let mut plan = None;
         let secs = b.time(|| {
             let (o, p) = conv_gemm(
@@ -254,16 +265,21 @@ fn gemm_path_forms(
                 (xb, &xl4),
                 (kb, kl.start_offset()),
                 budget,
-                implicit,
+                Forms { implicit, stacking },
             )?
             .context("the GEMM path has no plan for this shape")?;
             plan = Some(p);
             Ok(o)
         })?;
         let ran = match plan {
-            Some(ConvPlan::Implicit) => implicit,
-            Some(ConvPlan::Tiled { .. }) => !implicit,
-            _ => false,
+            Some(ConvPlan::Implicit) => form == "igemm",
+            Some(ConvPlan::Tiled { .. } | ConvPlan::Direct { .. }) => form == "tiles",
+            Some(ConvPlan::Stacked { .. }) => form == "stacked",
+            None => false,
+        };
+        let form = match plan {
+            Some(ConvPlan::Direct { .. }) => "direct",
+            _ => form,
         };
         if ran {
             b.print(

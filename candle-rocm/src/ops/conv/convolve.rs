@@ -14,7 +14,7 @@ use crate::device::RocmDevice;
 use crate::dispatch::{same_dtype, Map1};
 use crate::dtype::RocmStorageSlice as S;
 use crate::error::BackendError;
-use crate::launch::conv::{conv_gemm, implicit_gemm_pays, ConvGeometry};
+use crate::launch::conv::{conv_gemm, implicit_gemm_pays, ConvGeometry, Forms, Stacking};
 use crate::layout::checked_product;
 use crate::ops::copy::contiguous;
 use crate::ops::matmul::matmul;
@@ -76,21 +76,24 @@ fn gemm_path(
     if b == 0 {
         return Ok(None);
     }
-    let implicit = crate::settings::conv_igemm() && implicit_gemm_pays(g);
+    let forms = Forms {
+        implicit: crate::settings::conv_igemm() && implicit_gemm_pays(g),
+        stacking: Stacking::Rule,
+    };
     let mut kernel_c = None;
     let (kernel, k_off) = packed(dev, kernel, kernel_l, &mut kernel_c)?;
     let run = match (x, kernel) {
         (S::F32(x), S::F32(k)) => {
-            conv_gemm(dev, g, (x, x_l), (k, k_off), b, implicit)?.map(|(o, p)| (S::F32(o), p))
+            conv_gemm(dev, g, (x, x_l), (k, k_off), b, forms)?.map(|(o, p)| (S::F32(o), p))
         }
         (S::F64(x), S::F64(k)) => {
-            conv_gemm(dev, g, (x, x_l), (k, k_off), b, implicit)?.map(|(o, p)| (S::F64(o), p))
+            conv_gemm(dev, g, (x, x_l), (k, k_off), b, forms)?.map(|(o, p)| (S::F64(o), p))
         }
         (S::F16(x), S::F16(k)) => {
-            conv_gemm(dev, g, (x, x_l), (k, k_off), b, implicit)?.map(|(o, p)| (S::F16(o), p))
+            conv_gemm(dev, g, (x, x_l), (k, k_off), b, forms)?.map(|(o, p)| (S::F16(o), p))
         }
         (S::BF16(x), S::BF16(k)) => {
-            conv_gemm(dev, g, (x, x_l), (k, k_off), b, implicit)?.map(|(o, p)| (S::BF16(o), p))
+            conv_gemm(dev, g, (x, x_l), (k, k_off), b, forms)?.map(|(o, p)| (S::BF16(o), p))
         }
         _ => None,
     };

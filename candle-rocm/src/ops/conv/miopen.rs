@@ -10,8 +10,9 @@
 //! - `im2col`: our own paths;
 //! - `auto` (the default): MIOpen, when installed, for the convolutions and transposed
 //!   convolutions `auto_takes_miopen` picks per shape (contiguous f32/f16/bf16 of at least
-//!   [`AUTO_MIN_FLOPS`]), each decision logged once per shape at debug level; our path for the
-//!   smaller ones, where MIOpen's host cost per call outweighs the work, and for the pools. The
+//!   [`AUTO_MIN_FLOPS`], in f16/bf16 not when our GEMM path stacks their images), each decision
+//!   logged once per shape at debug level; our path for the smaller ones, where MIOpen's host
+//!   cost per call outweighs the work, and for the pools. The
 //!   rule comes from the H100 harness (MIOpen over cuDNN through the double), not from an AMD
 //!   GPU: it has not run on one yet.
 
@@ -134,11 +135,28 @@ fn is_pointwise(p: &ConvProblem) -> bool {
             && c.groups == 1)
 }
 
+/// Whether our GEMM path stacks the images of `p` (a forward f16/bf16 convolution of several
+/// images with few output positions each, [`crate::launch::conv::stacking_pays`]), which ran
+/// faster than MIOpen on ResNet-50's stage-3 and stage-4 layers at batch 32 in f16 (H100
+/// harness, bench/results' "conv-stacked-tiles"; in f32 MIOpen still won stage 3's 3x3, so f32
+/// keeps the size rule).
+fn stacks_on_our_path(p: &ConvProblem, dtype: candle_core::DType) -> bool {
+    use candle_core::DType;
+    let ConvProblem::Forward(c) = p else {
+        return false;
+    };
+    let positions = c.out_hw().map_or(usize::MAX, |(h, w)| h.saturating_mul(w));
+    matches!(dtype, DType::F16 | DType::BF16)
+        && c.batch > 1
+        && crate::launch::conv::few_positions(positions, is_pointwise(p))
+}
+
 /// `auto`'s choice for one convolution: MIOpen for f32/f16/bf16 problems of at least
-/// [`AUTO_MIN_FLOPS`] that are not pointwise, with the reason. Pointwise (1x1, stride 1,
-/// unpadded) convolutions stay on our path at any size: on the H100 harness (2026-11-26
-/// 14:43Z, f16, one call) ResNet-50's 1x1 at batch 32 ran at 118.9 TFLOP/s as one GEMM there
-/// against 16.9 on MIOpen (27.7 through `auto`'s MIOpen), PyTorch 117.4.
+/// [`AUTO_MIN_FLOPS`] that are not pointwise and that our GEMM path would not stack
+/// (`stacks_on_our_path`), with the reason. Pointwise (1x1, stride 1, unpadded) convolutions
+/// stay on our path at any size: on the H100 harness (2026-11-26 14:43Z, f16, one call)
+/// ResNet-50's 1x1 at batch 32 ran at 118.9 TFLOP/s as one GEMM there against 16.9 on MIOpen
+/// (27.7 through `auto`'s MIOpen), PyTorch 117.4.
 pub(crate) fn auto_takes_miopen(p: &ConvProblem, dtype: candle_core::DType) -> (bool, String) {
     use candle_core::DType;
     if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
@@ -148,6 +166,13 @@ pub(crate) fn auto_takes_miopen(p: &ConvProblem, dtype: candle_core::DType) -> (
         return (
             false,
             "a 1x1 stride-1 unpadded convolution is one GEMM on our path".into(),
+        );
+    }
+    if stacks_on_our_path(p, dtype) {
+        return (
+            false,
+            "few output positions an image: our GEMM path stacks the images into one product"
+                .into(),
         );
     }
     match conv_flops(p) {
@@ -449,6 +474,21 @@ mod tests {
         assert!(!auto_takes_miopen(&bad, DType::F32).0);
         // A strided or padded 1x1 is not pointwise: its size decides.
         assert!(auto_takes_miopen(&row(32, 256, 64, 1, (56, 56), 1), DType::F16).0);
+        // ResNet-50's stage-3 and stage-4 3x3 at batch 32 (196 and 49 positions) stay on our
+        // stacked tiles in f16/bf16, f32 and stage 2 (784) go to MIOpen; one image has
+        // nothing to stack.
+        for (p, want_f16) in [
+            (row(32, 256, 256, 3, (14, 14), 1), false),
+            (row(32, 512, 512, 3, (7, 7), 1), false),
+            (row(32, 128, 128, 3, (28, 28), 1), true),
+            (row(1, 2048, 2048, 3, (7, 7), 1), true),
+        ] {
+            for dtype in [DType::F16, DType::BF16] {
+                let (take, why) = auto_takes_miopen(&p, dtype);
+                assert_eq!(take, want_f16, "{p:?} {dtype:?}: {why}");
+            }
+            assert!(auto_takes_miopen(&p, DType::F32).0, "{p:?} f32");
+        }
     }
 
     #[test]
