@@ -4,8 +4,8 @@
 //! tiles themselves (im2col arguments, GEMM configurations, launch shapes) are
 //! [`crate::launch::conv_tiles`]'s.
 
-/// The default bound on the bytes of column matrix one tile writes: 16 MiB, well inside an
-/// H100's 50 MB L2 and an MI300's 256 MB last-level cache, so a tile written by the im2col is
+/// The default bound on the bytes of column matrix one tile writes: 32 MiB, inside an H100's
+/// 50 MB L2, an MI300's 256 MB last-level cache and a Radeon RX 7900's 96 MB Infinity Cache, so a tile written by the im2col is
 /// read back by the GEMM from cache (and the next tile overwrites the same lines), and a small
 /// fraction of any GPU's memory. [`crate::settings::conv_tile_bytes`] is the value in force.
 pub const WORKSPACE_BYTES: usize = crate::settings::CONV_TILE_MIB_DEFAULT << 20;
@@ -311,9 +311,10 @@ pub(crate) mod tests {
             plan(&g5, dense(&g5), 2, 2 * 576 * 3136 * 2 + 1, Stacking::Rule),
             tiled(2, 3136)
         );
-        // At the default 16 MiB: 4 a tile, 8 tiles.
+        // At 16 MiB: 4 a tile, 8 tiles; the default is MIB32's.
+        assert_eq!(WORKSPACE_BYTES, MIB32);
         assert_eq!(
-            plan(&g, dense(&g), 2, WORKSPACE_BYTES, Stacking::Rule),
+            plan(&g, dense(&g), 2, 16 << 20, Stacking::Rule),
             tiled(4, 3136)
         );
         // Batch 1 takes one tile.
@@ -328,9 +329,9 @@ pub(crate) mod tests {
         let p = plan(&vae, dense(&vae), 2, MIB32, Stacking::Rule).unwrap();
         assert_eq!(Some(p), tiled(1, 2048));
         assert!(p.workspace(&vae) * 2 <= MIB32);
-        // At the default 16 MiB: at most 1792 positions a tile, so 3 tiles of 1408.
+        // At 16 MiB: at most 1792 positions a tile, so 3 tiles of 1408.
         assert_eq!(
-            plan(&vae, dense(&vae), 2, WORKSPACE_BYTES, Stacking::Rule),
+            plan(&vae, dense(&vae), 2, 16 << 20, Stacking::Rule),
             tiled(1, 1408)
         );
         // 100 positions at most 64 a tile: 2 tiles, 50 rounded up to 64 (64 and 36).
@@ -356,7 +357,8 @@ pub(crate) mod tests {
     /// holds two images or more.
     #[test]
     fn small_images_stack_along_the_gemm_rows() {
-        let budget = WORKSPACE_BYTES;
+        // 16 MiB tiles (at the default 32, stage 3 takes all 32 images in one).
+        let budget = 16 << 20;
         let stacked = |images| Some(ConvPlan::Stacked { images });
         // Stage 3: 2304 x 196 x 2 bytes = 903 kB an image, 18 fit: 2 tiles of 16.
         let s3 = geo(32, 256, 14, 256, 3, 1, 1);

@@ -8,8 +8,10 @@
 //!   convolution per group over channel slices of the input;
 //! - a 1x1 at batch 1 and 32 (one GEMM from the input) and a 1x1 with stride 2 (columns);
 //! - a ResNet-like 3x3 at batch 32 (several images per column tile);
-//! - one image whose column matrix passes the default 16 MiB tile (runs of output positions):
-//!   256 channels at 64x64, and 512 in f16 and bf16 (the VAE's layer, fewer outputs);
+//! - one image whose column matrix passes the default 32 MiB tile (runs of output positions):
+//!   256 channels at 64x64 in f32, and 512 in f16 and bf16 (the VAE's layer, fewer outputs);
+//! - several small images (the grouped, depthwise and strided 1x1 cases: 25 to 144 positions
+//!   an image), whose tiles stack their images into one GEMM;
 //! - conv1d like Whisper's front end, strided and dilated, and grouped;
 //! - in f16 and bf16, the shapes the implicit GEMM (`candle_rocm::launch::conv_igemm`) finds
 //!   hardest (since 2026-11-26 evening the implicit GEMM takes only shapes with at least 65536
@@ -96,7 +98,7 @@ fn conv2d_on_the_gemm_path_matches_the_cpu() -> Result<()> {
             check_conv2d(&dev, case, dtype, seed, "")?;
         }
         // The VAE decoder's 512-channel 3x3 at 64x64 (16 outputs, to keep the CPU quick): in
-        // the halves its 37.7 MB column matrix runs in three tiles of positions.
+        // the halves its 37.7 MB column matrix runs in two tiles of positions.
         if dtype != DType::F32 {
             seed += 1;
             let (xc, xg) = host_pair(
