@@ -108,6 +108,31 @@ static_assert(sizeof(Im2colArgs) == 96, "Im2colArgs must match candle-rocm's lay
 
 #define IM2COL_RUN 4
 
+// One output position's k_h * k_w taps, one per row of the plane's block of rows (`o` the first
+// row's element, rows `ld` apart). KH / KW fix the kernel's size at compile time (0: read from
+// `a`), and the fixed sizes are taken only with dilation 1; UNIT_W: the input's column stride is
+// 1. The 3x3 and 1x1 of dense inputs, nearly every convolution, then run their taps unrolled by
+// the compiler (constant trip counts), without the stride and dilation multiplies.
+template <typename T, uint32_t KH, uint32_t KW, bool UNIT_W>
+__device__ __forceinline__ void im2col_taps(const Im2colArgs &a, const T *in, T *o, uint64_t ld,
+                                            int64_t y0, int64_t x0) {
+    const uint32_t kh = KH ? KH : a.k_h, kw = KW ? KW : a.k_w;
+    const uint32_t dh = KH ? 1 : a.dil_h, dw = KW ? 1 : a.dil_w;
+    for (uint32_t ky = 0; ky < kh; ky++) {
+        const int64_t iy = y0 + (int64_t)ky * dh;
+        const bool row_in = iy >= 0 && iy < (int64_t)a.h_in;
+        const T *line = in + (uint64_t)(row_in ? iy : 0) * a.s_h;
+        for (uint32_t kx = 0; kx < kw; kx++) {
+            const int64_t ix = x0 + (int64_t)kx * dw;
+            T v = 0;
+            if (row_in && ix >= 0 && ix < (int64_t)a.w_in)
+                v = line[UNIT_W ? (uint64_t)ix : (uint64_t)ix * a.s_w];
+            *o = v;
+            o += ld;
+        }
+    }
+}
+
 template <typename T>
 __device__ __forceinline__ void im2col_rows(const Im2colArgs &a, const T *src, T *dst) {
     const uint32_t taps = a.k_h * a.k_w;
@@ -119,6 +144,9 @@ __device__ __forceinline__ void im2col_rows(const Im2colArgs &a, const T *src, T
     const uint32_t runs = (a.cols + run - 1) / run; // a plane's runs
     const uint64_t items = (uint64_t)planes * runs;
     const bool narrow = items <= 0xffffffffull; // 32-bit divisions (every tile the host makes)
+    // The unrolled tap loops (uniform across the launch).
+    const bool unit = a.s_w == 1 && a.dil_h == 1 && a.dil_w == 1;
+    const bool k3 = unit && a.k_h == 3 && a.k_w == 3, k1 = unit && taps == 1;
     const uint64_t step = (uint64_t)gridDim.x * gridDim.y * blockDim.x;
     for (uint64_t t = ((uint64_t)blockIdx.y * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
          t < items; t += step) {
@@ -133,20 +161,12 @@ __device__ __forceinline__ void im2col_rows(const Im2colArgs &a, const T *src, T
         for (uint32_t i = i0; i < end; i++) {
             const int64_t y0 = (int64_t)oy * a.stride_h - (int64_t)a.pad_h;
             const int64_t x0 = (int64_t)ox * a.stride_w - (int64_t)a.pad_w;
-            T *o = out + i;
-            // This position's k_h * k_w taps, one per row of the plane's block of rows.
-            for (uint32_t ky = 0; ky < a.k_h; ky++) {
-                const int64_t iy = y0 + (int64_t)ky * a.dil_h;
-                const bool row_in = iy >= 0 && iy < (int64_t)a.h_in;
-                const T *line = in + (uint64_t)(row_in ? iy : 0) * a.s_h;
-                for (uint32_t kx = 0; kx < a.k_w; kx++) {
-                    const int64_t ix = x0 + (int64_t)kx * a.dil_w;
-                    T v = 0;
-                    if (row_in && ix >= 0 && ix < (int64_t)a.w_in) v = line[(uint64_t)ix * a.s_w];
-                    *o = v;
-                    o += ld;
-                }
-            }
+            if (k3)
+                im2col_taps<T, 3, 3, true>(a, in, out + i, ld, y0, x0);
+            else if (k1)
+                im2col_taps<T, 1, 1, true>(a, in, out + i, ld, y0, x0);
+            else
+                im2col_taps<T, 0, 0, false>(a, in, out + i, ld, y0, x0);
             if (++ox == a.w_out) {
                 ox = 0;
                 oy++;

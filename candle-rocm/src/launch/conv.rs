@@ -52,17 +52,17 @@ use crate::launch::conv_tiles::{
 use crate::layout::{checked_product, checked_view, invalid};
 
 /// Output positions (images x output pixels) from which the implicit GEMM beats the tiles.
-const IMPLICIT_MIN_POSITIONS: usize = 1 << 14;
+const IMPLICIT_MIN_POSITIONS: usize = 1 << 16;
 /// Output channels up to which the implicit GEMM beats the tiles.
 const IMPLICIT_MAX_C_OUT: usize = 128;
 
 /// Whether the implicit GEMM is the faster form of our path for `g`: many output positions
 /// over few output channels. From the bench's `_igemm` / `_tiles` rows (f16, H100 harness,
-/// 2026-11-27, bench/results' "conv-igemm-rule"): it won on ResNet-50's 3x3 layers at 25088
-/// output positions and more with 64 or 128 channels, and lost on 3136 positions (batch 1),
-/// the VAE's 4096 positions of 512 channels and Whisper's conv1d (3000 of 384); with 256 and
-/// 512 channels at batch 32 the two forms were within a few percent, which keeps the tiles.
-/// Not yet measured on an AMD GPU.
+/// 2026-11-27, bench/results' "conv-stacked-tiles", call F): since the im2col unrolls the taps
+/// of a dense 3x3, the tiles won on ResNet-50's stage-2 3x3 at batch 32 and tied on its stage-1
+/// 3x3 at batch 8 (25088 output positions both), and the implicit GEMM still won its stage-1
+/// 3x3 at batch 32 (100352); it lost on the VAE's 512 channels and Whisper's conv1d. Not yet
+/// measured on an AMD GPU.
 pub fn implicit_gemm_pays(g: &ConvGeometry) -> bool {
     let positions = g.batch.saturating_mul(g.h_out).saturating_mul(g.w_out);
     positions >= IMPLICIT_MIN_POSITIONS && g.c_out <= IMPLICIT_MAX_C_OUT
@@ -231,16 +231,20 @@ mod tests {
             "ResNet 3x3, batch 1"
         );
         assert!(
-            implicit_gemm_pays(&geo(8, 64, (56, 56), 64)),
-            "ResNet 3x3, batch 8"
+            !implicit_gemm_pays(&geo(8, 64, (56, 56), 64)),
+            "ResNet 3x3, batch 8: tied, tiles kept"
         );
         assert!(
-            implicit_gemm_pays(&geo(32, 128, (28, 28), 128)),
-            "ResNet stage 2, batch 32"
+            !implicit_gemm_pays(&geo(32, 128, (28, 28), 128)),
+            "ResNet stage 2, batch 32: the tiles won"
+        );
+        assert!(
+            implicit_gemm_pays(&geo(24, 64, (56, 56), 128)),
+            "75264 positions, 128 channels"
         );
         assert!(
             !implicit_gemm_pays(&geo(32, 256, (14, 14), 256)),
-            "ResNet stage 3, batch 32: within a few percent, tiles kept"
+            "ResNet stage 3, batch 32: the stacked tiles won"
         );
         assert!(
             !implicit_gemm_pays(&geo(1, 512, (64, 64), 512)),
