@@ -357,67 +357,81 @@ pub(crate) mod tests {
     /// holds two images or more.
     #[test]
     fn small_images_stack_along_the_gemm_rows() {
+        use Stacking::{Always, Never, Rule};
         // 16 MiB tiles (at the default 32, stage 3 takes all 32 images in one).
         let budget = 16 << 20;
         let stacked = |images| Some(ConvPlan::Stacked { images });
-        // Stage 3: 2304 x 196 x 2 bytes = 903 kB an image, 18 fit: 2 tiles of 16.
-        let s3 = geo(32, 256, 14, 256, 3, 1, 1);
-        assert_eq!(
-            plan(&s3, dense(&s3), 2, budget, Stacking::Rule),
-            stacked(16)
-        );
-        assert_eq!(
-            plan(&s3, dense(&s3), 2, budget, Stacking::Never),
-            tiled(16, 196)
-        );
-        // Stage 4's 3x3 and its 2048 -> 512 1x1: one tile of all 32 images.
-        let s4 = geo(32, 512, 7, 512, 3, 1, 1);
-        assert_eq!(
-            plan(&s4, dense(&s4), 2, budget, Stacking::Rule),
-            stacked(32)
-        );
-        let s4_1x1 = geo(32, 2048, 7, 512, 1, 0, 1);
-        let d = dense(&s4_1x1);
-        assert_eq!(plan(&s4_1x1, d, 2, budget, Stacking::Rule), stacked(32));
-        assert_eq!(
-            plan(&s4_1x1, d, 2, budget, Stacking::Never),
-            Some(ConvPlan::Direct { ld: 49 })
-        );
-        // Stage 1 keeps its batch of GEMMs and its direct 1x1; `Always` stacks them.
-        let s1 = geo(32, 64, 56, 64, 3, 1, 1);
-        assert_eq!(
-            plan(&s1, dense(&s1), 2, budget, Stacking::Rule),
-            tiled(4, 3136)
-        );
-        assert_eq!(
-            plan(&s1, dense(&s1), 2, budget, Stacking::Always),
-            stacked(4)
-        );
-        let s1_1x1 = geo(32, 256, 56, 64, 1, 0, 1);
-        let d = dense(&s1_1x1);
-        assert_eq!(
-            plan(&s1_1x1, d, 2, budget, Stacking::Rule),
-            Some(ConvPlan::Direct { ld: 3136 })
-        );
-        // 256 x 3136 x 2 bytes = 1.6 MB an image, 10 fit: 4 tiles of 8.
-        assert_eq!(plan(&s1_1x1, d, 2, budget, Stacking::Always), stacked(8));
-        // One image has nothing to stack.
-        let b1 = geo(1, 512, 7, 512, 3, 1, 1);
-        assert_eq!(
-            plan(&b1, dense(&b1), 2, budget, Stacking::Always),
-            tiled(1, 49)
-        );
-        // Stage 2 (784 positions) and stage 3's 1x1 (196) keep their forms.
-        let s2 = geo(32, 128, 28, 128, 3, 1, 1);
-        assert_eq!(
-            plan(&s2, dense(&s2), 2, budget, Stacking::Rule),
-            tiled(8, 784)
-        );
-        let s3_1x1 = geo(32, 1024, 14, 256, 1, 0, 1);
-        assert_eq!(
-            plan(&s3_1x1, dense(&s3_1x1), 2, budget, Stacking::Rule),
-            Some(ConvPlan::Direct { ld: 196 })
-        );
+        let direct = |ld| Some(ConvPlan::Direct { ld });
+        // (what, geometry, stacking, plan)
+        let cases = [
+            // Stage 3: 2304 x 196 x 2 bytes = 903 kB an image, 18 fit: 2 tiles of 16.
+            ("stage 3", geo(32, 256, 14, 256, 3, 1, 1), Rule, stacked(16)),
+            (
+                "stage 3",
+                geo(32, 256, 14, 256, 3, 1, 1),
+                Never,
+                tiled(16, 196),
+            ),
+            // Stage 4's 3x3 and its 2048 -> 512 1x1: one tile of all 32 images.
+            ("stage 4", geo(32, 512, 7, 512, 3, 1, 1), Rule, stacked(32)),
+            (
+                "stage 4 1x1",
+                geo(32, 2048, 7, 512, 1, 0, 1),
+                Rule,
+                stacked(32),
+            ),
+            (
+                "stage 4 1x1",
+                geo(32, 2048, 7, 512, 1, 0, 1),
+                Never,
+                direct(49),
+            ),
+            // Stage 1 keeps its batch of GEMMs and its direct 1x1; `Always` stacks them
+            // (the 1x1: 256 x 3136 x 2 bytes = 1.6 MB an image, 10 fit: 4 tiles of 8).
+            (
+                "stage 1",
+                geo(32, 64, 56, 64, 3, 1, 1),
+                Rule,
+                tiled(4, 3136),
+            ),
+            ("stage 1", geo(32, 64, 56, 64, 3, 1, 1), Always, stacked(4)),
+            (
+                "stage 1 1x1",
+                geo(32, 256, 56, 64, 1, 0, 1),
+                Rule,
+                direct(3136),
+            ),
+            (
+                "stage 1 1x1",
+                geo(32, 256, 56, 64, 1, 0, 1),
+                Always,
+                stacked(8),
+            ),
+            // One image has nothing to stack.
+            (
+                "batch 1",
+                geo(1, 512, 7, 512, 3, 1, 1),
+                Always,
+                tiled(1, 49),
+            ),
+            // Stage 2 (784 positions) and stage 3's 1x1 (196) keep their forms.
+            (
+                "stage 2",
+                geo(32, 128, 28, 128, 3, 1, 1),
+                Rule,
+                tiled(8, 784),
+            ),
+            (
+                "stage 3 1x1",
+                geo(32, 1024, 14, 256, 1, 0, 1),
+                Rule,
+                direct(196),
+            ),
+        ];
+        for (what, g, stacking, want) in cases {
+            let got = plan(&g, dense(&g), 2, budget, stacking);
+            assert_eq!(got, want, "{what} {stacking:?}");
+        }
         // The bounds: 256 positions (64 for a 1x1 that can go direct), and a tile of two.
         let (at, past) = (geo(2, 8, 16, 8, 3, 1, 1), geo(2, 8, 17, 8, 3, 1, 1));
         assert!(stacking_pays(&at, 2, false) && !stacking_pays(&past, 2, false));

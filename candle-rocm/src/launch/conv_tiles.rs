@@ -52,35 +52,43 @@ const _: () = assert!(std::mem::size_of::<Im2colArgs>() == 96);
 // and in copy.hip), so its bytes are exactly the kernel's `Im2colArgs` parameter.
 unsafe impl DeviceRepr for Im2colArgs {}
 
-/// The im2col kernel for elements of `size` bytes.
-pub(crate) fn im2col_name(size: usize) -> Option<&'static str> {
+/// The one of `names` (1-, 2-, 4- and 8-byte elements) for elements of `size` bytes.
+fn by_size(size: usize, names: [&'static str; 4]) -> Option<&'static str> {
     match size {
-        1 => Some("im2col_rows_b1"),
-        2 => Some("im2col_rows_b2"),
-        4 => Some("im2col_rows_b4"),
-        8 => Some("im2col_rows_b8"),
+        1 => Some(names[0]),
+        2 => Some(names[1]),
+        4 => Some(names[2]),
+        8 => Some(names[3]),
         _ => None,
     }
+}
+
+/// The im2col kernel for elements of `size` bytes.
+pub(crate) fn im2col_name(size: usize) -> Option<&'static str> {
+    let names = [
+        "im2col_rows_b1",
+        "im2col_rows_b2",
+        "im2col_rows_b4",
+        "im2col_rows_b8",
+    ];
+    by_size(size, names)
 }
 
 /// The kernel that puts a stacked tile's product into NCHW, for elements of `size` bytes.
 pub(crate) fn unstack_name(size: usize) -> Option<&'static str> {
-    match size {
-        1 => Some("unstack_rows_b1"),
-        2 => Some("unstack_rows_b2"),
-        4 => Some("unstack_rows_b4"),
-        8 => Some("unstack_rows_b8"),
-        _ => None,
-    }
+    let names = [
+        "unstack_rows_b1",
+        "unstack_rows_b2",
+        "unstack_rows_b4",
+        "unstack_rows_b8",
+    ];
+    by_size(size, names)
 }
 
-/// That kernel's launch shape for `rows` rows (images * c_out) of `cols` elements: one thread
-/// a run of [`RUN`] elements of a row, up to [`MAX_BLOCKS`] blocks.
-pub(crate) fn unstack_launch(rows: usize, cols: usize) -> LaunchConfig {
-    let blocks = rows
-        .saturating_mul(cols.div_ceil(RUN))
-        .div_ceil(BLOCK as usize)
-        .clamp(1, MAX_BLOCKS);
+/// One line of [`BLOCK`]-thread blocks, a thread an item of `items`, up to [`MAX_BLOCKS`] blocks
+/// (the copy.hip kernels loop over the rest).
+fn line_of_blocks(items: usize) -> LaunchConfig {
+    let blocks = items.div_ceil(BLOCK as usize).clamp(1, MAX_BLOCKS);
     // Fits u32: MAX_BLOCKS does.
     LaunchConfig {
         grid_dim: (blocks as u32, 1, 1),
@@ -89,22 +97,18 @@ pub(crate) fn unstack_launch(rows: usize, cols: usize) -> LaunchConfig {
     }
 }
 
-/// The kernel's launch shape for a tile of `planes` (image, channel) planes (each k_h * k_w
-/// rows) and `cols` columns of a kernel of `taps` taps: a thread writes the taps of a run of
-/// columns of one plane ([`RUN`] for a 1x1, else one), one thread a run up to [`MAX_BLOCKS`]
-/// blocks.
+/// The unstack kernel's launch shape for `rows` rows (images * c_out) of `cols` elements: one
+/// thread a run of [`RUN`] elements of a row.
+pub(crate) fn unstack_launch(rows: usize, cols: usize) -> LaunchConfig {
+    line_of_blocks(rows.saturating_mul(cols.div_ceil(RUN)))
+}
+
+/// The im2col kernel's launch shape for a tile of `planes` (image, channel) planes (each k_h *
+/// k_w rows) and `cols` columns of a kernel of `taps` taps: a thread writes the taps of a run of
+/// columns of one plane ([`RUN`] for a 1x1, else one).
 pub(crate) fn im2col_launch(planes: usize, cols: usize, taps: usize) -> LaunchConfig {
     let run = if taps == 1 { RUN } else { 1 };
-    let blocks = planes
-        .saturating_mul(cols.div_ceil(run))
-        .div_ceil(BLOCK as usize)
-        .clamp(1, MAX_BLOCKS);
-    // Fits u32: MAX_BLOCKS does.
-    LaunchConfig {
-        grid_dim: (blocks as u32, 1, 1),
-        block_dim: (BLOCK, 1, 1),
-        shared_mem_bytes: 0,
-    }
+    line_of_blocks(planes.saturating_mul(cols.div_ceil(run)))
 }
 
 /// The rocBLAS GEMM of `g` over `m` output positions from an A of leading dimension `lda`
