@@ -145,20 +145,9 @@ pub(crate) fn gemm_config(
 pub(crate) fn stacked_gemm_config(g: &ConvGeometry, images: usize) -> GemmConfig {
     let m = images * g.h_out * g.w_out;
     GemmConfig {
-        trans_a: Transpose::No,
-        trans_b: Transpose::No,
-        m,
-        n: g.c_out,
-        k: patch(g),
-        alpha: 1.0,
-        beta: 0.0,
-        lda: m,
-        ldb: patch(g),
         ldc: m,
-        stride_a: 0,
-        stride_b: 0,
         stride_c: 0,
-        batch: 1,
+        ..gemm_config(g, (m, m, 0), 1)
     }
 }
 
