@@ -1,6 +1,6 @@
 //! The tiles of the convolutions' GEMM path ([`crate::launch::conv`]), arithmetic only: for a
 //! `Tiled` or `Stacked` plan of [`crate::launch::conv_plan`], each tile's im2col arguments
-//! (`copy.hip`'s `Im2colArgs`) and rocBLAS GEMM configuration ([`tiles`]), and the im2col
+//! (`copy.hip`'s `Im2colArgs`) and rocBLAS GEMM configuration (`tiles`), and the im2col
 //! launch shape. The tests emulate every launch of a plan on the host (the kernel's and
 //! rocBLAS's documented semantics, and the stacked product's copy into NCHW) and check the
 //! result against the convolution's definition.
