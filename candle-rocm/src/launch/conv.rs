@@ -18,9 +18,9 @@
 //! - Where an image has few output positions (ResNet's later stages: 196, 49), a batch of one
 //!   GEMM an image is a batch of short products; there the tile's images lie side by side
 //!   along the columns ([`ConvPlan::Stacked`], by [`stacking_pays`]) and one GEMM of all their
-//!   positions writes a (c_out, image, position) scratch, which one strided copy puts into the
-//!   NCHW output. A 1x1 with very few positions (49) takes this form too, instead of the
-//!   direct GEMM.
+//!   positions writes a (c_out, image, position) scratch, which `copy.hip`'s `unstack_rows`
+//!   moves into the NCHW output. A 1x1 with very few positions (49) takes this form too,
+//!   instead of the direct GEMM.
 //!
 //! - In f16 and bf16, where the tiles would run and the caller allows it (the convolutions
 //!   allow it where [`implicit_gemm_pays`]), the implicit GEMM of
@@ -44,7 +44,7 @@ use crate::error::BackendError;
 use crate::launch::conv_igemm::conv_igemm;
 use crate::launch::conv_plan::patch;
 pub use crate::launch::conv_plan::{
-    few_positions, plan, stacking_pays, ConvGeometry, ConvPlan, Stacking, WORKSPACE_BYTES,
+    plan, stacking_pays, ConvGeometry, ConvPlan, Stacking, WORKSPACE_BYTES,
 };
 use crate::launch::conv_tiles::{
     gemm_config, im2col_launch, im2col_name, tiles, unstack_launch, unstack_name,

@@ -113,18 +113,12 @@ const STACK_MAX_POSITIONS_DIRECT: usize = 64;
 /// its 1x1 at 49, and lost at 784 positions and more (3x3 and 1x1) and on the 1x1 at 196.
 /// Not yet measured on an AMD GPU.
 pub fn stacking_pays(g: &ConvGeometry, images: usize, direct: bool) -> bool {
-    images > 1 && few_positions(g.h_out * g.w_out, direct)
-}
-
-/// Whether `positions` output positions an image are few enough for [`stacking_pays`] (`direct`
-/// as there).
-pub fn few_positions(positions: usize, direct: bool) -> bool {
     let most = if direct {
         STACK_MAX_POSITIONS_DIRECT
     } else {
         STACK_MAX_POSITIONS
     };
-    positions <= most
+    images > 1 && g.h_out * g.w_out <= most
 }
 
 /// Row length of the column matrix: c_in * k_h * k_w (callers checked it fits).

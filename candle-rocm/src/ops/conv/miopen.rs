@@ -135,20 +135,46 @@ fn is_pointwise(p: &ConvProblem) -> bool {
             && c.groups == 1)
 }
 
-/// Whether our GEMM path stacks the images of `p` (a forward f16/bf16 convolution of several
-/// images with few output positions each, [`crate::launch::conv::stacking_pays`]), which ran
-/// faster than MIOpen on ResNet-50's stage-3 and stage-4 layers at batch 32 in f16 (H100
-/// harness, bench/results' "conv-stacked-tiles"; in f32 MIOpen still won stage 3's 3x3, so f32
-/// keeps the size rule).
+/// Whether our GEMM path stacks the images of `p` (a forward f16/bf16 convolution whose plan,
+/// [`crate::launch::conv::plan`] under the tile budget in force, is
+/// [`crate::launch::conv::ConvPlan::Stacked`]: several images with few output positions each),
+/// which ran faster than MIOpen on ResNet-50's stage-3 and stage-4 layers at batch 32 in f16
+/// (H100 harness, bench/results' "conv-stacked-tiles"; in f32 MIOpen still won stage 3's 3x3,
+/// so f32 keeps the size rule).
 fn stacks_on_our_path(p: &ConvProblem, dtype: candle_core::DType) -> bool {
+    use crate::launch::conv::{plan, ConvGeometry, ConvPlan, Stacking};
     use candle_core::DType;
     let ConvProblem::Forward(c) = p else {
         return false;
     };
-    let positions = c.out_hw().map_or(usize::MAX, |(h, w)| h.saturating_mul(w));
-    matches!(dtype, DType::F16 | DType::BF16)
-        && c.batch > 1
-        && crate::launch::conv::few_positions(positions, is_pointwise(p))
+    let Ok((h_out, w_out)) = c.out_hw() else {
+        return false;
+    };
+    if !matches!(dtype, DType::F16 | DType::BF16) || c.groups != 1 {
+        return false;
+    }
+    let g = ConvGeometry {
+        batch: c.batch,
+        c_in: c.in_channels,
+        h_in: c.in_h,
+        w_in: c.in_w,
+        c_out: c.out_channels,
+        k_h: c.kernel_h,
+        k_w: c.kernel_w,
+        h_out,
+        w_out,
+        padding: (c.padding[0], c.padding[1]),
+        stride: (c.stride[0], c.stride[1]),
+        dilation: (c.dilation[0], c.dilation[1]),
+    };
+    // MIOpen takes contiguous operands only: the input is dense NCHW.
+    let hw = c.in_h.saturating_mul(c.in_w);
+    let strides = [c.in_channels.saturating_mul(hw), hw, c.in_w, 1];
+    let budget = crate::settings::conv_tile_bytes();
+    matches!(
+        plan(&g, strides, dtype.size_in_bytes(), budget, Stacking::Rule),
+        Some(ConvPlan::Stacked { .. })
+    )
 }
 
 /// `auto`'s choice for one convolution: MIOpen for f32/f16/bf16 problems of at least
