@@ -40,6 +40,28 @@ pub struct ConvGeometry {
     pub dilation: (usize, usize),
 }
 
+impl ConvGeometry {
+    /// The geometry of `c`, MIOpen's description of the same convolution (its groups and
+    /// channel counts as given: the GEMM path takes one group), with the output size
+    /// `(h_out, w_out)` the caller computed from it.
+    pub fn of_config(c: &rocm_safe::Conv2dConfig, (h_out, w_out): (usize, usize)) -> Self {
+        ConvGeometry {
+            batch: c.batch,
+            c_in: c.in_channels,
+            h_in: c.in_h,
+            w_in: c.in_w,
+            c_out: c.out_channels,
+            k_h: c.kernel_h,
+            k_w: c.kernel_w,
+            h_out,
+            w_out,
+            padding: (c.padding[0], c.padding[1]),
+            stride: (c.stride[0], c.stride[1]),
+            dilation: (c.dilation[0], c.dilation[1]),
+        }
+    }
+}
+
 /// How [`crate::launch::conv::conv_gemm`] runs one convolution.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ConvPlan {
@@ -431,6 +453,28 @@ pub(crate) mod tests {
         assert!(stacking_pays(&at, 2, false) && !stacking_pays(&past, 2, false));
         assert!(!stacking_pays(&at, 1, false) && !stacking_pays(&at, 2, true));
         assert!(stacking_pays(&geo(2, 8, 8, 8, 1, 0, 1), 2, true));
+    }
+
+    /// MIOpen's description of a convolution maps field by field, conv1d as h = 1.
+    #[test]
+    fn a_miopen_config_gives_the_same_geometry() {
+        let c = rocm_safe::Conv2dConfig::conv1d(2, 80, 3000, 384, 3, 1, 1, 2, 1);
+        let g = ConvGeometry::of_config(&c, (1, 1500));
+        let want = ConvGeometry {
+            batch: 2,
+            c_in: 80,
+            h_in: 1,
+            w_in: 3000,
+            c_out: 384,
+            k_h: 1,
+            k_w: 3,
+            h_out: 1,
+            w_out: 1500,
+            padding: (0, 1),
+            stride: (1, 2),
+            dilation: (1, 1),
+        };
+        assert_eq!(g, want);
     }
 
     /// Sizes past the kernel's or rocBLAS's limits, and empty outputs, get no plan.

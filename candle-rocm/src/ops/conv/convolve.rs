@@ -136,20 +136,7 @@ pub fn conv1d(
     if let Some(out) = miopen::conv(OP, dev, (x, l), (kernel, kernel_l), &problem)? {
         return Ok(out);
     }
-    let g = ConvGeometry {
-        batch: b,
-        c_in,
-        h_in: 1,
-        w_in: l_in,
-        c_out,
-        k_h: 1,
-        k_w: k_size,
-        h_out: 1,
-        w_out: l_out,
-        padding: (0, padding),
-        stride: (1, stride),
-        dilation: (1, dilation),
-    };
+    let g = ConvGeometry::of_config(&cfg, (1, l_out));
     let s = l.stride();
     let l4 = Layout::new(
         Shape::from((b, c_in, 1, l_in)),
@@ -215,20 +202,7 @@ pub fn conv2d(
     if let Some(out) = miopen::conv(OP, dev, (x, l), (kernel, kernel_l), &problem)? {
         return Ok(out);
     }
-    let g = ConvGeometry {
-        batch: b,
-        c_in,
-        h_in: i_h,
-        w_in: i_w,
-        c_out,
-        k_h,
-        k_w,
-        h_out,
-        w_out,
-        padding: (padding, padding),
-        stride: (stride, stride),
-        dilation: (dilation, dilation),
-    };
+    let g = ConvGeometry::of_config(&cfg, (h_out, w_out));
     if let Some(out) = gemm_path(OP, dev, (x, l), (kernel, kernel_l), &g)? {
         return Ok(out);
     }

@@ -153,20 +153,7 @@ fn stacks_on_our_path(p: &ConvProblem, dtype: candle_core::DType) -> bool {
     if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) || c.groups != 1 {
         return false;
     }
-    let g = ConvGeometry {
-        batch: c.batch,
-        c_in: c.in_channels,
-        h_in: c.in_h,
-        w_in: c.in_w,
-        c_out: c.out_channels,
-        k_h: c.kernel_h,
-        k_w: c.kernel_w,
-        h_out,
-        w_out,
-        padding: (c.padding[0], c.padding[1]),
-        stride: (c.stride[0], c.stride[1]),
-        dilation: (c.dilation[0], c.dilation[1]),
-    };
+    let g = ConvGeometry::of_config(c, (h_out, w_out));
     // MIOpen takes contiguous operands only: the input is dense NCHW.
     let hw = c.in_h.saturating_mul(c.in_w);
     let strides = [c.in_channels.saturating_mul(hw), hw, c.in_w, 1];
