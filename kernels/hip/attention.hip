@@ -56,6 +56,9 @@
 //   fa_mdec_<T>_<DMAX>(fa_params p)  T in f16, bf16; DMAX 64, 128: fa_dec*'s contract (grid,
 //     splits, at most 8 packed rows) on matrix units, attention/mma_dec.h; where FA_MMA_KERNELS
 //     and the tier is built (as fa_mma_*)
+//   fa_mma_f32h_<DMAX>, fa_mdec_f32h_<DMAX>(fa_params p)  the f16 kernels' contracts (same
+//     tiers, same targets) with q and o in f32: K and V f16, q rounded to f16 as it is staged
+//     (the decoders' f32 activations over an f16 KV cache); splits merge with fa_combine_f32
 //   fa_combine_<T>(fa_params p)     grid (total_q, heads); block (FA_THREADS): merges the splits
 //   fa_cache_write_<T>(...)         see attention/cache.h
 #include "cuda_fp16.h"
@@ -166,16 +169,35 @@ FA_TYPE(__nv_bfloat16, bf16)
     extern "C" __global__ void FA_BOUNDS_MDEC fa_mdec_##TN##_##DMAX(fa_params p) {                \
         fa_mma_dec<T, DMAX>(p);                                                                    \
     }
+// The mixed kernels (suffix f32h): q and o in f32, K and V in f16 (f32 activations over an f16
+// KV cache, as llama.cpp keeps it), q rounded to f16 as it is staged; the splits' workspace
+// and fa_combine_f32 as for any f32 call.
+#define FA_MIXED_TIER(DMAX)                                                                        \
+    extern "C" __global__ void FA_BOUNDS_MMA(DMAX) fa_mma_f32h_##DMAX(fa_params p) {              \
+        if constexpr (DMAX <= 128)                                                                 \
+            fa_mma_pipe<__half, DMAX, float>(p);                                                   \
+        else                                                                                       \
+            fa_mma_chunked<__half, DMAX, float>(p);                                                \
+    }
+#define FA_MIXED_MDEC_TIER(DMAX)                                                                   \
+    extern "C" __global__ void FA_BOUNDS_MDEC fa_mdec_f32h_##DMAX(fa_params p) {                  \
+        fa_mma_dec<__half, DMAX, float>(p);                                                        \
+    }
 #if FA_MMA_MAX_DMAX >= 64
 FA_MMA_TIER(__half, f16, 64)
 FA_MDEC_TIER(__half, f16, 64)
+FA_MIXED_TIER(64)
+FA_MIXED_MDEC_TIER(64)
 #endif
 #if FA_MMA_MAX_DMAX >= 128
 FA_MMA_TIER(__half, f16, 128)
 FA_MDEC_TIER(__half, f16, 128)
+FA_MIXED_TIER(128)
+FA_MIXED_MDEC_TIER(128)
 #endif
 #if FA_MMA_MAX_DMAX >= 256
 FA_MMA_TIER(__half, f16, 256)
+FA_MIXED_TIER(256)
 #endif
 #if FA_MMA_MAX_DMAX_BF16 >= 64
 FA_MMA_TIER(__nv_bfloat16, bf16, 64)

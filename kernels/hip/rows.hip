@@ -72,6 +72,8 @@
 //     (adjacent pairs), with `rrope`'s rounding. One thread per pair of elements, blocks of
 //     RW_BLOCK, grid-stride; the host keeps batch * seq * (heads + 2 kv_heads) * d / 2 below
 //     2^31.
+//   rrope_cache_f32h(same, with __half* k_cache, __half* v_cache): T = f32 with caches in f16
+//     (each cached value the f32 result rounded to f16).
 #include "cuda_fp16.h"
 #include "cuda_bf16.h"
 #include <stdint.h>
@@ -310,9 +312,11 @@ struct RopeCacheArgs {
 };
 static_assert(sizeof(RopeCacheArgs) == 128, "RopeCacheArgs must match candle-rocm's layout");
 
-template <typename T>
+// T: q, k, v, the tables and q_out; C: the caches (T, or f16 under f32 activations: each
+// value rounded to T first, as an f32 rotation followed by a cast computes it).
+template <typename T, typename C>
 __device__ __forceinline__ void rope_cache(const RopeCacheArgs &a, const T *q, const T *k, const T *v,
-                                           const T *cos, const T *sin, T *q_out, T *k_cache, T *v_cache) {
+                                           const T *cos, const T *sin, T *q_out, C *k_cache, C *v_cache) {
     typedef typename Acc<T>::type A;
     const unsigned half = a.d / 2, slots = a.heads + 2 * a.kv_heads;
     const unsigned per_token = slots * half, total = a.batch * a.seq * per_token;
@@ -321,33 +325,39 @@ __device__ __forceinline__ void rope_cache(const RopeCacheArgs &a, const T *q, c
         const unsigned hs = rem / half, i = rem - hs * half;
         const unsigned b = bt / a.seq, t = bt - b * a.seq;
         const T *src;
-        T *dst;
+        T *qdst = nullptr;
+        C *cdst = nullptr;
         bool rotate = a.mode != 0;
         if (hs < a.heads) {
             if (!rotate) continue;
             src = q + b * a.q_b + t * a.q_t + (size_t)hs * a.d;
-            dst = q_out + ((size_t)bt * a.heads + hs) * a.d;
+            qdst = q_out + ((size_t)bt * a.heads + hs) * a.d;
         } else if (hs < a.heads + a.kv_heads) {
             const unsigned h = hs - a.heads;
             src = k + b * a.k_b + t * a.k_t + (size_t)h * a.d;
-            dst = k_cache + b * a.kc_b + (uint64_t)(a.pos + t) * a.kc_t + h * a.kc_h;
+            cdst = k_cache + b * a.kc_b + (uint64_t)(a.pos + t) * a.kc_t + h * a.kc_h;
         } else {
             const unsigned h = hs - a.heads - a.kv_heads;
             src = v + b * a.v_b + t * a.v_t + (size_t)h * a.d;
-            dst = v_cache + b * a.vc_b + (uint64_t)(a.pos + t) * a.vc_t + h * a.vc_h;
+            cdst = v_cache + b * a.vc_b + (uint64_t)(a.pos + t) * a.vc_t + h * a.vc_h;
             rotate = false;
         }
         // The pair: (i, i + d / 2) for rope, (2 i, 2 i + 1) for rope_i and plain copies.
         const unsigned e1 = a.mode == 1 ? i : 2 * i, e2 = a.mode == 1 ? i + half : 2 * i + 1;
-        if (!rotate) {
-            dst[e1] = src[e1];
-            dst[e2] = src[e2];
-            continue;
+        T y1 = src[e1], y2 = src[e2];
+        if (rotate) {
+            const size_t row = (size_t)(a.pos + t) * half + i;
+            const A x1 = rw_to(y1), x2 = rw_to(y2), cv = rw_to(cos[row]), sv = rw_to(sin[row]);
+            y1 = rw_from<T>(rw_round<T>(x1 * cv) - rw_round<T>(x2 * sv));
+            y2 = rw_from<T>(rw_round<T>(x1 * sv) + rw_round<T>(x2 * cv));
         }
-        const size_t row = (size_t)(a.pos + t) * half + i;
-        const A x1 = rw_to(src[e1]), x2 = rw_to(src[e2]), cv = rw_to(cos[row]), sv = rw_to(sin[row]);
-        dst[e1] = rw_from<T>(rw_round<T>(x1 * cv) - rw_round<T>(x2 * sv));
-        dst[e2] = rw_from<T>(rw_round<T>(x1 * sv) + rw_round<T>(x2 * cv));
+        if (qdst) {
+            qdst[e1] = y1;
+            qdst[e2] = y2;
+        } else {
+            cdst[e1] = rw_from<C>(rw_to(y1));
+            cdst[e2] = rw_from<C>(rw_to(y2));
+        }
     }
 }
 
@@ -355,7 +365,7 @@ __device__ __forceinline__ void rope_cache(const RopeCacheArgs &a, const T *q, c
     extern "C" __global__ void __launch_bounds__(RW_BLOCK)                                      \
         rrope_cache_##TN(RopeCacheArgs a, const T *q, const T *k, const T *v, const T *cos,     \
                          const T *sin, T *q_out, T *k_cache, T *v_cache) {                       \
-        rope_cache<T>(a, q, k, v, cos, sin, q_out, k_cache, v_cache);                            \
+        rope_cache<T, T>(a, q, k, v, cos, sin, q_out, k_cache, v_cache);                         \
     }
 
 #define RW_ALL(T, TN, KMAX)                                                                      \
@@ -372,6 +382,13 @@ RW_ALL(float, f32, 8)
 RW_ALL(double, f64, 8)
 RW_ALL(__half, f16, 4)
 RW_ALL(__nv_bfloat16, bf16, 4)
+
+// f32 activations over an f16 KV cache (the GGUF decoders' flash path).
+extern "C" __global__ void __launch_bounds__(RW_BLOCK)
+    rrope_cache_f32h(RopeCacheArgs a, const float *q, const float *k, const float *v, const float *cos,
+                     const float *sin, float *q_out, __half *k_cache, __half *v_cache) {
+    rope_cache<float, __half>(a, q, k, v, cos, sin, q_out, k_cache, v_cache);
+}
 
 RW_TRANSPOSE(uint8_t, u8)
 RW_TRANSPOSE(uint32_t, u32)

@@ -1,7 +1,8 @@
 //! Launchers of our attention kernels (`kernels/hip/attention.hip`): the prefill tiles
 //! (`fa_fwd_<T>_<DMAX>`, `fa_mma_<T>_<DMAX>`), the decode kernels (`fa_dec4_<T>_<DMAX>`,
-//! `fa_dec8_<T>_<DMAX>`, `fa_mdec_<T>_<DMAX>`), the combine of a split call (`fa_combine_<T>`)
-//! and the paged-cache write (`fa_cache_write_<T>`). The kernels take one argument, the
+//! `fa_dec8_<T>_<DMAX>`, `fa_mdec_<T>_<DMAX>`), their mixed forms for f32 q over f16 keys and
+//! values (`fa_mma_f32h_<DMAX>`, `fa_mdec_f32h_<DMAX>`), the combine of a split call
+//! (`fa_combine_<T>`) and the paged-cache write (`fa_cache_write_<T>`). The kernels take one argument, the
 //! [`FaParams`] struct, which addresses every operand by raw device address and stride; the
 //! launchers cannot check those reaches themselves, so the tile and combine launchers are
 //! `unsafe` and [`crate::ops::attention`] proves them first.
@@ -134,6 +135,10 @@ const MDEC_NAMES: [[&str; 2]; 2] = [
     ["fa_mdec_f16_64", "fa_mdec_f16_128"],
     ["fa_mdec_bf16_64", "fa_mdec_bf16_128"],
 ];
+/// The mixed kernels (f32 q and output, f16 keys and values): `fa_mma_f32h_<DMAX>` for the
+/// tiers 64, 128, 256 and `fa_mdec_f32h_<DMAX>` for 64 and 128, where the code object has them.
+const MIXED_MMA_NAMES: [&str; 3] = ["fa_mma_f32h_64", "fa_mma_f32h_128", "fa_mma_f32h_256"];
+const MIXED_MDEC_NAMES: [&str; 2] = ["fa_mdec_f32h_64", "fa_mdec_f32h_128"];
 const DEC4_NAMES: [[&str; 4]; 3] = tile_names!("dec4");
 const DEC8_NAMES: [[&str; 4]; 3] = tile_names!("dec8");
 const COMBINE_NAMES: [&str; 3] = ["fa_combine_f32", "fa_combine_f16", "fa_combine_bf16"];
@@ -239,7 +244,39 @@ pub fn has_mma(dev: &RocmDevice, dtype: DType, tier: usize) -> Result<bool, Back
     Ok(matrix_function(dev, &MMA_NAMES, i, t)?.is_some())
 }
 
-/// Queues the tile kernel of `dtype` over `grid` with `p`. `Ok(false)` (nothing queued) when
+/// The mixed kernel `kernel` ([`TileKernel::Mma`] or [`TileKernel::MmaDecode`]) for q of
+/// `dtypes.0` over keys and values of `dtypes.1` at tier index `t`: only f32 over f16 has one.
+fn mixed_name(kernel: TileKernel, dtypes: (DType, DType), t: usize) -> Option<&'static str> {
+    if dtypes != (DType::F32, DType::F16) {
+        return None;
+    }
+    match kernel {
+        TileKernel::Mma => MIXED_MMA_NAMES.get(t).copied(),
+        TileKernel::MmaDecode => MIXED_MDEC_NAMES.get(t).copied(),
+        _ => None,
+    }
+}
+
+/// Whether this device's code object has the mixed form of `kernel` for q of `dtypes.0` over
+/// keys and values of `dtypes.1` at head-dim tier `tier` (f32 over f16: the matrix-unit tile up
+/// to tier 256 and decode kernel up to 128, on targets with matrix units).
+pub fn has_mixed(
+    dev: &RocmDevice,
+    kernel: TileKernel,
+    dtypes: (DType, DType),
+    tier: usize,
+) -> Result<bool, BackendError> {
+    let Some(t) = TIERS.iter().position(|x| *x == tier) else {
+        return Ok(false);
+    };
+    match mixed_name(kernel, dtypes, t) {
+        Some(name) => Ok(dev.function_optional(Module::Attention, name)?.is_some()),
+        None => Ok(false),
+    }
+}
+
+/// Queues the tile kernel for q of `dtypes.0` and k, v of `dtypes.1` (one dtype, or the mix
+/// [`has_mixed`] confirmed) over `grid` with `p`. `Ok(false)` (nothing queued) when
 /// the kernel is [`TileKernel::Mma`] and this device's code object lacks it for `dtype` and
 /// the tier; [`TileKernel::MmaDecode`] where it is missing queues the FMA decode kernel of
 /// `rows` packed rows instead (the same grid).
@@ -260,7 +297,7 @@ pub fn has_mma(dev: &RocmDevice, dtype: DType, tier: usize) -> Result<bool, Back
 ///    `heads_splits == kv_heads * splits`, `batch == p.batch`, `d <= grid.tier`.
 pub unsafe fn tile(
     dev: &RocmDevice,
-    dtype: DType,
+    dtypes: (DType, DType),
     grid: &TileGrid,
     rows: usize,
     p: &FaParams,
@@ -271,8 +308,21 @@ pub unsafe fn tile(
             format_args!("no kernel tier {}", grid.tier),
         ));
     };
+    let (qtype, dtype) = dtypes;
     let i = dtype_index(dtype)?;
     let f = match grid.kernel {
+        _ if qtype != dtype => match mixed_name(grid.kernel, dtypes, t) {
+            Some(name) => match dev.function_optional(Module::Attention, name)? {
+                Some(f) => f,
+                None => return Ok(false),
+            },
+            None => {
+                return Err(invalid(
+                    "flash-attn",
+                    format_args!("no {:?} kernel for {qtype:?} q over {dtype:?} k and v", grid.kernel),
+                ))
+            }
+        },
         TileKernel::Mma => match matrix_function(dev, &MMA_NAMES, i, t)? {
             Some(f) => f,
             None => return Ok(false),
@@ -296,7 +346,8 @@ pub unsafe fn tile(
     let mut l = dev.stream().launch_builder(&f);
     l.arg(p);
     // SAFETY: fa_fwd/fa_mma/fa_dec4/fa_dec8/fa_mdec_<T>_<DMAX>(fa_params p) with T = dtype and
-    // DMAX = grid.tier; the caller's contract (1-3) covers every address the kernel reaches and
+    // DMAX = grid.tier, or fa_mma/fa_mdec_f32h_<DMAX> for f32 q and o over f16 k and v (the
+    // addresses in p are of those types by the caller's contract); the caller's contract (1-3) covers every address the kernel reaches and
     // the grid (fa_mma takes fa_fwd's grid: 64 rows a tile; fa_mdec the decode kernels': one
     // block of all <= 8 rows, 16 * FM_QT >= 8 in every build); blocks of FA_THREADS threads,
     // static shared memory only.
@@ -431,6 +482,20 @@ mod tests {
         assert_eq!(std::mem::offset_of!(FaParams, heads), 23 * 8);
         assert_eq!(std::mem::offset_of!(FaParams, window_left), 23 * 8 + 16 * 4);
         assert_eq!(std::mem::offset_of!(FaParams, softcap), 260);
+    }
+
+    /// Only f32 q over f16 keys and values has mixed kernels: the matrix-unit tile up to tier
+    /// 256, the decode kernel up to 128, and no FMA kernel.
+    #[test]
+    fn mixed_kernels_by_name() {
+        let mix = (DType::F32, DType::F16);
+        assert_eq!(mixed_name(TileKernel::Mma, mix, 2), Some("fa_mma_f32h_256"));
+        assert_eq!(mixed_name(TileKernel::MmaDecode, mix, 1), Some("fa_mdec_f32h_128"));
+        assert_eq!(mixed_name(TileKernel::MmaDecode, mix, 2), None);
+        assert_eq!(mixed_name(TileKernel::Mma, mix, 3), None);
+        assert_eq!(mixed_name(TileKernel::Decode8, mix, 0), None);
+        assert_eq!(mixed_name(TileKernel::Mma, (DType::F32, DType::BF16), 0), None);
+        assert_eq!(mixed_name(TileKernel::Mma, (DType::F16, DType::F16), 0), None);
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! Launcher of the `rows` module's `rrope_cache_<T>`: one attention step's rotary embedding of
 //! q and of the new keys, and the new keys' and values' append to a KV cache, in one launch
 //! (the device side of `flash_attn_with_kvcache` in `slot::attention`). A decode step ran
-//! these as three launches (the rotary embedding, then one copy into each cache).
+//! these as three launches (the rotary embedding, then one copy into each cache). The caches
+//! are of the activations' dtype, or f16 under f32 activations (`rrope_cache_f32h`: the f16 KV
+//! cache of the GGUF decoders).
 #![cfg_attr(not(feature = "candle"), allow(dead_code))]
 
 use candle_core::DType;
@@ -123,8 +125,9 @@ fn bytes<T>(ptr: *mut std::ffi::c_void, len: usize) -> (usize, usize) {
 }
 
 /// The kernel's arguments after every check: each operand's reach against its length, the
-/// sizes against the kernel's 32-bit counters, and no source overlapping a cache it writes.
-fn checked<T>(
+/// sizes against the kernel's 32-bit counters, and no source overlapping a cache it writes
+/// (sources of `T`, caches of `C`).
+fn checked<T, C>(
     g: &RopeCacheGeometry,
     srcs: [(&'static str, *mut std::ffi::c_void, usize); 3],
     tables: Option<(usize, usize)>,
@@ -192,7 +195,7 @@ fn checked<T>(
     // Sources read while the caches are written: no overlap (a key read from the cache it is
     // written to would race with its own write).
     for (cache, len) in caches {
-        let c = bytes::<T>(cache, len);
+        let c = bytes::<C>(cache, len);
         for (what, ptr, slen) in srcs {
             let s = bytes::<T>(ptr, slen);
             if s.0 < c.1 && c.0 < s.1 {
@@ -248,14 +251,15 @@ fn checked<T>(
 /// head_dim)`; absent without a rotation), the new keys (rotated) and values written into
 /// the caches at positions `pos..pos + seq`. `tables` are the rotary cos/sin tables, `d / 2`
 /// values a row, required with a rotation. Every operand is checked against `g` first (a bad
-/// call is a typed error and writes nothing). f32, f16, bf16 and f64.
-pub(crate) fn rope_cache<T: RocmDType>(
+/// call is a typed error and writes nothing). f32, f16, bf16 and f64 with caches of the same
+/// dtype, and f32 with f16 caches (each value rounded to f16 as it is written).
+pub(crate) fn rope_cache<T: RocmDType, C: RocmDType>(
     dev: &RocmDevice,
     g: &RopeCacheGeometry,
     (q, k, v): (&DeviceView<'_, T>, &DeviceView<'_, T>, &DeviceView<'_, T>),
     tables: Option<(&DeviceView<'_, T>, &DeviceView<'_, T>)>,
     q_out: Option<&mut DeviceBuffer<T>>,
-    (k_cache, v_cache): (&mut DeviceViewMut<'_, T>, &mut DeviceViewMut<'_, T>),
+    (k_cache, v_cache): (&mut DeviceViewMut<'_, C>, &mut DeviceViewMut<'_, C>),
 ) -> Result<(), BackendError> {
     let rotates = g.rotation != Rotation::None;
     if rotates != tables.is_some() || rotates != q_out.is_some() {
@@ -264,17 +268,29 @@ pub(crate) fn rope_cache<T: RocmDType>(
             "a rotation takes the cos/sin tables and a buffer for the rotated q, and only it",
         ));
     }
-    let name = match T::DTYPE {
-        DType::F32 => "rrope_cache_f32",
-        DType::F64 => "rrope_cache_f64",
-        DType::F16 => "rrope_cache_f16",
-        DType::BF16 => "rrope_cache_bf16",
-        dtype => return Err(BackendError::UnsupportedDtype { op: OP, dtype }),
+    let name = match (T::DTYPE, C::DTYPE) {
+        (DType::F32, DType::F32) => "rrope_cache_f32",
+        (DType::F64, DType::F64) => "rrope_cache_f64",
+        (DType::F16, DType::F16) => "rrope_cache_f16",
+        (DType::BF16, DType::BF16) => "rrope_cache_bf16",
+        (DType::F32, DType::F16) => "rrope_cache_f32h",
+        (dtype, cache) if dtype == cache => {
+            return Err(BackendError::UnsupportedDtype { op: OP, dtype })
+        }
+        (dtype, cache) => {
+            return Err(invalid(
+                OP,
+                format_args!(
+                    "caches of {cache:?} under {dtype:?} activations: the caches take the \
+                     activations' dtype, or f16 under f32"
+                ),
+            ))
+        }
     };
     if g.batch == 0 || g.seq == 0 || g.heads + g.kv_heads == 0 || g.head_dim == 0 {
         return Ok(());
     }
-    let args = checked::<T>(
+    let args = checked::<T, C>(
         g,
         [
             ("q", q.device_ptr(), q.len()),
@@ -319,7 +335,8 @@ pub(crate) fn rope_cache<T: RocmDType>(
     l.arg(&args).arg(&pq).arg(&pk).arg(&pv).arg(&pc).arg(&ps);
     l.arg(&po).arg(&pkc).arg(&pvc);
     // SAFETY: rrope_cache_<T>(RopeCacheArgs, const T* q, const T* k, const T* v, const T* cos,
-    // const T* sin, T* q_out, T* k_cache, T* v_cache), in that order. `checked` proved every
+    // const T* sin, T* q_out, C* k_cache, C* v_cache), in that order (the name picked for
+    // this (T, C) pair above). `checked` proved every
     // element the kernel reads (q, k, v rows by their strides; table rows below pos + seq) and
     // writes (q_out's batch * seq * heads * d; cache positions below pos + seq by their
     // strides) inside its buffer, no source overlapping a cache, and every counter and the
@@ -377,7 +394,7 @@ mod tests {
     #[test]
     fn a_call_that_fits_passes_with_its_strides() {
         let a =
-            checked::<f32>(&geometry(), srcs(64), Some((48, 48)), Some(32), caches(128)).unwrap();
+            checked::<f32, f32>(&geometry(), srcs(64), Some((48, 48)), Some(32), caches(128)).unwrap();
         assert_eq!((a.kc_t, a.kc_h, a.pos, a.mode, a.d), (16, 8, 5, 1, 8));
     }
 
@@ -385,24 +402,44 @@ mod tests {
     fn every_short_operand_is_refused() {
         let g = geometry();
         // q's row: heads * d = 32 elements; k's 16 from its start.
-        assert!(checked::<f32>(&g, srcs(15), Some((48, 48)), Some(32), caches(128)).is_err());
+        assert!(checked::<f32, f32>(&g, srcs(15), Some((48, 48)), Some(32), caches(128)).is_err());
         // Cache position 5, head 1: 5 * 16 + 8 + 8 = 96 elements.
-        assert!(checked::<f32>(&g, srcs(64), Some((48, 48)), Some(32), caches(95)).is_err());
-        assert!(checked::<f32>(&g, srcs(64), Some((48, 48)), Some(32), caches(96)).is_ok());
+        assert!(checked::<f32, f32>(&g, srcs(64), Some((48, 48)), Some(32), caches(95)).is_err());
+        assert!(checked::<f32, f32>(&g, srcs(64), Some((48, 48)), Some(32), caches(96)).is_ok());
         // Table row 5 of 4 values: 24 elements.
-        assert!(checked::<f32>(&g, srcs(64), Some((23, 48)), Some(32), caches(128)).is_err());
-        assert!(checked::<f32>(&g, srcs(64), Some((48, 48)), Some(31), caches(128)).is_err());
+        assert!(checked::<f32, f32>(&g, srcs(64), Some((23, 48)), Some(32), caches(128)).is_err());
+        assert!(checked::<f32, f32>(&g, srcs(64), Some((48, 48)), Some(31), caches(128)).is_err());
         let full = RopeCacheGeometry { pos: 8, ..g };
-        assert!(checked::<f32>(&full, srcs(64), Some((48, 48)), Some(32), caches(256)).is_err());
+        assert!(checked::<f32, f32>(&full, srcs(64), Some((48, 48)), Some(32), caches(256)).is_err());
         let odd = RopeCacheGeometry { head_dim: 7, ..g };
-        assert!(checked::<f32>(&odd, srcs(64), Some((48, 48)), Some(32), caches(128)).is_err());
+        assert!(checked::<f32, f32>(&odd, srcs(64), Some((48, 48)), Some(32), caches(128)).is_err());
+    }
+
+    /// The overlap test measures caches in their own elements: 64 f16 elements of a cache span
+    /// 128 bytes, so a source 100 bytes in overlaps it, one 128 bytes in does not.
+    #[test]
+    fn f16_caches_are_measured_in_their_own_elements() {
+        let g = RopeCacheGeometry {
+            k_cache: (32, 16, 8),
+            v_cache: (32, 16, 8),
+            capacity: 2,
+            pos: 0,
+            ..geometry()
+        };
+        let at = |offset: usize| {
+            let mut s = srcs(64);
+            s[2].1 = (2 * P + offset) as *mut _;
+            checked::<f32, half::f16>(&g, s, Some((48, 48)), Some(32), caches(64))
+        };
+        assert!(at(100).unwrap_err().to_string().contains("v overlaps"));
+        assert!(at(128).is_ok());
     }
 
     #[test]
     fn a_source_inside_a_cache_is_refused() {
         let mut s = srcs(64);
         s[1].1 = (2 * P + 64) as *mut _;
-        let e = checked::<f32>(&geometry(), s, Some((48, 48)), Some(32), caches(128));
+        let e = checked::<f32, f32>(&geometry(), s, Some((48, 48)), Some(32), caches(128));
         assert!(e.unwrap_err().to_string().contains("k overlaps"));
     }
 }

@@ -136,23 +136,50 @@ __device__ __forceinline__ FmBlock fm_block(const fa_params &p, uint32_t bm) {
     return k;
 }
 
-// The block's BM rows of Q into shared `dst` (row pitch `pitch` elements, DMAX columns): zeros
-// past d and past the sequence's rows.
-template <typename T, int DMAX, int BM>
+// One chunk of a q row into shared memory as T: q of the kernel's own type as fm_stage does,
+// or f32 q (the mixed kernels, *_f32h_*: f32 activations over an f16 KV cache) rounded to T on
+// the way, read with two 16-byte loads where aligned.
+template <typename T> __device__ __forceinline__ void fm_stage_q_chunk(T *dst, const T *src, int n, bool vec) {
+    fm_stage(dst, src, n, vec);
+}
+template <typename T> __device__ __forceinline__ void fm_stage_q_chunk(T *dst, const float *src, int n, bool vec) {
+    constexpr int N = FaChunk<T>::N;
+    float f[N];
+    if (vec && n == N) {
+#pragma unroll
+        for (int h = 0; h < N / 4; h++) {
+            const fa_vec v = reinterpret_cast<const fa_vec *>(src)[h];
+            __builtin_memcpy(f + 4 * h, &v, sizeof(v));
+        }
+    } else {
+#pragma unroll
+        for (int u = 0; u < N; u++) f[u] = u < n ? src[u] : 0.0f;
+    }
+    FaChunk<T> c;
+#pragma unroll
+    for (int u = 0; u < N; u++) c.e[u] = fa_from<T>(f[u]);
+    fa_vec v;
+    __builtin_memcpy(&v, &c, sizeof(v));
+    *reinterpret_cast<fa_vec *>(dst) = v;
+}
+
+// The block's BM rows of Q (of type TQ: T, or f32 for the mixed kernels) into shared `dst` as
+// T (row pitch `pitch` elements, DMAX columns): zeros past d and past the sequence's rows.
+template <typename T, int DMAX, int BM, typename TQ = T>
 __device__ __forceinline__ void fm_stage_q(T *dst, int pitch, const fa_params &p, const FmBlock &k) {
     constexpr int N = FaChunk<T>::N, CR = DMAX / N;
-    const T *const q = (const T *)p.q;
+    const TQ *const q = (const TQ *)p.q;
     for (uint32_t x = threadIdx.x; x < BM * CR; x += FA_THREADS) {
         const uint32_t row = x / CR, col = (x % CR) * N;
         const uint32_t R = k.r0 + row;
-        const T *src = q;
+        const TQ *src = q;
         int n = 0;
         if (R < k.rows && col < p.d) {
             const uint64_t i = R / p.group, h = k.hk * p.group + R % p.group;
             src = q + (uint64_t)k.b * p.q_batch + (k.s.tok0_q + i) * p.q_row + h * p.q_head + col;
             n = (int)fa_min<uint32_t>(N, p.d - col);
         }
-        fm_stage(dst + row * pitch + col, src, n, p.vec_ok != 0);
+        fm_stage_q_chunk(dst + row * pitch + col, src, n, p.vec_ok != 0);
     }
 }
 
@@ -232,7 +259,7 @@ __device__ __forceinline__ void fm_softmax(const fa_params &p, uint32_t b, const
 // The wave's rows (first packed row `base`): in T (one split), or normalised partials and
 // log2-sum-exps. Element e of a lane is on its row fm_slot(e) (fm_c_pos(l, e).q ==
 // fm_row(l, fm_slot(e))).
-template <typename T, int DT>
+template <typename T, int DT, typename TO = T>
 __device__ __forceinline__ void fm_store(const fa_params &p, const FmRows &w, const fm_acc (&o)[FM_QT][DT],
                                          uint32_t base, uint32_t rows, uint32_t hk, uint32_t b, const FaSeq &s,
                                          uint32_t split, int l) {
@@ -266,7 +293,7 @@ __device__ __forceinline__ void fm_store(const fa_params &p, const FmRows &w, co
                 if (p.splits > 1)
                     p.o_part[at[r] + col] = val;
                 else
-                    ((T *)p.o)[at[r] + col] = fa_from<T>(val);
+                    ((TO *)p.o)[at[r] + col] = fa_from<TO>(val);
             }
     }
 }
@@ -274,7 +301,7 @@ __device__ __forceinline__ void fm_store(const fa_params &p, const FmRows &w, co
 // The chunked tile (tier 256, where a whole key tile and its values do not fit shared memory
 // beside each other): K in chunks of KC head-dim columns for S, V in chunks of KC columns for
 // O; Q stays in shared memory. Loads and matrix work take turns.
-template <typename T, int DMAX> __device__ __forceinline__ void fa_mma_chunked(const fa_params &p) {
+template <typename T, int DMAX, typename TQ = T> __device__ __forceinline__ void fa_mma_chunked(const fa_params &p) {
     constexpr int NW = FA_THREADS / FM_WAVE; // waves
     constexpr int WR = 16 * FM_QT;           // rows a wave
     constexpr int BM = NW * WR;              // rows a block
@@ -306,7 +333,7 @@ template <typename T, int DMAX> __device__ __forceinline__ void fa_mma_chunked(c
     fa_key_tiles(p, s, r0, BM, rows, split, t0, t1);
 
     // Q, once.
-    fm_stage_q<T, DMAX, BM>(qs, QP, p, blk);
+    fm_stage_q<T, DMAX, BM, TQ>(qs, QP, p, blk);
 
     fm_acc o[FM_QT][DT];
 #pragma unroll
@@ -378,7 +405,7 @@ template <typename T, int DMAX> __device__ __forceinline__ void fa_mma_chunked(c
             }
         }
     }
-    fm_store<T, DT>(p, w, o, r0 + wave * WR, rows, hk, b, s, split, l);
+    fm_store<T, DT, TQ>(p, w, o, r0 + wave * WR, rows, hk, b, s, split, l);
 }
 
 #endif // FA_MMA_KERNELS

@@ -35,7 +35,7 @@
 // The lanes of one wave see each other's shared-memory writes (after their copies completed).
 #define FM_WAVE_SYNC() __syncwarp()
 
-template <typename T, int DMAX> __device__ __forceinline__ void fa_mma_dec(const fa_params &p) {
+template <typename T, int DMAX, typename TQ = T> __device__ __forceinline__ void fa_mma_dec(const fa_params &p) {
     constexpr int NW = FA_THREADS / FM_WAVE; // waves
     constexpr int WR = 16 * FM_QT;           // rows (every wave the same)
     constexpr int KT = FA_MDEC_KT;
@@ -94,7 +94,7 @@ template <typename T, int DMAX> __device__ __forceinline__ void fa_mma_dec(const
 
     // Q (rows past the call's are zeros): into registers, or (FA_MDEC_Q_SMEM) read from shared
     // memory at every tile, which saves DT x FM_QT fragments of registers.
-    fm_stage_q<T, DMAX, WR>(qs, KP, p, blk);
+    fm_stage_q<T, DMAX, WR, TQ>(qs, KP, p, blk);
     __syncthreads();
 #if !FA_MDEC_Q_SMEM
     fm_frag<T> qf[FM_QT][DT];
@@ -251,7 +251,7 @@ template <typename T, int DMAX> __device__ __forceinline__ void fa_mma_dec(const
                 }
         }
     }
-    fm_store<T, DT>(p, w, o, 0, rows, hk, b, s, split, l);
+    fm_store<T, DT, TQ>(p, w, o, 0, rows, hk, b, s, split, l);
 #undef FA_MDEC_Q
 }
 

@@ -18,7 +18,7 @@
 
 #if defined(FA_MMA_KERNELS)
 
-template <typename T, int DMAX> __device__ __forceinline__ void fa_mma_pipe(const fa_params &p) {
+template <typename T, int DMAX, typename TQ = T> __device__ __forceinline__ void fa_mma_pipe(const fa_params &p) {
     constexpr int NW = FA_THREADS / FM_WAVE; // waves
     constexpr int WR = 16 * FM_QT;           // rows a wave
     constexpr int BM = NW * WR;              // rows a block
@@ -55,7 +55,7 @@ template <typename T, int DMAX> __device__ __forceinline__ void fa_mma_pipe(cons
     fa_key_tiles(p, s, r0, BM, rows, split, t0, t1);
 
     // Q through K's buffer (BM == FA_BN rows) into registers.
-    fm_stage_q<T, DMAX, BM>(ks, KP, p, blk);
+    fm_stage_q<T, DMAX, BM, TQ>(ks, KP, p, blk);
     __syncthreads();
     fm_frag<T> qf[FM_QT][DT];
 #pragma unroll
@@ -151,7 +151,7 @@ template <typename T, int DMAX> __device__ __forceinline__ void fa_mma_pipe(cons
             FM_FENCE();
         }
     }
-    fm_store<T, DT>(p, w, o, r0 + wave * WR, rows, hk, b, s, split, l);
+    fm_store<T, DT, TQ>(p, w, o, r0 + wave * WR, rows, hk, b, s, split, l);
 }
 
 #endif // FA_MMA_KERNELS

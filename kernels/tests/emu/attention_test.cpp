@@ -18,7 +18,8 @@
 // tiles, head dims that end inside a 16-column step or a staged chunk). Those kernels round P
 // to T before P V, so their tolerance adds T's unit roundoff u times sum_j p_j |v_j| / sum_j p_j
 // (the most the rounding of every p_j by a relative u can move the normalised output).
-// -DFA_EXIT_ON_BAD stops at the first failing case (the mutant tests).
+// The mixed kernels (fa_mma_f32h_*, fa_mdec_f32h_*: q and output f32, K and V f16) run the same
+// cases but the packed ones (one tensor holds q, k and v, so one type). -DFA_EXIT_ON_BAD stops at the first failing case (the mutant tests).
 #include "emu.h"
 
 #include "check.h"
@@ -59,11 +60,14 @@ template <typename T> struct Run {
     bool mma = false; // fwd is fa_mma_*: rows of 64, P rounded to T
 };
 
-template <typename T>
+// TQ: q's and the output's type (T, or f32 for the mixed kernels fa_*_f32h_*: K and V in T).
+template <typename T, typename TQ = T>
 static void run(const Run<T> &k, const Case &cs, bool decode) {
+    constexpr bool mixed = sizeof(TQ) != sizeof(T);
+    if (mixed && cs.packed) return; // q, k and v of one tensor share its type
     const uint32_t packed = cs.sq * (cs.heads / cs.kv_heads);
-    C.ctx = std::string(cs.what) + " " + dt_name(k.dt) + " d=" + std::to_string(cs.d) + " dmax=" +
-            std::to_string(k.dmax) + (decode ? " dec" : " fwd");
+    C.ctx = std::string(cs.what) + " " + dt_name(k.dt) + (mixed ? " q f32" : "") + " d=" + std::to_string(cs.d) +
+            " dmax=" + std::to_string(k.dmax) + (decode ? " dec" : " fwd");
     std::mt19937_64 rng(cs.sq * 7919 + cs.sk * 104729 + cs.d * 31 + cs.heads + (decode ? 5 : 0));
     std::uniform_int_distribution<int> small(-8, 8);
     const uint32_t B = cs.batch, H = cs.heads, HK = cs.kv_heads, G = H / HK, D = cs.d;
@@ -91,8 +95,9 @@ static void run(const Run<T> &k, const Case &cs, bool decode) {
     // q: (tok, H, D) rows of `qrow`; packed: q, k, v share rows of (H + 2 HK) D.
     const uint64_t qrow = cs.packed ? (uint64_t)(H + 2 * HK) * D : (uint64_t)H * D;
     const uint64_t krow = cs.packed ? qrow : (uint64_t)HK * D;
-    std::vector<T> qbuf(off + (uint64_t)total_q * qrow + 8), kbuf, vbuf;
-    for (auto &x : qbuf) x = make<T>(small(rng) / 8.0);
+    std::vector<TQ> qbuf(off + (uint64_t)total_q * qrow + 8);
+    std::vector<T> kbuf, vbuf;
+    for (auto &x : qbuf) x = make<TQ>(small(rng) / 8.0);
     // Paged: blocks of `page` rows, a shuffled table with spare blocks.
     uint32_t nblocks = 0, bt_stride = 0;
     std::vector<uint32_t> table;
@@ -121,7 +126,7 @@ static void run(const Run<T> &k, const Case &cs, bool decode) {
     }
 
     fa_params p{};
-    const T *qp = qbuf.data() + off;
+    const TQ *qp = qbuf.data() + off;
     const T *kp, *vp;
     uint64_t kb, kr, kh;
     if (cs.page) {
@@ -131,8 +136,8 @@ static void run(const Run<T> &k, const Case &cs, bool decode) {
         kr = (uint64_t)HK * D;
         kh = D;
     } else if (cs.packed) {
-        kp = qp + (uint64_t)H * D;
-        vp = qp + (uint64_t)(H + HK) * D;
+        kp = reinterpret_cast<const T *>(qp) + (uint64_t)H * D; // T == TQ here
+        vp = reinterpret_cast<const T *>(qp) + (uint64_t)(H + HK) * D;
         kb = cs.varlen ? 0 : (uint64_t)cs.sk * krow;
         kr = krow;
         kh = D;
@@ -144,8 +149,8 @@ static void run(const Run<T> &k, const Case &cs, bool decode) {
         kh = D;
     }
     // Dense packed calls need sq == sk (one tensor); the cases keep that.
-    const T poison = make<T>(1234.0);
-    std::vector<T> out(off + (uint64_t)total_q * H * D + 16, poison);
+    const TQ poison = make<TQ>(1234.0);
+    std::vector<TQ> out(off + (uint64_t)total_q * H * D + 16, poison);
     p.q = qp;
     p.k = kp;
     p.v = vp;
@@ -223,7 +228,7 @@ static void run(const Run<T> &k, const Case &cs, bool decode) {
             for (uint32_t h = 0; h < H; h++) {
                 const uint32_t hk = h / G;
                 const int64_t qpos = (int64_t)i + sk - sq;
-                const T *qr = qp + (uint64_t)b * p.q_batch + (uint64_t)((cs.varlen ? cu_q[b] : 0) + i) * qrow + (uint64_t)h * D;
+                const TQ *qr = qp + (uint64_t)b * p.q_batch + (uint64_t)((cs.varlen ? cu_q[b] : 0) + i) * qrow + (uint64_t)h * D;
                 double mx = -INFINITY;
                 for (uint32_t j = 0; j < sk; j++) {
                     bool in = (cs.wl < 0 || (int64_t)j >= qpos - cs.wl) && (cs.wr < 0 || (int64_t)j <= qpos + cs.wr);
@@ -255,7 +260,7 @@ static void run(const Run<T> &k, const Case &cs, bool decode) {
                         }
                     }
                 const uint64_t tok = (cs.varlen ? cu_q[b] : (uint64_t)b * cs.sq) + i;
-                const T *orow = out.data() + off + tok * H * D + (uint64_t)h * D;
+                const TQ *orow = out.data() + off + tok * H * D + (uint64_t)h * D;
                 for (uint32_t e = 0; e < D; e++) {
                     const double want = sum > 0 ? acc[e] / sum : 0.0;
                     const double got = value(orow[e]);
@@ -355,7 +360,7 @@ static const Case MDEC_CASES[] = {
 
 // Every case with d <= 256 on fa_mma_<T>_<DMAX>: the smallest tier that holds d, plus a larger
 // tier for d = 40 and d = 64 (the tier's padding).
-template <typename T> static void run_type_mma(DT dt, const Kernel (&mma)[3], Kernel combine) {
+template <typename T, typename TQ = T> static void run_type_mma(DT dt, const Kernel (&mma)[3], Kernel combine) {
     static const int DMAX[3] = {64, 128, 256};
     auto one = [&](const Case &cs) {
         for (int t = 0; t < 3; t++) {
@@ -363,7 +368,7 @@ template <typename T> static void run_type_mma(DT dt, const Kernel (&mma)[3], Ke
             const bool smallest = t == 0 || cs.d > (uint32_t)DMAX[t - 1];
             if (!smallest && !(t == 2 && cs.d == 40) && !(t == 1 && cs.d == 64)) continue;
             Run<T> k{dt, mma[t], nullptr, nullptr, combine, DMAX[t], true};
-            run<T>(k, cs, false);
+            run<T, TQ>(k, cs, false);
 #if defined(FA_EXIT_ON_BAD) // mutants: the first mismatch is enough
             if (C.bad) {
                 printf("attention mma: bad=%ld (stopped at the first failing case)\n", C.bad);
@@ -378,7 +383,7 @@ template <typename T> static void run_type_mma(DT dt, const Kernel (&mma)[3], Ke
 
 // The matrix-unit decode kernel (fa_mdec_<T>_<DMAX>, tiers 64 and 128) on every case of at most
 // 8 packed rows (the host's decode calls), with the decode kernels' splits of FA_DEC_TILE keys.
-template <typename T> static void run_type_mdec(DT dt, const Kernel (&mdec)[2], Kernel combine) {
+template <typename T, typename TQ = T> static void run_type_mdec(DT dt, const Kernel (&mdec)[2], Kernel combine) {
     static const int DMAX[2] = {64, 128};
     auto one = [&](const Case &cs) {
         if ((uint64_t)cs.sq * (cs.heads / cs.kv_heads) > 8) return;
@@ -387,7 +392,7 @@ template <typename T> static void run_type_mdec(DT dt, const Kernel (&mdec)[2], 
             const bool smallest = t == 0 || cs.d > (uint32_t)DMAX[t - 1];
             if (!smallest && !(t == 1 && cs.d == 64)) continue;
             Run<T> k{dt, nullptr, mdec[t], mdec[t], combine, DMAX[t], true};
-            run<T>(k, cs, true);
+            run<T, TQ>(k, cs, true);
 #if defined(FA_EXIT_ON_BAD)
             if (C.bad) {
                 printf("attention mdec: bad=%ld (stopped at the first failing case)\n", C.bad);
@@ -454,16 +459,21 @@ int main() {
     static const Kernel bf16m[3] = {(Kernel)&fa_mma_bf16_64, (Kernel)&fa_mma_bf16_128, (Kernel)&fa_mma_bf16_256};
     static const Kernel f16d[2] = {(Kernel)&fa_mdec_f16_64, (Kernel)&fa_mdec_f16_128};
     static const Kernel bf16d[2] = {(Kernel)&fa_mdec_bf16_64, (Kernel)&fa_mdec_bf16_128};
+    // f32 q and output over f16 K and V.
+    static const Kernel mixm[3] = {(Kernel)&fa_mma_f32h_64, (Kernel)&fa_mma_f32h_128, (Kernel)&fa_mma_f32h_256};
+    static const Kernel mixd[2] = {(Kernel)&fa_mdec_f32h_64, (Kernel)&fa_mdec_f32h_128};
     long missing = 0;
 #if !defined(FA_TEST_MDEC_ONLY) // the decode kernel's mutants skip the prefill tiles
     run_type_mma<__half>(F16, f16m, &fa_combine_f16);
     run_type_mma<__nv_bfloat16>(BF16, bf16m, &fa_combine_bf16);
-    for (const Kernel *t : {f16m, bf16m})
+    run_type_mma<__half, float>(F16, mixm, &fa_combine_f32);
+    for (const Kernel *t : {f16m, bf16m, mixm})
         for (int i = 0; i < 3; i++) missing += !emu::S.launched.count((const void *)t[i]);
 #endif
     run_type_mdec<__half>(F16, f16d, &fa_combine_f16);
     run_type_mdec<__nv_bfloat16>(BF16, bf16d, &fa_combine_bf16);
-    for (const Kernel *t : {f16d, bf16d})
+    run_type_mdec<__half, float>(F16, mixd, &fa_combine_f32);
+    for (const Kernel *t : {f16d, bf16d, mixd})
         for (int i = 0; i < 2; i++) missing += !emu::S.launched.count((const void *)t[i]);
     if (missing) {
         C.ctx = "coverage";

@@ -276,8 +276,10 @@ pub(crate) fn write_gguf_files(dir: &std::path::Path, shape: GgufShape) -> Resul
 /// device. Rows: prefill (one 512-token prompt, seconds per prompt token) and decode (`steps`
 /// greedy tokens after a 16-token prompt, each argmax read back to the host; seconds per
 /// token), with matmul attention (`gguf_decode_1.1b_<mix>`) and, in our backend's build, with
-/// flash attention (the patched `ModelWeights::with_flash_attn`: `gguf_decode_1.1b_<mix>_flash`);
-/// and with `depth` > 0 the same decode after a `depth`-token prompt (shape `prompt<depth>`).
+/// flash attention (the patched `ModelWeights::with_flash_attn`: `gguf_decode_1.1b_<mix>_flash`
+/// with its default f16 KV cache, `gguf_decode_1.1b_<mix>_f32kv_flash` with an f32 one, the
+/// cache before the f16 default); and with `depth` > 0 the same decode after a `depth`-token
+/// prompt (shape `prompt<depth>`).
 pub(crate) fn gguf_decoder(b: &Bench, steps: usize, depth: usize) -> Result<()> {
     // The model's rotary tables hold 4096 positions (candle-transformers' MAX_SEQ_LEN).
     if depth + steps + 4 > 4096 {
@@ -292,18 +294,33 @@ pub(crate) fn gguf_decoder(b: &Bench, steps: usize, depth: usize) -> Result<()> 
     let dev = &b.dev;
     let flash_paths = b.attention_paths();
     for (mix, layer_ty, out_ty) in GGUF_MIXES {
-        let ops = |flash: bool| {
-            let suffix = if flash { "_flash" } else { "" };
+        // (flash, an f32 KV cache on the flash path)
+        let paths: Vec<(bool, bool)> = flash_paths
+            .iter()
+            .flat_map(|&f| {
+                if f {
+                    vec![(true, false), (true, true)]
+                } else {
+                    vec![(false, false)]
+                }
+            })
+            .collect();
+        let ops = |(flash, f32kv): (bool, bool)| {
+            let suffix = match (flash, f32kv) {
+                (false, _) => "",
+                (true, false) => "_flash",
+                (true, true) => "_f32kv_flash",
+            };
             (
                 format!("gguf_prefill_1.1b_{mix}{suffix}"),
                 format!("gguf_decode_1.1b_{mix}{suffix}"),
             )
         };
-        let wanted = |flash: bool| {
-            let (prefill_op, decode_op) = ops(flash);
+        let wanted = |path: (bool, bool)| {
+            let (prefill_op, decode_op) = ops(path);
             b.wanted("model", &decode_op) || b.wanted("model", &prefill_op)
         };
-        if !flash_paths.iter().any(|&f| wanted(f)) {
+        if !paths.iter().any(|&p| wanted(p)) {
             continue;
         }
         let bytes = synthetic_gguf(GgufShape::TinyLlama, layer_ty, out_ty)?;
@@ -311,14 +328,14 @@ pub(crate) fn gguf_decoder(b: &Bench, steps: usize, depth: usize) -> Result<()> 
         let content = gguf_file::Content::read(&mut file)?;
         let mut model = GgufModel::Llama(ModelWeights::from_gguf(content, &mut file, dev)?);
         drop(file);
-        for &flash in flash_paths {
-            if !wanted(flash) {
+        for &path in &paths {
+            if !wanted(path) {
                 continue;
             }
-            if flash {
-                model = model.with_flash_attn()?;
+            if path.0 {
+                model = model.with_flash_attn(path.1)?;
             }
-            let (prefill_op, decode_op) = ops(flash);
+            let (prefill_op, decode_op) = ops(path);
             gguf_rows(b, &mut model, (&prefill_op, &decode_op), "", steps, depth)?;
         }
     }
@@ -375,18 +392,20 @@ impl GgufModel {
     }
 
     /// The same weights with flash attention (`quantized_llama` only, in our backend's build;
-    /// Gemma 3's model has no flash path and stays as it is).
+    /// Gemma 3's model has no flash path and stays as it is), its KV cache in f32 with
+    /// `f32_cache`, else in the model's default (f16 on a GPU).
     #[cfg(all(feature = "rocm", not(feature = "cuda")))]
-    fn with_flash_attn(self) -> Result<Self> {
+    fn with_flash_attn(self, f32_cache: bool) -> Result<Self> {
+        let kv = f32_cache.then_some(candle_core::DType::F32);
         Ok(match self {
-            Self::Llama(m) => Self::Llama(m.with_flash_attn(true)?),
+            Self::Llama(m) => Self::Llama(m.with_flash_attn(true)?.with_kv_cache_dtype(kv)),
             gemma => gemma,
         })
     }
 
     /// Without flash attention in Candle CUDA's build: nothing to change.
     #[cfg(not(all(feature = "rocm", not(feature = "cuda"))))]
-    fn with_flash_attn(self) -> Result<Self> {
+    fn with_flash_attn(self, _f32_cache: bool) -> Result<Self> {
         Ok(self)
     }
 

@@ -2,12 +2,15 @@
 //! variable-length and paged calls, split over the keys when a call has too few query tiles
 //! to fill the GPU (flash decoding), on our `attention` kernels (`kernels/hip/attention.hip`).
 //! [`spec`] checks a call, [`host`] is the CPU reference with the same semantics, and
-//! [`forward`] runs it on the device.
+//! [`forward`] runs it on the device. q, k and v share a dtype (f32, f16, bf16), or q is f32
+//! over f16 keys and values (the f16 KV cache of the GGUF decoders, whose activations are f32):
+//! the matrix-unit kernels take that mix directly, and elsewhere q goes to f16 and the output
+//! back to f32 around the f16 kernels.
 
 pub mod host;
 pub mod spec;
 
-use candle_core::DType;
+use candle_core::{DType, Layout};
 use rocm_safe::DeviceBuffer;
 
 use crate::device::RocmDevice;
@@ -16,6 +19,7 @@ use crate::error::BackendError;
 use crate::launch::attention::{
     self as launch, prefill_rows, tier, FaParams, TileGrid, TileKernel, DECODE_ROWS, MMA_ROWS,
 };
+use crate::ops::elementwise::cast;
 use crate::layout::{kernel_limit, out_of_bounds, parameter_error};
 use crate::settings::flash_mma;
 use spec::{AttentionSpec, Batching, Strides};
@@ -67,9 +71,25 @@ pub fn forward(
     extras: &Extras<'_>,
 ) -> Result<S, BackendError> {
     match (q, k, v) {
-        (S::F32(q), S::F32(k), S::F32(v)) => run(dev, spec, q, k, v, extras).map(S::F32),
-        (S::F16(q), S::F16(k), S::F16(v)) => run(dev, spec, q, k, v, extras).map(S::F16),
-        (S::BF16(q), S::BF16(k), S::BF16(v)) => run(dev, spec, q, k, v, extras).map(S::BF16),
+        (S::F32(q), S::F32(k), S::F32(v)) => same(run(dev, spec, q, k, v, extras)?).map(S::F32),
+        (S::F16(q), S::F16(k), S::F16(v)) => same(run(dev, spec, q, k, v, extras)?).map(S::F16),
+        (S::BF16(q), S::BF16(k), S::BF16(v)) => {
+            same(run(dev, spec, q, k, v, extras)?).map(S::BF16)
+        }
+        (S::F32(q), S::F16(k), S::F16(v)) => match run(dev, spec, q, k, v, extras)? {
+            Some(out) => Ok(S::F32(out)),
+            // No matrix-unit kernel for the mix here: q in f16 (the whole buffer, so the
+            // spec's strides hold), the f16 kernels, the output back to f32.
+            None => {
+                let q16 = cast::<f32, half::f16>(dev, q, &Layout::contiguous(q.len()))?;
+                let out = same(run(dev, spec, &q16, k, v, extras)?)?;
+                Ok(S::F32(cast::<half::f16, f32>(
+                    dev,
+                    &out,
+                    &Layout::contiguous(out.len()),
+                )?))
+            }
+        },
         _ if q.dtype() != k.dtype() || q.dtype() != v.dtype() => Err(BackendError::DtypeMismatch {
             op: "flash-attn",
             lhs: q.dtype(),
@@ -84,6 +104,12 @@ pub fn forward(
             dtype: q.dtype(),
         }),
     }
+}
+
+/// `run`'s output for a call of one dtype, which it never declines (only a mixed call that the
+/// device has no kernel for).
+fn same<T: rocm_safe::DeviceRepr>(out: Option<DeviceBuffer<T>>) -> Result<DeviceBuffer<T>, BackendError> {
+    out.ok_or_else(|| kernel_limit("flash-attn", "a call of one dtype had no kernel"))
 }
 
 /// One past the last element a `(sequences, rows, heads, d)` operand reaches from its start.
@@ -125,14 +151,16 @@ fn extra<T: RocmDType>(
     Ok(buf.device_ptr() as u64 + (offset * std::mem::size_of::<T>()) as u64)
 }
 
-fn run<T: RocmDType>(
+/// The call on q of `Q` and k, v of `T` (the output of `Q`): `None`, with nothing queued, for a
+/// mixed call (f32 q over f16 k and v) that this device has no matrix-unit kernel for.
+fn run<Q: RocmDType, T: RocmDType>(
     dev: &RocmDevice,
     spec: &AttentionSpec,
-    q: &DeviceBuffer<T>,
+    q: &DeviceBuffer<Q>,
     k: &DeviceBuffer<T>,
     v: &DeviceBuffer<T>,
     extras: &Extras<'_>,
-) -> Result<DeviceBuffer<T>, BackendError> {
+) -> Result<Option<DeviceBuffer<Q>>, BackendError> {
     const OP: &str = "flash-attn";
     let (h, hk, d) = (spec.heads, spec.kv_heads, spec.head_dim);
     spec::check_heads(OP, h, hk, d)?;
@@ -140,12 +168,38 @@ fn run<T: RocmDType>(
     let batch = spec.batch();
     let total_q = spec.total_q();
     let (max_q, max_k) = spec.max_seqlens();
-    let out = dev.alloc::<T>(total_q * h * d)?;
-    if total_q == 0 {
-        return Ok(out);
-    }
     let tier = tier(d).ok_or_else(|| kernel_limit(OP, format_args!("head dimension {d}")))?;
-    let size = std::mem::size_of::<T>();
+    // The kernel first, so a mixed call this device cannot take declines before any work.
+    let rows = max_q * group;
+    let decode = rows <= DECODE_ROWS;
+    let mixed = Q::DTYPE != T::DTYPE;
+    let kernel = if mixed {
+        let kernel = if decode && tier <= 128 {
+            TileKernel::MmaDecode
+        } else {
+            TileKernel::Mma
+        };
+        if !flash_mma() || !launch::has_mixed(dev, kernel, (Q::DTYPE, T::DTYPE), tier)? {
+            return Ok(None);
+        }
+        kernel
+    } else if decode {
+        // The matrix-unit decode kernel (f16/bf16, tiers 64 and 128; the launcher takes the FMA
+        // one where the code object lacks it, on the same grid), else the FMA one.
+        if flash_mma() && tier <= 128 && T::DTYPE != DType::F32 {
+            TileKernel::MmaDecode
+        } else {
+            TileKernel::for_rows(rows)
+        }
+    } else if flash_mma() && tier <= 256 && launch::has_mma(dev, T::DTYPE, tier)? {
+        TileKernel::Mma
+    } else {
+        TileKernel::for_rows(rows)
+    };
+    let out = dev.alloc::<Q>(total_q * h * d)?;
+    if total_q == 0 {
+        return Ok(Some(out));
+    }
 
     // Reaches of q, k, v, and the extras' addresses.
     let mut p = FaParams::default();
@@ -212,23 +266,7 @@ fn run<T: RocmDType>(
         _ => None,
     };
 
-    // Geometry. For few packed rows a decode kernel: the matrix-unit one (f16/bf16, tiers 64
-    // and 128; the launcher takes the FMA one where the code object lacks it, on the same
-    // grid), else the FMA one; for more rows the matrix-unit tile where the device has it, else
-    // the FMA tile. Splits over the keys until the call has a few blocks per compute unit.
-    let rows = max_q * group;
-    let decode = rows <= DECODE_ROWS;
-    let kernel = if decode {
-        if flash_mma() && tier <= 128 && T::DTYPE != DType::F32 {
-            TileKernel::MmaDecode
-        } else {
-            TileKernel::for_rows(rows)
-        }
-    } else if flash_mma() && tier <= 256 && launch::has_mma(dev, T::DTYPE, tier)? {
-        TileKernel::Mma
-    } else {
-        TileKernel::for_rows(rows)
-    };
+    // Geometry: splits over the keys until the call has a few blocks per compute unit.
     let tiles = match kernel {
         TileKernel::Prefill => rows.div_ceil(prefill_rows(tier)),
         TileKernel::Mma => rows.div_ceil(MMA_ROWS),
@@ -255,16 +293,20 @@ fn run<T: RocmDType>(
         batch: grid_dim(batch)?,
     };
 
-    let addr = |b: &DeviceBuffer<T>, off: usize| b.device_ptr() as u64 + (off * size) as u64;
-    p.q = addr(q, spec.q.offset);
-    p.k = addr(k, spec.k.offset);
-    p.v = addr(v, spec.v.offset);
+    let (qsize, size) = (std::mem::size_of::<Q>(), std::mem::size_of::<T>());
+    let addr = |ptr: u64, off: usize, size: usize| ptr + (off * size) as u64;
+    p.q = addr(q.device_ptr() as u64, spec.q.offset, qsize);
+    p.k = addr(k.device_ptr() as u64, spec.k.offset, size);
+    p.v = addr(v.device_ptr() as u64, spec.v.offset, size);
     p.o = out.device_ptr() as u64;
-    let n = 16 / size;
-    let aligned = |st: &Strides, a: u64| {
+    // 16-byte loads: every row of each operand starts 16-byte aligned (in its own elements).
+    let aligned = |st: &Strides, a: u64, size: usize| {
+        let n = 16 / size;
         a % 16 == 0 && st.batch % n == 0 && st.row % n == 0 && st.head % n == 0
     };
-    p.vec_ok = u32::from(aligned(&spec.q, p.q) && aligned(&spec.k, p.k) && aligned(&spec.v, p.v));
+    p.vec_ok = u32::from(
+        aligned(&spec.q, p.q, qsize) && aligned(&spec.k, p.k, size) && aligned(&spec.v, p.v, size),
+    );
     let dense = matches!(spec.batching, Batching::Dense { .. });
     (p.q_batch, p.q_row, p.q_head) = (spec.q.batch as u64, spec.q.row as u64, spec.q.head as u64);
     (p.k_batch, p.k_row, p.k_head) = (spec.k.batch as u64, spec.k.row as u64, spec.k.head as u64);
@@ -290,7 +332,7 @@ fn run<T: RocmDType>(
     // from the same numbers as p (the kernel's tiles over max_q x group rows, kv_heads x
     // splits of its key tiles, batch) and d <= tier.
     unsafe {
-        if !launch::tile(dev, T::DTYPE, &grid, rows, &p)? {
+        if !launch::tile(dev, (Q::DTYPE, T::DTYPE), &grid, rows, &p)? {
             // has_mma said the code object has the kernel: a lookup that fails now is ours.
             return Err(kernel_limit(
                 OP,
@@ -298,10 +340,10 @@ fn run<T: RocmDType>(
             ));
         }
         if splits > 1 {
-            launch::combine(dev, T::DTYPE, &p)?;
+            launch::combine(dev, Q::DTYPE, &p)?;
         }
     }
-    Ok(out)
+    Ok(Some(out))
 }
 
 /// How `kernel` splits `max_k` keys of q, k and v of `dtype` for a launch of `blocks` blocks

@@ -56,7 +56,10 @@ pub struct Rotary<'a> {
 ///   contiguous (any other strides: a `(batch, kv_heads, capacity, head_dim)` buffer
 ///   transposed qualifies).
 ///
-/// f32, f16 and bf16, one dtype for every tensor, all on one device. The result has q's shape.
+/// f32, f16 and bf16, one dtype for every tensor, except that under f32 q, k and v the caches
+/// may be f16 (llama.cpp's default KV cache: half the memory and half the bytes a decode step
+/// reads; the new keys and values are rounded to f16 as they are written, and q to f16 inside
+/// the attention). All on one device. The result has q's shape and dtype.
 /// Every argument is checked before anything is written: a bad call is a typed error naming
 /// it and leaves both caches as they were.
 #[allow(clippy::too_many_arguments)]
@@ -189,10 +192,22 @@ fn geometry(
     if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
         return Err(BackendError::UnsupportedDtype { op: OP, dtype }.into());
     }
+    let cache = kc.dtype();
+    if !cache_dtype_ok(dtype, cache) || vc.dtype() != cache {
+        return Err(parameter_error(
+            OP,
+            format_args!(
+                "k_cache is {cache:?} and v_cache {:?} under {dtype:?} q: the caches take q's \
+                 dtype, or f16 under f32 q",
+                vc.dtype()
+            ),
+        )
+        .into());
+    }
     let tables = rotary.map(|r| [("cos", r.cos), ("sin", r.sin)]);
     let others = [("k_cache", kc), ("v_cache", vc), ("k", k), ("v", v)];
     for (what, t) in others.into_iter().chain(tables.into_iter().flatten()) {
-        if t.dtype() != dtype {
+        if !what.ends_with("_cache") && t.dtype() != dtype {
             return Err(parameter_error(
                 OP,
                 format_args!("{what} is {:?}, q {dtype:?}", t.dtype()),
@@ -268,8 +283,15 @@ fn geometry(
     })
 }
 
-/// The composition: candle's ops for the rotation, an in-place copy into each cache, then
-/// [`super::flash_attn`]'s op on the caches' filled positions.
+/// Whether caches of `cache` may hold the keys and values of a call on `dtype`: the same dtype,
+/// or f16 under f32.
+fn cache_dtype_ok(dtype: DType, cache: DType) -> bool {
+    cache == dtype || (dtype, cache) == (DType::F32, DType::F16)
+}
+
+/// The composition: candle's ops for the rotation, an in-place copy into each cache (the new
+/// keys and values in the caches' dtype), then [`super::flash_attn`]'s op on the caches'
+/// filled positions (in q's dtype).
 fn composed(
     q: &Tensor,
     (kc, vc): (&Tensor, &Tensor),
@@ -283,11 +305,16 @@ fn composed(
         // Copies: the sources may share storage with the caches.
         None => (q.clone(), k.copy()?),
     };
-    kc.inplace_op2(&k, &Append { pos })?;
-    vc.inplace_op2(&v.copy()?, &Append { pos })?;
+    let cache = kc.dtype();
+    kc.inplace_op2(&k.to_dtype(cache)?, &Append { pos })?;
+    vc.inplace_op2(&v.copy()?.to_dtype(cache)?, &Append { pos })?;
     let len = pos + q.dim(1)?;
     let (kc, vc) = (kc.narrow(1, 0, len)?, vc.narrow(1, 0, len)?);
-    q.apply_op3(&kc, &vc, attn)
+    if cache == q.dtype() {
+        q.apply_op3(&kc, &vc, attn)
+    } else {
+        q.apply_op3(&kc.to_dtype(q.dtype())?, &vc.to_dtype(q.dtype())?, attn)
+    }
 }
 
 /// candle-nn's `rope` / `rope_i` arithmetic on `(batch, seq, heads, head_dim)` at positions
@@ -522,10 +549,12 @@ fn run(
         &out_l
     };
     let dtype = BackendStorage::dtype(q);
+    // The spec's strides are in elements of each operand: one dtype serves its checks.
+    let cache = BackendStorage::dtype(&*kc);
     let spec = step.attn.spec(
-        (dtype, q_attn),
-        (dtype, &kcl.narrow(1, 0, len)?),
-        (dtype, &vcl.narrow(1, 0, len)?),
+        (cache, q_attn),
+        (cache, &kcl.narrow(1, 0, len)?),
+        (cache, &vcl.narrow(1, 0, len)?),
     )?;
     let guards = step
         .tables
@@ -547,6 +576,9 @@ fn run(
             launch(&dev, &g, [q, k, v], tables, [kc, vc], offsets)?.map(S::from_buffer)
         }
         (S::BF16(q), S::BF16(k), S::BF16(v), S::BF16(kc), S::BF16(vc)) => {
+            launch(&dev, &g, [q, k, v], tables, [kc, vc], offsets)?.map(S::from_buffer)
+        }
+        (S::F32(q), S::F32(k), S::F32(v), S::F16(kc), S::F16(vc)) => {
             launch(&dev, &g, [q, k, v], tables, [kc, vc], offsets)?.map(S::from_buffer)
         }
         _ => return Err(BackendError::UnsupportedDtype { op: OP, dtype }.into()),
@@ -576,13 +608,14 @@ fn view<T: RocmDType>(
     Ok(b.slice(o..)?)
 }
 
-/// The rotation and cache writes for one dtype: the rotated q (None without a rotation).
-fn launch<T: RocmDType>(
+/// The rotation and cache writes for activations of `T` and caches of `C`: the rotated q (None
+/// without a rotation).
+fn launch<T: RocmDType, C: RocmDType>(
     dev: &crate::device::RocmDevice,
     g: &RopeCacheGeometry,
     [q, k, v]: [&DeviceBuffer<T>; 3],
     tables: Option<[Extra<'_>; 2]>,
-    [kc, vc]: [&mut DeviceBuffer<T>; 2],
+    [kc, vc]: [&mut DeviceBuffer<C>; 2],
     [qo, ko, vo, kco, vco]: [usize; 5],
 ) -> std::result::Result<Option<DeviceBuffer<T>>, BackendError> {
     let (q, k, v) = (view(q, qo)?, view(k, ko)?, view(v, vo)?);
