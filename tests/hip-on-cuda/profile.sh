@@ -14,7 +14,14 @@
 #    prompt and PROFILE_TOKENS decode steps), recording every kernel's GPU time, and
 #    summarises it per decode step (tests/hip-on-cuda/profile.py): kernels per token, GPU time
 #    per token, and the kernels that take it. Host time per token well above GPU time per
-#    token means the loop is bound by per-op host overhead.
+#    token means the loop is bound by per-op host overhead;
+# 4. runs ours once more per row for one decode pass (`--profile`, PROFILE_BUSY_TOKENS decode
+#    steps, 64 by default) with libhoc_busy.so injected (busy.c: CUPTI's kernel, copy and fill
+#    records through CUDA_INJECTION64_PATH; nothing serialised, graph launches' kernels
+#    included) and appends busy.py's figures to the summary: the GPU's busy share of wall time
+#    over the decode steps (issue 27's 80% target). PROFILE_BUSY=0 skips it; PROFILE_BUSY_ROWS
+#    names the rows (one process each, so one decode pass per trace; default: PROFILE_ONLY's
+#    words). Without CUPTI (busy.sh finds none) it is a summary row saying so.
 #
 # PROFILE_ONLY picks the bench rows (decode_llama by default; one synthetic GGUF row such as
 # gguf_decode_1.1b_q4_0 works too, its decode profiled with f32 activations); PROFILE_TOKENS the
@@ -66,6 +73,37 @@ if [ -x "$BUILD/bin/candle-rocm-bench" ]; then
         > "$OUT/ours-unbatched.tsv" 2> "$OUT/ours-unbatched.err"
     echo "exit $?" >> "$OUT/ours-unbatched.err"
     tail -n 2 "$OUT/ours-unbatched.err"
+fi
+
+# GPU busy share of the decode steps (issue 27), one decode pass per row under CUPTI.
+busy_rows=$(tr ',' ' ' <<< "${PROFILE_BUSY_ROWS:-$only}")
+busy_tokens="${PROFILE_BUSY_TOKENS:-64}"
+if [ "${PROFILE_BUSY:-1}" = 0 ]; then
+    row "GPU busy (CUPTI)" "skipped (PROFILE_BUSY=0)"
+elif [ ! -x "$BUILD/bin/candle-rocm-bench" ]; then
+    row "GPU busy (CUPTI)" "not measured: candle-rocm-bench is not in the bundle"
+elif ! bash tests/hip-on-cuda/busy.sh "$BUILD" > "$BUILD/busy-build.log" 2>&1; then
+    row "GPU busy (CUPTI)" "not measured: $(tail -n 1 "$BUILD/busy-build.log")"
+else
+    # get KEY: a figure of busy.py --tsv's output in $fig
+    get() { awk -v k="$1" '$1 == k { print $2 }' <<< "$fig"; }
+    for busy_row in $busy_rows; do
+        echo "== ours: GPU timeline of one decode pass of $busy_row (CUPTI)"
+        tsv="$OUT/busy-$busy_row.tsv"
+        rm -f "$tsv"
+        CUDA_INJECTION64_PATH="$BUILD/libhoc_busy.so" HOC_BUSY_OUT="$tsv" timeout 300 \
+            "$BUILD/bin/candle-rocm-bench" --profile --only "$busy_row" --decode-tokens "$busy_tokens" \
+            > /dev/null 2> "$BUILD/busy-$busy_row.err"
+        busy_rc=$?
+        tail -n 2 "$BUILD/busy-$busy_row.err"
+        if python3 tests/hip-on-cuda/busy.py "$tsv" > "$BUILD/busy-$busy_row.txt" 2>&1; then
+            fig=$(python3 tests/hip-on-cuda/busy.py --tsv "$tsv" 2> /dev/null)
+            row "GPU busy, $busy_row" "$(get busy_pct)% of $(get us_per_step) us/step (busy $(get busy_us_per_step) us, $(get kernels_per_step) kernels/step, $(get steps) steps; exit $busy_rc)"
+        else
+            row "GPU busy, $busy_row" "not measured (bench exit $busy_rc): $(head -n 1 "$BUILD/busy-$busy_row.txt")"
+        fi
+        { echo; echo "## GPU busy, $busy_row: one decode pass under CUPTI (busy.py)"; cat "$BUILD/busy-$busy_row.txt"; } >> "$SUMMARY"
+    done
 fi
 
 # A GGUF row (PROFILE_ONLY=gguf_decode_1.1b_q4_0) is summarised beside its own timed row.
