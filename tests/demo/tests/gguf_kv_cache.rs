@@ -4,7 +4,9 @@
 //! gives the logits of recomputing the whole sequence without a cache, and a model cloned
 //! mid-sequence decodes on its own (the buffers it shares with the original are copied before
 //! either writes into them), on the CPU (CI) and the GPU; with flash attention too (patch
-//! 0007: the rotation and the cache writes inside `flash_attn_with_kvcache`).
+//! 0007: the rotation and the cache writes inside `flash_attn_with_kvcache`; on the GPU its
+//! default f16 cache, patch 0008). On the GPU graph mode decodes the model bit for bit as plain
+//! launches do.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -159,4 +161,63 @@ fn gpu_flash_clones_decode_on_their_own() {
         1e-4,
         true,
     );
+}
+
+/// Greedy decode of `steps` tokens after a 5-token prompt on `dev`: the tokens and every step's
+/// f32 logits.
+fn greedy(model: &mut ModelWeights, dev: &Device, steps: usize) -> (Vec<u32>, Vec<Vec<f32>>) {
+    let mut input = tokens(5);
+    let (mut ids, mut rows, mut pos) = (Vec::new(), Vec::new(), 0);
+    for _ in 0..steps {
+        let logits = step(model, &input, pos, dev);
+        pos += input.len();
+        let next = logits
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(b.1))
+            .map(|(i, _)| i as u32)
+            .unwrap();
+        ids.push(next);
+        rows.push(logits);
+        input = vec![next];
+    }
+    (ids, rows)
+}
+
+/// Graph mode (issue 27) on the GGUF decoder: 64 greedy tokens on a device recording each
+/// step into graphs give the tokens and the f32 logits, bit for bit, of a device running plain
+/// launches, on the matmul path and on the flash path (its f16 KV cache, the mixed kernels),
+/// and the steps reuse their executable graphs.
+#[test]
+#[ignore = "needs a HIP device"]
+fn gpu_graph_mode_decodes_a_gguf_model_as_plain_launches() {
+    use candle_rocm::graphs::{graph_stats, set_graph_mode, GraphMode};
+    const STEPS: usize = 64;
+    let path = common::small_gguf_llama("gpu-graphs");
+    for flash in [false, true] {
+        let own = || Device::new_ext(candle_rocm::RocmDevice::new(0).unwrap());
+        let (plain, graphs) = (own(), own());
+        set_graph_mode(&plain, None).unwrap();
+        set_graph_mode(&graphs, Some(GraphMode::default())).unwrap();
+        let (want_ids, want) = greedy(&mut load(&path, &plain, flash), &plain, STEPS);
+        let (ids, got) = greedy(&mut load(&path, &graphs, flash), &graphs, STEPS);
+        assert_eq!(ids, want_ids, "flash {flash}: tokens");
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                g.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "flash {flash}: step {i}: logits differ from plain launches"
+            );
+        }
+        let st = graph_stats(&graphs).expect("graph mode is on");
+        println!("gguf, flash {flash}: {STEPS} steps bit-equal; {st:?}");
+        assert!(
+            st.launches >= STEPS as u64,
+            "flash {flash}: a graph a step: {st:?}"
+        );
+        assert!(
+            st.updates > 0,
+            "flash {flash}: decode steps reuse executable graphs: {st:?}"
+        );
+    }
+    std::fs::remove_file(&path).ok();
 }

@@ -125,6 +125,67 @@ fn keys_and_values_land_rotated_at_their_positions_on_the_cpu_and_ext_cpu() -> R
     Ok(())
 }
 
+/// f16 caches under f32 q, k and v (the GGUF decoders' KV cache): the rows written are the f32
+/// call's rows rounded to f16, and the output is q's attention over them, in f32; caches of any
+/// other dtype are refused before anything is written.
+#[test]
+fn f16_caches_under_f32_hold_the_rounded_rows() -> Result<()> {
+    for dev in devices() {
+        for (seq, interleaved) in [(1, false), (3, true)] {
+            let what = format!("f16 caches on {dev:?}, seq {seq}, interleaved {interleaved}");
+            let (cos, sin) = tables(&dev, DType::F32)?;
+            let (q, k, v) = stacked(&dev, seq, DType::F32)?;
+            let rotary = fa::Rotary {
+                cos: &cos,
+                sin: &sin,
+                interleaved,
+            };
+            let call = |kc: &Tensor, vc: &Tensor| {
+                fa::flash_attn_with_kvcache(&q, kc, vc, &k, &v, Some(rotary), POS, 0.25, true)
+            };
+            let (kc32, vc32) = caches(&dev, DType::F32)?;
+            let (kc16, vc16) = caches(&dev, DType::F16)?;
+            let want_y = call(&kc32, &vc32)?;
+            let y = call(&kc16, &vc16)?;
+            assert_eq!(y.dtype(), DType::F32, "{what}");
+            let host = |t: &Tensor| -> Result<Vec<f32>> {
+                t.to_device(&Device::Cpu)?
+                    .to_dtype(DType::F32)?
+                    .flatten_all()?
+                    .to_vec1::<f32>()
+            };
+            for (c16, c32, name) in [(&kc16, &kc32, "keys"), (&vc16, &vc32, "values")] {
+                assert_eq!(
+                    host(c16)?,
+                    host(&c32.to_dtype(DType::F16)?)?,
+                    "{name}: the f32 rows rounded to f16, {what}"
+                );
+            }
+            // The attention over the rounded rows, and close to the f32 cache's.
+            let len = POS + seq;
+            let up = |c: &Tensor| c.narrow(1, 0, len)?.to_dtype(DType::F32);
+            let want = fa::flash_attn(
+                &rope_nn(&q, &cos, &sin, interleaved)?,
+                &up(&kc16)?,
+                &up(&vc16)?,
+                0.25,
+                true,
+            )?;
+            assert_close(&y, &want, 1e-6, &what)?;
+            assert_close(&y, &want_y, 1e-2, &format!("{what}, against f32 caches"))?;
+        }
+        // bf16 caches under f32: refused, the caches untouched.
+        let (q, k, v) = stacked(&dev, 1, DType::F32)?;
+        let (kc, vc) = caches(&dev, DType::BF16)?;
+        let e =
+            fa::flash_attn_with_kvcache(&q, &kc, &vc, &k, &v, None, POS, 0.25, true).unwrap_err();
+        assert!(e.to_string().contains("k_cache is BF16"), "{e}");
+        let sum = kc.to_dtype(DType::F32)?.sum_all()?.to_scalar::<f32>()?;
+        assert_eq!(sum, (B * CAP * HK * D) as f32 * POISON as f32);
+    }
+    Ok(())
+}
+
 #[test]
 fn without_a_rotation_the_rows_are_copied() -> Result<()> {
     let dev = Device::Cpu;
