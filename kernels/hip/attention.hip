@@ -59,6 +59,8 @@
 //   fa_mma_f32h_<DMAX>, fa_mdec_f32h_<DMAX>(fa_params p)  the f16 kernels' contracts (same
 //     tiers, same targets) with q and o in f32: K and V f16, q rounded to f16 as it is staged
 //     (the decoders' f32 activations over an f16 KV cache); splits merge with fa_combine_f32
+//   fa_dec4_f32h_<DMAX>, fa_dec8_f32h_<DMAX>(fa_params p)  fa_dec*_f16's contract with q and o
+//     in f32 (q kept in f32), on every target
 //   fa_combine_<T>(fa_params p)     grid (total_q, heads); block (FA_THREADS): merges the splits
 //   fa_cache_write_<T>(...)         see attention/cache.h
 #include "cuda_fp16.h"
@@ -155,6 +157,19 @@ struct fa_params {
 FA_TYPE(float, f32)
 FA_TYPE(__half, f16)
 FA_TYPE(__nv_bfloat16, bf16)
+
+// The mixed FMA decode kernels: f32 q and output over f16 keys and values (every target).
+#define FA_MIXED_DEC_TIER(DMAX)                                                                    \
+    extern "C" __global__ void FA_BOUNDS_DEC fa_dec4_f32h_##DMAX(fa_params p) {                   \
+        fa_decode<__half, DMAX, 4, float>(p);                                                      \
+    }                                                                                              \
+    extern "C" __global__ void FA_BOUNDS_DEC fa_dec8_f32h_##DMAX(fa_params p) {                   \
+        fa_decode<__half, DMAX, 8, float>(p);                                                      \
+    }
+FA_MIXED_DEC_TIER(64)
+FA_MIXED_DEC_TIER(128)
+FA_MIXED_DEC_TIER(256)
+FA_MIXED_DEC_TIER(512)
 
 #if defined(FA_MMA_KERNELS)
 #define FA_MMA_TIER(T, TN, DMAX)                                                                   \

@@ -1,7 +1,8 @@
 //! Launchers of our attention kernels (`kernels/hip/attention.hip`): the prefill tiles
 //! (`fa_fwd_<T>_<DMAX>`, `fa_mma_<T>_<DMAX>`), the decode kernels (`fa_dec4_<T>_<DMAX>`,
 //! `fa_dec8_<T>_<DMAX>`, `fa_mdec_<T>_<DMAX>`), their mixed forms for f32 q over f16 keys and
-//! values (`fa_mma_f32h_<DMAX>`, `fa_mdec_f32h_<DMAX>`), the combine of a split call
+//! values (`fa_mma_f32h_<DMAX>`, `fa_mdec_f32h_<DMAX>`, `fa_dec4_f32h_<DMAX>`,
+//! `fa_dec8_f32h_<DMAX>`), the combine of a split call
 //! (`fa_combine_<T>`) and the paged-cache write (`fa_cache_write_<T>`). The kernels take one argument, the
 //! [`FaParams`] struct, which addresses every operand by raw device address and stride; the
 //! launchers cannot check those reaches themselves, so the tile and combine launchers are
@@ -136,9 +137,22 @@ const MDEC_NAMES: [[&str; 2]; 2] = [
     ["fa_mdec_bf16_64", "fa_mdec_bf16_128"],
 ];
 /// The mixed kernels (f32 q and output, f16 keys and values): `fa_mma_f32h_<DMAX>` for the
-/// tiers 64, 128, 256 and `fa_mdec_f32h_<DMAX>` for 64 and 128, where the code object has them.
+/// tiers 64, 128, 256 and `fa_mdec_f32h_<DMAX>` for 64 and 128, where the code object has them;
+/// the FMA decode kernels `fa_dec4_f32h_<DMAX>` and `fa_dec8_f32h_<DMAX>` for every tier.
 const MIXED_MMA_NAMES: [&str; 3] = ["fa_mma_f32h_64", "fa_mma_f32h_128", "fa_mma_f32h_256"];
 const MIXED_MDEC_NAMES: [&str; 2] = ["fa_mdec_f32h_64", "fa_mdec_f32h_128"];
+const MIXED_DEC4_NAMES: [&str; 4] = [
+    "fa_dec4_f32h_64",
+    "fa_dec4_f32h_128",
+    "fa_dec4_f32h_256",
+    "fa_dec4_f32h_512",
+];
+const MIXED_DEC8_NAMES: [&str; 4] = [
+    "fa_dec8_f32h_64",
+    "fa_dec8_f32h_128",
+    "fa_dec8_f32h_256",
+    "fa_dec8_f32h_512",
+];
 const DEC4_NAMES: [[&str; 4]; 3] = tile_names!("dec4");
 const DEC8_NAMES: [[&str; 4]; 3] = tile_names!("dec8");
 const COMBINE_NAMES: [&str; 3] = ["fa_combine_f32", "fa_combine_f16", "fa_combine_bf16"];
@@ -244,8 +258,8 @@ pub fn has_mma(dev: &RocmDevice, dtype: DType, tier: usize) -> Result<bool, Back
     Ok(matrix_function(dev, &MMA_NAMES, i, t)?.is_some())
 }
 
-/// The mixed kernel `kernel` ([`TileKernel::Mma`] or [`TileKernel::MmaDecode`]) for q of
-/// `dtypes.0` over keys and values of `dtypes.1` at tier index `t`: only f32 over f16 has one.
+/// The mixed kernel `kernel` (any but [`TileKernel::Prefill`]) for q of `dtypes.0` over keys
+/// and values of `dtypes.1` at tier index `t`: only f32 over f16 has them.
 fn mixed_name(kernel: TileKernel, dtypes: (DType, DType), t: usize) -> Option<&'static str> {
     if dtypes != (DType::F32, DType::F16) {
         return None;
@@ -253,13 +267,16 @@ fn mixed_name(kernel: TileKernel, dtypes: (DType, DType), t: usize) -> Option<&'
     match kernel {
         TileKernel::Mma => MIXED_MMA_NAMES.get(t).copied(),
         TileKernel::MmaDecode => MIXED_MDEC_NAMES.get(t).copied(),
-        _ => None,
+        TileKernel::Decode4 => MIXED_DEC4_NAMES.get(t).copied(),
+        TileKernel::Decode8 => MIXED_DEC8_NAMES.get(t).copied(),
+        TileKernel::Prefill => None,
     }
 }
 
 /// Whether this device's code object has the mixed form of `kernel` for q of `dtypes.0` over
 /// keys and values of `dtypes.1` at head-dim tier `tier` (f32 over f16: the matrix-unit tile up
-/// to tier 256 and decode kernel up to 128, on targets with matrix units).
+/// to tier 256 and decode kernel up to 128 on targets with matrix units, the FMA decode kernels
+/// everywhere).
 pub fn has_mixed(
     dev: &RocmDevice,
     kernel: TileKernel,
@@ -319,7 +336,10 @@ pub unsafe fn tile(
             None => {
                 return Err(invalid(
                     "flash-attn",
-                    format_args!("no {:?} kernel for {qtype:?} q over {dtype:?} k and v", grid.kernel),
+                    format_args!(
+                        "no {:?} kernel for {qtype:?} q over {dtype:?} k and v",
+                        grid.kernel
+                    ),
                 ))
             }
         },
@@ -346,11 +366,11 @@ pub unsafe fn tile(
     let mut l = dev.stream().launch_builder(&f);
     l.arg(p);
     // SAFETY: fa_fwd/fa_mma/fa_dec4/fa_dec8/fa_mdec_<T>_<DMAX>(fa_params p) with T = dtype and
-    // DMAX = grid.tier, or fa_mma/fa_mdec_f32h_<DMAX> for f32 q and o over f16 k and v (the
-    // addresses in p are of those types by the caller's contract); the caller's contract (1-3) covers every address the kernel reaches and
-    // the grid (fa_mma takes fa_fwd's grid: 64 rows a tile; fa_mdec the decode kernels': one
-    // block of all <= 8 rows, 16 * FM_QT >= 8 in every build); blocks of FA_THREADS threads,
-    // static shared memory only.
+    // DMAX = grid.tier, or fa_mma/fa_mdec/fa_dec4/fa_dec8_f32h_<DMAX> for f32 q and o over f16
+    // k and v (the addresses in p are of those types by the caller's contract); the caller's
+    // contract (1-3) covers every address the kernel reaches and the grid (fa_mma takes
+    // fa_fwd's grid: 64 rows a tile; fa_mdec the decode kernels': one block of all <= 8 rows,
+    // 16 * FM_QT >= 8 in every build); blocks of FA_THREADS threads, static shared memory only.
     unsafe { l.launch(cfg)? };
     Ok(true)
 }
@@ -485,17 +505,27 @@ mod tests {
     }
 
     /// Only f32 q over f16 keys and values has mixed kernels: the matrix-unit tile up to tier
-    /// 256, the decode kernel up to 128, and no FMA kernel.
+    /// 256, its decode kernel up to 128, the FMA decode kernels at every tier, no FMA tile.
     #[test]
     fn mixed_kernels_by_name() {
         let mix = (DType::F32, DType::F16);
         assert_eq!(mixed_name(TileKernel::Mma, mix, 2), Some("fa_mma_f32h_256"));
-        assert_eq!(mixed_name(TileKernel::MmaDecode, mix, 1), Some("fa_mdec_f32h_128"));
+        assert_eq!(
+            mixed_name(TileKernel::MmaDecode, mix, 1),
+            Some("fa_mdec_f32h_128")
+        );
         assert_eq!(mixed_name(TileKernel::MmaDecode, mix, 2), None);
         assert_eq!(mixed_name(TileKernel::Mma, mix, 3), None);
-        assert_eq!(mixed_name(TileKernel::Decode8, mix, 0), None);
-        assert_eq!(mixed_name(TileKernel::Mma, (DType::F32, DType::BF16), 0), None);
-        assert_eq!(mixed_name(TileKernel::Mma, (DType::F16, DType::F16), 0), None);
+        assert_eq!(mixed_name(TileKernel::Decode8, mix, 3), Some("fa_dec8_f32h_512"));
+        assert_eq!(mixed_name(TileKernel::Prefill, mix, 0), None);
+        assert_eq!(
+            mixed_name(TileKernel::Mma, (DType::F32, DType::BF16), 0),
+            None
+        );
+        assert_eq!(
+            mixed_name(TileKernel::Mma, (DType::F16, DType::F16), 0),
+            None
+        );
     }
 
     #[test]

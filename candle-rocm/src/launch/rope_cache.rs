@@ -393,8 +393,8 @@ mod tests {
 
     #[test]
     fn a_call_that_fits_passes_with_its_strides() {
-        let a =
-            checked::<f32, f32>(&geometry(), srcs(64), Some((48, 48)), Some(32), caches(128)).unwrap();
+        let a = checked::<f32, f32>(&geometry(), srcs(64), Some((48, 48)), Some(32), caches(128))
+            .unwrap();
         assert_eq!((a.kc_t, a.kc_h, a.pos, a.mode, a.d), (16, 8, 5, 1, 8));
     }
 
@@ -410,9 +410,13 @@ mod tests {
         assert!(checked::<f32, f32>(&g, srcs(64), Some((23, 48)), Some(32), caches(128)).is_err());
         assert!(checked::<f32, f32>(&g, srcs(64), Some((48, 48)), Some(31), caches(128)).is_err());
         let full = RopeCacheGeometry { pos: 8, ..g };
-        assert!(checked::<f32, f32>(&full, srcs(64), Some((48, 48)), Some(32), caches(256)).is_err());
+        assert!(
+            checked::<f32, f32>(&full, srcs(64), Some((48, 48)), Some(32), caches(256)).is_err()
+        );
         let odd = RopeCacheGeometry { head_dim: 7, ..g };
-        assert!(checked::<f32, f32>(&odd, srcs(64), Some((48, 48)), Some(32), caches(128)).is_err());
+        assert!(
+            checked::<f32, f32>(&odd, srcs(64), Some((48, 48)), Some(32), caches(128)).is_err()
+        );
     }
 
     /// The overlap test measures caches in their own elements: 64 f16 elements of a cache span

@@ -28,6 +28,21 @@ __device__ __forceinline__ void fa_load(const T *p, bool vec, float (&out)[FaChu
     }
 }
 
+// N f32 values at p as floats (the mixed kernels' f32 q: N = 8 for an f16 KV cache): N / 4
+// 16-byte loads when `vec` (p 16-byte aligned), else N element loads.
+template <int N> __device__ __forceinline__ void fa_load_f32(const float *p, bool vec, float (&out)[N]) {
+    if (vec) {
+#pragma unroll
+        for (int h = 0; h < N / 4; h++) {
+            const fa_vec v = reinterpret_cast<const fa_vec *>(p)[h];
+            __builtin_memcpy(out + 4 * h, &v, sizeof(v));
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < N; e++) out[e] = p[e];
+    }
+}
+
 // One sequence of a call: its lengths and where its tokens start.
 struct FaSeq {
     uint32_t sq, sk;        // queries, keys

@@ -58,7 +58,8 @@ template <typename T> __device__ __forceinline__ void fa_unpack(const fa_vec &v,
     for (int e = 0; e < FaChunk<T>::N; e++) out[e] = fa_to(c.e[e]);
 }
 
-template <typename T, int DMAX, int R>
+// TQ: q's and the output's type (T, or f32 over an f16 cache: the mixed fa_dec*_f32h_*).
+template <typename T, int DMAX, int R, typename TQ = T>
 __device__ __forceinline__ void fa_decode(const fa_params &p) {
     constexpr int N = FaChunk<T>::N;                             // elements per chunk
     constexpr int CT = DMAX / N;                                 // chunks per row at the tier
@@ -91,7 +92,7 @@ __device__ __forceinline__ void fa_decode(const fa_params &p) {
     const uint32_t rows = s.sq * G;
     if (rows == 0 || blockIdx.x != 0) return; // the whole block
     const bool vec = p.vec_ok != 0;
-    const T *const q = (const T *)p.q;
+    const TQ *const q = (const TQ *)p.q;
     const T *const k = (const T *)p.k;
     const T *const v = (const T *)p.v;
     const int64_t off = (int64_t)s.sk - (int64_t)s.sq;
@@ -105,7 +106,11 @@ __device__ __forceinline__ void fa_decode(const fa_params &p) {
         for (int u = 0; u < N; u++) e[u] = 0.0f;
         if (r < rows && col < d) {
             const uint64_t i = r / G, h = (uint64_t)hk * G + r % G;
-            fa_load(q + (uint64_t)b * p.q_batch + (s.tok0_q + i) * p.q_row + h * p.q_head + col, vec, e);
+            const TQ *at = q + (uint64_t)b * p.q_batch + (s.tok0_q + i) * p.q_row + h * p.q_head + col;
+            if constexpr (sizeof(TQ) == sizeof(T))
+                fa_load(at, vec, e);
+            else
+                fa_load_f32<N>(reinterpret_cast<const float *>(at), vec, e);
         }
 #pragma unroll
         for (int u = 0; u < N; u++) qo[r * DMAX + col + u] = e[u];
@@ -310,8 +315,8 @@ __device__ __forceinline__ void fa_decode(const fa_params &p) {
             p.o_part[row * d + col] = val;
             if (col == 0) p.lse_part[row] = fin[1][r];
         } else {
-            T *const op = (T *)p.o + (uint64_t)b * p.o_batch + (s.tok0_q + i) * p.o_row + h * p.o_head;
-            op[col] = fa_from<T>(val);
+            TQ *const op = (TQ *)p.o + (uint64_t)b * p.o_batch + (s.tok0_q + i) * p.o_row + h * p.o_head;
+            op[col] = fa_from<TQ>(val);
         }
     }
 }

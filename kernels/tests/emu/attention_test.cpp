@@ -18,8 +18,8 @@
 // tiles, head dims that end inside a 16-column step or a staged chunk). Those kernels round P
 // to T before P V, so their tolerance adds T's unit roundoff u times sum_j p_j |v_j| / sum_j p_j
 // (the most the rounding of every p_j by a relative u can move the normalised output).
-// The mixed kernels (fa_mma_f32h_*, fa_mdec_f32h_*: q and output f32, K and V f16) run the same
-// cases but the packed ones (one tensor holds q, k and v, so one type). -DFA_EXIT_ON_BAD stops at the first failing case (the mutant tests).
+// The mixed kernels (fa_dec*_f32h_*, and with -DFA_TEST_MMA fa_mma_f32h_*, fa_mdec_f32h_*: q and
+// output f32, K and V f16) run the same cases (the FMA ones: the decode cases) but the packed ones (one tensor holds q, k and v, so one type). -DFA_EXIT_ON_BAD stops at the first failing case (the mutant tests).
 #include "emu.h"
 
 #include "check.h"
@@ -306,8 +306,10 @@ static const Case CASES[] = {
     {"decode unaligned split",  1, 2,  129, 4, 4, 8, -1, -1, false, 2.f, false, 0, false, true, 3, false},
 };
 
-template <typename T>
+// TQ = f32 over T = f16: the mixed decode kernels (fa_dec*_f32h_*) on the decode cases only.
+template <typename T, typename TQ = T>
 static void run_type(DT dt, const Kernel (&fwd)[4], const Kernel (&dec4)[4], const Kernel (&dec8)[4], Kernel combine) {
+    constexpr bool mixed = sizeof(TQ) != sizeof(T);
     static const int DMAX[4] = {64, 128, 256, 512};
     for (const Case &cs : CASES)
         for (int t = 0; t < 4; t++) {
@@ -318,9 +320,9 @@ static void run_type(DT dt, const Kernel (&fwd)[4], const Kernel (&dec4)[4], con
             Run<T> k{dt, fwd[t], dec4[t], dec8[t], combine, DMAX[t]};
             const uint64_t packed = (uint64_t)cs.sq * (cs.heads / cs.kv_heads);
             if (packed <= 8) {
-                run<T>(k, cs, true);
+                run<T, TQ>(k, cs, true);
                 if (dt == F32) run<T>(k, cs, false); // the prefill tile takes decode shapes too
-            } else {
+            } else if (!mixed) {
                 run<T>(k, cs, false);
             }
         }
@@ -489,11 +491,13 @@ int main() {
     run_type<float>(F32, f32f, f32d4, f32d8, &fa_combine_f32);
     run_type<__half>(F16, f16f, f16d4, f16d8, &fa_combine_f16);
     run_type<__nv_bfloat16>(BF16, bf16f, bf16d4, bf16d8, &fa_combine_bf16);
+    static const Kernel mixd4[4] = TIERS(fa_dec4, f32h), mixd8[4] = TIERS(fa_dec8, f32h);
+    run_type<__half, float>(F16, f16f, mixd4, mixd8, &fa_combine_f32);
     cache_write<float>(F32, &fa_cache_write_f32);
     cache_write<__half>(F16, &fa_cache_write_f16);
     cache_write<__nv_bfloat16>(BF16, &fa_cache_write_bf16);
     long missing = 0;
-    for (const Kernel *t : {f32f, f32d4, f32d8, f16f, f16d4, f16d8, bf16f, bf16d4, bf16d8})
+    for (const Kernel *t : {f32f, f32d4, f32d8, f16f, f16d4, f16d8, bf16f, bf16d4, bf16d8, mixd4, mixd8})
         for (int i = 0; i < 4; i++) missing += !emu::S.launched.count((const void *)t[i]);
     if (missing) {
         C.ctx = "coverage";

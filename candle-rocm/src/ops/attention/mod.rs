@@ -4,8 +4,9 @@
 //! [`spec`] checks a call, [`host`] is the CPU reference with the same semantics, and
 //! [`forward`] runs it on the device. q, k and v share a dtype (f32, f16, bf16), or q is f32
 //! over f16 keys and values (the f16 KV cache of the GGUF decoders, whose activations are f32):
-//! the matrix-unit kernels take that mix directly, and elsewhere q goes to f16 and the output
-//! back to f32 around the f16 kernels.
+//! the matrix-unit kernels and the FMA decode kernels take that mix directly; a prompt on a
+//! device without the matrix-unit tile has q cast to f16 and the output back to f32 around the
+//! f16 kernels.
 
 pub mod host;
 pub mod spec;
@@ -19,8 +20,8 @@ use crate::error::BackendError;
 use crate::launch::attention::{
     self as launch, prefill_rows, tier, FaParams, TileGrid, TileKernel, DECODE_ROWS, MMA_ROWS,
 };
-use crate::ops::elementwise::cast;
 use crate::layout::{kernel_limit, out_of_bounds, parameter_error};
+use crate::ops::elementwise::cast;
 use crate::settings::flash_mma;
 use spec::{AttentionSpec, Batching, Strides};
 
@@ -73,13 +74,12 @@ pub fn forward(
     match (q, k, v) {
         (S::F32(q), S::F32(k), S::F32(v)) => same(run(dev, spec, q, k, v, extras)?).map(S::F32),
         (S::F16(q), S::F16(k), S::F16(v)) => same(run(dev, spec, q, k, v, extras)?).map(S::F16),
-        (S::BF16(q), S::BF16(k), S::BF16(v)) => {
-            same(run(dev, spec, q, k, v, extras)?).map(S::BF16)
-        }
+        (S::BF16(q), S::BF16(k), S::BF16(v)) => same(run(dev, spec, q, k, v, extras)?).map(S::BF16),
         (S::F32(q), S::F16(k), S::F16(v)) => match run(dev, spec, q, k, v, extras)? {
             Some(out) => Ok(S::F32(out)),
-            // No matrix-unit kernel for the mix here: q in f16 (the whole buffer, so the
-            // spec's strides hold), the f16 kernels, the output back to f32.
+            // No mixed kernel for this call (a prompt on a device without the matrix-unit
+            // tile): q in f16 (the whole buffer, so the spec's strides hold), the f16 kernels,
+            // the output back to f32.
             None => {
                 let q16 = cast::<f32, half::f16>(dev, q, &Layout::contiguous(q.len()))?;
                 let out = same(run(dev, spec, &q16, k, v, extras)?)?;
@@ -108,7 +108,9 @@ pub fn forward(
 
 /// `run`'s output for a call of one dtype, which it never declines (only a mixed call that the
 /// device has no kernel for).
-fn same<T: rocm_safe::DeviceRepr>(out: Option<DeviceBuffer<T>>) -> Result<DeviceBuffer<T>, BackendError> {
+fn same<T: rocm_safe::DeviceRepr>(
+    out: Option<DeviceBuffer<T>>,
+) -> Result<DeviceBuffer<T>, BackendError> {
     out.ok_or_else(|| kernel_limit("flash-attn", "a call of one dtype had no kernel"))
 }
 
@@ -174,15 +176,21 @@ fn run<Q: RocmDType, T: RocmDType>(
     let decode = rows <= DECODE_ROWS;
     let mixed = Q::DTYPE != T::DTYPE;
     let kernel = if mixed {
-        let kernel = if decode && tier <= 128 {
+        // The matrix-unit kernel where the device has it, else for decoding the FMA one; a
+        // prompt without the matrix-unit tile declines (the caller casts q instead).
+        let has = |k| launch::has_mixed(dev, k, (Q::DTYPE, T::DTYPE), tier);
+        let mma = if decode && tier <= 128 {
             TileKernel::MmaDecode
         } else {
             TileKernel::Mma
         };
-        if !flash_mma() || !launch::has_mixed(dev, kernel, (Q::DTYPE, T::DTYPE), tier)? {
+        if flash_mma() && has(mma)? {
+            mma
+        } else if decode && has(TileKernel::for_rows(rows))? {
+            TileKernel::for_rows(rows)
+        } else {
             return Ok(None);
         }
-        kernel
     } else if decode {
         // The matrix-unit decode kernel (f16/bf16, tiers 64 and 128; the launcher takes the FMA
         // one where the code object lacks it, on the same grid), else the FMA one.
