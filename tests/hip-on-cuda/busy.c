@@ -11,7 +11,8 @@
  * buffers from its own thread; each full buffer is written out as text lines, and at exit
  * (atexit) the rest is flushed (cuptiActivityFlushAll) and the file closed.
  *
- * Output: the file named by HOC_BUSY_OUT (default busy.tsv in the working directory at cuInit),
+ * Output: the file named by HOC_BUSY_OUT (default busy.tsv in the working directory at cuInit;
+ * "%p" in the name becomes the process id, for the ranks of a multi-process run),
  * one line per record, tab-separated, times in ns on CUPTI's clock:
  *     kind  start_ns  end_ns  stream_id  name
  * kind is kernel, memcpy or memset; a kernel's name is as CUPTI reports it (mangled or not),
@@ -216,7 +217,13 @@ HOC_EXPORT int InitializeInjection(void)
 
     const char *path = getenv("HOC_BUSY_OUT");
     if (path == NULL || path[0] == '\0') path = "busy.tsv";
-    snprintf(g.path, sizeof g.path, "%s", path);
+    /* "%p" in the name stands for the process id: the ranks of a multi-process run, which
+     * inherit one environment, each write a file of their own. */
+    const char *pid_at = strstr(path, "%p");
+    if (pid_at != NULL)
+        snprintf(g.path, sizeof g.path, "%.*s%d%s", (int)(pid_at - path), path, (int)getpid(), pid_at + 2);
+    else
+        snprintf(g.path, sizeof g.path, "%s", path);
     FILE *out = fopen(g.path, "w");
     if (out == NULL) {
         fprintf(stderr, "hoc_busy: cannot open %s for writing: not tracing\n", g.path);

@@ -277,9 +277,9 @@ pub(crate) fn write_gguf_files(dir: &std::path::Path, shape: GgufShape) -> Resul
 /// greedy tokens after a 16-token prompt, each argmax read back to the host; seconds per
 /// token), with matmul attention (`gguf_decode_1.1b_<mix>`) and, in our backend's build, with
 /// flash attention (the patched `ModelWeights::with_flash_attn`: `gguf_decode_1.1b_<mix>_flash`
-/// with its default f16 KV cache, `gguf_decode_1.1b_<mix>_f32kv_flash` with an f32 one, the
-/// cache before the f16 default); and with `depth` > 0 the same decode after a `depth`-token
-/// prompt (shape `prompt<depth>`).
+/// with its default KV cache, f16 where the GPU's matrix units decode that mix,
+/// `gguf_decode_1.1b_<mix>_f32kv_flash` with an f32 one); and with `depth` > 0 the same decode
+/// after a `depth`-token prompt (shape `prompt<depth>`).
 pub(crate) fn gguf_decoder(b: &Bench, steps: usize, depth: usize) -> Result<()> {
     // The model's rotary tables hold 4096 positions (candle-transformers' MAX_SEQ_LEN).
     if depth + steps + 4 > 4096 {
@@ -393,7 +393,7 @@ impl GgufModel {
 
     /// The same weights with flash attention (`quantized_llama` only, in our backend's build;
     /// Gemma 3's model has no flash path and stays as it is), its KV cache in f32 with
-    /// `f32_cache`, else in the model's default (f16 on a GPU).
+    /// `f32_cache`, else in the model's default.
     #[cfg(all(feature = "rocm", not(feature = "cuda")))]
     fn with_flash_attn(self, f32_cache: bool) -> Result<Self> {
         let kv = f32_cache.then_some(candle_core::DType::F32);

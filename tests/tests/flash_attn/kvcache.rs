@@ -125,6 +125,16 @@ fn keys_and_values_land_rotated_at_their_positions_on_the_cpu_and_ext_cpu() -> R
     Ok(())
 }
 
+/// The cache dtype candle-rocm prefers is the activations' own off its GPUs.
+#[test]
+fn off_the_gpu_the_cache_keeps_the_activations_dtype() {
+    for dev in devices() {
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            assert_eq!(fa::kv_cache_dtype(&dev, dtype, 64), dtype, "{dtype:?} on {dev:?}");
+        }
+    }
+}
+
 /// f16 caches under f32 q, k and v (the GGUF decoders' KV cache): the rows written are the f32
 /// call's rows rounded to f16, and the output is q's attention over them, in f32; caches of any
 /// other dtype are refused before anything is written.

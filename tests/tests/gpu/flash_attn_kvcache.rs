@@ -88,6 +88,22 @@ fn a_prompt_then_decode_steps_match_the_host() -> Result<()> {
     Ok(())
 }
 
+/// The cache dtype candle-rocm prefers on the device: f16 under f32 where the matrix-unit
+/// decode kernel takes the mix (head dims up to 128; the harness has it unless
+/// `CANDLE_ROCM_FLASH_MMA=0`), else the activations' own.
+#[test]
+#[ignore = "needs a HIP device"]
+fn the_preferred_cache_is_f16_under_f32_where_the_matrix_units_decode_it() -> Result<()> {
+    let dev = gpu()?;
+    let mma = std::env::var("CANDLE_ROCM_FLASH_MMA").as_deref() != Ok("0");
+    let f16_under_f32 = if mma { DType::F16 } else { DType::F32 };
+    assert_eq!(fa::kv_cache_dtype(&dev, DType::F32, 64), f16_under_f32);
+    assert_eq!(fa::kv_cache_dtype(&dev, DType::F32, 128), f16_under_f32);
+    assert_eq!(fa::kv_cache_dtype(&dev, DType::F32, 256), DType::F32);
+    assert_eq!(fa::kv_cache_dtype(&dev, DType::BF16, 64), DType::BF16);
+    Ok(())
+}
+
 /// A call the cache cannot hold is refused on the device too, before anything is written.
 #[test]
 #[ignore = "needs a HIP device"]

@@ -15,18 +15,22 @@ use std::cell::RefCell;
 use candle_core::backend::BackendStorage;
 use candle_core::ext::{ExtStorage, FusedResult};
 use candle_core::{
-    CpuStorage, CustomOp3, DType, InplaceOp1, InplaceOp2, Layout, Result, Shape, Storage, Tensor,
+    CpuStorage, CustomOp3, DType, Device, InplaceOp1, InplaceOp2, Layout, Result, Shape, Storage,
+    Tensor,
 };
 
 use super::op::{extra, rocm, FlashAttn};
 use rocm_safe::{DeviceBuffer, DeviceView};
 
+use crate::device::RocmDevice;
 use crate::dtype::RocmDType;
 use crate::dtype::RocmStorageSlice as S;
 use crate::error::BackendError;
+use crate::launch::attention::{has_mixed, tier, TileKernel};
 use crate::launch::rope_cache::{rope_cache, RopeCacheGeometry, Rotation};
 use crate::layout::{parameter_error, shape_error};
 use crate::ops::attention::{forward, Extra, Extras};
+use crate::settings::flash_mma;
 use crate::storage::RocmStorage;
 
 const OP: &str = "flash-attn-with-kvcache";
@@ -103,6 +107,33 @@ pub fn flash_attn_with_kvcache(
         tables: rotary.map(|r| (r.cos.clone(), r.sin.clone())),
     };
     q.apply_op3_no_bwd(&k, &v, &step)
+}
+
+/// The dtype a KV cache for [`flash_attn_with_kvcache`] runs best in under q, k and v of
+/// `dtype` with heads of `head_dim` on `device`: f16 under f32 where the device decodes that
+/// mix on its matrix units (`fa_mdec_f32h_*`, head dims up to 128: half the cache's memory and
+/// half the bytes a step reads; faster than an f32 cache on the H100 harness at 16 and 2048
+/// cached positions), else `dtype` itself (the CPU and other devices, targets without the
+/// matrix-unit decode kernel, `CANDLE_ROCM_FLASH_MMA=0`, larger head dims: the FMA decode
+/// kernel ran the f32 cache faster than the f16 one on the harness).
+pub fn kv_cache_dtype(device: &Device, dtype: DType, head_dim: usize) -> DType {
+    if dtype != DType::F32 || !flash_mma() {
+        return dtype;
+    }
+    let Some(dev) = device
+        .as_ext_device()
+        .and_then(|d| d.as_any().downcast_ref::<RocmDevice>())
+    else {
+        return dtype;
+    };
+    let mixed = tier(head_dim).filter(|t| *t <= 128).map(|t| {
+        has_mixed(dev, TileKernel::MmaDecode, (DType::F32, DType::F16), t).unwrap_or(false)
+    });
+    if mixed == Some(true) {
+        DType::F16
+    } else {
+        dtype
+    }
 }
 
 /// Whether `t` lives on a ROCm device of this backend.

@@ -44,7 +44,7 @@ mod kvcache;
 mod op;
 
 pub use cache::reshape_and_cache;
-pub use kvcache::{flash_attn_with_kvcache, Rotary};
+pub use kvcache::{flash_attn_with_kvcache, kv_cache_dtype, Rotary};
 pub use op::{FlashAttn, FlashAttnVarLen};
 
 /// Fails naming the first of `others` (argument name, tensor) that is not on q's device.
