@@ -145,12 +145,8 @@ template <typename T> __device__ __forceinline__ void fm_stage_q_chunk(T *dst, c
 template <typename T> __device__ __forceinline__ void fm_stage_q_chunk(T *dst, const float *src, int n, bool vec) {
     constexpr int N = FaChunk<T>::N;
     float f[N];
-    if (vec && n == N) {
-#pragma unroll
-        for (int h = 0; h < N / 4; h++) {
-            const fa_vec v = reinterpret_cast<const fa_vec *>(src)[h];
-            __builtin_memcpy(f + 4 * h, &v, sizeof(v));
-        }
+    if (n == N) {
+        fa_load_f32<N>(src, vec, f);
     } else {
 #pragma unroll
         for (int u = 0; u < N; u++) f[u] = u < n ? src[u] : 0.0f;
