@@ -516,7 +516,10 @@ mod tests {
         );
         assert_eq!(mixed_name(TileKernel::MmaDecode, mix, 2), None);
         assert_eq!(mixed_name(TileKernel::Mma, mix, 3), None);
-        assert_eq!(mixed_name(TileKernel::Decode8, mix, 3), Some("fa_dec8_f32h_512"));
+        assert_eq!(
+            mixed_name(TileKernel::Decode8, mix, 3),
+            Some("fa_dec8_f32h_512")
+        );
         assert_eq!(mixed_name(TileKernel::Prefill, mix, 0), None);
         assert_eq!(
             mixed_name(TileKernel::Mma, (DType::F32, DType::BF16), 0),

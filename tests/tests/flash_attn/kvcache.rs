@@ -130,7 +130,11 @@ fn keys_and_values_land_rotated_at_their_positions_on_the_cpu_and_ext_cpu() -> R
 fn off_the_gpu_the_cache_keeps_the_activations_dtype() {
     for dev in devices() {
         for dtype in [DType::F32, DType::F16, DType::BF16] {
-            assert_eq!(fa::kv_cache_dtype(&dev, dtype, 64), dtype, "{dtype:?} on {dev:?}");
+            assert_eq!(
+                fa::kv_cache_dtype(&dev, dtype, 64),
+                dtype,
+                "{dtype:?} on {dev:?}"
+            );
         }
     }
 }
