@@ -63,7 +63,8 @@ pub struct Rotary<'a> {
 /// f32, f16 and bf16, one dtype for every tensor, except that under f32 q, k and v the caches
 /// may be f16 (llama.cpp's default KV cache: half the memory and half the bytes a decode step
 /// reads; the new keys and values are rounded to f16 as they are written, and q to f16 inside
-/// the attention). All on one device. The result has q's shape and dtype.
+/// the matrix-unit kernels; [`kv_cache_dtype`] says where f16 pays). All on one device. The
+/// result has q's shape and dtype.
 /// Every argument is checked before anything is written: a bad call is a typed error naming
 /// it and leaves both caches as they were.
 #[allow(clippy::too_many_arguments)]
