@@ -78,7 +78,7 @@ pub const CONV_VAR: &str = "CANDLE_ROCM_CONV";
 pub const CONV_TILE_VAR: &str = "CANDLE_ROCM_CONV_TILE_MIB";
 
 /// Default of [`CONV_TILE_VAR`].
-pub const CONV_TILE_MIB_DEFAULT: usize = 32;
+pub const CONV_TILE_MIB_DEFAULT: usize = 64;
 
 /// Whether f16/bf16 convolutions on our GEMM path that are not pointwise run the implicit GEMM
 /// (`launch::conv_igemm`: the patches gathered in shared memory, matrix units, no column

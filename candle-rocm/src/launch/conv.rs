@@ -8,7 +8,7 @@
 //!   one strided-batched GEMM over the input as it lies ([`ConvPlan::Direct`]).
 //! - Every other shape runs in tiles ([`ConvPlan::Tiled`]): `copy.hip`'s `im2col_rows_b<W>`
 //!   writes the column matrix of a few images (or, for one large image, of a range of its
-//!   output positions) into a workspace of at most [`crate::settings::conv_tile_bytes`] (32 MiB
+//!   output positions) into a workspace of at most [`crate::settings::conv_tile_bytes`] (64 MiB
 //!   by default, [`WORKSPACE_BYTES`]), one row per (image,
 //!   channel, tap) and one column per output position, and one strided-batched GEMM
 //!   multiplies the kernel (c_out x c_in k_h k_w) by it into the tile's place in the output.
