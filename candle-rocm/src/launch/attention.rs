@@ -26,7 +26,7 @@ pub const KEY_TILE: usize = 64;
 /// Keys per tile of the decode kernels (one per thread; `FA_DEC_TILE`).
 pub const DECODE_KEY_TILE: usize = THREADS as usize;
 /// Keys per tile of the FMA decode kernels in f32 (`FA_DEC_TILE_F32`): a quarter of
-/// [`DECODE_KEY_TILE`], so an f32 decode (the GGUF models' f32 KV cache) over a short or
+/// [`DECODE_KEY_TILE`], so an f32 decode (a GGUF model's f32 KV cache) over a short or
 /// middling context splits over more blocks.
 pub const DECODE_KEY_TILE_F32: usize = 32;
 /// The most packed (query, head-in-group) rows a decode kernel takes.

@@ -401,10 +401,10 @@ fn grid_dim(v: usize) -> Result<u32, BackendError> {
 mod tests {
     use super::*;
 
-    /// The GGUF decoders' f32 decode (TinyLlama: 4 kv heads, one sequence) on an H100's 132
-    /// compute units: every 32-key tile its own split on a short context, about one block per
-    /// compute unit (two-tile splits) after 2048 positions; f16 keeps 128-key tiles and four
-    /// blocks per compute unit.
+    /// A GGUF decoder's f32 decode (an f32 cache; TinyLlama: 4 kv heads, one sequence) on an
+    /// H100's 132 compute units: every 32-key tile its own split on a short context, about one
+    /// block per compute unit (two-tile splits) after 2048 positions; f16 keeps 128-key tiles
+    /// and four blocks per compute unit.
     #[test]
     fn decode_splits_follow_the_measured_policy() {
         let f32_dec = |max_k| key_splits(TileKernel::Decode8, DType::F32, max_k, 4, 132);
