@@ -29,6 +29,15 @@ pub const BATCHED_COPY_VAR: &str = "CANDLE_ROCM_BATCHED_COPY";
 /// tensor cores on the HIP-on-CUDA harness), for comparison.
 pub const FLASH_MMA_VAR: &str = "CANDLE_ROCM_FLASH_MMA";
 
+/// The most keys (of the longest sequence) a flash-attention decode call may have and still
+/// run the short decode kernels (`fa_sdec*`, `kernels/hip/attention/short_dec.h`), which keep
+/// a short context's latency down; longer calls take the split decode kernels. 0 to 65536
+/// (0: never), default [`SHORT_DECODE_KEYS_DEFAULT`].
+pub const SHORT_DECODE_KEYS_VAR: &str = "CANDLE_ROCM_SHORT_DECODE_KEYS";
+
+/// Default of [`SHORT_DECODE_KEYS_VAR`].
+pub const SHORT_DECODE_KEYS_DEFAULT: usize = 256;
+
 /// The activations of the quantized mat-vec (decode, few rows): `f32` (default) keeps them in
 /// f32, which follows the f32 model closely; `q8` rounds them to 8 bits per 32-value block
 /// exactly as Candle's CUDA backend does (its `quantize_q8_1`) and multiplies with integer dot
@@ -146,7 +155,7 @@ pub struct Setting {
 }
 
 /// Every setting of the library.
-pub const SETTINGS: [Setting; 19] = [
+pub const SETTINGS: [Setting; 20] = [
     Setting {
         var: STRICT_VAR,
         values: SWITCH_VALUES,
@@ -166,6 +175,11 @@ pub const SETTINGS: [Setting; 19] = [
         var: FLASH_MMA_VAR,
         values: SWITCH_VALUES,
         default: "1",
+    },
+    Setting {
+        var: SHORT_DECODE_KEYS_VAR,
+        values: "0 to 65536",
+        default: "256",
     },
     Setting {
         var: QMATVEC_VAR,
@@ -195,7 +209,7 @@ pub const SETTINGS: [Setting; 19] = [
     Setting {
         var: CONV_TILE_VAR,
         values: "0 to 1024",
-        default: "16",
+        default: "64",
     },
     Setting {
         var: CONV_IGEMM_VAR,
@@ -341,6 +355,25 @@ pub fn flash_mma() -> bool {
             tracing::info!("{FLASH_MMA_VAR}: flash attention's prefill stays on the FMA tile");
         }
         on
+    })
+}
+
+/// The most keys a decode call may have to run the short decode kernels
+/// ([`SHORT_DECODE_KEYS_VAR`]; 0: never).
+pub fn short_decode_keys() -> usize {
+    static KEYS: OnceLock<usize> = OnceLock::new();
+    *KEYS.get_or_init(|| match value(SHORT_DECODE_KEYS_VAR) {
+        None => SHORT_DECODE_KEYS_DEFAULT,
+        Some(v) => match parse_rows(&v, 0, 65536) {
+            Some(keys) => {
+                tracing::info!("{SHORT_DECODE_KEYS_VAR}={keys}: decode calls of up to {keys} keys run the short decode kernels");
+                keys
+            }
+            None => {
+                tracing::warn!("{SHORT_DECODE_KEYS_VAR}={v:?} is not a number from 0 to 65536: keeping {SHORT_DECODE_KEYS_DEFAULT}");
+                SHORT_DECODE_KEYS_DEFAULT
+            }
+        },
     })
 }
 

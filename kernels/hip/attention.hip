@@ -61,6 +61,9 @@
 //     (the decoders' f32 activations over an f16 KV cache); splits merge with fa_combine_f32
 //   fa_dec4_f32h_<DMAX>, fa_dec8_f32h_<DMAX>(fa_params p)  fa_dec*_f16's contract with q and o
 //     in f32 (q kept in f32), on every target
+//   fa_sdec<R>_<T>_<DMAX>(fa_params p)  R = 1, 4, 8; T in f32, f16, bf16, f32h (q and o in f32
+//     over f16 K and V); DMAX 64, 128, 256: fa_dec*'s contract (grid, splits) for calls whose
+//     blocks see few keys (a decode step early in a sequence), attention/short_dec.h
 //   fa_combine_<T>(fa_params p)     grid (total_q, heads); block (FA_THREADS): merges the splits
 //   fa_cache_write_<T>(...)         see attention/cache.h
 #include "cuda_fp16.h"
@@ -126,6 +129,7 @@ struct fa_params {
 #include "attention/common.h"
 #include "attention/tile.h"
 #include "attention/decode.h"
+#include "attention/short_dec.h"
 #include "attention/combine.h"
 #include "attention/cache.h"
 #include "mma/tile.h"
@@ -170,6 +174,25 @@ FA_MIXED_DEC_TIER(64)
 FA_MIXED_DEC_TIER(128)
 FA_MIXED_DEC_TIER(256)
 FA_MIXED_DEC_TIER(512)
+
+// The short decode kernels (attention/short_dec.h): R = 1, 4, 8 rows, tiers 64, 128, 256, every
+// dtype and the mixed f32-over-f16 form (suffix f32h), every target.
+#define FA_SDEC_R(T, TN, DMAX, R, TQ)                                                              \
+    extern "C" __global__ void __launch_bounds__(FA_THREADS) fa_sdec##R##_##TN##_##DMAX(fa_params p) { \
+        fa_short_decode<T, DMAX, R, TQ>(p);                                                        \
+    }
+#define FA_SDEC_TIER(T, TN, DMAX, TQ)                                                              \
+    FA_SDEC_R(T, TN, DMAX, 1, TQ)                                                                  \
+    FA_SDEC_R(T, TN, DMAX, 4, TQ)                                                                  \
+    FA_SDEC_R(T, TN, DMAX, 8, TQ)
+#define FA_SDEC_TYPE(T, TN, TQ)                                                                    \
+    FA_SDEC_TIER(T, TN, 64, TQ)                                                                    \
+    FA_SDEC_TIER(T, TN, 128, TQ)                                                                   \
+    FA_SDEC_TIER(T, TN, 256, TQ)
+FA_SDEC_TYPE(float, f32, float)
+FA_SDEC_TYPE(__half, f16, __half)
+FA_SDEC_TYPE(__nv_bfloat16, bf16, __nv_bfloat16)
+FA_SDEC_TYPE(__half, f32h, float)
 
 #if defined(FA_MMA_KERNELS)
 #define FA_MMA_TIER(T, TN, DMAX)                                                                   \

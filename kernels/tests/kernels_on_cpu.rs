@@ -396,6 +396,24 @@ fn attention_driver_catches_mutants() {
             "decode: key groups' parts overwritten, not added",
         ),
         (
+            "attention/short_dec.h",
+            "        __syncthreads(); // B: P and the rescale factors",
+            "",
+            "short decode: no barrier between P and its use",
+        ),
+        (
+            "attention/short_dec.h",
+            "const float c = cs[buf][r];",
+            "const float c = 1.0f;",
+            "short decode: the output not rescaled between chunks",
+        ),
+        (
+            "attention/short_dec.h",
+            "acc += red[(gg * R + r) * DMAX + col];",
+            "acc = red[(gg * R + r) * DMAX + col];",
+            "short decode: the key groups' parts not added",
+        ),
+        (
             "attention/combine.h",
             "const float ws = exp2f(ls - mx);",
             "const float ws = 1.0f;",

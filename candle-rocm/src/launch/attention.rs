@@ -1,6 +1,6 @@
 //! Launchers of our attention kernels (`kernels/hip/attention.hip`): the prefill tiles
 //! (`fa_fwd_<T>_<DMAX>`, `fa_mma_<T>_<DMAX>`), the decode kernels (`fa_dec4_<T>_<DMAX>`,
-//! `fa_dec8_<T>_<DMAX>`, `fa_mdec_<T>_<DMAX>`), their mixed forms for f32 q over f16 keys and
+//! `fa_dec8_<T>_<DMAX>`, `fa_mdec_<T>_<DMAX>`, the short `fa_sdec<R>_<T>_<DMAX>`), their mixed forms for f32 q over f16 keys and
 //! values (`fa_mma_f32h_<DMAX>`, `fa_mdec_f32h_<DMAX>`, `fa_dec4_f32h_<DMAX>`,
 //! `fa_dec8_f32h_<DMAX>`), the combine of a split call
 //! (`fa_combine_<T>`) and the paged-cache write (`fa_cache_write_<T>`). The kernels take one argument, the
@@ -153,6 +153,32 @@ const MIXED_DEC8_NAMES: [&str; 4] = [
     "fa_dec8_f32h_256",
     "fa_dec8_f32h_512",
 ];
+/// `fa_sdec<R>_<T>_<DMAX>` for T in f32, f16, bf16, f32h (f32 q over f16 k and v: index 3),
+/// R in 1, 4, 8 and the tiers 64, 128, 256: the short decode kernels (every target).
+macro_rules! sdec_names {
+    ($t:literal) => {
+        [
+            sdec_names!(@r "1", $t),
+            sdec_names!(@r "4", $t),
+            sdec_names!(@r "8", $t),
+        ]
+    };
+    (@r $r:literal, $t:literal) => {
+        [
+            concat!("fa_sdec", $r, "_", $t, "_64"),
+            concat!("fa_sdec", $r, "_", $t, "_128"),
+            concat!("fa_sdec", $r, "_", $t, "_256"),
+        ]
+    };
+}
+const SDEC_NAMES: [[[&str; 3]; 3]; 4] = [
+    sdec_names!("f32"),
+    sdec_names!("f16"),
+    sdec_names!("bf16"),
+    sdec_names!("f32h"),
+];
+/// The largest tier the short decode kernels are built for.
+pub const SHORT_DECODE_MAX_TIER: usize = 256;
 const DEC4_NAMES: [[&str; 4]; 3] = tile_names!("dec4");
 const DEC8_NAMES: [[&str; 4]; 3] = tile_names!("dec8");
 const COMBINE_NAMES: [&str; 3] = ["fa_combine_f32", "fa_combine_f16", "fa_combine_bf16"];
@@ -192,6 +218,10 @@ pub enum TileKernel {
     Decode4,
     /// `fa_dec8`: all of at most 8 packed rows in one block.
     Decode8,
+    /// `fa_sdec<R>`: all of at most [`DECODE_ROWS`] packed rows in one block (R = 1, 4 or 8 by
+    /// the call's rows), built for a short key range: tiers up to [`SHORT_DECODE_MAX_TIER`],
+    /// every dtype and the f32-over-f16 mix, every target; launched unsplit.
+    ShortDecode,
 }
 
 impl TileKernel {
@@ -210,7 +240,10 @@ impl TileKernel {
         match self {
             TileKernel::Prefill | TileKernel::Mma => KEY_TILE,
             TileKernel::Decode4 | TileKernel::Decode8 if dtype == DType::F32 => DECODE_KEY_TILE_F32,
-            TileKernel::MmaDecode | TileKernel::Decode4 | TileKernel::Decode8 => DECODE_KEY_TILE,
+            TileKernel::MmaDecode
+            | TileKernel::Decode4
+            | TileKernel::Decode8
+            | TileKernel::ShortDecode => DECODE_KEY_TILE,
         }
     }
 }
@@ -258,13 +291,48 @@ pub fn has_mma(dev: &RocmDevice, dtype: DType, tier: usize) -> Result<bool, Back
     Ok(matrix_function(dev, &MMA_NAMES, i, t)?.is_some())
 }
 
-/// The mixed kernel `kernel` (any but [`TileKernel::Prefill`]) for q of `dtypes.0` over keys
-/// and values of `dtypes.1` at tier index `t`: only f32 over f16 has them.
-fn mixed_name(kernel: TileKernel, dtypes: (DType, DType), t: usize) -> Option<&'static str> {
+/// `fa_sdec<R>` for a call of `rows` packed rows (R = 1, 4 or 8), dtype index `i` (3: f32 q
+/// over f16 k and v) and tier index `t`, where the kernels are built for the tier.
+fn short_name(i: usize, rows: usize, t: usize) -> Option<&'static str> {
+    let r = match rows {
+        0..=1 => 0,
+        2..=4 => 1,
+        _ => 2,
+    };
+    SDEC_NAMES.get(i)?.get(r)?.get(t).copied()
+}
+
+/// Whether this device's code object has the matrix-unit decode kernel
+/// ([`TileKernel::MmaDecode`]) for q of `dtypes.0` over keys and values of `dtypes.1` at
+/// head-dim tier `tier`.
+pub fn has_mdec(
+    dev: &RocmDevice,
+    dtypes: (DType, DType),
+    tier: usize,
+) -> Result<bool, BackendError> {
+    if dtypes.0 != dtypes.1 {
+        return has_mixed(dev, TileKernel::MmaDecode, dtypes, tier);
+    }
+    let (Ok(i), Some(t)) = (dtype_index(dtypes.1), TIERS.iter().position(|x| *x == tier)) else {
+        return Ok(false);
+    };
+    Ok(matrix_function(dev, &MDEC_NAMES, i, t)?.is_some())
+}
+
+/// The mixed kernel `kernel` (any but [`TileKernel::Prefill`]) of a call of `rows` packed rows
+/// for q of `dtypes.0` over keys and values of `dtypes.1` at tier index `t`: only f32 over f16
+/// has them.
+fn mixed_name(
+    kernel: TileKernel,
+    dtypes: (DType, DType),
+    rows: usize,
+    t: usize,
+) -> Option<&'static str> {
     if dtypes != (DType::F32, DType::F16) {
         return None;
     }
     match kernel {
+        TileKernel::ShortDecode => short_name(3, rows, t),
         TileKernel::Mma => MIXED_MMA_NAMES.get(t).copied(),
         TileKernel::MmaDecode => MIXED_MDEC_NAMES.get(t).copied(),
         TileKernel::Decode4 => MIXED_DEC4_NAMES.get(t).copied(),
@@ -286,7 +354,7 @@ pub fn has_mixed(
     let Some(t) = TIERS.iter().position(|x| *x == tier) else {
         return Ok(false);
     };
-    match mixed_name(kernel, dtypes, t) {
+    match mixed_name(kernel, dtypes, DECODE_ROWS, t) {
         Some(name) => Ok(dev.function_optional(Module::Attention, name)?.is_some()),
         None => Ok(false),
     }
@@ -328,7 +396,7 @@ pub unsafe fn tile(
     let (qtype, dtype) = dtypes;
     let i = dtype_index(dtype)?;
     let f = match grid.kernel {
-        _ if qtype != dtype => match mixed_name(grid.kernel, dtypes, t) {
+        _ if qtype != dtype => match mixed_name(grid.kernel, dtypes, rows, t) {
             Some(name) => match dev.function_optional(Module::Attention, name)? {
                 Some(f) => f,
                 None => return Ok(false),
@@ -357,6 +425,15 @@ pub unsafe fn tile(
         },
         TileKernel::Decode4 => dev.function(Module::Attention, DEC4_NAMES[i][t])?,
         TileKernel::Decode8 => dev.function(Module::Attention, DEC8_NAMES[i][t])?,
+        TileKernel::ShortDecode => match short_name(i, rows, t) {
+            Some(name) => dev.function(Module::Attention, name)?,
+            None => {
+                return Err(invalid(
+                    "flash-attn",
+                    format_args!("no short decode kernel for tier {}", grid.tier),
+                ))
+            }
+        },
     };
     let cfg = LaunchConfig {
         grid_dim: (grid.tiles, grid.heads_splits, grid.batch),
@@ -365,12 +442,13 @@ pub unsafe fn tile(
     };
     let mut l = dev.stream().launch_builder(&f);
     l.arg(p);
-    // SAFETY: fa_fwd/fa_mma/fa_dec4/fa_dec8/fa_mdec_<T>_<DMAX>(fa_params p) with T = dtype and
-    // DMAX = grid.tier, or fa_mma/fa_mdec/fa_dec4/fa_dec8_f32h_<DMAX> for f32 q and o over f16
+    // SAFETY: fa_fwd/fa_mma/fa_dec4/fa_dec8/fa_mdec/fa_sdec<R>_<T>_<DMAX>(fa_params p) with
+    // T = dtype and DMAX = grid.tier, or the same kernels' f32h forms for f32 q and o over f16
     // k and v (the addresses in p are of those types by the caller's contract); the caller's
     // contract (1-3) covers every address the kernel reaches and the grid (fa_mma takes
     // fa_fwd's grid: 64 rows a tile; fa_mdec the decode kernels': one block of all <= 8 rows,
-    // 16 * FM_QT >= 8 in every build); blocks of FA_THREADS threads, static shared memory only.
+    // 16 * FM_QT >= 8 in every build; fa_sdec<R> with R >= rows by short_name); blocks of
+    // FA_THREADS threads, static shared memory only.
     unsafe { l.launch(cfg)? };
     Ok(true)
 }

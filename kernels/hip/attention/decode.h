@@ -34,10 +34,12 @@
 #define FA_DEC_TILE_F32 32
 // Bytes of K (and of V) a sub-tile: 8 KiB on the CUDA path (228 KiB of shared memory an SM:
 // about 9 blocks), 4 KiB on AMD (64 KiB of LDS a compute unit: 5 blocks of about 12 KiB).
+#ifndef FA_DEC_BYTES
 #if defined(__HIP_DEVICE_COMPILE__)
 #define FA_DEC_BYTES 4096
 #else
 #define FA_DEC_BYTES 8192
+#endif
 #endif
 
 // A chunk of 16 bytes of T, as raw bits: one 16-byte load when `vec`, else element loads.

@@ -58,6 +58,8 @@ template <typename T> struct Run {
     Kernel fwd, dec4, dec8, combine;
     int dmax;
     bool mma = false; // fwd is fa_mma_*: rows of 64, P rounded to T
+    Kernel dec1 = nullptr; // the short decode kernels (fa_sdec*): R = 1 for one packed row
+    bool sdec = false;     // splits in FA_DEC_TILE keys for every T
 };
 
 // TQ: q's and the output's type (T, or f32 for the mixed kernels fa_*_f32h_*: K and V in T).
@@ -180,7 +182,7 @@ static void run(const Run<T> &k, const Case &cs, bool decode) {
     p.page = cs.page;
     p.bt_stride = bt_stride;
     // The decode kernels' split unit: FA_DEC_TILE keys, FA_DEC_TILE_F32 for f32's FMA decode.
-    const uint32_t key_tile = !decode ? FA_BN : sizeof(T) == 4 && !k.mma ? FA_DEC_TILE_F32 : FA_DEC_TILE;
+    const uint32_t key_tile = !decode ? FA_BN : sizeof(T) == 4 && !k.mma && !k.sdec ? FA_DEC_TILE_F32 : FA_DEC_TILE;
     const uint32_t ktiles = (p.seqlen_k + key_tile - 1) / key_tile;
     p.tiles_per_split = (ktiles + cs.splits - 1) / cs.splits;
     p.total_q = total_q;
@@ -201,7 +203,7 @@ static void run(const Run<T> &k, const Case &cs, bool decode) {
     }
     const uint32_t bm = k.mma || k.dmax <= 128 ? 64 : k.dmax == 256 ? 32 : 16;
     const uint32_t tiles = decode ? 1 : (p.seqlen_q * G + bm - 1) / bm;
-    Kernel kern = !decode ? k.fwd : packed <= 4 ? k.dec4 : k.dec8;
+    Kernel kern = !decode ? k.fwd : packed <= 1 && k.dec1 ? k.dec1 : packed <= 4 ? k.dec4 : k.dec8;
     launches++;
     if (!emu::launch(C.ctx.c_str(), kern, dim3(tiles, HK * cs.splits, B), dim3(FA_THREADS), p)) {
         C.fail("launch failed");
@@ -326,6 +328,41 @@ static void run_type(DT dt, const Kernel (&fwd)[4], const Kernel (&dec4)[4], con
                 run<T>(k, cs, false);
             }
         }
+}
+
+// The short decode kernels' own cases: key counts around their chunks (16, 32, 64 keys by type
+// and tier), one row a kv head (R = 1), several chunks (the online rescale), a window inside a
+// chunk.
+static const Case SDEC_CASES[] = {
+    // what                     B  sq   sk  H  HK  d   wl  wr  alibi softcap varlen page packed unal splits mm
+    {"sdec 1 key mha",          1, 1,    1, 4, 4, 128, -1, 0, false, 0.f, false, 0, false, false, 1, false},
+    {"sdec 63 keys mha",        2, 1,   63, 3, 3, 64, -1,  0, false, 0.f, false, 0, false, false, 1, false},
+    {"sdec 65 keys gqa4",       1, 1,   65, 8, 2, 128, -1, 0, true, 0.f, false, 0, false, false, 1, false},
+    {"sdec 200 keys window",    1, 1,  200, 2, 2, 256, 70, 0, false, 3.f, false, 0, false, false, 1, false},
+    {"sdec varlen paged gqa8",  3, 1,   97, 8, 1, 128, -1, 0, false, 0.f, true, 16, false, false, 1, true},
+    {"sdec 2x2 split",          1, 2,  300, 4, 2, 96, -1,  0, false, 0.f, false, 0, false, false, 3, false},
+};
+
+// Every decode case (at most 8 packed rows, d <= 256) on fa_sdec<R>_<T>_<DMAX>: R = 1 for one
+// packed row, 4, 8; the smallest tier that holds d, plus tier 128 for d = 64.
+template <typename T, typename TQ = T>
+static void run_type_sdec(DT dt, const Kernel (&s1)[3], const Kernel (&s4)[3], const Kernel (&s8)[3], Kernel combine) {
+    constexpr bool mixed = sizeof(TQ) != sizeof(T);
+    static const int DMAX[3] = {64, 128, 256};
+    auto one = [&](const Case &cs) {
+        if ((uint64_t)cs.sq * (cs.heads / cs.kv_heads) > 8 || (mixed && cs.packed)) return;
+        for (int t = 0; t < 3; t++) {
+            if (cs.d > (uint32_t)DMAX[t]) continue;
+            const bool smallest = t == 0 || cs.d > (uint32_t)DMAX[t - 1];
+            if (!smallest && !(t == 1 && cs.d == 64)) continue;
+            Run<T> k{dt, nullptr, s4[t], s8[t], combine, DMAX[t]};
+            k.dec1 = s1[t];
+            k.sdec = true;
+            run<T, TQ>(k, cs, true);
+        }
+    };
+    for (const Case &cs : CASES) one(cs);
+    for (const Case &cs : SDEC_CASES) one(cs);
 }
 
 #if defined(FA_TEST_MMA)
@@ -493,12 +530,23 @@ int main() {
     run_type<__nv_bfloat16>(BF16, bf16f, bf16d4, bf16d8, &fa_combine_bf16);
     static const Kernel mixd4[4] = TIERS(fa_dec4, f32h), mixd8[4] = TIERS(fa_dec8, f32h);
     run_type<__half, float>(F16, f16f, mixd4, mixd8, &fa_combine_f32);
+#define SDEC(R, TN) {(Kernel)&fa_sdec##R##_##TN##_64, (Kernel)&fa_sdec##R##_##TN##_128, (Kernel)&fa_sdec##R##_##TN##_256}
+    static const Kernel s1f32[3] = SDEC(1, f32), s4f32[3] = SDEC(4, f32), s8f32[3] = SDEC(8, f32);
+    static const Kernel s1f16[3] = SDEC(1, f16), s4f16[3] = SDEC(4, f16), s8f16[3] = SDEC(8, f16);
+    static const Kernel s1bf16[3] = SDEC(1, bf16), s4bf16[3] = SDEC(4, bf16), s8bf16[3] = SDEC(8, bf16);
+    static const Kernel s1mix[3] = SDEC(1, f32h), s4mix[3] = SDEC(4, f32h), s8mix[3] = SDEC(8, f32h);
+    run_type_sdec<float>(F32, s1f32, s4f32, s8f32, &fa_combine_f32);
+    run_type_sdec<__half>(F16, s1f16, s4f16, s8f16, &fa_combine_f16);
+    run_type_sdec<__nv_bfloat16>(BF16, s1bf16, s4bf16, s8bf16, &fa_combine_bf16);
+    run_type_sdec<__half, float>(F16, s1mix, s4mix, s8mix, &fa_combine_f32);
     cache_write<float>(F32, &fa_cache_write_f32);
     cache_write<__half>(F16, &fa_cache_write_f16);
     cache_write<__nv_bfloat16>(BF16, &fa_cache_write_bf16);
     long missing = 0;
     for (const Kernel *t : {f32f, f32d4, f32d8, f16f, f16d4, f16d8, bf16f, bf16d4, bf16d8, mixd4, mixd8})
         for (int i = 0; i < 4; i++) missing += !emu::S.launched.count((const void *)t[i]);
+    for (const Kernel *t : {s1f32, s4f32, s8f32, s1f16, s4f16, s8f16, s1bf16, s4bf16, s8bf16, s1mix, s4mix, s8mix})
+        for (int i = 0; i < 3; i++) missing += !emu::S.launched.count((const void *)t[i]);
     if (missing) {
         C.ctx = "coverage";
         C.fail("%ld kernels never ran", missing);

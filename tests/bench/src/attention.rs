@@ -117,8 +117,12 @@ pub(crate) fn attention(b: &Bench) -> Result<()> {
             }
         }
     }
-    let (h, hk, d) = (32usize, 8usize, 128usize);
-    for kv in [512usize, 1024, 2048, 4096, 8192, 16384, 32768] {
+    // GQA 4 (Llama 3 8B's heads) over long caches; MHA (Llama 2 7B's) over short ones too,
+    // where a step's attention is latency-bound.
+    let gqa = [512usize, 1024, 2048, 4096, 8192, 16384, 32768].map(|kv| (8usize, kv));
+    let mha = [64usize, 128, 256, 512, 1024, 2048].map(|kv| (32usize, kv));
+    let (h, d) = (32usize, 128usize);
+    for (hk, kv) in gqa.into_iter().chain(mha) {
         let dtype = DType::F16;
         let shape = format!("h{h}kv{hk}d{d}n{kv}");
         if !b.shape_wanted(&shape) {

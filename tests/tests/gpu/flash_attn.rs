@@ -188,6 +188,27 @@ fn decode_on_matrix_units_around_their_tiles() -> Result<()> {
     Ok(())
 }
 
+/// Decode calls of at most 256 keys (`CANDLE_ROCM_SHORT_DECODE_KEYS`' default): one row a kv
+/// head takes the short decode kernel (`fa_sdec1_*`) in every dtype at head dims up to 256,
+/// several rows it too where the matrix-unit decode kernel is missing (f32, tier 256; with
+/// `CANDLE_ROCM_FLASH_MMA=0` every call): key counts around its 16-, 32- and 64-key chunks and
+/// the 256-key limit, every mask.
+#[test]
+#[ignore = "needs a HIP device"]
+fn decode_on_the_short_kernels_around_their_chunks() -> Result<()> {
+    let dev = gpu()?;
+    let lens = [1, 2, 31, 32, 33, 64, 65, 100, 255, 256, 257];
+    for (i, sk) in lens.into_iter().enumerate() {
+        let d = [128, 64, 256, 96, 200][i % 5];
+        let (sq, h, hk) = [(1, 8, 8), (1, 32, 32), (1, 16, 4), (2, 8, 2), (1, 8, 1)][i % 5];
+        let mask = MASKS[i % MASKS.len()];
+        for dtype in DTYPES {
+            dense_case(&dev, (2, sq, sk), (h, hk, d), dtype, mask, 1300 + i as u64)?;
+        }
+    }
+    Ok(())
+}
+
 /// `reshape_and_cache` on the device writes what it writes on the host (shuffled slots,
 /// padding, keys as a strided view), and decoding from that cache matches the host's.
 #[test]

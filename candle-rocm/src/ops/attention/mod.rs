@@ -19,10 +19,11 @@ use crate::dtype::{RocmDType, RocmStorageSlice as S};
 use crate::error::BackendError;
 use crate::launch::attention::{
     self as launch, prefill_rows, tier, FaParams, TileGrid, TileKernel, DECODE_ROWS, MMA_ROWS,
+    SHORT_DECODE_MAX_TIER,
 };
 use crate::layout::{kernel_limit, out_of_bounds, parameter_error};
 use crate::ops::elementwise::cast;
-use crate::settings::flash_mma;
+use crate::settings::{flash_mma, short_decode_keys};
 use spec::{AttentionSpec, Batching, Strides};
 
 /// A device operand of a call besides q, k and v: a storage slice and the element its
@@ -174,11 +175,16 @@ fn run<Q: RocmDType, T: RocmDType>(
     // The kernel first, so a mixed call this device cannot take declines before any work.
     let rows = max_q * group;
     let decode = rows <= DECODE_ROWS;
-    let mixed = Q::DTYPE != T::DTYPE;
-    let kernel = if mixed {
+    let dtypes = (Q::DTYPE, T::DTYPE);
+    let mixed = dtypes.0 != dtypes.1;
+    let mdec = decode && flash_mma() && tier <= 128 && launch::has_mdec(dev, dtypes, tier)?;
+    let kernel = if short_decode(rows, max_k, tier, short_decode_keys(), mdec) {
+        // A short context: latency, not bandwidth (every dtype, the mix too, every target).
+        TileKernel::ShortDecode
+    } else if mixed {
         // The matrix-unit kernel where the device has it, else for decoding the FMA one; a
         // prompt without the matrix-unit tile declines (the caller casts q instead).
-        let has = |k| launch::has_mixed(dev, k, (Q::DTYPE, T::DTYPE), tier);
+        let has = |k| launch::has_mixed(dev, k, dtypes, tier);
         let mma = if decode && tier <= 128 {
             TileKernel::MmaDecode
         } else {
@@ -192,9 +198,9 @@ fn run<Q: RocmDType, T: RocmDType>(
             return Ok(None);
         }
     } else if decode {
-        // The matrix-unit decode kernel (f16/bf16, tiers 64 and 128; the launcher takes the FMA
-        // one where the code object lacks it, on the same grid), else the FMA one.
-        if flash_mma() && tier <= 128 && T::DTYPE != DType::F32 {
+        // The matrix-unit decode kernel (f16/bf16, tiers 64 and 128) where the device has it,
+        // else the FMA one.
+        if mdec {
             TileKernel::MmaDecode
         } else {
             TileKernel::for_rows(rows)
@@ -278,7 +284,10 @@ fn run<Q: RocmDType, T: RocmDType>(
     let tiles = match kernel {
         TileKernel::Prefill => rows.div_ceil(prefill_rows(tier)),
         TileKernel::Mma => rows.div_ceil(MMA_ROWS),
-        TileKernel::MmaDecode | TileKernel::Decode4 | TileKernel::Decode8 => 1,
+        TileKernel::MmaDecode
+        | TileKernel::Decode4
+        | TileKernel::Decode8
+        | TileKernel::ShortDecode => 1,
     };
     let cus = dev.device().info().compute_units as usize;
     let (splits, tiles_per_split) = key_splits(kernel, T::DTYPE, max_k, tiles * hk * batch, cus);
@@ -354,6 +363,17 @@ fn run<Q: RocmDType, T: RocmDType>(
     Ok(Some(out))
 }
 
+/// Whether a call of `rows` packed rows over at most `max_k` keys at head-dim tier `tier` runs
+/// the short decode kernels: a decode call (at most [`DECODE_ROWS`] rows) of at most `limit`
+/// keys ([`short_decode_keys`]) at a tier they are built for, of one row a kv head, or of
+/// several where the matrix-unit decode kernel does not take the call (`mdec` false). Measured
+/// (H100 via HIP-on-CUDA, bench/results): one row a kv head, faster than the matrix-unit kernel
+/// up to 256 keys and slower from 512; several rows, slower than it but faster than the FMA
+/// decode kernels.
+fn short_decode(rows: usize, max_k: usize, tier: usize, limit: usize, mdec: bool) -> bool {
+    rows <= DECODE_ROWS && max_k <= limit && tier <= SHORT_DECODE_MAX_TIER && (rows == 1 || !mdec)
+}
+
 /// How `kernel` splits `max_k` keys of q, k and v of `dtype` for a launch of `blocks` blocks
 /// (row tiles x kv heads x sequences) on `cus` compute units: (splits, tiles per split), in
 /// the kernel's key tiles ([`TileKernel::key_tile`]). Splits until the call has its kernel's
@@ -368,6 +388,8 @@ fn key_splits(
 ) -> (usize, usize) {
     let key_tiles = max_k.div_ceil(kernel.key_tile(dtype)).max(1);
     let per_cu = match kernel {
+        // Unsplit: its block walks every key (no combine launch).
+        TileKernel::ShortDecode => return (1, key_tiles),
         TileKernel::MmaDecode => MDEC_BLOCKS_PER_CU,
         TileKernel::Decode4 | TileKernel::Decode8 if dtype == DType::F32 => {
             DECODE_BLOCKS_PER_CU_F32
@@ -401,6 +423,26 @@ fn grid_dim(v: usize) -> Result<u32, BackendError> {
 mod tests {
     use super::*;
 
+    /// The short decode kernels take decode calls (at most 8 rows) up to the key limit, at
+    /// tiers up to 256, of one row a kv head or where the matrix-unit decode kernel does not
+    /// apply; a limit of 0 turns them off.
+    #[test]
+    fn short_decode_takes_short_decode_calls() {
+        // One row a kv head: with or without the matrix-unit decode kernel.
+        assert!(short_decode(1, 80, 128, 256, true));
+        assert!(short_decode(1, 256, 64, 256, false));
+        // Several rows: only where the matrix-unit decode kernel does not take the call.
+        assert!(short_decode(8, 256, 256, 256, false));
+        assert!(!short_decode(8, 256, 128, 256, true));
+        assert!(!short_decode(4, 16, 64, 256, true));
+        // Too many keys or rows, a tier without the kernels, the setting at 0.
+        assert!(!short_decode(8, 257, 128, 256, false));
+        assert!(!short_decode(1, 257, 128, 256, true));
+        assert!(!short_decode(9, 16, 128, 256, false));
+        assert!(!short_decode(4, 16, 512, 256, false));
+        assert!(!short_decode(1, 1, 64, 0, false));
+    }
+
     /// A GGUF decoder's f32 decode (an f32 cache; TinyLlama: 4 kv heads, one sequence) on an
     /// H100's 132 compute units: every 32-key tile its own split on a short context, about one
     /// block per compute unit (two-tile splits) after 2048 positions; f16 keeps 128-key tiles
@@ -422,6 +464,11 @@ mod tests {
             key_splits(TileKernel::MmaDecode, DType::F16, 32768, 4, 132),
             (64, 4)
         );
+        // The short decode kernels never split.
+        assert_eq!(
+            key_splits(TileKernel::ShortDecode, DType::F16, 200, 4, 132),
+            (1, 2)
+        );
         // Enough blocks already: no split.
         assert_eq!(
             key_splits(TileKernel::Prefill, DType::F32, 4096, 512, 132),
@@ -434,6 +481,7 @@ mod tests {
                 (TileKernel::Decode4, DType::F32),
                 (TileKernel::Decode8, DType::BF16),
                 (TileKernel::MmaDecode, DType::F16),
+                (TileKernel::ShortDecode, DType::F32),
                 (TileKernel::Prefill, DType::F32),
             ] {
                 let (splits, tps) = key_splits(kernel, dtype, max_k, 4, 132);
