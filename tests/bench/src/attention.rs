@@ -117,9 +117,9 @@ pub(crate) fn attention(b: &Bench) -> Result<()> {
             }
         }
     }
-    // GQA 4 (Llama 3 8B's heads) over long caches; MHA (Llama 2 7B's) over short ones too,
-    // where a step's attention is latency-bound.
-    let gqa = [512usize, 1024, 2048, 4096, 8192, 16384, 32768].map(|kv| (8usize, kv));
+    // GQA 4 (Llama 3 8B's heads) and MHA (Llama 2 7B's), short caches (where a step's
+    // attention is latency-bound) and long ones.
+    let gqa = [64usize, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768].map(|kv| (8usize, kv));
     let mha = [64usize, 128, 256, 512, 1024, 2048].map(|kv| (32usize, kv));
     let (h, d) = (32usize, 128usize);
     for (hk, kv) in gqa.into_iter().chain(mha) {
