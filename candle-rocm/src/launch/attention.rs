@@ -583,29 +583,47 @@ mod tests {
     }
 
     /// Only f32 q over f16 keys and values has mixed kernels: the matrix-unit tile up to tier
-    /// 256, its decode kernel up to 128, the FMA decode kernels at every tier, no FMA tile.
+    /// 256, its decode kernel up to 128, the FMA decode kernels at every tier, the short
+    /// decode kernels up to 256 (R by the call's rows), no FMA tile.
     #[test]
     fn mixed_kernels_by_name() {
         let mix = (DType::F32, DType::F16);
-        assert_eq!(mixed_name(TileKernel::Mma, mix, 2), Some("fa_mma_f32h_256"));
+        let name = |k, t| mixed_name(k, mix, DECODE_ROWS, t);
+        assert_eq!(name(TileKernel::Mma, 2), Some("fa_mma_f32h_256"));
+        assert_eq!(name(TileKernel::MmaDecode, 1), Some("fa_mdec_f32h_128"));
+        assert_eq!(name(TileKernel::MmaDecode, 2), None);
+        assert_eq!(name(TileKernel::Mma, 3), None);
+        assert_eq!(name(TileKernel::Decode8, 3), Some("fa_dec8_f32h_512"));
+        assert_eq!(name(TileKernel::ShortDecode, 2), Some("fa_sdec8_f32h_256"));
+        assert_eq!(name(TileKernel::ShortDecode, 3), None);
         assert_eq!(
-            mixed_name(TileKernel::MmaDecode, mix, 1),
-            Some("fa_mdec_f32h_128")
+            mixed_name(TileKernel::ShortDecode, mix, 1, 1),
+            Some("fa_sdec1_f32h_128")
         );
-        assert_eq!(mixed_name(TileKernel::MmaDecode, mix, 2), None);
-        assert_eq!(mixed_name(TileKernel::Mma, mix, 3), None);
+        assert_eq!(name(TileKernel::Prefill, 0), None);
         assert_eq!(
-            mixed_name(TileKernel::Decode8, mix, 3),
-            Some("fa_dec8_f32h_512")
-        );
-        assert_eq!(mixed_name(TileKernel::Prefill, mix, 0), None);
-        assert_eq!(
-            mixed_name(TileKernel::Mma, (DType::F32, DType::BF16), 0),
+            mixed_name(TileKernel::Mma, (DType::F32, DType::BF16), 8, 0),
             None
         );
         assert_eq!(
-            mixed_name(TileKernel::Mma, (DType::F16, DType::F16), 0),
+            mixed_name(TileKernel::Mma, (DType::F16, DType::F16), 8, 0),
             None
+        );
+    }
+
+    /// The short decode kernel of a call: R = 1 for one packed row, 4 up to 4, else 8.
+    #[test]
+    fn short_kernels_by_rows() {
+        assert_eq!(short_name(1, 1, 1), Some("fa_sdec1_f16_128"));
+        assert_eq!(short_name(0, 0, 0), Some("fa_sdec1_f32_64"));
+        assert_eq!(short_name(2, 2, 2), Some("fa_sdec4_bf16_256"));
+        assert_eq!(short_name(2, 4, 0), Some("fa_sdec4_bf16_64"));
+        assert_eq!(short_name(1, 5, 1), Some("fa_sdec8_f16_128"));
+        assert_eq!(short_name(3, 8, 0), Some("fa_sdec8_f32h_64"));
+        assert_eq!(short_name(1, 1, 3), None);
+        assert_eq!(
+            TileKernel::ShortDecode.key_tile(DType::F32),
+            DECODE_KEY_TILE
         );
     }
 
