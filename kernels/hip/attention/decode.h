@@ -60,6 +60,123 @@ template <typename T> __device__ __forceinline__ void fa_unpack(const fa_vec &v,
     for (int e = 0; e < FaChunk<T>::N; e++) out[e] = fa_to(c.e[e]);
 }
 
+// What the decode kernels (fa_dec*, and fa_sdec* in attention/short_dec.h) share: the queries
+// staged in f32, the key range of a block, a logit, a row's online softmax over a wave, the
+// output store.
+
+// The block's R packed rows of q (kv head hk of sequence b) into qo (R x DMAX floats), zero
+// past d and for rows past the call's `rows`.
+template <typename T, int DMAX, int R, typename TQ>
+__device__ __forceinline__ void fa_dec_stage_q(float *qo, const fa_params &p, const FaSeq &s, uint32_t b,
+                                               uint32_t hk, uint32_t rows, bool vec) {
+    constexpr int N = FaChunk<T>::N;
+    constexpr int CT = DMAX / N;
+    const uint32_t G = p.group, d = p.d;
+    for (uint32_t x = threadIdx.x; x < (uint32_t)(R * CT); x += FA_THREADS) {
+        const uint32_t r = x / CT, col = (x % CT) * N;
+        float e[N];
+#pragma unroll
+        for (int u = 0; u < N; u++) e[u] = 0.0f;
+        if (r < rows && col < d) {
+            const uint64_t i = r / G, h = (uint64_t)hk * G + r % G;
+            const TQ *at = (const TQ *)p.q + (uint64_t)b * p.q_batch + (s.tok0_q + i) * p.q_row + h * p.q_head + col;
+            if constexpr (sizeof(TQ) == sizeof(T))
+                fa_load(at, vec, e);
+            else
+                fa_load_f32<N>(reinterpret_cast<const float *>(at), vec, e);
+        }
+#pragma unroll
+        for (int u = 0; u < N; u++) qo[r * DMAX + col + u] = e[u];
+    }
+}
+
+// The keys [lo, hi) the mask leaves to the block's `rows` packed rows, cut to split `split` of
+// p.tiles_per_split tiles of `tile` keys.
+__device__ __forceinline__ void fa_dec_keys(const fa_params &p, const FaSeq &s, uint32_t rows, uint32_t split,
+                                            int64_t tile, int64_t &lo, int64_t &hi) {
+    const int64_t off = (int64_t)s.sk - (int64_t)s.sq;
+    lo = 0;
+    hi = s.sk;
+    if (!p.mm_prefix) {
+        if (p.window_left >= 0) lo = fa_max<int64_t>(lo, off - p.window_left);
+        if (p.window_right >= 0) hi = fa_min<int64_t>(hi, (int64_t)((rows - 1) / p.group) + off + p.window_right + 1);
+    }
+    if (p.splits > 1) {
+        const int64_t s0 = (int64_t)split * p.tiles_per_split * tile;
+        lo = fa_max<int64_t>(lo, s0);
+        hi = fa_min<int64_t>(hi, s0 + (int64_t)p.tiles_per_split * tile);
+    }
+}
+
+// The base-2 logit of q.k = `dot` for key j of a row at key position qpos with ALiBi slope
+// `slope` (log2 units): scale, softcap, ALiBi; -inf where the mask drops the key.
+__device__ __forceinline__ float fa_dec_logit(const fa_params &p, uint32_t b, float dot, int64_t j, int64_t qpos,
+                                              float slope) {
+    const int64_t wl = p.window_left, wr = p.window_right;
+    float y = p.softcap > 0.0f ? p.softcap * tanhf(dot * p.scale / p.softcap) : dot * p.scale;
+    y *= FA_LOG2E;
+    bool keep = true;
+    if (wl >= 0 || wr >= 0) {
+        keep = (wl < 0 || j >= qpos - wl) && (wr < 0 || j <= qpos + wr);
+        if (!keep && p.mm_prefix) keep = fa_mm_allowed(p, b, qpos, j);
+    }
+    if (p.alibi) y -= slope * fabsf((float)(qpos - j));
+    return keep ? y : -INFINITY;
+}
+
+// One row's online softmax step over KT keys, by the lanes of one wave: lane l holds the
+// logits of keys l + FA_WAVE n in xs (-inf for none). Takes the row max and sum over the wave,
+// writes P (base 2) to prow[kk] for kk < KT, updates the running max m and sum l, and returns
+// the rescale of the row's output.
+template <int LK, int KT>
+__device__ __forceinline__ float fa_dec_softmax(const float (&xs)[LK], float *prow, float &m, float &l,
+                                                uint32_t lane) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < LK; n++) mx = fmaxf(mx, xs[n]);
+#pragma unroll
+    for (int mask = FA_WAVE / 2; mask > 0; mask >>= 1) mx = fmaxf(mx, fa_shfl_xor(mx, mask));
+    const float mnew = fmaxf(m, mx);
+    const float mu = mnew == -INFINITY ? 0.0f : mnew;
+    const float corr = exp2f(m - mu);
+    m = mnew;
+    float sum = 0.0f;
+#pragma unroll
+    for (int n = 0; n < LK; n++) {
+        const uint32_t kk = lane + FA_WAVE * n;
+        const float pv = exp2f(xs[n] - mu);
+        if (kk < (uint32_t)KT) prow[kk] = pv;
+        sum += pv;
+    }
+#pragma unroll
+    for (int mask = FA_WAVE / 2; mask > 0; mask >>= 1) sum += fa_shfl_xor(sum, mask);
+    l = l * corr + sum;
+    return corr;
+}
+
+// Writes output element x (row x / DMAX, column x % DMAX) of the block's rows for x = tid,
+// tid + FA_THREADS, ...: val(x, r) times fin[0][r] (1 / sum), into o as TQ, or with several
+// splits into the split workspace with the row's log2-sum-exp fin[1][r].
+template <int R, int DMAX, typename TQ, typename F>
+__device__ __forceinline__ void fa_dec_store(const fa_params &p, const FaSeq &s, uint32_t b, uint32_t hk,
+                                             uint32_t split, uint32_t rows, const float (&fin)[2][R], F val) {
+    const uint32_t G = p.group, d = p.d;
+    for (uint32_t x = threadIdx.x; x < (uint32_t)(R * DMAX); x += FA_THREADS) {
+        const uint32_t r = x / DMAX, col = x % DMAX;
+        if (r >= rows || col >= d) continue;
+        const uint64_t i = r / G, h = (uint64_t)hk * G + r % G;
+        const float v = val(x, r) * fin[0][r];
+        if (p.splits > 1) {
+            const uint64_t row = ((uint64_t)split * p.total_q + s.ws_tok0 + i) * p.heads + h;
+            p.o_part[row * d + col] = v;
+            if (col == 0) p.lse_part[row] = fin[1][r];
+        } else {
+            TQ *const op = (TQ *)p.o + (uint64_t)b * p.o_batch + (s.tok0_q + i) * p.o_row + h * p.o_head;
+            op[col] = fa_from<TQ>(v);
+        }
+    }
+}
+
 // TQ: q's and the output's type (T, or f32 over an f16 cache: the mixed fa_dec*_f32h_*).
 template <typename T, int DMAX, int R, typename TQ = T>
 __device__ __forceinline__ void fa_decode(const fa_params &p) {
@@ -94,46 +211,16 @@ __device__ __forceinline__ void fa_decode(const fa_params &p) {
     const uint32_t rows = s.sq * G;
     if (rows == 0 || blockIdx.x != 0) return; // the whole block
     const bool vec = p.vec_ok != 0;
-    const TQ *const q = (const TQ *)p.q;
     const T *const k = (const T *)p.k;
     const T *const v = (const T *)p.v;
     const int64_t off = (int64_t)s.sk - (int64_t)s.sq;
-    const int64_t wl = p.window_left, wr = p.window_right;
 
-    // The queries, zero past d and for rows past the call's.
-    for (uint32_t x = tid; x < R * CT; x += FA_THREADS) {
-        const uint32_t r = x / CT, col = (x % CT) * N;
-        float e[N];
-#pragma unroll
-        for (int u = 0; u < N; u++) e[u] = 0.0f;
-        if (r < rows && col < d) {
-            const uint64_t i = r / G, h = (uint64_t)hk * G + r % G;
-            const TQ *at = q + (uint64_t)b * p.q_batch + (s.tok0_q + i) * p.q_row + h * p.q_head + col;
-            if constexpr (sizeof(TQ) == sizeof(T))
-                fa_load(at, vec, e);
-            else
-                fa_load_f32<N>(reinterpret_cast<const float *>(at), vec, e);
-        }
-#pragma unroll
-        for (int u = 0; u < N; u++) qo[r * DMAX + col + u] = e[u];
-    }
-
-    // The keys the mask leaves to the rows, cut to the split, in whole sub-tiles.
+    // The queries (read after barrier B), and the keys the mask leaves to the rows, cut to the
+    // split, in whole sub-tiles.
+    fa_dec_stage_q<T, DMAX, R, TQ>(qo, p, s, b, hk, rows, vec);
     int64_t j_lo, j_hi;
-    {
-        int64_t lo = 0, hi = s.sk;
-        if (!p.mm_prefix) {
-            if (wl >= 0) lo = fa_max<int64_t>(lo, off - wl);
-            if (wr >= 0) hi = fa_min<int64_t>(hi, (int64_t)((rows - 1) / G) + off + wr + 1);
-        }
-        if (p.splits > 1) {
-            const int64_t s0 = (int64_t)split * p.tiles_per_split * TILE;
-            lo = fa_max<int64_t>(lo, s0);
-            hi = fa_min<int64_t>(hi, s0 + (int64_t)p.tiles_per_split * TILE);
-        }
-        j_lo = lo / KT * KT;
-        j_hi = hi;
-    }
+    fa_dec_keys(p, s, rows, split, TILE, j_lo, j_hi);
+    j_lo = j_lo / KT * KT;
 
     // Sub-tile loads: chunk x = tid + FA_THREADS n is column chunk x % CT of key x / CT; zero
     // past d and past the keys of the block.
@@ -220,46 +307,19 @@ __device__ __forceinline__ void fa_decode(const fa_params &p) {
         for (int i = 0; i < RW; i++) {
             const uint32_t r = wave + NW * i;
             float xs[LK];
-            float mx = -INFINITY;
 #pragma unroll
             for (int n = 0; n < LK; n++) {
                 const uint32_t kk = lane + FA_WAVE * n;
                 const int64_t j = j0 + kk;
-                float y = -INFINITY;
+                xs[n] = -INFINITY;
                 if (kk < (uint32_t)KT && r < rows && j < j_hi) {
                     float acc = 0.0f;
 #pragma unroll
                     for (int c = 0; c < NP; c++) acc += sp[c][r][kk];
-                    y = p.softcap > 0.0f ? p.softcap * tanhf(acc * p.scale / p.softcap) : acc * p.scale;
-                    y *= FA_LOG2E;
-                    bool keep = true;
-                    if (wl >= 0 || wr >= 0) {
-                        keep = (wl < 0 || j >= qpos[i] - wl) && (wr < 0 || j <= qpos[i] + wr);
-                        if (!keep && p.mm_prefix) keep = fa_mm_allowed(p, b, qpos[i], j);
-                    }
-                    if (p.alibi) y -= slope[i] * fabsf((float)(qpos[i] - j));
-                    if (!keep) y = -INFINITY;
+                    xs[n] = fa_dec_logit(p, b, acc, j, qpos[i], slope[i]);
                 }
-                xs[n] = y;
-                mx = fmaxf(mx, y);
             }
-#pragma unroll
-            for (int mask = FA_WAVE / 2; mask > 0; mask >>= 1) mx = fmaxf(mx, fa_shfl_xor(mx, mask));
-            const float mnew = fmaxf(m[i], mx);
-            const float mu = mnew == -INFINITY ? 0.0f : mnew;
-            const float corr = exp2f(m[i] - mu);
-            m[i] = mnew;
-            float sum = 0.0f;
-#pragma unroll
-            for (int n = 0; n < LK; n++) {
-                const uint32_t kk = lane + FA_WAVE * n;
-                const float pv = exp2f(xs[n] - mu);
-                if (kk < (uint32_t)KT) ps[r][kk] = pv;
-                sum += pv;
-            }
-#pragma unroll
-            for (int mask = FA_WAVE / 2; mask > 0; mask >>= 1) sum += fa_shfl_xor(sum, mask);
-            l[i] = l[i] * corr + sum;
+            const float corr = fa_dec_softmax<LK, KT>(xs, ps[r], m[i], l[i], lane);
             if (lane == 0) cs[r] = corr;
         }
         __syncthreads(); // D: P and the rescale factors
@@ -307,18 +367,5 @@ __device__ __forceinline__ void fa_decode(const fa_params &p) {
             fin[1][r] = l[i] > 0.0f ? m[i] + log2f(l[i]) : -INFINITY;
         }
     __syncthreads();
-    for (uint32_t x = tid; x < R * (uint32_t)DMAX; x += FA_THREADS) {
-        const uint32_t r = x / DMAX, col = x % DMAX;
-        if (r >= rows || col >= d) continue;
-        const uint64_t i = r / G, h = (uint64_t)hk * G + r % G;
-        const float val = qo[x] * fin[0][r];
-        if (p.splits > 1) {
-            const uint64_t row = ((uint64_t)split * p.total_q + s.ws_tok0 + i) * p.heads + h;
-            p.o_part[row * d + col] = val;
-            if (col == 0) p.lse_part[row] = fin[1][r];
-        } else {
-            TQ *const op = (TQ *)p.o + (uint64_t)b * p.o_batch + (s.tok0_q + i) * p.o_row + h * p.o_head;
-            op[col] = fa_from<TQ>(val);
-        }
-    }
+    fa_dec_store<R, DMAX, TQ>(p, s, b, hk, split, rows, fin, [&](uint32_t x, uint32_t) { return qo[x]; });
 }

@@ -29,16 +29,19 @@
 // then written as the other decode kernels write them (T, or the split workspace).
 #pragma once
 
-// Threads a key in S = Q K^T: every thread takes at most 8 chunks of a key row.
-template <int CT> struct FaShortTpk {
-    static constexpr int V = CT / 8 > 2 ? CT / 8 : 2;
+// Threads a key in S = Q K^T: every thread takes at most 8 chunks of a key row (PC), at most 4
+// with 8 rows of 16-bit types (PC chunks of K and of V, the 8 rows' outputs and the unpacked
+// chunks took gfx9's VGPRs past 256 at tiers 128 and 256).
+template <int CT, int R, int SIZE> struct FaShortTpk {
+    static constexpr int PCMAX = R >= 8 && SIZE == 2 ? 4 : 8;
+    static constexpr int V = CT / PCMAX > 2 ? CT / PCMAX : 2;
 };
 
 template <typename T, int DMAX, int R, typename TQ = T>
 __device__ __forceinline__ void fa_short_decode(const fa_params &p) {
     constexpr int N = FaChunk<T>::N;               // elements per chunk
     constexpr int CT = DMAX / N;                   // chunks per row at the tier
-    constexpr int TPK = FaShortTpk<CT>::V;         // threads per key in S
+    constexpr int TPK = FaShortTpk<CT, R, (int)sizeof(T)>::V; // threads per key in S
     constexpr int KC = FA_THREADS / TPK;           // keys per chunk
     constexpr int PC = CT / TPK;                   // chunks a thread loads, of K and of V
     constexpr int KG = FA_THREADS / CT;            // key groups of O += P V
@@ -66,49 +69,14 @@ __device__ __forceinline__ void fa_short_decode(const fa_params &p) {
     const T *const k = (const T *)p.k;
     const T *const v = (const T *)p.v;
     const int64_t off = (int64_t)s.sk - (int64_t)s.sq;
-    const int64_t wl = p.window_left, wr = p.window_right;
 
-    // The queries, zero past d and for rows past the call's.
-    for (uint32_t x = tid; x < (uint32_t)(R * CT); x += FA_THREADS) {
-        const uint32_t r = x / CT, col = (x % CT) * N;
-        float e[N];
-#pragma unroll
-        for (int u = 0; u < N; u++) e[u] = 0.0f;
-        if (r < rows && col < d) {
-            const uint64_t i = r / G, h = (uint64_t)hk * G + r % G;
-            const TQ *at = (const TQ *)p.q + (uint64_t)b * p.q_batch + (s.tok0_q + i) * p.q_row + h * p.q_head + col;
-            if constexpr (sizeof(TQ) == sizeof(T))
-                fa_load(at, vec, e);
-            else
-                fa_load_f32<N>(reinterpret_cast<const float *>(at), vec, e);
-        }
-#pragma unroll
-        for (int u = 0; u < N; u++) qs[r * DMAX + col + u] = e[u];
-    }
+    // The queries, and the keys the mask leaves to the rows, cut to the split.
+    fa_dec_stage_q<T, DMAX, R, TQ>(qs, p, s, b, hk, rows, vec);
     __syncthreads(); // Q
+    int64_t j_lo, j_hi;
+    fa_dec_keys(p, s, rows, split, FA_DEC_TILE, j_lo, j_hi);
 
-    // The keys the mask leaves to the rows, cut to the split.
-    int64_t j_lo = 0, j_hi = s.sk;
-    if (!p.mm_prefix) {
-        if (wl >= 0) j_lo = fa_max<int64_t>(j_lo, off - wl);
-        if (wr >= 0) j_hi = fa_min<int64_t>(j_hi, (int64_t)((rows - 1) / G) + off + wr + 1);
-    }
-    if (p.splits > 1) {
-        const int64_t s0 = (int64_t)split * p.tiles_per_split * FA_DEC_TILE;
-        j_lo = fa_max<int64_t>(j_lo, s0);
-        j_hi = fa_min<int64_t>(j_hi, s0 + (int64_t)p.tiles_per_split * FA_DEC_TILE);
-    }
-
-    // Each row's query position and ALiBi slope (for the logits) and, in its owning wave, its
-    // running max and sum.
-    int64_t qpos[R];
-    float slope[R];
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        const uint32_t rr = (uint32_t)r < rows ? (uint32_t)r : rows - 1;
-        qpos[r] = (int64_t)(rr / G) + off;
-        slope[r] = p.alibi ? p.alibi[hk * G + rr % G] * FA_LOG2E : 0.0f;
-    }
+    // Each owned row's running max and sum, in its owning wave.
     float m[RW], l[RW];
 #pragma unroll
     for (int i = 0; i < RW; i++) {
@@ -169,6 +137,7 @@ __device__ __forceinline__ void fa_short_decode(const fa_params &p) {
                     x[r] = fmaf(qq.w, e[4 * u + 3], x[r]);
                 }
             }
+            FA_FENCE(); // AMD: a chunk's Q reads stay with its FMAs (else hoisted: VGPR spills)
         }
 #pragma unroll
         for (int r = 0; r < R; r++)
@@ -178,17 +147,13 @@ __device__ __forceinline__ void fa_short_decode(const fa_params &p) {
             const int64_t j = j0 + sk_;
 #pragma unroll
             for (int r = 0; r < R; r++) {
+                // The row's query position and ALiBi slope here, not kept in registers (R = 8
+                // rows of them took gfx9's VGPRs past 256).
                 float y = -INFINITY;
                 if ((uint32_t)r < rows && j < j_hi) {
-                    y = p.softcap > 0.0f ? p.softcap * tanhf(x[r] * p.scale / p.softcap) : x[r] * p.scale;
-                    y *= FA_LOG2E;
-                    bool keep = true;
-                    if (wl >= 0 || wr >= 0) {
-                        keep = (wl < 0 || j >= qpos[r] - wl) && (wr < 0 || j <= qpos[r] + wr);
-                        if (!keep && p.mm_prefix) keep = fa_mm_allowed(p, b, qpos[r], j);
-                    }
-                    if (p.alibi) y -= slope[r] * fabsf((float)(qpos[r] - j));
-                    if (!keep) y = -INFINITY;
+                    const int64_t qpos = (int64_t)((uint32_t)r / G) + off;
+                    const float slope = p.alibi ? p.alibi[hk * G + (uint32_t)r % G] * FA_LOG2E : 0.0f;
+                    y = fa_dec_logit(p, b, x[r], j, qpos, slope);
                 }
                 sc[buf][r][sk_] = y;
             }
@@ -201,30 +166,12 @@ __device__ __forceinline__ void fa_short_decode(const fa_params &p) {
             const uint32_t r = wave + NW * i;
             if (r >= (uint32_t)R) break; // the same for the whole wave
             float xs[LK];
-            float mx = -INFINITY;
 #pragma unroll
             for (int n = 0; n < LK; n++) {
                 const uint32_t kk = lane + FA_WAVE * n;
                 xs[n] = kk < (uint32_t)KC ? sc[buf][r][kk] : -INFINITY;
-                mx = fmaxf(mx, xs[n]);
             }
-#pragma unroll
-            for (int mask = FA_WAVE / 2; mask > 0; mask >>= 1) mx = fmaxf(mx, fa_shfl_xor(mx, mask));
-            const float mnew = fmaxf(m[i], mx);
-            const float mu = mnew == -INFINITY ? 0.0f : mnew;
-            const float corr = exp2f(m[i] - mu);
-            m[i] = mnew;
-            float sum = 0.0f;
-#pragma unroll
-            for (int n = 0; n < LK; n++) {
-                const uint32_t kk = lane + FA_WAVE * n;
-                const float pv = exp2f(xs[n] - mu);
-                if (kk < (uint32_t)KC) sc[buf][r][kk] = pv;
-                sum += pv;
-            }
-#pragma unroll
-            for (int mask = FA_WAVE / 2; mask > 0; mask >>= 1) sum += fa_shfl_xor(sum, mask);
-            l[i] = l[i] * corr + sum;
+            const float corr = fa_dec_softmax<LK, KC>(xs, sc[buf][r], m[i], l[i], lane);
             if (lane == 0) cs[buf][r] = corr;
         }
         __syncthreads(); // B: P and the rescale factors
@@ -247,6 +194,7 @@ __device__ __forceinline__ void fa_short_decode(const fa_params &p) {
 #pragma unroll
                 for (int u = 0; u < N; u++) o[r][u] = fmaf(pr, e[u], o[r][u]);
             }
+            FA_FENCE();
         }
     }
 
@@ -266,21 +214,11 @@ __device__ __forceinline__ void fa_short_decode(const fa_params &p) {
             fin[1][r] = l[i] > 0.0f ? m[i] + log2f(l[i]) : -INFINITY;
         }
     __syncthreads();
-    for (uint32_t x = tid; x < (uint32_t)(R * DMAX); x += FA_THREADS) {
-        const uint32_t r = x / DMAX, col = x % DMAX;
-        if (r >= rows || col >= d) continue;
+    fa_dec_store<R, DMAX, TQ>(p, s, b, hk, split, rows, fin, [&](uint32_t x, uint32_t r) {
+        const uint32_t col = x % DMAX;
         float acc = 0.0f;
 #pragma unroll
         for (int gg = 0; gg < KG; gg++) acc += red[(gg * R + r) * DMAX + col];
-        const uint64_t i = r / G, h = (uint64_t)hk * G + r % G;
-        const float val = acc * fin[0][r];
-        if (p.splits > 1) {
-            const uint64_t row = ((uint64_t)split * p.total_q + s.ws_tok0 + i) * p.heads + h;
-            p.o_part[row * d + col] = val;
-            if (col == 0) p.lse_part[row] = fin[1][r];
-        } else {
-            TQ *const op = (TQ *)p.o + (uint64_t)b * p.o_batch + (s.tok0_q + i) * p.o_row + h * p.o_head;
-            op[col] = fa_from<TQ>(val);
-        }
-    }
+        return acc;
+    });
 }

@@ -369,7 +369,7 @@ fn run<Q: RocmDType, T: RocmDType>(
 /// several where the matrix-unit decode kernel does not take the call (`mdec` false). Measured
 /// (H100 via HIP-on-CUDA, bench/results): one row a kv head, faster than the matrix-unit kernel
 /// up to 256 keys and slower from 512; several rows, slower than it but faster than the FMA
-/// decode kernels.
+/// decode kernels (measured at up to 80 keys only).
 fn short_decode(rows: usize, max_k: usize, tier: usize, limit: usize, mdec: bool) -> bool {
     rows <= DECODE_ROWS && max_k <= limit && tier <= SHORT_DECODE_MAX_TIER && (rows == 1 || !mdec)
 }
