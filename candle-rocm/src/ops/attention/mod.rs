@@ -185,13 +185,12 @@ fn run<Q: RocmDType, T: RocmDType>(
         // The matrix-unit kernel where the device has it, else for decoding the FMA one; a
         // prompt without the matrix-unit tile declines (the caller casts q instead).
         let has = |k| launch::has_mixed(dev, k, dtypes, tier);
-        let mma = if decode && tier <= 128 {
+        // (A decode call at tiers 64 and 128 takes the matrix-unit decode kernel, `mdec`;
+        // one at tier 256 the matrix-unit tile.)
+        if mdec {
             TileKernel::MmaDecode
-        } else {
+        } else if !(decode && tier <= 128) && flash_mma() && has(TileKernel::Mma)? {
             TileKernel::Mma
-        };
-        if flash_mma() && has(mma)? {
-            mma
         } else if decode && has(TileKernel::for_rows(rows))? {
             TileKernel::for_rows(rows)
         } else {
