@@ -143,6 +143,12 @@ pub const GRAPH_RCCL_VAR: &str = "CANDLE_ROCM_GRAPH_RCCL";
 /// same on every rank.
 pub const PEER_ALLREDUCE_VAR: &str = "CANDLE_ROCM_PEER_ALLREDUCE";
 
+/// With [`PEER_ALLREDUCE_VAR`] on: on (the default), the one-shot all-reduces of at most 128 KiB
+/// (and the fused all-reduce + norm of up to 8 rows of at most 16 KiB) send their data straight
+/// into the peers' memory, where it is its own flag (no fence or flag store); off: they read the
+/// peers' memory after a flag handshake, as larger ones do. Any rank off turns it off for all.
+pub const PEER_LAMPORT_VAR: &str = "CANDLE_ROCM_PEER_LAMPORT";
+
 /// One setting, as the README's table shows it.
 #[derive(Clone, Copy, Debug)]
 pub struct Setting {
@@ -155,7 +161,7 @@ pub struct Setting {
 }
 
 /// Every setting of the library.
-pub const SETTINGS: [Setting; 20] = [
+pub const SETTINGS: [Setting; 21] = [
     Setting {
         var: STRICT_VAR,
         values: SWITCH_VALUES,
@@ -248,6 +254,11 @@ pub const SETTINGS: [Setting; 20] = [
     },
     Setting {
         var: PEER_ALLREDUCE_VAR,
+        values: SWITCH_VALUES,
+        default: "1",
+    },
+    Setting {
+        var: PEER_LAMPORT_VAR,
         values: SWITCH_VALUES,
         default: "1",
     },
@@ -420,6 +431,13 @@ pub fn graph_rccl() -> bool {
 pub fn peer_allreduce() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| switch(PEER_ALLREDUCE_VAR, true))
+}
+
+/// Whether the small one-shot all-reduces send their data into the peers' memory
+/// ([`PEER_LAMPORT_VAR`]).
+pub fn peer_lamport() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| switch(PEER_LAMPORT_VAR, true))
 }
 
 /// A graph-mode operation count from `var` (0 to 100000), else `default` (an unparsable

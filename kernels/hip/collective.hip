@@ -49,6 +49,10 @@
 //   residual sums s = T(T(sum over ranks) + residual), out[rows * cols ..) = T(s * alpha /
 //   sqrt(mean(s^2) + eps)), the rounding of the two launches it replaces (the all-reduce, then
 //   rows.hip's raddrmsnorm). Block b takes rows b, b + grid, ... (any grid).
+// - allreduce_sum_lamport_<T> and allreduce_add_rmsnorm_lamport_<T>: the same contracts for
+//   small messages (at most AR_LAMPORT_BLOCKS regions of AR_LAMPORT_ROW bytes; a block per row
+//   for the norm) over the Lamport protocol below: the data, sent into the peers' memory, is
+//   its own flag.
 #include <stdint.h>
 
 #include "cuda_bf16.h"
@@ -290,6 +294,302 @@ __device__ __forceinline__ void allreduce_add_rmsnorm_oneshot(
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// The Lamport path: small messages (a decode step's hidden state) without flags or fences.
+//
+// Each rank owns AR_LAMPORT_BUFS buffers in its allocation, each with a region per (sender, block)
+// of AR_LAMPORT_ROW bytes, every word of which holds AR_EMPTY (0x80008000: -0.0 in both 16-bit
+// halves, and an f32 denormal) until a sender writes there. Block b of a call takes buffer
+// k = (++lcount[b]) % AR_LAMPORT_BUFS (every rank makes the same calls with the same grid, so k
+// agrees), stores its (already normalised) packs straight into region (k, rank, b) of every
+// peer, then polls its own regions (k, peer, b) until no element of a pack reads as empty, adds
+// the ranks in rank order (every rank gets the same bits) and writes AR_EMPTY back over what it
+// read. The data is its own flag: one trip over the link, no fence, no flag store.
+//
+// Empty elements: an f16/bf16 element of bits 0x8000 (-0.0) or an f32 word of 0x80008000 (a
+// denormal of -4.6e-41) means "not written yet", so a sender normalises them before sending:
+// -0.0 to +0.0 (the sum starts from +0.0, so it is unchanged) and the f32 denormal to -0.0
+// (the sum moves by 4.6e-41). A pack is checked element by element, so a pack that lands in
+// pieces is read again until every piece is there.
+//
+// Reuse: region (k, p, b) is written again by p's block b three calls later, after p's block b
+// has seen this rank's block b data of the two calls in between, which this rank sent only after
+// the kernel that cleared the region had finished (stream order): no write lands before the
+// clear. Regions are per block, so calls of different grids never share one.
+#define AR_LAMPORT_BLOCKS 8
+#define AR_LAMPORT_ROW 16384
+#define AR_LAMPORT_BUFS 3
+#define AR_LAMPORT_PACKS (AR_LAMPORT_ROW / 16 / AR_THREADS)
+#define AR_CTRL_BYTES 16384
+#define AR_EMPTY 0x80008000u
+
+// Offsets in a rank's allocation past the data halves: flags, epochs, Lamport call counters
+// (AR_CTRL_BYTES in all), then the Lamport buffers.
+__device__ __forceinline__ uint64_t ar_lcount_at(uint64_t cap) {
+    return 2 * cap + 4 * AR_MAX_BLOCKS * AR_MAX_RANKS + 4 * AR_MAX_BLOCKS;
+}
+__device__ __forceinline__ uint64_t ar_region_at(uint64_t cap, uint32_t buf, uint32_t sender,
+                                                 uint32_t block) {
+    return 2 * cap + AR_CTRL_BYTES +
+           ((uint64_t)(buf * AR_MAX_RANKS + sender) * AR_LAMPORT_BLOCKS + block) * AR_LAMPORT_ROW;
+}
+
+#ifdef CANDLE_HIP
+// Fine-grained memory written by a peer: system-scope word accesses, never a stale cached line.
+__device__ __forceinline__ uint4 ar_load_volatile(const uint4 *p) {
+    const uint32_t *w = (const uint32_t *)p;
+    uint4 v;
+    v.x = __hip_atomic_load(w + 0, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+    v.y = __hip_atomic_load(w + 1, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+    v.z = __hip_atomic_load(w + 2, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+    v.w = __hip_atomic_load(w + 3, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+    return v;
+}
+__device__ __forceinline__ void ar_store_volatile(uint4 *p, uint4 v) {
+    uint32_t *w = (uint32_t *)p;
+    __hip_atomic_store(w + 0, v.x, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+    __hip_atomic_store(w + 1, v.y, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+    __hip_atomic_store(w + 2, v.z, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+    __hip_atomic_store(w + 3, v.w, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+}
+__device__ __forceinline__ float ar_shfl_xor(float v, int mask) {
+    const int lane = __builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u));
+    return __uint_as_float((unsigned)__builtin_amdgcn_ds_bpermute((lane ^ mask) << 2, (int)__float_as_uint(v)));
+}
+#else
+__device__ __forceinline__ uint4 ar_load_volatile(const uint4 *p) {
+    uint4 v;
+    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p)
+                 : "memory");
+    return v;
+}
+__device__ __forceinline__ void ar_store_volatile(uint4 *p, uint4 v) {
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y),
+                 "r"(v.z), "r"(v.w)
+                 : "memory");
+}
+__device__ __forceinline__ float ar_shfl_xor(float v, int mask) {
+    return __shfl_xor_sync(0xffffffffu, v, mask);
+}
+#endif
+
+// Whether any element of a received pack still reads as empty, and the sender's normalisation.
+template <typename T> __device__ __forceinline__ bool ar_word_empty(uint32_t w) {
+    return sizeof(T) == 4 ? w == AR_EMPTY : ((w & 0xffffu) == 0x8000u || (w >> 16) == 0x8000u);
+}
+template <typename T> __device__ __forceinline__ uint32_t ar_word_normal(uint32_t w) {
+    if (sizeof(T) == 4) return w == AR_EMPTY ? 0x80000000u : w;
+    if ((w & 0xffffu) == 0x8000u) w &= 0xffff0000u;
+    if ((w >> 16) == 0x8000u) w &= 0x0000ffffu;
+    return w;
+}
+template <typename T> __device__ __forceinline__ bool ar_pack_empty(uint4 v) {
+    return ar_word_empty<T>(v.x) || ar_word_empty<T>(v.y) || ar_word_empty<T>(v.z) ||
+           ar_word_empty<T>(v.w);
+}
+template <typename T> __device__ __forceinline__ uint4 ar_pack_normal(uint4 v) {
+    return make_uint4(ar_word_normal<T>(v.x), ar_word_normal<T>(v.y), ar_word_normal<T>(v.z),
+                      ar_word_normal<T>(v.w));
+}
+
+// Pack p of n elements at src: one 16-byte load when vec (the caller checked alignment and
+// whole packs), else element by element with zeros past n.
+template <typename T>
+__device__ __forceinline__ ArPack<T> ar_load_pack(const T *src, uint32_t p, uint32_t n, bool vec) {
+    constexpr int V = ArPack<T>::V;
+    ArPack<T> v;
+    if (vec) {
+        v.raw = ((const uint4 *)src)[p];
+    } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) v.set(j, p * V + j < n ? src[p * V + j] : ar_from<T>(0.0f));
+    }
+    return v;
+}
+template <typename T>
+__device__ __forceinline__ void ar_store_pack(T *dst, uint32_t p, uint32_t n, bool vec,
+                                              const ArPack<T> &v) {
+    constexpr int V = ArPack<T>::V;
+    if (vec) {
+        ((uint4 *)dst)[p] = v.raw;
+    } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j)
+            if (p * V + j < n) dst[p * V + j] = v.get(j);
+    }
+}
+
+// The Lamport exchange of this block's `npacks` packs (<= AR_LAMPORT_ROW bytes; thread t holds
+// packs t, t + AR_THREADS, ... in mine[]): acc gets the sum over the ranks, in rank order.
+template <typename T>
+__device__ __forceinline__ void ar_lamport(const ArBases &bases, uint64_t cap, uint32_t rank,
+                                           uint32_t world, uint32_t npacks,
+                                           const uint4 (&mine)[AR_LAMPORT_PACKS],
+                                           float (&acc)[AR_LAMPORT_PACKS][ArPack<T>::V],
+                                           uint64_t timeout_ns, uint32_t *status) {
+    constexpr int V = ArPack<T>::V;
+    char *own = (char *)bases.base[rank];
+    __shared__ uint32_t s_count;
+    if (threadIdx.x == 0) {
+        uint32_t *lcount = (uint32_t *)(own + ar_lcount_at(cap)) + blockIdx.x;
+        const uint32_t c = *lcount + 1;
+        *lcount = c;
+        s_count = c;
+    }
+    __syncthreads();
+    const uint32_t buf = s_count % AR_LAMPORT_BUFS;
+    for (uint32_t r = 0; r < world; ++r) {
+        if (r == rank) continue;
+        uint4 *dst = (uint4 *)((char *)bases.base[r] + ar_region_at(cap, buf, rank, blockIdx.x));
+#pragma unroll
+        for (int j = 0; j < AR_LAMPORT_PACKS; ++j) {
+            const uint32_t p = threadIdx.x + j * AR_THREADS;
+            if (p < npacks) ar_store_volatile(dst + p, mine[j]);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < AR_LAMPORT_PACKS; ++j)
+#pragma unroll
+        for (int e = 0; e < V; ++e) acc[j][e] = 0.0f;
+    const uint4 empty = make_uint4(AR_EMPTY, AR_EMPTY, AR_EMPTY, AR_EMPTY);
+    bool late = false;
+    for (uint32_t r = 0; r < world; ++r) {
+        uint4 *src = r == rank ? nullptr
+                               : (uint4 *)(own + ar_region_at(cap, buf, r, blockIdx.x));
+#pragma unroll
+        for (int j = 0; j < AR_LAMPORT_PACKS; ++j) {
+            const uint32_t p = threadIdx.x + j * AR_THREADS;
+            if (p >= npacks) continue;
+            ArPack<T> v;
+            if (src == nullptr) {
+                v.raw = mine[j];
+            } else {
+                v.raw = ar_load_volatile(src + p);
+                if (ar_pack_empty<T>(v.raw) && !late) {
+                    const uint64_t start = ar_now_ns();
+                    do {
+                        if (ar_now_ns() - start > timeout_ns) {
+                            *(volatile uint32_t *)status = 1;
+                            __threadfence_system();
+                            late = true;
+                            break;
+                        }
+                        v.raw = ar_load_volatile(src + p);
+                    } while (ar_pack_empty<T>(v.raw));
+                }
+                ar_store_volatile(src + p, empty);
+            }
+#pragma unroll
+            for (int e = 0; e < V; ++e) acc[j][e] += ar_to(v.get(e));
+        }
+    }
+}
+
+// The sum of a block's partial squares over AR_THREADS threads, the same order on every rank:
+// xor shuffles within each 32 lanes, then the 32-lane groups in order.
+__device__ __forceinline__ float ar_block_sum(float v) {
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) v += ar_shfl_xor(v, m);
+    __shared__ float groups[AR_THREADS / 32];
+    if ((threadIdx.x & 31) == 0) groups[threadIdx.x / 32] = v;
+    __syncthreads();
+    float s = 0.0f;
+#pragma unroll
+    for (int g = 0; g < AR_THREADS / 32; ++g) s += groups[g];
+    return s;
+}
+
+// allreduce_sum_lamport_<T>(bases, in, out, n, vec, rank, world, cap, timeout_ns, status):
+// out = the sum over the ranks of in (n elements, at most AR_LAMPORT_BLOCKS * AR_LAMPORT_ROW
+// bytes), block b taking elements [b * AR_LAMPORT_ROW / sizeof(T), ...); grid = the blocks
+// the message needs (the host's `lamport_blocks`).
+template <typename T>
+__device__ __forceinline__ void allreduce_sum_lamport(const ArBases &bases, const T *in, T *out,
+                                                      uint32_t n, bool vec, uint32_t rank,
+                                                      uint32_t world, uint64_t cap,
+                                                      uint64_t timeout_ns, uint32_t *status) {
+    constexpr int V = ArPack<T>::V;
+    constexpr uint32_t PER = AR_LAMPORT_ROW / sizeof(T);
+    const uint32_t lo = blockIdx.x * PER;
+    const uint32_t len = n - lo < PER ? n - lo : PER;
+    const uint32_t npacks = (len + V - 1) / V;
+    uint4 mine[AR_LAMPORT_PACKS];
+#pragma unroll
+    for (int j = 0; j < AR_LAMPORT_PACKS; ++j) {
+        const uint32_t p = threadIdx.x + j * AR_THREADS;
+        mine[j] = p < npacks ? ar_pack_normal<T>(ar_load_pack<T>(in + lo, p, len, vec).raw)
+                             : make_uint4(0, 0, 0, 0);
+    }
+    float acc[AR_LAMPORT_PACKS][V];
+    ar_lamport<T>(bases, cap, rank, world, npacks, mine, acc, timeout_ns, status);
+#pragma unroll
+    for (int j = 0; j < AR_LAMPORT_PACKS; ++j) {
+        const uint32_t p = threadIdx.x + j * AR_THREADS;
+        if (p >= npacks) continue;
+        ArPack<T> o;
+#pragma unroll
+        for (int e = 0; e < V; ++e) o.set(e, ar_from<T>(acc[j][e]));
+        ar_store_pack<T>(out + lo, p, len, vec, o);
+    }
+}
+
+// allreduce_add_rmsnorm_lamport_<T>: allreduce_add_rmsnorm_oneshot's contract and rounding for
+// rows <= AR_LAMPORT_BLOCKS and rows of at most AR_LAMPORT_ROW bytes, a block per row (grid =
+// rows); the sums stay in registers between the sum, the squares and the norm.
+template <typename T>
+__device__ __forceinline__ void allreduce_add_rmsnorm_lamport(
+    const ArBases &bases, const T *in, const T *residual, const T *alpha, T *out, uint32_t rows,
+    uint32_t cols, float eps, bool vec, uint32_t rank, uint32_t world, uint64_t cap,
+    uint64_t timeout_ns, uint32_t *status) {
+    constexpr int V = ArPack<T>::V;
+    const uint32_t row = blockIdx.x;
+    const size_t lo = (size_t)row * cols;
+    const uint32_t npacks = (cols + V - 1) / V;
+    uint4 mine[AR_LAMPORT_PACKS];
+    ArPack<T> res[AR_LAMPORT_PACKS], al[AR_LAMPORT_PACKS];
+#pragma unroll
+    for (int j = 0; j < AR_LAMPORT_PACKS; ++j) {
+        const uint32_t p = threadIdx.x + j * AR_THREADS;
+        if (p < npacks) {
+            mine[j] = ar_pack_normal<T>(ar_load_pack<T>(in + lo, p, cols, vec).raw);
+            res[j] = ar_load_pack<T>(residual + lo, p, cols, vec);
+            al[j] = ar_load_pack<T>(alpha, p, cols, vec);
+        } else {
+            mine[j] = make_uint4(0, 0, 0, 0);
+        }
+    }
+    float acc[AR_LAMPORT_PACKS][V];
+    ar_lamport<T>(bases, cap, rank, world, npacks, mine, acc, timeout_ns, status);
+    float sq = 0.0f;
+#pragma unroll
+    for (int j = 0; j < AR_LAMPORT_PACKS; ++j) {
+        const uint32_t p = threadIdx.x + j * AR_THREADS;
+        if (p >= npacks) continue;
+        ArPack<T> o;
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+            const float s = ar_to(ar_from<T>(ar_to(ar_from<T>(acc[j][e])) + ar_to(res[j].get(e))));
+            acc[j][e] = s;
+            o.set(e, ar_from<T>(s));
+            if (p * V + e < cols) sq += s * s;
+        }
+        ar_store_pack<T>(out + lo, p, cols, vec, o);
+    }
+    const float scale = rsqrtf(ar_block_sum(sq) / (float)cols + eps);
+    T *norms = out + (size_t)rows * cols + lo;
+#pragma unroll
+    for (int j = 0; j < AR_LAMPORT_PACKS; ++j) {
+        const uint32_t p = threadIdx.x + j * AR_THREADS;
+        if (p >= npacks) continue;
+        ArPack<T> o;
+#pragma unroll
+        for (int e = 0; e < V; ++e) o.set(e, ar_from<T>(acc[j][e] * scale * ar_to(al[j].get(e))));
+        ar_store_pack<T>(norms, p, cols, vec, o);
+    }
+}
+
 #define AR_KERNELS(T, NAME)                                                                        \
     extern "C" __global__ void __launch_bounds__(AR_THREADS) allreduce_sum_oneshot_##NAME(        \
         ArBases bases, const T *in, T *out, uint32_t n, uint32_t vec, uint32_t rank,             \
@@ -304,6 +604,21 @@ __device__ __forceinline__ void allreduce_add_rmsnorm_oneshot(
                                              uint32_t rank, uint32_t world, uint64_t cap,         \
                                              uint64_t timeout_ns, uint32_t *status) {             \
         allreduce_add_rmsnorm_oneshot<T>(bases, in, residual, alpha, out, rows, cols, eps,       \
+                                         vec != 0, rank, world, cap, timeout_ns, status);        \
+    }                                                                                              \
+    extern "C" __global__ void __launch_bounds__(AR_THREADS) allreduce_sum_lamport_##NAME(        \
+        ArBases bases, const T *in, T *out, uint32_t n, uint32_t vec, uint32_t rank,             \
+        uint32_t world, uint64_t cap, uint64_t timeout_ns, uint32_t *status) {                    \
+        allreduce_sum_lamport<T>(bases, in, out, n, vec != 0, rank, world, cap, timeout_ns,      \
+                                 status);                                                         \
+    }                                                                                              \
+    extern "C" __global__ void __launch_bounds__(AR_THREADS)                                      \
+        allreduce_add_rmsnorm_lamport_##NAME(ArBases bases, const T *in, const T *residual,      \
+                                             const T *alpha, T *out, uint32_t rows,               \
+                                             uint32_t cols, float eps, uint32_t vec,              \
+                                             uint32_t rank, uint32_t world, uint64_t cap,         \
+                                             uint64_t timeout_ns, uint32_t *status) {             \
+        allreduce_add_rmsnorm_lamport<T>(bases, in, residual, alpha, out, rows, cols, eps,       \
                                          vec != 0, rank, world, cap, timeout_ns, status);        \
     }
 

@@ -74,6 +74,37 @@ impl SharedMemory {
         Ok(mem)
     }
 
+    /// Sets `words` 32-bit words from byte `offset` (4-byte aligned) to `value`, and waits for
+    /// it: for the protocols that need memory set to a marker before any peer maps it.
+    pub fn fill_u32(&self, offset: usize, words: usize, value: u32) -> Result<()> {
+        let end = words
+            .checked_mul(4)
+            .and_then(|b| b.checked_add(offset))
+            .filter(|&end| end <= self.bytes && offset % 4 == 0);
+        if end.is_none() {
+            return Err(RocmError::InvalidArgument(format!(
+                "filling {words} words at byte {offset} of shared memory of {} bytes: out of \
+                 range or not word-aligned",
+                self.bytes
+            )));
+        }
+        let hip = self.device.hip();
+        bind(hip, self.device.ordinal())?;
+        // SAFETY: [offset, offset + 4 * words) lies inside this live allocation and is 4-byte
+        // aligned (checked above); the fill runs on the null stream and finishes (synchronize
+        // below) before this call returns. The value is passed as the i32 of the same bits.
+        let code = unsafe {
+            (hip.hipMemsetD32Async)(
+                (self.ptr as *mut u8).add(offset).cast(),
+                value as i32,
+                words,
+                std::ptr::null_mut(),
+            )
+        };
+        check(hip, "hipMemsetD32Async", code)?;
+        self.device.synchronize()
+    }
+
     /// The allocation's device address (as kernels see it on its own device).
     pub fn device_ptr(&self) -> u64 {
         self.ptr as u64

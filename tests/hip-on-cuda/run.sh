@@ -202,6 +202,14 @@ for t in rocm-safe.peer_gpu candle-rocm-tests.multi_gpu; do
         timeout "${TEST_TIMEOUT:-300}" env $(test_env "$t") "$BUNDLE/$t" --include-ignored --nocapture 2>&1 \
             | tee "$OUT/test-$t.log"
         row "tests $t" "$(results "$OUT/test-$t.log") (exit ${PIPESTATUS[0]})"
+        if [ "$t" = candle-rocm-tests.multi_gpu ]; then
+            # Again with the small one-shot all-reduces on the flag kernels (the Lamport form off).
+            echo "== $t --include-ignored (CANDLE_ROCM_PEER_LAMPORT=0)"
+            # shellcheck disable=SC2046  # test_env prints whole VAR=value words
+            timeout "${TEST_TIMEOUT:-300}" env $(test_env "$t") CANDLE_ROCM_PEER_LAMPORT=0 \
+                "$BUNDLE/$t" --include-ignored --nocapture 2>&1 | tee "$OUT/test-$t-flags.log"
+            row "tests $t (flag kernels)" "$(results "$OUT/test-$t-flags.log") (exit ${PIPESTATUS[0]})"
+        fi
     fi
 done
 # The tensor-parallel llama (issue 29): random 1.1B-shape weights, 2 ranks in 2 processes

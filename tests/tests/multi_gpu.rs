@@ -8,7 +8,8 @@
 //! the peers' memory): against the host's sums for every dtype it takes and sizes of 1 to 64
 //! blocks, and a rank that never joins it, which must be a typed error within the timeout; and
 //! its variant with the residual add and RMS norm after it against the all-reduce followed by
-//! candle-nn's `add_rms_norm`.
+//! candle-nn's `add_rms_norm`; and the Lamport forms' edge cases (values that look like their
+//! empty marker, calls that cycle through their buffers with different grids).
 //!
 //! Needs two GPUs and is `#[ignore]`d; the HIP-on-CUDA harness runs it (strict mode) where it
 //! sees two, and skips it with a row where it sees one.
@@ -16,10 +17,21 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use candle_core::{DType, Device, Result, Tensor};
 use candle_rocm::collective::{unique_id, Comm, ReduceOp};
+
+/// One test at a time on the two GPUs, held for the test's length: a device has one stream, and
+/// two tests' work interleaved on the two streams can wait in a circle (a one-shot all-reduce
+/// spinning on GPU 0 for its peer queued on GPU 1 behind a copy that waits for GPU 0; two
+/// tests' all-reduces queued in different orders on the two GPUs), until the timeouts end it.
+/// The rule for any work between GPUs: queue it in the same order on every one.
+fn exclusive() -> MutexGuard<'static, ()> {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn two() -> Result<[Device; 2]> {
     assert!(candle_rocm::strict(), "GPU tests run in strict mode");
@@ -49,6 +61,7 @@ fn same(got: &Tensor, want: &Tensor, what: &str) -> Result<()> {
 #[test]
 #[ignore = "needs 2 HIP devices"]
 fn to_device_between_two_gpus_every_size_and_dtype() -> Result<()> {
+    let _turn = exclusive();
     let devs = two()?;
     for dtype in [DType::F32, DType::F16, DType::BF16] {
         let size = dtype.size_in_bytes();
@@ -75,6 +88,7 @@ fn to_device_between_two_gpus_every_size_and_dtype() -> Result<()> {
 #[test]
 #[ignore = "needs 2 HIP devices"]
 fn strided_sources_move_between_gpus() -> Result<()> {
+    let _turn = exclusive();
     let devs = two()?;
     for dtype in [DType::F32, DType::F16, DType::BF16] {
         let h = host(37 * 53, dtype)?.reshape((37, 53))?;
@@ -110,8 +124,9 @@ fn strided_sources_move_between_gpus() -> Result<()> {
 }
 
 /// Two ranks as threads of this process, on GPUs 0 and 1, each running `body(rank, comm)` on a
-/// communicator with `timeout`.
+/// communicator with `timeout` (one test at a time: [`exclusive`]).
 fn two_ranks(timeout: Duration, body: fn(usize, Comm) -> Result<()>) -> Result<()> {
+    let _turn = exclusive();
     two()?;
     let id = unique_id()?;
     let threads: Vec<_> = (0..2)
@@ -226,6 +241,25 @@ fn composed(comm: &Comm, x: &Tensor, r: &Tensor, a: &Tensor, eps: f32) -> Result
     candle_nn::ops::add_rms_norm(&comm.all_reduce(x, ReduceOp::Sum)?, r, a, eps)
 }
 
+/// The fused kernel's norms against the composed ones: within 1e-5 (f32) or 1e-2 (f16, bf16)
+/// relative to max(1, |want|) (the block sums its squares in another order).
+fn close_norms(got: &Tensor, want: &Tensor, what: &str) -> Result<()> {
+    let tol = if got.dtype() == DType::F32 {
+        1e-5
+    } else {
+        1e-2
+    };
+    let values = |t: &Tensor| t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>();
+    let (got, want) = (values(got)?, values(want)?);
+    let worst = got
+        .iter()
+        .zip(&want)
+        .map(|(g, w)| (g - w).abs() / w.abs().max(1.0))
+        .fold(0f32, f32::max);
+    assert!(worst <= tol, "{what}: norms differ by {worst}");
+    Ok(())
+}
+
 #[test]
 #[ignore = "needs 2 HIP devices and RCCL"]
 fn one_shot_all_reduce_with_add_rms_norm_matches_the_two_steps() -> Result<()> {
@@ -270,21 +304,7 @@ fn one_shot_all_reduce_with_add_rms_norm_matches_the_two_steps() -> Result<()> {
                 let (want_sum, want_norm) = composed(&comm, &x, &r, &a, eps)?;
                 assert_eq!(sum.dims(), dims.as_slice(), "{what}");
                 same(&sum, &want_sum, &format!("{what}: sums"))?;
-                let got = normed
-                    .to_dtype(DType::F32)?
-                    .flatten_all()?
-                    .to_vec1::<f32>()?;
-                let want = want_norm
-                    .to_dtype(DType::F32)?
-                    .flatten_all()?
-                    .to_vec1::<f32>()?;
-                let tol = if dtype == DType::F32 { 1e-5 } else { 1e-2 };
-                let worst = got
-                    .iter()
-                    .zip(&want)
-                    .map(|(g, w)| (g - w).abs() / w.abs().max(1.0))
-                    .fold(0f32, f32::max);
-                assert!(worst <= tol, "{what}: norms differ by {worst}");
+                close_norms(&normed, &want_norm, &what)?;
             }
         }
         // Declined, for the caller to compose: past 4 MiB, not contiguous, mixed dtypes.
@@ -298,6 +318,76 @@ fn one_shot_all_reduce_with_add_rms_norm_matches_the_two_steps() -> Result<()> {
         assert!(comm.all_reduce_add_rms_norm(&t, &t, &a, eps)?.is_none());
         let h = x.to_dtype(DType::F16)?;
         assert!(comm.all_reduce_add_rms_norm(&h, &x, &a, eps)?.is_none());
+        comm.wait()
+    })
+}
+
+/// Rank r's element i for the Lamport test: every value the kernels' empty marker could be
+/// confused with (-0.0; in f32 also the denormal 0x80008000) among ordinary ones.
+fn marker_element(rank: usize, i: usize, dtype: DType) -> f32 {
+    match (i + rank) % 5 {
+        0 => -0.0,
+        1 if dtype == DType::F32 => f32::from_bits(0x8000_8000),
+        _ => element(rank, i),
+    }
+}
+
+#[test]
+#[ignore = "needs 2 HIP devices and RCCL"]
+fn lamport_all_reduces_take_marker_values_and_cycle_their_buffers() -> Result<()> {
+    two_ranks(Duration::from_secs(120), |rank, comm| {
+        let dev = comm.device().clone();
+        let eps = 1e-5;
+        // Sizes of 1 block (8 KiB in f16), 7 blocks (100 KiB) and the 8-block limit, then a
+        // norm of 1 row and of 8, in turn, for more calls than the kernels have buffers.
+        for round in 0..4 {
+            for dtype in [DType::F32, DType::F16, DType::BF16] {
+                let elem = dtype.size_in_bytes();
+                for len in [4096, 100 * 1024 / elem, 128 * 1024 / elem] {
+                    let values = |r: usize| -> Vec<f32> {
+                        (0..len).map(|i| marker_element(r, i, dtype)).collect()
+                    };
+                    let x = Tensor::from_vec(values(rank), len, &dev)?.to_dtype(dtype)?;
+                    let sum = comm.all_reduce(&x, ReduceOp::Sum)?;
+                    // The host's sums in the dtype: -0.0 + -0.0 is -0.0 there and +0.0 here
+                    // (equal as numbers); two f32 markers sum to -9.2e-41 there, -0.0 here.
+                    let want: Vec<f32> = values(0)
+                        .iter()
+                        .zip(values(1))
+                        .map(|(a, b)| a + b)
+                        .collect();
+                    let want = Tensor::from_vec(want, len, &Device::Cpu)?
+                        .to_dtype(dtype)?
+                        .to_dtype(DType::F32)?
+                        .to_vec1::<f32>()?;
+                    let got = sum
+                        .to_device(&Device::Cpu)?
+                        .to_dtype(DType::F32)?
+                        .to_vec1::<f32>()?;
+                    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                        assert!(
+                            g == w || (g - w).abs() < 1e-39,
+                            "rank {rank}, round {round}, {dtype:?} x {len}, element {i}: {g:e} vs {w:e}"
+                        );
+                    }
+                }
+                for rows in [1, 8] {
+                    let n = rows * 4096;
+                    let x: Vec<f32> = (0..n).map(|i| marker_element(rank, i, dtype)).collect();
+                    let x = Tensor::from_vec(x, (rows, 4096), &dev)?.to_dtype(dtype)?;
+                    let r =
+                        (Tensor::ones((rows, 4096), DType::F32, &dev)? * 0.5)?.to_dtype(dtype)?;
+                    let a = Tensor::ones(4096, dtype, &dev)?;
+                    let what = format!("rank {rank}, round {round}, {dtype:?} {rows} rows");
+                    let (sum, normed) = comm
+                        .all_reduce_add_rms_norm(&x, &r, &a, eps)?
+                        .unwrap_or_else(|| panic!("{what}: not taken"));
+                    let (want_sum, want_norm) = composed(&comm, &x, &r, &a, eps)?;
+                    same(&sum, &want_sum, &format!("{what}: sums"))?;
+                    close_norms(&normed, &want_norm, &what)?;
+                }
+            }
+        }
         comm.wait()
     })
 }

@@ -27,8 +27,8 @@ use crate::device::RocmDevice;
 use crate::dtype::RocmDType;
 use crate::error::BackendError;
 use crate::launch::collective::{
-    allreduce_add_rmsnorm_oneshot, allreduce_sum_oneshot, kernel_name, shared_bytes, ArBases,
-    OneShot, MAX_RANKS,
+    allreduce_add_rmsnorm_oneshot, allreduce_sum_oneshot, kernel_name, lamport_at, lamport_span,
+    shared_bytes, ArBases, OneShot, LAMPORT_EMPTY, MAX_RANKS,
 };
 
 /// The largest all-reduce the one-shot kernel takes, in bytes (one data half of the shared
@@ -149,6 +149,12 @@ impl PeerReduce {
         }
         let local = if want {
             match SharedMemory::new(dev.device(), shared_bytes(MAX_BYTES))
+                .and_then(|m| {
+                    // The Lamport buffers hold the empty marker before any peer can map them
+                    // (the exchange below comes after).
+                    m.fill_u32(lamport_at(MAX_BYTES), lamport_span() / 4, LAMPORT_EMPTY)?;
+                    Ok(m)
+                })
                 .and_then(|m| Ok((m.handle()?, m)))
                 .and_then(|(h, m)| Ok((h, m, PinnedHostBuffer::<u32>::new(dev.device(), 1)?)))
             {
@@ -180,7 +186,14 @@ impl PeerReduce {
             },
             None => None,
         };
-        if !agree(dev, comm, mapped.is_some())? {
+        // 0: no one-shot path; 1: the flag kernels only; 2: the Lamport ones for small messages.
+        let level = match (&mapped, crate::settings::peer_lamport()) {
+            (None, _) => 0,
+            (Some(_), false) => 1,
+            (Some(_), true) => 2,
+        };
+        let agreed = agree(dev, comm, level)?;
+        if agreed == 0 {
             if mapped.is_some() {
                 tracing::info!("rank {rank}: no one-shot all-reduce (another rank cannot)");
             }
@@ -196,8 +209,13 @@ impl PeerReduce {
             cap: MAX_BYTES as u64,
             timeout_ns: u64::try_from(comm.timeout().as_nanos()).unwrap_or(u64::MAX),
             status: status.as_ptr() as u64,
+            lamport: agreed >= 2,
         };
-        tracing::debug!("rank {rank} of {world}: one-shot all-reduce up to {MAX_BYTES} bytes");
+        tracing::debug!(
+            "rank {rank} of {world}: one-shot all-reduce up to {MAX_BYTES} bytes (Lamport form \
+             for small ones: {})",
+            shot.lamport
+        );
         Ok(Some(Arc::new(PeerReduce {
             shot,
             status,
@@ -339,12 +357,12 @@ fn map_peers(
     Ok((bases, peers))
 }
 
-/// Whether every rank says yes (an RCCL all-reduce, min, of 0 or 1).
-fn agree(dev: &RocmDevice, comm: &Communicator, yes: bool) -> Result<bool, BackendError> {
-    let send = dev.stream().clone_htod(&[u32::from(yes)])?;
+/// The lowest of every rank's `level` (an RCCL all-reduce, min): what every rank can do.
+fn agree(dev: &RocmDevice, comm: &Communicator, level: u32) -> Result<u32, BackendError> {
+    let send = dev.stream().clone_htod(&[level])?;
     let mut all = dev.alloc::<u32>(1)?;
     comm.all_reduce(&send, &mut all, ReduceOp::Min)?;
-    Ok(dev.stream().clone_dtoh(&all)?.first() == Some(&1))
+    Ok(dev.stream().clone_dtoh(&all)?.first().copied().unwrap_or(0))
 }
 
 #[cfg(test)]
