@@ -12,7 +12,9 @@
 //! emulated MFMA / WMMA instructions, which follow AMD's documented lane layouts, and so do
 //! attention's matrix-unit prefill tiles (`fa_mma_*`), plus once on the CUDA path with
 //! matrix.h's emulated `mma.sync` m16n8k16 (NVIDIA's documented layouts), and so do the
-//! implicit-GEMM convolutions (`conv_igemm_*`).
+//! implicit-GEMM convolutions (`conv_igemm_*`). `hip/collective.hip` (the one-shot all-reduces
+//! between GPUs, flag and Lamport forms) runs its AMD path with two ranks on two host threads
+//! over shared memory (`collective_test.cpp`, emu.h's `EMU_RANKS`).
 //!
 //! Needs the toolchain `cargo xtask kernels` uses (`bash kernels/install-toolchain.sh`, or a
 //! ROCm install's clang via `ROCM_PATH`); `.ci/run` installs it.
@@ -21,7 +23,7 @@
 
 mod host_program;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Builds `tests/emu/<driver>` with `defines` for the host, runs it and checks it reports no
 /// mismatch (`bad=0`).
@@ -136,12 +138,63 @@ fn conv_igemm_kernels_match_references_on_cpu_gfx12_wmma() {
     );
 }
 
+#[test]
+fn collective_kernels_match_references_on_cpu_amd_wave64() {
+    build_and_run(
+        "collective_test.cpp",
+        "collective-amd64",
+        &["-DEMU_AMD_WAVE=64"],
+    );
+}
+
+#[test]
+fn collective_kernels_match_references_on_cpu_amd_wave32() {
+    build_and_run(
+        "collective_test.cpp",
+        "collective-amd32",
+        &["-DEMU_AMD_WAVE=32"],
+    );
+}
+
+/// The collective driver catches broken Lamport kernels: a receiver that does not put the empty
+/// marker back (the next call through that buffer reads stale data), and a sender that does not
+/// normalise its -0.0 (the receiver takes it for "not written yet" and times out).
+#[test]
+fn collective_driver_catches_mutants() {
+    let mutants = [
+        (
+            "                ar_store_volatile(src + p, empty);\n",
+            "",
+            "the receiver leaves its data in the buffer",
+        ),
+        (
+            "__device__ __forceinline__ uint4 ar_pack_normal(uint4 v) {\n    return",
+            "__device__ __forceinline__ uint4 ar_pack_normal(uint4 v) {\n    return v; return",
+            "the sender sends -0.0 as it is",
+        ),
+    ];
+    for (n, (from, to, what)) in mutants.into_iter().enumerate() {
+        let tag = format!("ar-{n}");
+        let file = "collective.hip";
+        let tmp = mutant_tree(&tag, file, &[], file, from, to, what);
+        let args = ["-DEMU_AMD_WAVE=64", "-DAR_EMU_TIMEOUT_MS=50"];
+        assert_caught(
+            &tag,
+            &tmp,
+            file,
+            "AR_SOURCE",
+            "collective_test.cpp",
+            &args,
+            what,
+        );
+    }
+}
+
 /// The convolution driver catches broken `conv_igemm_*` kernels: each mutant of
 /// `hip/conv_igemm.hip` (a copy with one change), built for the family named, must report a
 /// mismatch (or fail its launch).
 #[test]
 fn conv_igemm_driver_catches_mutants() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let cuda: &[&str] = &[];
     let gfx942: &[&str] = &["-DEMU_AMD_WAVE=64", "-D__gfx942__"];
     let gfx1100: &[&str] = &["-DEMU_AMD_WAVE=32", "-D__gfx1100__"];
@@ -191,38 +244,19 @@ fn conv_igemm_driver_catches_mutants() {
         ),
     ];
     for (n, (family, from, to, what)) in mutants.into_iter().enumerate() {
-        let tmp =
-            std::env::temp_dir().join(format!("candle-rocm-ci-mutant-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(tmp.join("mma")).unwrap();
-        for part in std::fs::read_dir(dir.join("hip/mma")).unwrap() {
-            let part = part.unwrap().path();
-            std::fs::copy(&part, tmp.join("mma").join(part.file_name().unwrap())).unwrap();
-        }
-        let text = std::fs::read_to_string(dir.join("hip/conv_igemm.hip")).unwrap();
-        assert!(
-            text.contains(from),
-            "mutant {what}: {from:?} is no longer in conv_igemm.hip"
-        );
-        std::fs::write(tmp.join("conv_igemm.hip"), text.replacen(from, to, 1)).unwrap();
-        let define = format!("-DCI_SOURCE=\"{}\"", tmp.join("conv_igemm.hip").display());
-        let mut args = vec![
-            "-x",
-            "c++",
-            "-std=c++17",
-            "-O0",
-            "-DCI_EXIT_ON_BAD",
-            &define,
-        ];
+        let tag = format!("ci-{n}");
+        let file = "conv_igemm.hip";
+        let tmp = mutant_tree(&tag, file, &["mma"], file, from, to, what);
+        let mut args = vec!["-DCI_EXIT_ON_BAD"];
         args.extend_from_slice(family);
-        let (clean, out) = host_program::build_and_report(
-            &format!("ci-mutant-{n}"),
+        assert_caught(
+            &tag,
+            &tmp,
+            file,
+            "CI_SOURCE",
+            "conv_igemm_test.cpp",
             &args,
-            &dir.join("tests/emu/conv_igemm_test.cpp"),
-        );
-        let _ = std::fs::remove_dir_all(&tmp);
-        assert!(
-            !clean,
-            "the mutant '{what}' passed the conv_igemm driver:\n{out}"
+            what,
         );
     }
 }
@@ -316,21 +350,29 @@ fn attention_kernels_match_references_on_cpu_amd_wave64() {
     );
 }
 
-/// A copy of `hip/attention.hip` with its parts (`hip/attention/`, `hip/mma/`) in a fresh
-/// temporary directory, with `from` replaced by `to` (once) in the part `file`; returns the
-/// directory. Panics when `from` is no longer in `file` (the mutant went stale).
-fn attention_mutant(n: &str, file: &str, from: &str, to: &str, what: &str) -> PathBuf {
+/// A copy of `hip/<main>` with its parts (the folders `hip/<part>/` of `parts`) in a fresh
+/// temporary directory, with `from` replaced by `to` (once) in `file` (a path under `hip/`);
+/// returns the directory. Panics when `from` is no longer in `file` (the mutant went stale).
+fn mutant_tree(
+    tag: &str,
+    main: &str,
+    parts: &[&str],
+    file: &str,
+    from: &str,
+    to: &str,
+    what: &str,
+) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let tmp =
-        std::env::temp_dir().join(format!("candle-rocm-fa-mutant-{}-{n}", std::process::id()));
-    for sub in ["attention", "mma"] {
+    let tmp = std::env::temp_dir().join(format!("candle-rocm-mutant-{}-{tag}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    for sub in parts {
         std::fs::create_dir_all(tmp.join(sub)).unwrap();
         for part in std::fs::read_dir(dir.join("hip").join(sub)).unwrap() {
             let part = part.unwrap().path();
             std::fs::copy(&part, tmp.join(sub).join(part.file_name().unwrap())).unwrap();
         }
     }
-    std::fs::copy(dir.join("hip/attention.hip"), tmp.join("attention.hip")).unwrap();
+    std::fs::copy(dir.join("hip").join(main), tmp.join(main)).unwrap();
     let target = tmp.join(file);
     let text = std::fs::read_to_string(&target).unwrap();
     assert!(
@@ -341,11 +383,35 @@ fn attention_mutant(n: &str, file: &str, from: &str, to: &str, what: &str) -> Pa
     tmp
 }
 
+/// Builds `tests/emu/<driver>` with `args` against the mutant tree `tmp` (its `main` passed as
+/// `-D<source_macro>="..."`), removes the tree, and panics when the driver reports no
+/// mismatch.
+fn assert_caught(
+    tag: &str,
+    tmp: &Path,
+    main: &str,
+    source_macro: &str,
+    driver: &str,
+    args: &[&str],
+    what: &str,
+) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let define = format!("-D{source_macro}=\"{}\"", tmp.join(main).display());
+    let mut all = vec!["-x", "c++", "-std=c++17", "-O0", define.as_str()];
+    all.extend_from_slice(args);
+    let (clean, out) = host_program::build_and_report(
+        &format!("mutant-{tag}"),
+        &all,
+        &dir.join("tests/emu").join(driver),
+    );
+    let _ = std::fs::remove_dir_all(tmp);
+    assert!(!clean, "the mutant '{what}' passed {driver}:\n{out}");
+}
+
 /// The attention driver catches broken kernels: each mutant of `hip/attention.hip` (a copy
 /// with one change) must report mismatches.
 #[test]
 fn attention_driver_catches_mutants() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let mutants = [
         (
             "attention/tile.h",
@@ -421,17 +487,17 @@ fn attention_driver_catches_mutants() {
         ),
     ];
     for (n, (file, from, to, what)) in mutants.iter().enumerate() {
-        let tmp = attention_mutant(&n.to_string(), file, from, to, what);
-        let define = format!("-DFA_SOURCE=\"{}\"", tmp.join("attention.hip").display());
-        let (clean, out) = host_program::build_and_report(
-            &format!("fa-mutant-{n}"),
-            &["-x", "c++", "-std=c++17", "-O0", &define],
-            &dir.join("tests/emu/attention_test.cpp"),
-        );
-        let _ = std::fs::remove_dir_all(&tmp);
-        assert!(
-            !clean,
-            "the mutant '{what}' passed the attention driver:\n{out}"
+        let tag = format!("fa-{n}");
+        let parts = ["attention", "mma"];
+        let tmp = mutant_tree(&tag, "attention.hip", &parts, file, from, to, what);
+        assert_caught(
+            &tag,
+            &tmp,
+            "attention.hip",
+            "FA_SOURCE",
+            "attention_test.cpp",
+            &[],
+            what,
         );
     }
 }
@@ -513,7 +579,6 @@ fn attention_mma_kernels_match_references_on_cpu_gfx12_wmma() {
 /// it breaks, must report a mismatch (or fail its launch).
 #[test]
 fn attention_mma_driver_catches_mutants() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let cuda: &[&str] = &[];
     let gfx942: &[&str] = &["-DEMU_AMD_WAVE=64", "-D__gfx942__"];
     let gfx1100: &[&str] = &["-DEMU_AMD_WAVE=32", "-D__gfx1100__"];
@@ -603,28 +668,19 @@ fn attention_mma_driver_catches_mutants() {
         ),
     ]);
     for (n, (family, file, from, to, what)) in mutants.enumerate() {
-        let tmp = attention_mutant(&format!("mma-{n}"), file, from, to, what);
-        let define = format!("-DFA_SOURCE=\"{}\"", tmp.join("attention.hip").display());
-        let mut args = vec![
-            "-x",
-            "c++",
-            "-std=c++17",
-            "-O0",
-            "-DFA_TEST_MMA",
-            "-DFA_EXIT_ON_BAD",
-            "-DFA_MMA_MAX_DMAX=256",
-            &define,
-        ];
+        let tag = format!("fa-mma-{n}");
+        let parts = ["attention", "mma"];
+        let tmp = mutant_tree(&tag, "attention.hip", &parts, file, from, to, what);
+        let mut args = vec!["-DFA_TEST_MMA", "-DFA_EXIT_ON_BAD", "-DFA_MMA_MAX_DMAX=256"];
         args.extend_from_slice(family);
-        let (clean, out) = host_program::build_and_report(
-            &format!("fa-mma-mutant-{n}"),
+        assert_caught(
+            &tag,
+            &tmp,
+            "attention.hip",
+            "FA_SOURCE",
+            "attention_test.cpp",
             &args,
-            &dir.join("tests/emu/attention_test.cpp"),
-        );
-        let _ = std::fs::remove_dir_all(&tmp);
-        assert!(
-            !clean,
-            "the mutant '{what}' passed the attention mma driver:\n{out}"
+            what,
         );
     }
 }

@@ -20,10 +20,17 @@
 // by a -D__gfx942__-style define); otherwise the CUDA paths with __shfl_xor_sync and matrix.h's
 // mma.sync m16n8k16 (EMU_MMA_SYNC: an sm_80+ GPU; -DEMU_NO_MMA_SYNC for an older one).
 //
-// What it cannot show: real memory-model and timing behaviour (no two threads ever run at the
-// same instant), the device compiler's code generation (ocml math, fp contraction, register
-// pressure), reads of uninitialised shared memory (the statics keep their values from block to
-// block), and AMD builtins other than the few emulated here.
+// Several GPUs (EMU_RANKS): each rank's launches run on a host thread of its own, with its own
+// scheduler, thread indices and `__shared__` storage (thread_local), over memory the ranks share,
+// so kernels that wait for each other (collective.hip) can meet. The AMD path's atomics
+// (__hip_atomic_load / store) are host atomics, and an atomic load also yields the fiber: one
+// spinning on a peer's word lets the block's other threads run first (they go before any
+// yielded thread), so every thread reaches its stores before the block waits on the peer.
+//
+// What it cannot show: real memory-model and timing behaviour (no two threads of a block ever
+// run at the same instant), the device compiler's code generation (ocml math, fp contraction,
+// register pressure), reads of uninitialised shared memory (the statics keep their values from
+// block to block), and AMD builtins other than the few emulated here.
 #pragma once
 
 #include <math.h>
@@ -31,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <ucontext.h>
 
 #include <algorithm>
@@ -60,7 +68,12 @@
 #define __host__
 #define __device__
 #define __global__
-#define __shared__ static
+#ifdef EMU_RANKS
+#define EMU_TLS thread_local
+#else
+#define EMU_TLS
+#endif
+#define __shared__ static EMU_TLS
 #define __forceinline__ inline __attribute__((always_inline))
 #define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
@@ -73,8 +86,8 @@ struct dim3 {
 struct uint3 {
     unsigned int x, y, z;
 };
-inline uint3 threadIdx, blockIdx;
-inline dim3 blockDim, gridDim;
+inline EMU_TLS uint3 threadIdx, blockIdx;
+inline EMU_TLS dim3 blockDim, gridDim;
 
 struct __attribute__((aligned(8))) float2 {
     float x, y;
@@ -87,6 +100,9 @@ inline float4 make_float4(float x, float y, float z, float w) { return float4{x,
 struct __attribute__((aligned(16))) uint4 {
     unsigned int x, y, z, w;
 };
+inline uint4 make_uint4(unsigned int x, unsigned int y, unsigned int z, unsigned int w) {
+    return uint4{x, y, z, w};
+}
 
 inline unsigned int __float_as_uint(float x) { return __builtin_bit_cast(unsigned int, x); }
 inline int __float_as_int(float x) { return __builtin_bit_cast(int, x); }
@@ -143,6 +159,7 @@ struct Sched {
     std::vector<Fiber> fibers;
     std::vector<char *> stacks;
     std::vector<unsigned> ready;
+    std::vector<unsigned> yielded; // threads that yielded: ready again once `ready` is empty
     int cur = -1;
     const std::function<void()> *body = nullptr;
     std::mt19937 rng{12345};
@@ -150,7 +167,7 @@ struct Sched {
     unsigned long long launches = 0;
     std::set<const void *> launched; // every kernel run so far (coverage checks)
 };
-inline Sched S;
+inline EMU_TLS Sched S;
 
 inline void fail(const std::string &m) {
     if (S.error.empty()) S.error = m;
@@ -170,6 +187,13 @@ inline void resume(unsigned i) {
     threadIdx = f.idx;
     swapcontext(&S.main_ctx, &f.ctx);
     S.cur = -1;
+}
+
+// Lets the block's other threads run (an atomic load's poll): this one runs again after every
+// thread that has not yielded.
+inline void yield_now() {
+    if (S.cur < 0) return;
+    switch_to_main();
 }
 
 // __syncthreads: wait until every thread of the block is here.
@@ -271,6 +295,7 @@ inline void run_block(dim3 block) {
     }
     S.fibers.assign(n, Fiber{});
     S.ready.clear();
+    S.yielded.clear();
     for (unsigned t = 0; t < n; ++t) {
         Fiber &f = S.fibers[t];
         f.ctx = S.proto;
@@ -302,8 +327,13 @@ inline void run_block(dim3 block) {
             S.ready.pop_back();
             resume(i);
             if (!S.error.empty()) return;
+            if (S.fibers[i].st == READY) S.yielded.push_back(i);
             if (S.fibers[i].st == SHFL) try_release_wave(i / WAVE);
             if (!S.error.empty()) return;
+            if (S.ready.empty()) {
+                S.ready.swap(S.yielded);
+                S.yielded.clear();
+            }
         }
         unsigned done = 0, bar = 0, shfl = 0;
         for (auto &f : S.fibers) {
@@ -404,6 +434,30 @@ template <typename T> T __shfl_xor_sync(unsigned mask, T var, int laneMask, int 
 }
 
 #ifdef EMU_AMD_WAVE
+// HIP's scoped atomics as host atomics (sequentially consistent, whatever the order and scope
+// asked); a load yields the fiber afterwards (see yield_now).
+#ifndef __HIP_MEMORY_SCOPE_SYSTEM
+#define __HIP_MEMORY_SCOPE_AGENT 4
+#define __HIP_MEMORY_SCOPE_SYSTEM 5
+#endif
+namespace emu {
+template <typename T> inline T atomic_load(const T *p) {
+    const T v = __atomic_load_n(p, __ATOMIC_SEQ_CST);
+    yield_now();
+    return v;
+}
+template <typename T, typename V> inline void atomic_store(T *p, V v) { __atomic_store_n(p, (T)v, __ATOMIC_SEQ_CST); }
+} // namespace emu
+#define __hip_atomic_load(p, order, scope) emu::atomic_load(p)
+#define __hip_atomic_store(p, v, order, scope) emu::atomic_store((p), (v))
+inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+// The 100 MHz constant counter of gfx9-gfx12, from the host's steady clock.
+inline uint64_t emu_steady_counter() {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return ((uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec) / 10ull;
+}
+#define __builtin_readsteadycounter() emu_steady_counter()
 #define __builtin_amdgcn_mbcnt_lo(m, a) emu::mbcnt_lo((m), (a))
 #define __builtin_amdgcn_mbcnt_hi(m, a) emu::mbcnt_hi((m), (a))
 #define __builtin_amdgcn_ds_bpermute(addr, v) emu::ds_bpermute((addr), (v))
