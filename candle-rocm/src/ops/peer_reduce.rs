@@ -14,7 +14,9 @@
 //! all-reduce (min) of each rank's success decides for all: either every rank takes the
 //! one-shot path or none does (ranks on several hosts, GPUs that cannot reach each other, a
 //! runtime without the entry points, or the setting off on any rank), so ranks never wait on
-//! different collectives.
+//! different collectives. The same all-reduce decides whether small messages take the kernels'
+//! Lamport forms (`CANDLE_ROCM_PEER_LAMPORT`), whose buffers each rank fills with the empty
+//! marker before the exchange.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,16 +1,46 @@
 //! Llama checkpoints with random weights in the Hugging Face layout, for tests and speed runs
 //! of shapes no small package ships (the 1.1B shape of TinyLlama, the 7B shape of Llama 2).
 //! [`super::ShardedWeights::random`] draws the same kind of weights on the device instead;
-//! [`write_random_llama_gguf`] writes a llama GGUF file of quantized random weights.
+//! [`write_random_llama_gguf`] writes a llama GGUF file of quantized random weights. Both draw
+//! from seeded generators, so a checkpoint of a given shape has the same weights on every run
+//! (Candle's CPU random tensors cannot be seeded): tests that compare computations on them
+//! fail or pass the same way each time.
 
 use std::collections::HashMap;
 use std::path::Path;
 
+use std::cell::Cell;
+
 use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
 use candle_transformers::models::llama::{Config, LlamaConfig, LlamaEosToks};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use rand_distr::{Distribution, Normal};
 
 use super::TpError;
+
+/// Seeds of one checkpoint's tensors: the n-th tensor drawn gets the n-th seed.
+struct Seeds(Cell<u64>);
+
+impl Seeds {
+    fn new() -> Seeds {
+        Seeds(Cell::new(0x5eed_0000))
+    }
+
+    /// A (rows, cols) f32 tensor of normal values of standard deviation `std` on the CPU, from
+    /// the next seed.
+    fn normal(&self, std: f32, shape: (usize, usize)) -> candle_core::Result<Tensor> {
+        let seed = self.0.get();
+        self.0.set(seed + 1);
+        let mut rng = StdRng::seed_from_u64(seed);
+        let normal = Normal::new(0f32, std).map_err(candle_core::Error::wrap)?;
+        let v: Vec<f32> = (0..shape.0 * shape.1)
+            .map(|_| normal.sample(&mut rng))
+            .collect();
+        Tensor::from_vec(v, shape, &Device::Cpu)
+    }
+}
 
 /// The `config.json` of TinyLlama-1.1B's shape (2048 hidden, 32 query and 4 key-value heads,
 /// 5632 intermediate, 32000 tokens) with `layers` layers (the real model has 22).
@@ -81,14 +111,17 @@ pub fn write_random_llama(
         head_dim * cfg.num_attention_heads,
         head_dim * cfg.num_key_value_heads,
     );
+    let seeds = Seeds::new();
     let linear = |out: usize, inp: usize| -> candle_core::Result<Tensor> {
-        Tensor::randn(0f32, (1.0 / inp as f64).sqrt() as f32, (out, inp), cpu)?.to_dtype(dtype)
+        seeds
+            .normal((1.0 / inp as f64).sqrt() as f32, (out, inp))?
+            .to_dtype(dtype)
     };
     let ones = |n: usize| Tensor::ones(n, dtype, cpu);
     let mut t: HashMap<String, Tensor> = HashMap::new();
     t.insert(
         "model.embed_tokens.weight".into(),
-        Tensor::randn(0f32, 1., (v, h), cpu)?.to_dtype(dtype)?,
+        seeds.normal(1., (v, h))?.to_dtype(dtype)?,
     );
     t.insert("model.norm.weight".into(), ones(h)?);
     if !cfg.tie_word_embeddings {
@@ -154,9 +187,10 @@ pub fn write_random_llama_gguf(
     let quant = |t: Tensor, dtype: GgmlDType| -> Result<QTensor, TpError> {
         QTensor::quantize(&t, dtype).map_err(|e| write_err(e.to_string()))
     };
+    let seeds = Seeds::new();
     let linear = |out: usize, inp: usize, dtype: GgmlDType| -> Result<QTensor, TpError> {
         let std = (1.0 / inp as f64).sqrt() as f32;
-        quant(Tensor::randn(0f32, std, (out, inp), cpu)?, dtype)
+        quant(seeds.normal(std, (out, inp))?, dtype)
     };
     let ones = |n: usize| -> Result<QTensor, TpError> {
         quant(Tensor::ones(n, DType::F32, cpu)?, GgmlDType::F32)
@@ -164,7 +198,7 @@ pub fn write_random_llama_gguf(
     let mut tensors: Vec<(String, QTensor)> = vec![
         (
             "token_embd.weight".into(),
-            quant(Tensor::randn(0f32, 1., (v, h), cpu)?, types.embed)?,
+            quant(seeds.normal(1., (v, h))?, types.embed)?,
         ),
         ("output_norm.weight".into(), ones(h)?),
     ];
