@@ -408,6 +408,29 @@ fn assert_caught(
     assert!(!clean, "the mutant '{what}' passed {driver}:\n{out}");
 }
 
+/// `attention_test.cpp` built with `args` against a copy of `hip/attention.hip` and its parts
+/// with `from` replaced by `to` in `file` must report a mismatch.
+fn attention_mutant_caught(tag: &str, file: &str, from: &str, to: &str, what: &str, args: &[&str]) {
+    let tmp = mutant_tree(
+        tag,
+        "attention.hip",
+        &["attention", "mma"],
+        file,
+        from,
+        to,
+        what,
+    );
+    assert_caught(
+        tag,
+        &tmp,
+        "attention.hip",
+        "FA_SOURCE",
+        "attention_test.cpp",
+        args,
+        what,
+    );
+}
+
 /// The attention driver catches broken kernels: each mutant of `hip/attention.hip` (a copy
 /// with one change) must report mismatches.
 #[test]
@@ -487,18 +510,7 @@ fn attention_driver_catches_mutants() {
         ),
     ];
     for (n, (file, from, to, what)) in mutants.iter().enumerate() {
-        let tag = format!("fa-{n}");
-        let parts = ["attention", "mma"];
-        let tmp = mutant_tree(&tag, "attention.hip", &parts, file, from, to, what);
-        assert_caught(
-            &tag,
-            &tmp,
-            "attention.hip",
-            "FA_SOURCE",
-            "attention_test.cpp",
-            &[],
-            what,
-        );
+        attention_mutant_caught(&format!("fa-{n}"), file, from, to, what, &[]);
     }
 }
 
@@ -669,18 +681,8 @@ fn attention_mma_driver_catches_mutants() {
     ]);
     for (n, (family, file, from, to, what)) in mutants.enumerate() {
         let tag = format!("fa-mma-{n}");
-        let parts = ["attention", "mma"];
-        let tmp = mutant_tree(&tag, "attention.hip", &parts, file, from, to, what);
         let mut args = vec!["-DFA_TEST_MMA", "-DFA_EXIT_ON_BAD", "-DFA_MMA_MAX_DMAX=256"];
         args.extend_from_slice(family);
-        assert_caught(
-            &tag,
-            &tmp,
-            "attention.hip",
-            "FA_SOURCE",
-            "attention_test.cpp",
-            &args,
-            what,
-        );
+        attention_mutant_caught(&tag, file, from, to, what, &args);
     }
 }
