@@ -18,15 +18,24 @@
 //             ix = ox stride_w + kx dil_w - pad_w; 0 when (iy, ix) lies outside the input
 //   y[(img c_out + co) P + oy w_out + ox] = C[co][n] rounded to T (NCHW, contiguous)
 // x may have any strides (a channel slice, channels last); w must be contiguous; y is new.
+// Two orders of K:
+//   channels outer (conv_igemm_<T>): k = (ci, ky, kx), W as it lies; any c_in;
+//   taps outer (conv_igemm_taps_<T>): k = (ky, kx, ci) =
+//     (ky k_w + kx) c_in + ci, for c_in % 32 == 0: W[co][k] = w[co K + k] with w permuted by the
+//     host to (c_out, k_h, k_w, c_in). Each 32-wide step of K is then one tap over 32 channels,
+//     so a thread tests its column's tap against the input once a step and reads 32 elements
+//     one channel stride apart (about a quarter of the per-element work of the other order).
 //
 // Work split. A block of CI_THREADS (128) threads computes a CI_BM x CI_BN (64 channels x 128
 // positions) tile of C, walking K in steps of CI_BK (32):
 //   - staging: thread t gathers B's column n0 + t (one output position: its image and input
 //     corner computed once) for the step's 32 k, 32 element loads (zeros outside the input,
-//     past K and past N) at offsets read from the step's tap table in shared memory (the 32
-//     taps (ci, ky, kx) as input offsets and row/column shifts, computed by threads 0..31 a
-//     step ahead, one division pair each, instead of by every thread), and 16 k of W's row t / 2 (two
-//     16-byte loads when every row of w is 16-byte aligned and the 16 lie inside K, else element
+//     past K and past N): channels outer, at offsets read from the step's tap table in shared
+//     memory (the 32 taps (ci, ky, kx) as input offsets and row/column shifts, computed by
+//     threads 0..31 a step ahead, one division pair each, instead of by every thread); taps
+//     outer, from the step's one tap and first channel (kept by every thread, no division).
+//     And 16 k of W's row t / 2 (two 16-byte loads when every row of w is 16-byte aligned and
+//     the 16 lie inside K, else element
 //     loads with zeros past c_out and K); both go to shared memory with k contiguous (B as its
 //     transpose, one row per position), rows padded to CI_PITCH (40) elements: 16-byte aligned,
 //     off the bank stride;
@@ -41,7 +50,8 @@
 // Shared memory: CI_STAGES x (64 + 128) x 40 elements of T = 30 KiB (15 KiB on MFMA), and the
 // taps of two steps (1 KiB).
 //
-// Kernels: conv_igemm_<T>(ConvIgemmArgs a, const T *x, const T *w, T *y), T in f16, bf16.
+// Kernels (ConvIgemmArgs a, const T *x, const T *w, T *y), T in f16, bf16: conv_igemm_<T>
+//   (channels outer) and conv_igemm_taps_<T> (taps outer: c_in % 32 == 0, w permuted),
 //   grid (ceil(N / 128), ceil(c_out / 64)), block (128). Sizes: K, N < 2^31 (so every index of
 //   B, the n of a block and k0 + 2 CI_BK stay in 32 bits); h_in, w_in and every input corner
 //   and tap shift below 2^28 in magnitude (32-bit row/column arithmetic); input offsets in 64 bits.
@@ -143,6 +153,42 @@ __device__ __forceinline__ void ci_load_b(const ConvIgemmArgs &a, const T *__res
     }
 }
 
+// The taps-outer step: its tap (ky, kx) and first channel ci (every k of the step shares the
+// tap: c_in % CI_BK == 0). Every thread keeps the same one.
+struct CiStep {
+    uint32_t ky, kx, ci;
+};
+
+// The step after s: the next 32 channels, or the next tap's first.
+__device__ __forceinline__ void ci_next(const ConvIgemmArgs &a, CiStep &s) {
+    s.ci += CI_BK;
+    if (s.ci == a.c_in) {
+        s.ci = 0;
+        if (++s.kx == a.k_w) {
+            s.kx = 0;
+            s.ky++;
+        }
+    }
+}
+
+// B[k0 .. k0 + CI_BK)[n] of the thread's column into v, taps outer: the step's one tap is
+// inside the input or not for all 32 channels (zeros), which lie one channel stride apart.
+template <typename T>
+__device__ __forceinline__ void ci_load_b_taps(const ConvIgemmArgs &a, const T *__restrict__ x, const CiColumn &c,
+                                               const CiStep &s, T (&v)[CI_BK]) {
+    const int32_t dy = (int32_t)(s.ky * a.dil_h), dx = (int32_t)(s.kx * a.dil_w);
+    const uint32_t iy = (uint32_t)(c.y0 + dy), ix = (uint32_t)(c.x0 + dx);
+    if (c.live && iy < a.h_in && ix < a.w_in) {
+        const T *q = x + c.base + (int64_t)s.ci * (int64_t)a.s_c + (int64_t)dy * (int64_t)a.s_h +
+                     (int64_t)dx * (int64_t)a.s_w;
+#pragma unroll
+        for (int kk = 0; kk < CI_BK; kk++, q += a.s_c) v[kk] = *q;
+    } else {
+#pragma unroll
+        for (int kk = 0; kk < CI_BK; kk++) v[kk] = fa_from<T>(0.0f);
+    }
+}
+
 // W[co][k0 + h .. + 16) of row co into v (zeros past c_out and K).
 template <typename T>
 __device__ __forceinline__ void ci_load_a(const ConvIgemmArgs &a, const T *__restrict__ w, uint32_t co, uint32_t k,
@@ -169,7 +215,8 @@ template <typename T, int N> __device__ __forceinline__ void ci_store(T *dst, co
     }
 }
 
-template <typename T>
+// TAPS: K's order (taps outer, else channels outer).
+template <typename T, bool TAPS>
 __device__ __forceinline__ void conv_igemm(const ConvIgemmArgs &a, const T *__restrict__ x, const T *__restrict__ w,
                                            T *__restrict__ y) {
     static_assert(sizeof(T) == 2, "f16 or bf16");
@@ -180,7 +227,8 @@ __device__ __forceinline__ void conv_igemm(const ConvIgemmArgs &a, const T *__re
     static_assert(NW >= 2 && NW % 2 == 0 && CI_BN == CI_THREADS && CI_BM * 2 == CI_THREADS, "tile shape");
     __shared__ fa_vec as4[CI_STAGES * AS];
     __shared__ fa_vec bs4[CI_STAGES * BS];
-    // The taps of two steps: the one being staged and the next (written a step ahead).
+    // Channels outer: the taps of two steps, the one being staged and the next (written a step
+    // ahead).
     __shared__ CiTap tab[2][CI_BK];
 
     const uint32_t tid = threadIdx.x;
@@ -196,13 +244,21 @@ __device__ __forceinline__ void conv_igemm(const ConvIgemmArgs &a, const T *__re
         for (int j = 0; j < TN; j++) acc[i][j] = fm_zero();
 
     T av[16], bv[CI_BK];
-    if (tid < CI_BK) tab[0][tid] = ci_tap(a, tid);
-    __syncthreads();
+    CiStep ld = {0, 0, 0}; // taps outer: the step loaded next
+    if constexpr (TAPS) {
+        ci_load_b_taps<T>(a, x, col, ld, bv);
+        ci_next(a, ld);
+    } else {
+        if (tid < CI_BK) tab[0][tid] = ci_tap(a, tid);
+        __syncthreads();
+        ci_load_b<T>(a, x, col, tab[0], bv);
+    }
     ci_load_a<T>(a, w, a_row, a_k, av);
-    ci_load_b<T>(a, x, col, tab[0], bv);
     ci_store<T, 16>(reinterpret_cast<T *>(as4) + (tid / 2) * CI_PITCH + a_k, av);
     ci_store<T, CI_BK>(reinterpret_cast<T *>(bs4) + tid * CI_PITCH, bv);
-    if (tid < CI_BK) tab[1][tid] = ci_tap(a, CI_BK + tid);
+    if constexpr (!TAPS) {
+        if (tid < CI_BK) tab[1][tid] = ci_tap(a, CI_BK + tid);
+    }
     __syncthreads();
 
     int buf = 0;
@@ -211,7 +267,12 @@ __device__ __forceinline__ void conv_igemm(const ConvIgemmArgs &a, const T *__re
         const bool more = k0 + CI_BK < a.k;
         if (more) {
             ci_load_a<T>(a, w, a_row, k0 + CI_BK + a_k, av);
-            ci_load_b<T>(a, x, col, tab[(step + 1) & 1], bv);
+            if constexpr (TAPS) {
+                ci_load_b_taps<T>(a, x, col, ld, bv);
+                ci_next(a, ld);
+            } else {
+                ci_load_b<T>(a, x, col, tab[(step + 1) & 1], bv);
+            }
         }
         const T *As = reinterpret_cast<const T *>(as4 + buf * AS) + (wave % 2) * (CI_BM / 2) * CI_PITCH;
         const T *Bs = reinterpret_cast<const T *>(bs4 + buf * BS) + (wave / 2) * WN * CI_PITCH;
@@ -236,7 +297,9 @@ __device__ __forceinline__ void conv_igemm(const ConvIgemmArgs &a, const T *__re
             ci_store<T, CI_BK>(reinterpret_cast<T *>(bs4 + next * BS) + tid * CI_PITCH, bv);
             buf = next;
             // The step after next: this step's taps were last read before the last barrier.
-            if (tid < CI_BK) tab[step & 1][tid] = ci_tap(a, k0 + 2 * CI_BK + tid);
+            if constexpr (!TAPS) {
+                if (tid < CI_BK) tab[step & 1][tid] = ci_tap(a, k0 + 2 * CI_BK + tid);
+            }
         }
         __syncthreads(); // the next step's tiles are in place; this step's are read
     }
@@ -260,12 +323,14 @@ __device__ __forceinline__ void conv_igemm(const ConvIgemmArgs &a, const T *__re
         }
 }
 
-#define CI_KERNEL(T, TN)                                                                           \
+#define CI_KERNEL(T, NAME, TAPS)                                                                   \
     extern "C" __global__ void __launch_bounds__(CI_THREADS)                                       \
-        conv_igemm_##TN(ConvIgemmArgs a, const T *__restrict__ x, const T *__restrict__ w, T *__restrict__ y) { \
-        conv_igemm<T>(a, x, w, y);                                                                 \
+        NAME(ConvIgemmArgs a, const T *__restrict__ x, const T *__restrict__ w, T *__restrict__ y) { \
+        conv_igemm<T, TAPS>(a, x, w, y);                                                           \
     }
-CI_KERNEL(__half, f16)
-CI_KERNEL(__nv_bfloat16, bf16)
+CI_KERNEL(__half, conv_igemm_f16, false)
+CI_KERNEL(__nv_bfloat16, conv_igemm_bf16, false)
+CI_KERNEL(__half, conv_igemm_taps_f16, true)
+CI_KERNEL(__nv_bfloat16, conv_igemm_taps_bf16, true)
 
 #endif // FA_MMA_KERNELS

@@ -242,6 +242,18 @@ fn conv_igemm_driver_catches_mutants() {
             "if (a.w_vec && co < a.c_out) {",
             "16-byte kernel loads past K",
         ),
+        (
+            gfx942,
+            "for (int kk = 0; kk < CI_BK; kk++, q += a.s_c) v[kk] = *q;",
+            "for (int kk = 0; kk < CI_BK; kk++, q += 1) v[kk] = *q;",
+            "taps outer: a step's channels read one element apart",
+        ),
+        (
+            cuda,
+            "if (++s.kx == a.k_w) {",
+            "if (++s.kx > a.k_w) {",
+            "taps outer: the step after a row's last tap stays on that row",
+        ),
     ];
     for (n, (family, from, to, what)) in mutants.into_iter().enumerate() {
         let tag = format!("ci-{n}");

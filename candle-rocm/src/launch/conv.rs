@@ -41,7 +41,7 @@ use rocm_safe::{DeviceBuffer, DevicePtrArg, GemmType};
 use crate::device::RocmDevice;
 use crate::dtype::RocmDType;
 use crate::error::BackendError;
-use crate::launch::conv_igemm::conv_igemm;
+use crate::launch::conv_igemm::{conv_igemm, taps_outer};
 use crate::launch::conv_plan::patch;
 pub use crate::launch::conv_plan::{
     plan, stacking_pays, ConvGeometry, ConvPlan, Stacking, WORKSPACE_BYTES,
@@ -51,21 +51,29 @@ use crate::launch::conv_tiles::{
 };
 use crate::layout::{checked_product, checked_view, invalid};
 
-/// Output positions (images x output pixels) from which the implicit GEMM beats the tiles.
+/// Output positions (images x output pixels) from which the implicit GEMM beats the tiles:
+/// the channels-outer kernel, and the taps-outer one (a multiple of 32 input channels).
 const IMPLICIT_MIN_POSITIONS: usize = 1 << 16;
+const IMPLICIT_MIN_POSITIONS_TAPS: usize = 1 << 14;
 /// Output channels up to which the implicit GEMM beats the tiles.
 const IMPLICIT_MAX_C_OUT: usize = 128;
 
 /// Whether the implicit GEMM is the faster form of our path for `g`: many output positions
 /// over few output channels. From the bench's `_igemm` / `_tiles` rows (f16, H100 harness,
-/// 2026-11-27, bench/results' "conv-stacked-tiles", call F): since the im2col unrolls the taps
-/// of a dense 3x3, the tiles won on ResNet-50's stage-2 3x3 at batch 32 and tied on its stage-1
-/// 3x3 at batch 8 (25088 output positions both), and the implicit GEMM still won its stage-1
-/// 3x3 at batch 32 (100352); it lost on the VAE's 512 channels and Whisper's conv1d. Not yet
-/// measured on an AMD GPU.
+/// bench/results' "conv-stacked-tiles" of 2026-11-27 and "conv-igemm-taps" of 2026-11-28):
+/// channels outer, the tiles won on ResNet-50's stage-2 3x3 at batch 32 and tied on its
+/// stage-1 3x3 at batch 8 (25088 output positions both), and the implicit GEMM won its stage-1
+/// 3x3 at batch 32 (100352); taps outer, the implicit GEMM won at 25088 positions too (stage 2
+/// 58 against 73 us, stage 1 at batch 8 25 against 33), not at 3136 (batch 1). It lost on the
+/// VAE's 512 channels and Whisper's conv1d either way. Not yet measured on an AMD GPU.
 pub fn implicit_gemm_pays(g: &ConvGeometry) -> bool {
     let positions = g.batch.saturating_mul(g.h_out).saturating_mul(g.w_out);
-    positions >= IMPLICIT_MIN_POSITIONS && g.c_out <= IMPLICIT_MAX_C_OUT
+    let least = if taps_outer(g) {
+        IMPLICIT_MIN_POSITIONS_TAPS
+    } else {
+        IMPLICIT_MIN_POSITIONS
+    };
+    positions >= least && g.c_out <= IMPLICIT_MAX_C_OUT
 }
 
 /// The forms [`conv_gemm`] may take beyond its plan's.
@@ -231,12 +239,20 @@ mod tests {
             "ResNet 3x3, batch 1"
         );
         assert!(
-            !implicit_gemm_pays(&geo(8, 64, (56, 56), 64)),
-            "ResNet 3x3, batch 8: tied, tiles kept"
+            implicit_gemm_pays(&geo(8, 64, (56, 56), 64)),
+            "ResNet 3x3, batch 8 (taps outer)"
         );
         assert!(
-            !implicit_gemm_pays(&geo(32, 128, (28, 28), 128)),
-            "ResNet stage 2, batch 32: the tiles won"
+            implicit_gemm_pays(&geo(32, 128, (28, 28), 128)),
+            "ResNet stage 2, batch 32 (taps outer)"
+        );
+        assert!(
+            !implicit_gemm_pays(&geo(32, 48, (28, 28), 128)),
+            "25088 positions, channels outer: the tiles"
+        );
+        assert!(
+            implicit_gemm_pays(&geo(84, 48, (28, 28), 128)),
+            "65856 positions, channels outer"
         );
         assert!(
             implicit_gemm_pays(&geo(24, 64, (56, 56), 128)),

@@ -1,8 +1,14 @@
-//! The implicit-GEMM convolution over typed buffers: `conv_igemm.hip`'s `conv_igemm_<T>` (f16,
-//! bf16; f32 accumulation on matrix units) computes a forward convolution (conv2d, and conv1d
-//! as h = 1) from the input as it lies, each block gathering its tiles of input patches into
+//! The implicit-GEMM convolution over typed buffers: `conv_igemm.hip`'s kernels (f16, bf16;
+//! f32 accumulation on matrix units) compute a forward convolution (conv2d, and conv1d as
+//! h = 1) from the input as it lies, each block gathering its tiles of input patches into
 //! shared memory, so no column matrix is written to or read back from memory (the im2col
 //! tiles of [`crate::launch::conv`] write and read 9 times the input for a 3x3).
+//!
+//! Which kernel ([`IgemmKernel`]): with a multiple of 32 input channels the GEMM's K runs taps
+//! outer (`conv_igemm_taps*`: a 32-wide step is one tap over 32 channels, gathered with a
+//! quarter of the work), over the kernel permuted to (c_out, k_h, k_w, c_in) by
+//! [`crate::launch::transpose`] into a buffer of its own. Any other shape takes
+//! `conv_igemm_<T>` (channels outer, the kernel as it lies).
 //!
 //! The kernel exists only in the code objects of targets with matrix units (MFMA on gfx90a and
 //! gfx94x, WMMA on gfx11 and gfx12, tensor cores on the HIP-on-CUDA harness): [`conv_igemm`]
@@ -19,12 +25,15 @@ use crate::device::RocmDevice;
 use crate::dtype::RocmDType;
 use crate::error::BackendError;
 use crate::launch::conv_plan::{patch, ConvGeometry};
+use crate::launch::transpose::transpose;
 use crate::layout::{checked_product, checked_view, invalid};
 
 /// Threads per block (`CI_THREADS`).
 const THREADS: u32 = 128;
 /// Output channels per block (`CI_BM`).
 const BLOCK_CHANNELS: usize = 64;
+/// Input channels a step of K takes (`CI_BK`): the taps-outer kernels need a multiple.
+const STEP: usize = 32;
 /// Output positions per block (`CI_BN`).
 const BLOCK_POSITIONS: usize = 128;
 /// CUDA's and HIP's limit on gridDim.y (the channel tiles).
@@ -67,13 +76,37 @@ const _: () = assert!(std::mem::size_of::<ConvIgemmArgs>() == 112);
 // here and in conv_igemm.hip), so its bytes are exactly the kernel's `ConvIgemmArgs` parameter.
 unsafe impl DeviceRepr for ConvIgemmArgs {}
 
-/// The kernel for `dtype`: f16 and bf16 only.
-pub(crate) fn igemm_name(dtype: DType) -> Option<&'static str> {
-    match dtype {
-        DType::F16 => Some("conv_igemm_f16"),
-        DType::BF16 => Some("conv_igemm_bf16"),
-        _ => None,
-    }
+/// One of `conv_igemm.hip`'s kernels: its name and the order of its K.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct IgemmKernel {
+    /// The kernel's name in the module.
+    pub(crate) name: &'static str,
+    /// K runs taps outer (`k = (ky, kx, ci)`): the kernel must be permuted to (c_out, k_h, k_w,
+    /// c_in) first; else channels outer, the kernel as it lies.
+    pub(crate) taps: bool,
+}
+
+/// Whether `g`'s input channels let K run taps outer (a multiple of a step's 32).
+pub(crate) fn taps_outer(g: &ConvGeometry) -> bool {
+    g.c_in % STEP == 0
+}
+
+/// The kernel for `dtype` and `g` (f16 and bf16 only): taps outer when `c_in` is a multiple of
+/// 32, else channels outer.
+pub(crate) fn igemm_kernel(dtype: DType, g: &ConvGeometry) -> Option<IgemmKernel> {
+    igemm_kernel_of(dtype, taps_outer(g))
+}
+
+/// The kernel of `dtype` in the order asked.
+fn igemm_kernel_of(dtype: DType, taps: bool) -> Option<IgemmKernel> {
+    let name = match (dtype, taps) {
+        (DType::F16, false) => "conv_igemm_f16",
+        (DType::BF16, false) => "conv_igemm_bf16",
+        (DType::F16, true) => "conv_igemm_taps_f16",
+        (DType::BF16, true) => "conv_igemm_taps_bf16",
+        _ => return None,
+    };
+    Some(IgemmKernel { name, taps })
 }
 
 /// The kernel's arguments for `g` over an input with strides `strides` (image, channel, row,
@@ -151,10 +184,10 @@ pub(crate) fn igemm_launch(a: &ConvIgemmArgs) -> LaunchConfig {
     }
 }
 
-/// Whether this device's code object has the implicit-GEMM kernel for `dtype`.
+/// Whether this device's code object has the implicit-GEMM kernels for `dtype`.
 pub fn has_igemm(dev: &RocmDevice, dtype: DType) -> Result<bool, BackendError> {
-    match igemm_name(dtype) {
-        Some(name) => Ok(dev.function_optional(Module::ConvIgemm, name)?.is_some()),
+    match igemm_kernel_of(dtype, false) {
+        Some(k) => Ok(dev.function_optional(Module::ConvIgemm, k.name)?.is_some()),
         None => Ok(false),
     }
 }
@@ -176,14 +209,14 @@ pub fn conv_igemm<T: RocmDType>(
             format_args!("input dims {:?} do not match {g:?}", x_l.dims()),
         ));
     }
-    let Some(name) = igemm_name(T::DTYPE) else {
+    let Some(kernel) = igemm_kernel(T::DTYPE, g) else {
         return Ok(None);
     };
     let st = x_l.stride();
     let Some(mut args) = igemm_args(g, [st[0], st[1], st[2], st[3]]) else {
         return Ok(None);
     };
-    let Some(f) = dev.function_optional(Module::ConvIgemm, name)? else {
+    let Some(f) = dev.function_optional(Module::ConvIgemm, kernel.name)? else {
         return Ok(None);
     };
     let out_el = checked_product(
@@ -192,10 +225,31 @@ pub fn conv_igemm<T: RocmDType>(
         &[g.batch, g.c_out, g.h_out * g.w_out],
     )?;
     let x = checked_view(OP, x, x_l)?;
+    let w_len = g.c_out * patch(g);
     let w_end = w_off
-        .checked_add(g.c_out * patch(g))
+        .checked_add(w_len)
         .ok_or_else(|| invalid(OP, "the kernel's offset overflows"))?;
-    let w = w.slice(w_off..w_end)?;
+    let taps = g.k_h * g.k_w;
+    // Taps outer: the kernel permuted to (c_out, k_h, k_w, c_in), a batch of c_out (c_in, taps)
+    // matrices transposed (a 1x1 kernel is its own permutation).
+    let permuted = if kernel.taps && taps > 1 {
+        let view = Layout::new(
+            (g.c_out, taps, g.c_in).into(),
+            vec![patch(g), 1, taps],
+            w_off,
+        );
+        let mut p = dev.alloc::<T>(w_len)?;
+        if !transpose(dev, w, &view, &mut p, 0)? {
+            return Ok(None);
+        }
+        Some(p)
+    } else {
+        None
+    };
+    let w = match &permuted {
+        Some(p) => p.slice(..)?,
+        None => w.slice(w_off..w_end)?,
+    };
     // 16-byte loads of the kernel's rows: every row (K elements) starts 16-byte aligned.
     args.w_vec = u32::from(args.k % 8 == 0 && w.device_ptr() as usize % 16 == 0);
     let out = dev.alloc::<T>(out_el)?;
@@ -207,16 +261,19 @@ pub fn conv_igemm<T: RocmDType>(
     let cfg = igemm_launch(&args);
     let mut l = dev.stream().launch_builder(&f);
     l.arg(&args).arg(&px).arg(&pw).arg(&po);
-    // SAFETY: conv_igemm_<T>(ConvIgemmArgs a, const T* x, const T* w, T* y) with T = T::DTYPE
-    // (the name). It reads x at b * s_b + c * s_c + iy * s_h + ix * s_w for b < batch,
-    // c < c_in, iy < h_in, ix < w_in only (positions outside the input are zeros, not reads):
-    // elements of `x_l` from its start, which `checked_view` proved lie inside the buffer; w at
-    // co * K + k for co < c_out, k < K = c_in k_h k_w: the slice of c_out * K elements (and
-    // 16-byte loads only when w_vec says every row is aligned and the 16 lie inside K); it
-    // writes y at (b * c_out + co) * P + p for p < P = h_out w_out: `out`, batch * c_out * P
-    // elements, new and aliasing neither input. Every field fits its type (`igemm_args`); the
-    // grid is `igemm_launch`'s (128-thread blocks, static shared memory only); all three
-    // buffers are ordered on the device's stream.
+    // SAFETY: conv_igemm[_taps]_<T>(ConvIgemmArgs a, const T* x, const T* w, T* y)
+    // with T = T::DTYPE (the name). It reads x at b * s_b + c * s_c + iy * s_h + ix * s_w for
+    // b < batch, c < c_in, iy < h_in, ix < w_in only (positions outside the input are zeros,
+    // not reads): elements of `x_l` from its start, which `checked_view` proved lie inside the
+    // buffer; w at co * K + k for co < c_out, k < K = c_in k_h k_w: the slice of c_out * K
+    // elements, or the permuted copy of that many (and 16-byte loads only when w_vec says every
+    // row is aligned and the 16 lie inside K); the taps-outer kernels only get c_in % 32 == 0
+    // (`igemm_kernel`). It writes y at (b * c_out + co) * P + p for p < P = h_out w_out: `out`,
+    // batch * c_out * P elements, new and aliasing neither input. Every field fits its type
+    // (`igemm_args`); the grid is `igemm_launch`'s (128-thread blocks, static shared memory
+    // only); all buffers, the permuted copy's transpose too, are ordered on the
+    // device's stream, which keeps `permuted` alive until the kernel has read it (the caching
+    // allocator reuses a freed buffer only for work queued after this launch).
     unsafe { l.launch(cfg)? };
     Ok(Some(out))
 }
@@ -281,12 +338,17 @@ mod tests {
         assert_eq!(igemm_args(&g, s), None);
     }
 
+    /// Half types only; taps outer for a multiple of 32 input channels, channels outer
+    /// otherwise.
     #[test]
-    fn only_half_types_have_a_kernel() {
-        assert_eq!(igemm_name(DType::F16), Some("conv_igemm_f16"));
-        assert_eq!(igemm_name(DType::BF16), Some("conv_igemm_bf16"));
+    fn the_kernel_follows_dtype_and_channels() {
+        let name = |d, c_in| igemm_kernel(d, &geo(1, c_in, 8, 64, 3)).map(|k| (k.name, k.taps));
+        assert_eq!(name(DType::F16, 3), Some(("conv_igemm_f16", false)));
+        assert_eq!(name(DType::BF16, 48), Some(("conv_igemm_bf16", false)));
+        assert_eq!(name(DType::F16, 64), Some(("conv_igemm_taps_f16", true)));
+        assert_eq!(name(DType::BF16, 512), Some(("conv_igemm_taps_bf16", true)));
         for d in [DType::F32, DType::F64, DType::U8] {
-            assert_eq!(igemm_name(d), None);
+            assert_eq!(name(d, 64), None);
         }
     }
 
@@ -302,8 +364,12 @@ mod tests {
             &format!("{:?}", ConvIgemmArgs::default()),
         );
         assert_eq!(rust_fields.len(), 24);
-        for (t, tn) in [("__half", "f16"), ("__nv_bfloat16", "bf16")] {
-            assert!(src.contains(&format!("CI_KERNEL({t}, {tn})")));
+        for (t, d) in [("__half", DType::F16), ("__nv_bfloat16", DType::BF16)] {
+            for taps in [false, true] {
+                let k = igemm_kernel_of(d, taps).unwrap();
+                let line = format!("CI_KERNEL({t}, {}, {taps})", k.name);
+                assert!(src.contains(&line), "{line}");
+            }
         }
         for (n, v) in [
             ("CI_THREADS", THREADS as usize),

@@ -12,7 +12,7 @@
 //! 2 ulp of 2^-7 at 1) relative to 1 + |want|.
 //!
 //! Shapes: ResNet-like 3x3 at batch 1 and 4, channels that are not multiples of 16 or 32 (3,
-//! 5, 7, 19, 70), K shorter than the kernel's 32-wide step (3 channels x 3x3 = 27) and over
+//! 5, 7, 19, 70) and multiples of 32 (the taps-outer kernels, over the permuted kernel), K shorter than the kernel's 32-wide step (3 channels x 3x3 = 27) and over
 //! many steps (64 x 9), c_out over one 64-channel tile, positions over several 128-position
 //! tiles with a partial last one, tiny images (1x1 and 2x2 under a padded 3x3), strides 2 and
 //! 3, padding 0-3, dilation 2 and 3, rectangular kernels, a strided 1x1, conv1d (h = 1) like
@@ -45,7 +45,7 @@ type Case = (
     (usize, usize),
 );
 
-const CASES: [Case; 16] = [
+const CASES: [Case; 20] = [
     (
         "3x3 pad 1 b1",
         (1, 16, 32),
@@ -188,6 +188,42 @@ const CASES: [Case; 16] = [
         (1, 3),
         (0, 1),
         (1, 2),
+        (1, 1),
+    ),
+    (
+        "taps outer: c_in 64, c_out 130, stride 2",
+        (1, 64, 130),
+        (11, 9),
+        (3, 3),
+        (1, 1),
+        (2, 2),
+        (1, 1),
+    ),
+    (
+        "taps outer: 2x3 dilated",
+        (2, 32, 17),
+        (8, 9),
+        (2, 3),
+        (2, 1),
+        (1, 1),
+        (2, 2),
+    ),
+    (
+        "taps outer: conv1d k3",
+        (2, 32, 24),
+        (1, 150),
+        (1, 3),
+        (0, 1),
+        (1, 1),
+        (1, 1),
+    ),
+    (
+        "taps outer: 1x1 stride 2",
+        (3, 64, 8),
+        (9, 7),
+        (1, 1),
+        (0, 0),
+        (2, 2),
         (1, 1),
     ),
 ];

@@ -1,4 +1,6 @@
-// Runs kernels/hip/conv_igemm.hip (conv_igemm_f16, conv_igemm_bf16) on the host through emu.h
+// Runs kernels/hip/conv_igemm.hip (conv_igemm_<T>, and the taps-outer conv_igemm_taps_<T> over a
+// kernel permuted as candle-rocm permutes it, on the cases with a multiple of 32 input
+// channels; T f16, bf16) on the host through emu.h
 // and checks every output element against a double-precision host convolution written from the
 // definition (input position = output position * stride + tap * dilation - padding, zero
 // outside the input), on the matrix-unit family the build emulates: the CUDA path (mma.sync
@@ -42,10 +44,15 @@ struct Geo {
     uint32_t out_w() const { return (w + 2 * pw - dw * (kw - 1) - 1) / sw + 1; }
 };
 
+// The kernels' K orders and block widths.
+enum Kind { CHANNELS, TAPS };
+static const char *const KIND_NAME[] = {"channels outer", "taps outer"};
+
 template <typename T>
-static void run(DT dt, void (*kernel)(ConvIgemmArgs, const T *, const T *, T *), const Geo &g, bool w_skew) {
+static void run(DT dt, void (*kernel)(ConvIgemmArgs, const T *, const T *, T *), const Geo &g, bool w_skew,
+                Kind kind = CHANNELS) {
     C.ctx = std::string(g.what) + " " + dt_name(dt) + " layout " + std::to_string(g.layout) +
-            (w_skew ? " w misaligned" : "");
+            (w_skew ? " w misaligned " : " ") + KIND_NAME[kind];
     std::mt19937_64 rng(g.b * 7919 + g.c * 104729 + g.co * 31 + g.h * 17 + g.layout + (w_skew ? 3 : 0));
     auto small = [&] { return ((double)(rng() % 17) - 8.0) / 8.0; };
     const uint64_t hw = (uint64_t)g.h * g.w;
@@ -62,7 +69,12 @@ static void run(DT dt, void (*kernel)(ConvIgemmArgs, const T *, const T *, T *),
     for (auto &v : w) v = small();
     Buf xb(len, 2), wb(w.size(), 2, w_skew ? 1 : 0), yb((size_t)N * g.co, 2);
     for (size_t i = 0; i < len; i++) store(dt, xb.p, i, x[i]);
-    for (size_t i = 0; i < w.size(); i++) store(dt, wb.p, i, w[i]);
+    // Taps outer: the kernel as (co, ky, kx, ci), as candle-rocm's transpose writes it.
+    const uint32_t taps = g.kh * g.kw;
+    for (size_t i = 0; i < w.size(); i++) {
+        const size_t co = i / K, ci = i % K / taps, r = i % taps;
+        store(dt, wb.p, kind == CHANNELS ? i : co * K + r * g.c + ci, w[i]);
+    }
 
     ConvIgemmArgs a;
     memset(&a, 0, sizeof a);
@@ -127,6 +139,14 @@ static const Geo CASES[] = {
     {"channel slice", 2, 7, 9, 8, 9, 3, 3, 2, 2, 1, 1, 1, 1, 1},
     {"channels last", 2, 8, 7, 9, 10, 3, 3, 1, 1, 1, 1, 1, 1, 2},
     {"start offset 5", 2, 8, 7, 9, 10, 3, 3, 1, 1, 1, 1, 1, 1, 3},
+    // Multiples of 32 input channels (also run taps outer), with CASES[1].
+    {"c_in 32, 3x3", 2, 32, 6, 7, 20, 3, 3, 1, 1, 1, 1, 1, 1, 0},
+    {"c_in 64, c_out 130 (three channel tiles), stride 2", 1, 64, 9, 11, 130, 3, 3, 2, 2, 1, 1, 1, 1, 0},
+    {"c_in 32, 2x3 kernel dilated, padding 2 / 1", 1, 32, 8, 9, 17, 2, 3, 1, 1, 2, 1, 2, 2, 0},
+    {"c_in 32, channels last", 2, 32, 5, 6, 12, 3, 3, 1, 1, 1, 1, 1, 1, 2},
+    {"c_in 32, channel slice", 1, 32, 5, 7, 9, 3, 3, 1, 1, 1, 1, 1, 1, 1},
+    {"c_in 32, conv1d k3, 300 positions", 2, 32, 1, 150, 24, 1, 3, 1, 1, 0, 1, 1, 1, 0},
+    {"c_in 64, 1x1, c_out 140, start offset 5", 2, 64, 5, 5, 140, 1, 1, 1, 1, 0, 0, 1, 1, 3},
 };
 
 int main() {
@@ -134,9 +154,15 @@ int main() {
         run<__half>(F16, conv_igemm_f16, g, false);
         run<__nv_bfloat16>(BF16, conv_igemm_bf16, g, false);
     }
+    for (const Geo &g : CASES) {
+        if (g.c % 32 != 0) continue;
+        run<__half>(F16, conv_igemm_taps_f16, g, false, TAPS);
+        run<__nv_bfloat16>(BF16, conv_igemm_taps_bf16, g, false, TAPS);
+    }
     // The kernel's element loads where its 16-byte loads would otherwise run.
     run<__half>(F16, conv_igemm_f16, CASES[1], true);
     run<__nv_bfloat16>(BF16, conv_igemm_bf16, CASES[0], true);
+    run<__nv_bfloat16>(BF16, conv_igemm_taps_bf16, CASES[1], true, TAPS);
     printf("conv_igemm: %ld launches, %ld checks, bad=%ld\n", launches, C.checks, C.bad);
     return C.bad != 0;
 }
