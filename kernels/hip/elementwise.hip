@@ -37,7 +37,9 @@
 // precomputed magic-number division (EwDims, innermost dim first); with `vec` set, the host
 // promises dims[0] % VEC == 0 and, per operand, stride[0] == 0 (one value broadcast over the
 // pack) or stride[0] == 1 with every stride a multiple of VEC, so whole packs are loaded once
-// the base pointers are 16-byte aligned (checked here): row and column broadcasts.
+// the base pointers are 16-byte aligned (checked here): row and column broadcasts. The binary
+// ops also take `vec` 2: the same promise for packs of 8 bytes (VEC / 2 elements, 8-byte
+// aligned bases), for an innermost dim that 16-byte packs do not divide.
 //
 // Plain CUDA syntax, so the same file builds for AMD (clang, kernels/include headers) and for the
 // HIP-on-CUDA harness (nvcc with CUDA's own headers).

@@ -44,6 +44,31 @@ fn elementwise_kernels_match_references_on_cpu() {
     build_and_run("elementwise_test.cpp", "elementwise", &[]);
 }
 
+/// The elementwise driver catches 16-byte packs taken where the host planned 8-byte ones (a
+/// pack would cross a row of a per-channel operand).
+#[test]
+fn elementwise_driver_catches_whole_packs_for_half_ones() {
+    let (tag, what) = ("ew-0", "16-byte packs on an 8-byte plan");
+    let tmp = mutant_tree(
+        tag,
+        "elementwise.hip",
+        &["elementwise"],
+        "elementwise/engines.h",
+        "map2_packs<S, (VEC >= 4 ? VEC / 2 : 1)>",
+        "map2_packs<S, VEC>",
+        what,
+    );
+    assert_caught(
+        tag,
+        &tmp,
+        "elementwise.hip",
+        "EW_SOURCE",
+        "elementwise_test.cpp",
+        &[],
+        what,
+    );
+}
+
 #[test]
 fn rows_kernels_match_references_on_cpu_cuda_path() {
     build_and_run("rows_test.cpp", "rows-cuda", &[]);

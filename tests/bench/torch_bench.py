@@ -91,6 +91,10 @@ def memory_bound(b, dtype):
     b.bw("mul", shape, dt, 3 * n * s, lambda: x * y)
     b.bw("broadcast_add_row", shape, dt, 2 * n * s + c * s, lambda: x + row)
     b.bw("broadcast_add_col", shape, dt, 2 * n * s + r * s, lambda: x + col)
+    # A per-channel operand over 14x14 planes (ResNet's batch norm at stage 3), NCHW.
+    nc = n // (256 * 196)
+    xc, ch = randn(nc, 256, 14, 14, dtype=dtype), randn(1, 256, 1, 1, dtype=dtype)
+    b.bw("broadcast_mul_channel", f"{nc}x256x14x14", dt, 2 * nc * 256 * 196 * s + 256 * s, lambda: xc * ch)
     m = x >= 0
     b.bw("where_cond", shape, dt, n + 3 * n * s, lambda: torch.where(m, x, y))
     out = r * s

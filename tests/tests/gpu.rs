@@ -11,6 +11,8 @@
 // A crate root looks for `mod x;` beside itself; the modules live in `gpu/`.
 #[path = "gpu/autograd.rs"]
 mod autograd;
+#[path = "gpu/broadcast.rs"]
+mod broadcast;
 #[path = "gpu/conv.rs"]
 mod conv;
 #[path = "gpu/conv_models.rs"]

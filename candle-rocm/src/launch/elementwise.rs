@@ -29,7 +29,7 @@ use rocm_safe::{DeviceBuffer, DevicePtrArg, LaunchConfig};
 use crate::device::RocmDevice;
 use crate::dtype::RocmDType;
 use crate::error::BackendError;
-use crate::launch::strides::{plan, Plan};
+use crate::launch::strides::{half_packs, plan, Plan};
 use crate::layout::{checked_view, invalid};
 
 /// Threads per block (`EW_BLOCK`, the kernels' launch bound).
@@ -349,8 +349,11 @@ pub fn binary<T: RocmDType>(
     if n == 0 {
         return Ok(Some(dev.alloc::<T>(0)?));
     }
-    let vec = pack_elems::<T, T>();
-    let plan = plan::<2>(lhs_l.dims(), [lhs_l.stride(), rhs_l.stride()], vec);
+    let (plan, vec) = half_packs(
+        lhs_l.dims(),
+        [lhs_l.stride(), rhs_l.stride()],
+        pack_elems::<T, T>(),
+    );
     if plan == Plan::Fallback {
         return Ok(None);
     }
@@ -373,9 +376,10 @@ pub fn binary<T: RocmDType>(
     l.arg(&pa).arg(&pb).arg(&pout);
     // SAFETY: elementwise.hip's binary kernels take (size_t n, [EwStrided2 s,] const T* lhs,
     // const T* rhs, T* out); `Strided<2>` is `EwStrided2` field for field; the plan was built
-    // from these layouts (same dims; n and every offset fit u32) and both layouts were checked
-    // to lie inside their buffers; `out` is a fresh buffer of n elements; everything is
-    // ordered on the device's stream.
+    // from these layouts (same dims; n and every offset fit u32; whole or half packs only
+    // where `half_packs` proved the innermost dim and every stride multiples of the pack, so a
+    // pack never crosses a row) and both layouts were checked to lie inside their buffers;
+    // `out` is a fresh buffer of n elements; everything is ordered on the device's stream.
     unsafe { l.launch(cfg)? };
     Ok(Some(out))
 }

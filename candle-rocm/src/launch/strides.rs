@@ -25,7 +25,8 @@ pub fn magic_divisor(d: u32) -> Option<(u32, u32)> {
 pub struct Dims {
     /// Dims in use (1..=MAX_RANK).
     pub rank: u32,
-    /// 1 when packs may be loaded whole (see the module documentation).
+    /// 1 when packs may be loaded whole (see the module documentation); for the binary
+    /// kernels also 2: packs of half that many elements ([`half_packs`]).
     pub vec: u32,
     /// Sizes, innermost first; unused entries are 1.
     pub dims: [u32; MAX_RANK],
@@ -151,6 +152,25 @@ pub fn plan<const N: usize>(dims: &[usize], strides: [&[usize]; N], vec: usize) 
     Plan::Strided(out)
 }
 
+/// The binary kernels' plan when whole packs of `vec` elements do not fit: packs of `vec / 2`
+/// (8 bytes of elements of at most 4 bytes), marked `vec` 2, when those fit; else `plan`'s.
+/// With the elements the plan's packs hold. A per-channel operand over 14x14 or 28x28 planes
+/// of f16 (ResNet's batch norm) gets 4-element packs instead of one element a thread.
+pub fn half_packs(dims: &[usize], strides: [&[usize]; 2], vec: usize) -> (Plan<2>, usize) {
+    let whole = plan::<2>(dims, strides, vec);
+    if let Plan::Strided(s) = &whole {
+        if s.dims.vec == 0 && vec >= 4 {
+            if let Plan::Strided(mut h) = plan::<2>(dims, strides, vec / 2) {
+                if h.dims.vec == 1 {
+                    h.dims.vec = 2;
+                    return (Plan::Strided(h), vec / 2);
+                }
+            }
+        }
+    }
+    (whole, vec)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,6 +271,28 @@ mod tests {
         assert_eq!(&w.strides[0][..2], &[1, 0]);
         assert_eq!(&w.strides[1][..2], &[1, 32]);
         assert_eq!(&w.strides[2][..2], &[0, 0]);
+    }
+
+    #[test]
+    fn binary_plans_take_half_packs_where_whole_ones_do_not_fit() {
+        // ResNet's batch norm in f16 over 14x14 planes: (32, 256, 196) by (1, 256, 1); 196 is
+        // a multiple of 4, not of 8.
+        let (p, v) = half_packs(&[32, 256, 196], [&[50176, 196, 1], &[0, 1, 0]], 8);
+        assert_eq!((strided(p).dims.vec, v), (2, 4));
+        // 28x28 (784 = 98 x 8): whole packs.
+        let (p, v) = half_packs(&[32, 128, 784], [&[100352, 784, 1], &[0, 1, 0]], 8);
+        assert_eq!((strided(p).dims.vec, v), (1, 8));
+        // 7x7: neither.
+        let (p, v) = half_packs(&[32, 512, 49], [&[25088, 49, 1], &[0, 1, 0]], 8);
+        assert_eq!((strided(p).dims.vec, v), (0, 8));
+        // f32 (packs of 4): 14 columns take packs of 2.
+        let (p, v) = half_packs(&[3, 14], [&[14, 1], &[1, 0]], 4);
+        assert_eq!((strided(p).dims.vec, v), (2, 2));
+        // 8-byte elements (packs of 2) have no half packs.
+        let (p, v) = half_packs(&[3, 7], [&[7, 1], &[1, 0]], 2);
+        assert_eq!((strided(p).dims.vec, v), (0, 2));
+        // Contiguous stays contiguous.
+        assert_eq!(half_packs(&[4, 6], [&[6, 1], &[6, 1]], 8), (Plan::Contiguous, 8));
     }
 
     #[test]

@@ -83,6 +83,26 @@ template <typename T, int N> struct alignas(16) Pack {
     T v[N];
 };
 __device__ __forceinline__ bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+__device__ __forceinline__ bool aligned8(const void *p) { return ((uintptr_t)p & 7u) == 0; }
+// A pack of N elements aligned to its size, at most 16 (the packs of a 16-byte-aligned base).
+template <typename T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) SPack {
+    T v[N];
+};
+
+// Loads pack p of a strided operand at offset o: the whole pack, or (stride 0 along dim 0)
+// one value repeated.
+template <typename S, int VEC>
+__device__ __forceinline__ SPack<S, VEC> load_pack(const S *__restrict__ base, uint32_t o, bool bcast) {
+    SPack<S, VEC> r;
+    if (bcast) {
+        S x = base[o];
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) r.v[j] = x;
+    } else {
+        r = *reinterpret_cast<const SPack<S, VEC> *>(base + o);
+    }
+    return r;
+}
 
 template <int A, int B> struct MinI { static constexpr int value = A < B ? A : B; };
 // Elements per pack: 16 bytes of the smaller of the two types.
@@ -237,7 +257,46 @@ __device__ __forceinline__ void map2_contig(size_t n, const S *__restrict__ lhs,
     }
 }
 
-// Two strided inputs (broadcasting gives an operand stride 0).
+// The packed walk of map2_strided: whole packs of VEC elements (16 or 8 bytes; the host set
+// `vec` 1 or 2 for them: dims[0] % VEC == 0 and each operand's stride[0] 0 or 1 with every
+// stride a multiple of VEC), an operand with stride 0 along dim 0 loaded as one value repeated.
+template <typename S, int VEC, typename F>
+__device__ __forceinline__ void map2_packs(size_t n, const EwStrided2 &s, const S *__restrict__ lhs,
+                                           const S *__restrict__ rhs, S *__restrict__ out, F f) {
+    typedef SPack<S, VEC> P;
+    const size_t bd = blockDim.x;
+    const size_t t = threadIdx.x;
+    const size_t npack = n / VEC;
+    const bool bl = s.s0[0] == 0, br = s.s1[0] == 0;
+    P *pout = reinterpret_cast<P *>(out);
+    for (size_t base = (size_t)blockIdx.x * bd * EW_UNROLL; base < npack; base += (size_t)gridDim.x * bd * EW_UNROLL) {
+        P a[EW_UNROLL], b[EW_UNROLL];
+#pragma unroll
+        for (int u = 0; u < EW_UNROLL; ++u) {
+            size_t p = base + u * bd + t;
+            if (p < npack) {
+                uint32_t oa, ob;
+                offset2((uint32_t)(p * VEC), s.d, s.s0, s.s1, oa, ob);
+                a[u] = load_pack<S, VEC>(lhs, oa, bl);
+                b[u] = load_pack<S, VEC>(rhs, ob, br);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < EW_UNROLL; ++u) {
+            size_t p = base + u * bd + t;
+            if (p < npack) {
+                P r;
+#pragma unroll
+                for (int j = 0; j < VEC; ++j) r.v[j] = f(a[u].v[j], b[u].v[j]);
+                pout[p] = r;
+            }
+        }
+    }
+}
+
+// Two strided inputs (broadcasting gives an operand stride 0): 16-byte packs (`vec` 1), 8-byte
+// packs (`vec` 2: an innermost dim that is a multiple of 8 bytes but not of 16, such as a
+// per-channel operand over 14x14 or 28x28 f16 planes), else element by element.
 template <typename S, typename F>
 __device__ __forceinline__ void map2_strided(size_t n_, const EwStrided2 &s, const S *__restrict__ lhs,
                                              const S *__restrict__ rhs, S *__restrict__ out, F f) {
@@ -245,46 +304,12 @@ __device__ __forceinline__ void map2_strided(size_t n_, const EwStrided2 &s, con
     const size_t n = n_;
     const size_t bd = blockDim.x;
     const size_t t = threadIdx.x;
-    if (s.d.vec && aligned16(lhs) && aligned16(rhs) && aligned16(out)) {
-        typedef Pack<S, VEC> P;
-        const size_t npack = n / VEC;
-        const bool bl = s.s0[0] == 0, br = s.s1[0] == 0;
-        P *pout = reinterpret_cast<P *>(out);
-        for (size_t base = (size_t)blockIdx.x * bd * EW_UNROLL; base < npack; base += (size_t)gridDim.x * bd * EW_UNROLL) {
-            P a[EW_UNROLL], b[EW_UNROLL];
-#pragma unroll
-            for (int u = 0; u < EW_UNROLL; ++u) {
-                size_t p = base + u * bd + t;
-                if (p < npack) {
-                    uint32_t oa, ob;
-                    offset2((uint32_t)(p * VEC), s.d, s.s0, s.s1, oa, ob);
-                    if (bl) {
-                        S x = lhs[oa];
-#pragma unroll
-                        for (int j = 0; j < VEC; ++j) a[u].v[j] = x;
-                    } else {
-                        a[u] = *reinterpret_cast<const P *>(lhs + oa);
-                    }
-                    if (br) {
-                        S y = rhs[ob];
-#pragma unroll
-                        for (int j = 0; j < VEC; ++j) b[u].v[j] = y;
-                    } else {
-                        b[u] = *reinterpret_cast<const P *>(rhs + ob);
-                    }
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < EW_UNROLL; ++u) {
-                size_t p = base + u * bd + t;
-                if (p < npack) {
-                    P r;
-#pragma unroll
-                    for (int j = 0; j < VEC; ++j) r.v[j] = f(a[u].v[j], b[u].v[j]);
-                    pout[p] = r;
-                }
-            }
-        }
+    if (s.d.vec == 1 && aligned16(lhs) && aligned16(rhs) && aligned16(out)) {
+        map2_packs<S, VEC>(n, s, lhs, rhs, out, f);
+        return;
+    }
+    if (VEC >= 4 && s.d.vec == 2 && aligned8(lhs) && aligned8(rhs) && aligned8(out)) {
+        map2_packs<S, (VEC >= 4 ? VEC / 2 : 1)>(n, s, lhs, rhs, out, f);
         return;
     }
     const size_t tile = bd * EW_UNROLL * VEC;
@@ -310,10 +335,6 @@ template <typename C, typename T> struct SelVec {
     static constexpr int small = MinI<(int)sizeof(C), (int)sizeof(T)>::value;
     static constexpr int large = (int)(sizeof(C) + sizeof(T)) - small;
     static constexpr int value = MinI<16 / small, 64 / large>::value;
-};
-// A pack of N elements aligned to its size, at most 16 (the packs of a 16-byte-aligned base).
-template <typename T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) SPack {
-    T v[N];
 };
 
 template <typename C, typename T>
@@ -365,21 +386,6 @@ __device__ __forceinline__ void select_contig(size_t n, const C *__restrict__ co
             if (i < n) out[i] = cond[i] != 0 ? a[i] : b[i];
         }
     }
-}
-
-// Loads pack p of a strided operand at offset o: the whole pack, or (stride 0 along dim 0)
-// one value repeated.
-template <typename S, int VEC>
-__device__ __forceinline__ SPack<S, VEC> load_pack(const S *__restrict__ base, uint32_t o, bool bcast) {
-    SPack<S, VEC> r;
-    if (bcast) {
-        S x = base[o];
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) r.v[j] = x;
-    } else {
-        r = *reinterpret_cast<const SPack<S, VEC> *>(base + o);
-    }
-    return r;
 }
 
 // Select with three strided operands (a broadcast condition is the common case). With `vec`

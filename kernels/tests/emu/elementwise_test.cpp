@@ -222,6 +222,7 @@ static double gen(DT d, double lo, double hi, bool specials) {
 struct Ctx {
     Counter c;
     long launches = 0;
+    long half_packs = 0; // binary launches on 8-byte packs (candle-rocm's half_packs)
 } G;
 
 // ---- unary ops ---------------------------------------------------------------------------------
@@ -594,6 +595,11 @@ static std::vector<BinCase> bin_cases() {
     cs.push_back({{32, 48}, {1, 32}, {1, 0}});       // transposed lhs, column broadcast rhs
     cs.push_back({{2, 3, 4, 5}, {60, 20, 5, 1}, {0, 1, 0, 4}}); // mixed broadcast
     cs.push_back({{64, 80}, {96, 1}, {0, 1}});       // narrowed lhs rows (packs), row broadcast
+    cs.push_back({{3, 5, 12}, {}, {0, 1, 0}});       // per-channel operand, 12 columns: half packs
+    cs.push_back({{2, 3, 4, 6}, {}, {0, 1, 0, 0}});  // per-channel over 4x6 planes (merged: 24)
+    cs.push_back({{3, 4, 20}, {0, 1, 0}, {}});       // lhs per-channel, 20 columns
+    cs.push_back({{3, 5, 12}, {}, {0, 1, 0}, 4, 1}); // lhs offset of 4 elements (8 bytes for f16)
+    cs.push_back({{3, 5, 12}, {}, {0, 1, 0}, 1, 0}); // misaligned lhs: elements
     return cs;
 }
 static Layout bin_layout(const std::vector<size_t> &dims, const std::vector<size_t> &s, size_t start) {
@@ -616,6 +622,16 @@ template <typename S> static bool launch_bin(const char *name, K2 k, const Layou
     if (p.kind == FALLBACK) {
         G.c.fail("%s: unexpected fallback plan", name);
         return false;
+    }
+    // candle-rocm's half_packs: 8-byte packs (vec word 2) where 16-byte ones do not fit.
+    if (p.kind == STRIDED && p.w[1] == 0 && vec >= 4) {
+        Plan h = plan(a.dims, {a.strides, b.strides}, vec / 2);
+        if (h.kind == STRIDED && h.w[1] == 1) {
+            h.w[1] = 2;
+            p = h;
+            vec /= 2;
+            G.half_packs++;
+        }
     }
     const S *l = (const S *)pa + a.start, *r = (const S *)pb + b.start;
     dim3 grid = launch_config(n, vec), block((unsigned)BLOCK);
@@ -954,6 +970,8 @@ int main(int argc, char **argv) {
             for (K2 k : w) covered(k);
     }
     printf("elementwise: %zu kernels of the tables ran\n", kernels);
-    printf("elementwise: %ld launches, %ld checks, bad=%ld\n", G.launches, G.c.checks, G.c.bad);
+    if (G.half_packs == 0) G.c.fail("no binary launch took 8-byte packs");
+    printf("elementwise: %ld launches (%ld on 8-byte packs), %ld checks, bad=%ld\n", G.launches, G.half_packs,
+           G.c.checks, G.c.bad);
     return G.c.bad != 0;
 }

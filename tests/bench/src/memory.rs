@@ -33,6 +33,18 @@ pub(crate) fn memory_bound(b: &Bench, dtype: DType) -> Result<()> {
     b.bw("broadcast_add_col", &shape, dt, bytes, || {
         Ok(x.broadcast_add(&col)?)
     })?;
+    // A per-channel operand over 14x14 planes (ResNet's batch norm at stage 3), NCHW.
+    let nc = n / (256 * 196);
+    let xc = Tensor::randn(0f32, 1.0, (nc, 256, 14, 14), dev)?.to_dtype(dtype)?;
+    let ch = Tensor::randn(0f32, 1.0, (1, 256, 1, 1), dev)?.to_dtype(dtype)?;
+    let bytes = 2 * nc * 256 * 196 * s + 256 * s;
+    b.bw(
+        "broadcast_mul_channel",
+        &format!("{nc}x256x14x14"),
+        dt,
+        bytes,
+        || Ok(xc.broadcast_mul(&ch)?),
+    )?;
     if b.wanted("bw", "where_cond") {
         let m = x.ge(0.0)?;
         b.bw("where_cond", &shape, dt, n + 3 * n * s, || {
