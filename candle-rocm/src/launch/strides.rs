@@ -292,7 +292,10 @@ mod tests {
         let (p, v) = half_packs(&[3, 7], [&[7, 1], &[1, 0]], 2);
         assert_eq!((strided(p).dims.vec, v), (0, 2));
         // Contiguous stays contiguous.
-        assert_eq!(half_packs(&[4, 6], [&[6, 1], &[6, 1]], 8), (Plan::Contiguous, 8));
+        assert_eq!(
+            half_packs(&[4, 6], [&[6, 1], &[6, 1]], 8),
+            (Plan::Contiguous, 8)
+        );
     }
 
     #[test]
