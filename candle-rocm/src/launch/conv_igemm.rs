@@ -4,7 +4,7 @@
 //! shared memory, so no column matrix is written to or read back from memory (the im2col
 //! tiles of [`crate::launch::conv`] write and read 9 times the input for a 3x3).
 //!
-//! Which kernel ([`IgemmKernel`]): with a multiple of 32 input channels the GEMM's K runs taps
+//! Which kernel (`IgemmKernel`): with a multiple of 32 input channels the GEMM's K runs taps
 //! outer (`conv_igemm_taps*`: a 32-wide step is one tap over 32 channels, gathered with a
 //! quarter of the work), over the kernel permuted to (c_out, k_h, k_w, c_in) by
 //! [`crate::launch::transpose`] into a buffer of its own. Any other shape takes
