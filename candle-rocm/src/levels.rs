@@ -22,6 +22,7 @@ const LEVELS: &[(&str, u32)] = &[
     ("dispatch", 50),
     ("launch", 60),
     ("launch::attention", 61),
+    ("launch::batch_norm", 63),
     ("launch::candle", 61),
     ("launch::collective", 61),
     ("launch::conv_plan", 61),

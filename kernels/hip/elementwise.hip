@@ -19,6 +19,8 @@
 //   <op>_<dt>(size_t n, const T *lhs, const T *rhs, T *out)            contiguous binary
 //   <op>_<dt>_strided(size_t n, EwStrided2 s, const T *lhs, const T *rhs, T *out)
 //     <op> in badd bsub bmul bdiv bmaximum bminimum
+//   bnorm_<dt>(EwBnArgs a, C eps, const T *x, const T *p, T *y)   batch norm, running statistics
+//     (f32, f16, bf16, f64; see the kernel)
 //   cast_<s>_<d>[_strided](size_t n, [EwStrided1 s,] const S *inp, D *out)
 //   where_<c>_<dt>(size_t n, const C *cond, const T *t, const T *f, T *out)   contiguous select
 //   where_<c>_<dt>_strided(size_t n, EwStrided3 s, const C *cond, const T *t, const T *f, T *out)
@@ -196,3 +198,68 @@ WHERE_ALL_T(uint32_t, u32)
 WHERE_ALL_T(uint16_t, i16)
 WHERE_ALL_T(uint32_t, i32)
 WHERE_ALL_T(uint64_t, i64)
+
+// Batch normalisation with running statistics (candle-nn's `BatchNorm` in eval mode, the fused
+// op `BatchNormEval`): x contiguous, `c` channels of `inner` elements each, repeated over the
+// outer dims; p the (4, c) stack of mean, var, weight and bias (same dtype); y = (x - mean) /
+// sqrt(var + eps) * weight + bias computed in D::C (f32 for f16/bf16), rounded once. Element
+// i's channel is (i / inner) % c (magic-number divisions, i < 2^32). With `vec`, inner is a
+// multiple of the pack and x, y are 16-byte aligned (checked here): whole packs, one channel a
+// pack; else element by element. One launch and one pass over x instead of the four
+// whole-tensor broadcast ops of candle-nn's eval path.
+struct EwBnArgs {
+    uint32_t n, inner, inner_magic, inner_shift;
+    uint32_t c, c_magic, c_shift, vec;
+};
+
+template <typename D> struct BnCoef {
+    typename D::C mean, std, w, b;
+    __device__ __forceinline__ typename D::S apply(typename D::S x) const {
+        return D::store((D::load(x) - mean) / std * w + b);
+    }
+};
+
+template <typename D>
+__device__ __forceinline__ BnCoef<D> bn_coef(const EwBnArgs &a, typename D::C eps, const typename D::S *__restrict__ p,
+                                            uint32_t i) {
+    const uint32_t r = fast_div(i, a.inner_magic, a.inner_shift);
+    const uint32_t ch = r - fast_div(r, a.c_magic, a.c_shift) * a.c;
+    BnCoef<D> k;
+    k.mean = D::load(p[ch]);
+    k.std = m_sqrt(D::load(p[a.c + ch]) + eps);
+    k.w = D::load(p[2 * a.c + ch]);
+    k.b = D::load(p[3 * a.c + ch]);
+    return k;
+}
+
+template <typename D>
+__device__ __forceinline__ void bnorm(const EwBnArgs &a, typename D::C eps, const typename D::S *__restrict__ x,
+                                      const typename D::S *__restrict__ p, typename D::S *__restrict__ y) {
+    typedef typename D::S S;
+    constexpr int VEC = 16 / (int)sizeof(S);
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (a.vec && aligned16(x) && aligned16(y)) {
+        typedef Pack<S, VEC> P;
+        const size_t npack = a.n / VEC;
+        for (size_t q = first; q < npack; q += stride) {
+            const BnCoef<D> k = bn_coef<D>(a, eps, p, (uint32_t)(q * VEC));
+            const P v = reinterpret_cast<const P *>(x)[q];
+            P r;
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) r.v[j] = k.apply(v.v[j]);
+            reinterpret_cast<P *>(y)[q] = r;
+        }
+        return;
+    }
+    for (size_t i = first; i < a.n; i += stride) y[i] = bn_coef<D>(a, eps, p, (uint32_t)i).apply(x[i]);
+}
+
+#define BNORM(D, DN)                                                                              \
+    EW_KERNEL bnorm_##DN(const EwBnArgs a, const D::C eps, const D::S *x, const D::S *p, D::S *y) { \
+        bnorm<D>(a, eps, x, p, y);                                                                \
+    }
+BNORM(DF32, f32)
+BNORM(DF16, f16)
+BNORM(DBF16, bf16)
+BNORM(DF64, f64)

@@ -7,6 +7,7 @@ use candle_core::{DType, WithDType};
 use candle_rocm_kernels::Module;
 
 pub mod attention;
+pub mod batch_norm;
 pub mod candle;
 pub mod collective;
 pub mod conv;

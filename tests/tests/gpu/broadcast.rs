@@ -1,10 +1,10 @@
-//! Per-channel broadcasts (a `(1, C, 1, 1)` operand over NCHW, as candle-nn's batch norm in eval
-//! mode applies its statistics) against the CPU, bit for bit, on planes whose sizes take each
-//! form of the binary kernels: 16-byte packs (16x16 and 28x28 planes in f16), 8-byte packs
-//! (14x14 and 2x6 in f16, 7x2 in f32) and elements (7x7), with the operand on either side.
+//! Per-channel ops over NCHW: broadcasts of a `(1, C, 1, 1)` operand against the CPU, bit for
+//! bit, on planes whose sizes take each form of the binary kernels (16-byte packs on 16x16 and
+//! 28x28 planes in f16, 8-byte packs on 14x14 and 2x6 in f16 and 7x2 in f32, elements on 7x7),
+//! with the operand on either side; and candle-nn's batch norm in eval mode, the fused op.
 
 use candle_core::{DType, Device, Result, Tensor};
-use candle_rocm_tests::gpu;
+use candle_rocm_tests::{assert_gpu_close, gpu, host_pair, normal, rng, tolerance, uniform};
 
 /// `x` (2, 3, h, w) and the channel operand (1, 3, 1, 1) as small exact values of `dtype`
 /// (no rounding in f16/bf16 inputs; nonzero channel values, so division is defined).
@@ -45,6 +45,36 @@ fn per_channel_broadcasts_match_the_cpu() -> Result<()> {
             for (k, (g, w)) in got.iter().zip(&want).enumerate() {
                 assert_eq!(g, w, "{dtype:?} plane {hw:?} op {k}");
             }
+        }
+    }
+    Ok(())
+}
+
+/// candle-nn's `BatchNorm` in eval mode against the CPU: on this device it runs as the fused
+/// `batch-norm-eval` op (one kernel, f32 math rounded once), on the CPU as candle-nn's four
+/// broadcast ops (rounded after each), so within a few of the dtype's tolerance; planes that
+/// take whole packs, elements (14x14 and 7x3 in f16), and a 2-D input.
+#[test]
+#[ignore = "needs a HIP device"]
+fn batch_norm_in_eval_mode_matches_the_cpu() -> Result<()> {
+    use candle_nn::ModuleT;
+    let dev = gpu()?;
+    let mut r = rng(4242);
+    let shapes: [&[usize]; 4] = [&[2, 8, 14, 14], &[2, 8, 16, 16], &[3, 5], &[2, 70, 7, 3]];
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        for dims in shapes {
+            let (c, n) = (dims[1], dims.iter().product::<usize>());
+            let (cx, gx) = host_pair(normal(&mut r, n, 2.0), dims, dtype, &dev)?;
+            let stat = |vals: Vec<f32>| host_pair(vals, c, dtype, &dev);
+            let (cm, gm) = stat(normal(&mut r, c, 1.0))?;
+            let (cv, gv) = stat(uniform(&mut r, c, 0.25, 2.0))?;
+            let (cw, gw) = stat(normal(&mut r, c, 1.0))?;
+            let (cb, gb) = stat(normal(&mut r, c, 1.0))?;
+            let on_gpu = candle_nn::BatchNorm::new(c, gm, gv, gw, gb, 1e-5)?;
+            let on_cpu = candle_nn::BatchNorm::new(c, cm, cv, cw, cb, 1e-5)?;
+            let (got, want) = (on_gpu.forward_t(&gx, false)?, on_cpu.forward_t(&cx, false)?);
+            let what = format!("batch norm {dtype:?} {dims:?}");
+            assert_gpu_close(&got, &want, 4.0 * tolerance(dtype), &what)?;
         }
     }
     Ok(())
