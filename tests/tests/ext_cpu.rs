@@ -781,3 +781,39 @@ fn quantize_a_view_with_an_offset() -> Result<()> {
     assert!(got.data()? == want.data()?, "blocks of another row");
     Ok(())
 }
+
+/// candle-nn's batch norm in eval mode hands an ext device one fused op (`batch-norm-eval`):
+/// ext-cpu has no handler for it, so the op's own CPU form runs through the slot's fallback,
+/// within rounding of the composed ops the CPU device runs (it computes in f64, rounds once);
+/// with gradients tracked the composed ops run on the device; a strict device refuses the
+/// fallback (candle-rocm runs the op on the GPU instead).
+#[test]
+fn batch_norm_in_eval_mode_is_one_fused_op() -> Result<()> {
+    use candle_nn::ModuleT;
+    let bn = |d: &Device| -> Result<candle_nn::BatchNorm> {
+        let mean = input(d, 40, &[5])?;
+        let var = input(d, 41, &[5])?.abs()?.affine(1.0, 0.5)?;
+        let (w, b) = (input(d, 42, &[5])?, input(d, 43, &[5])?);
+        candle_nn::BatchNorm::new(5, mean, var, w, b, 1e-5)
+    };
+    let want = bn(&Device::Cpu)?.forward_t(&input(&Device::Cpu, 44, &[2, 5, 3, 4])?, false)?;
+    let close = |got: &Tensor| -> Result<()> {
+        assert_eq!(got.device().location(), LOCATION);
+        let diff = max_abs_diff(&got.to_device(&Device::Cpu)?, &want)?;
+        assert!(diff < 1e-5, "max |ext - cpu| = {diff:e}");
+        Ok(())
+    };
+    let dev = ext_cpu_device();
+    close(&bn(&dev)?.forward_t(&input(&dev, 44, &[2, 5, 3, 4])?, false)?)?;
+    assert_eq!(ext(&dev).fallbacks(), ["batch-norm-eval"]);
+    let dev = ext_cpu_device();
+    let x = Var::from_tensor(&input(&dev, 44, &[2, 5, 3, 4])?)?;
+    close(&bn(&dev)?.forward_t(x.as_tensor(), false)?)?;
+    assert_eq!(ext(&dev).fallbacks(), Vec::<String>::new());
+    let strict = ext_cpu_device_strict();
+    let x = input(&strict, 44, &[2, 5, 3, 4])?;
+    bn(&strict)?
+        .forward_t(&x, false)
+        .expect_err("strict: no CPU fallback");
+    Ok(())
+}
