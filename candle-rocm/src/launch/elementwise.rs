@@ -450,6 +450,24 @@ pub fn where_cond<C: RocmDType, T: RocmDType>(
     Ok(Some(out))
 }
 
+/// The kernel names of every embedded elementwise code object, by target (there is at least
+/// one); for the tests of the launchers of this module's kernels.
+#[cfg(test)]
+pub(crate) fn embedded_kernels() -> Vec<(&'static str, std::collections::HashSet<String>)> {
+    let out: Vec<_> = candle_rocm_kernels::embedded()
+        .filter(|(m, _)| *m == Module::Elementwise)
+        .map(|(_, t)| {
+            let raw = candle_rocm_kernels::code_object(Module::Elementwise, t)
+                .unwrap()
+                .unwrap();
+            let co = candle_rocm_kernels::code_object::CodeObject::parse(&raw).unwrap();
+            (t, co.kernels.into_iter().map(|k| k.name).collect())
+        })
+        .collect();
+    assert!(!out.is_empty(), "no embedded elementwise objects");
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -508,20 +526,9 @@ mod tests {
             wanted.extend(row.iter().flatten());
         }
         assert_eq!(wanted.len(), (20 + 2 + 1) * 8 + 6 * 18 + 16 * 2 + 5 * 9 * 2);
-        let targets: Vec<&str> = candle_rocm_kernels::embedded()
-            .filter(|(m, _)| *m == Module::Elementwise)
-            .map(|(_, t)| t)
-            .collect();
-        assert!(!targets.is_empty(), "no embedded elementwise objects");
-        for t in targets {
-            let raw = candle_rocm_kernels::code_object(Module::Elementwise, t)
-                .unwrap()
-                .unwrap();
-            let co = candle_rocm_kernels::code_object::CodeObject::parse(&raw).unwrap();
-            let have: std::collections::HashSet<&str> =
-                co.kernels.iter().map(|k| k.name.as_str()).collect();
+        for (t, have) in embedded_kernels() {
             for w in &wanted {
-                assert!(have.contains(w), "{w} missing from elementwise.{t}");
+                assert!(have.contains(*w), "{w} missing from elementwise.{t}");
             }
             // Plus batch norm's four (`launch::batch_norm` checks its own names).
             assert_eq!(have.len(), wanted.len() + 4, "elementwise.{t} kernel count");
