@@ -10,7 +10,7 @@
 //! [`crate::launch::transpose`] into a buffer of its own. Any other shape takes
 //! `conv_igemm_<T>` (channels outer, the kernel as it lies).
 //!
-//! The kernel exists only in the code objects of targets with matrix units (MFMA on gfx90a and
+//! The kernels exist only in the code objects of targets with matrix units (MFMA on gfx90a and
 //! gfx94x, WMMA on gfx11 and gfx12, tensor cores on the HIP-on-CUDA harness): [`conv_igemm`]
 //! returns `None` elsewhere, and for shapes past the kernel's 32-bit sizes, and the caller
 //! keeps its im2col-tile GEMM path. `igemm_args` and `igemm_launch` are host arithmetic,
@@ -225,7 +225,8 @@ pub fn conv_igemm<T: RocmDType>(
         &[g.batch, g.c_out, g.h_out * g.w_out],
     )?;
     let x = checked_view(OP, x, x_l)?;
-    let w_len = g.c_out * patch(g);
+    let k = patch(g);
+    let w_len = g.c_out * k;
     let w_end = w_off
         .checked_add(w_len)
         .ok_or_else(|| invalid(OP, "the kernel's offset overflows"))?;
@@ -233,11 +234,7 @@ pub fn conv_igemm<T: RocmDType>(
     // Taps outer: the kernel permuted to (c_out, k_h, k_w, c_in), a batch of c_out (c_in, taps)
     // matrices transposed (a 1x1 kernel is its own permutation).
     let permuted = if kernel.taps && taps > 1 {
-        let view = Layout::new(
-            (g.c_out, taps, g.c_in).into(),
-            vec![patch(g), 1, taps],
-            w_off,
-        );
+        let view = Layout::new((g.c_out, taps, g.c_in).into(), vec![k, 1, taps], w_off);
         let mut p = dev.alloc::<T>(w_len)?;
         if !transpose(dev, w, &view, &mut p, 0)? {
             return Ok(None);
