@@ -72,6 +72,7 @@
 //     (adjacent pairs), with `rrope`'s rounding. One thread per pair of elements, blocks of
 //     RW_BLOCK, grid-stride; the host keeps batch * seq * (heads + 2 kv_heads) * d / 2 below
 //     2^31.
+//   rgnorm_stats_<T>, rgnorm_<T>: group normalisation in two launches (see rows/group_norm.h).
 //   rrope_cache_f32h(same, with __half* k_cache, __half* v_cache): T = f32 with caches in f16
 //     (each cached value the f32 result rounded to f16).
 #include "cuda_fp16.h"
@@ -92,6 +93,7 @@ typedef uint4 rw_vec;
 #include "rows/common.h"
 #include "rows/reduce.h"
 #include "rows/fused.h"
+#include "rows/group_norm.h"
 
 // ---------------------------------------------------------------------------------------------
 // Tiled transpose.
@@ -376,7 +378,8 @@ __device__ __forceinline__ void rope_cache(const RopeCacheArgs &a, const T *q, c
     RW_FUSED_##KMAX(T, TN, true, _v)                                                             \
     RW_ROPE(T, TN)                                                                               \
     RW_ROPE_CACHE(T, TN)                                                                         \
-    RW_SWIGLU(T, TN)
+    RW_SWIGLU(T, TN)                                                                             \
+    RW_GNORM(T, TN)
 
 RW_ALL(float, f32, 8)
 RW_ALL(double, f64, 8)

@@ -1,8 +1,9 @@
 //! The patched candle-core's out-of-tree backend slot, on the CPU (these tests run in CI).
 //!
 //! `candle_ext_cpu` puts candle's own CPU backend behind `Device::Ext`, so every result here
-//! must equal the plain CPU's bit for bit (but for candle-nn's fused batch norm, whose CPU
-//! form rounds once where the composed ops round four times): what is tested is the way there
+//! must equal the plain CPU's bit for bit (but for candle-nn's fused batch norm and group norm,
+//! whose CPU forms compute in f64 and round once where the composed ops round after each
+//! step): what is tested is the way there
 //! (candle-core's `Ext` match arms, the blanket adapters of `candle_core::ext`, the fused-op
 //! hooks and their CPU fallback, the defaults of `ExtQStorage` in `ext_cpu/quantized.rs`), not
 //! the arithmetic.
@@ -632,6 +633,39 @@ fn batch_norm_in_eval_mode_is_one_fused_op() -> Result<()> {
     let x = input(&strict, 44, &[2, 5, 3, 4])?;
     bn(&strict)?
         .forward_t(&x, false)
+        .expect_err("strict: no CPU fallback");
+    Ok(())
+}
+
+/// candle-nn's group norm on an ext device is one fused op (`group-norm`): ext-cpu has no
+/// handler, so the op's CPU form runs (the slot's fallback, f64 math) and matches candle-nn's
+/// composed path on the plain CPU within f32 rounding; an input that tracks gradients takes the
+/// composed path (no fallback); a strict device refuses the fallback.
+#[test]
+fn group_norm_is_one_fused_op() -> Result<()> {
+    let gn = |d: &Device| -> Result<candle_nn::GroupNorm> {
+        let (w, b) = (input(d, 50, &[6])?, input(d, 51, &[6])?);
+        candle_nn::GroupNorm::new(w, b, 6, 3, 1e-5)
+    };
+    let x = |d: &Device| -> Result<Tensor> { input(d, 52, &[2, 6, 5, 7])?.affine(2.0, 3.0) };
+    let want = gn(&Device::Cpu)?.forward(&x(&Device::Cpu)?)?;
+    let close = |got: &Tensor| -> Result<()> {
+        assert_eq!(got.device().location(), LOCATION);
+        let diff = max_abs_diff(&got.to_device(&Device::Cpu)?, &want)?;
+        assert!(diff < 1e-5, "max |ext - cpu| = {diff:e}");
+        Ok(())
+    };
+    let dev = ext_cpu_device();
+    close(&gn(&dev)?.forward(&x(&dev)?)?)?;
+    assert_eq!(ext(&dev).fallbacks(), ["group-norm"]);
+    let dev = ext_cpu_device();
+    let v = Var::from_tensor(&x(&dev)?)?;
+    close(&gn(&dev)?.forward(v.as_tensor())?)?;
+    assert_eq!(ext(&dev).fallbacks(), Vec::<String>::new());
+    let strict = ext_cpu_device_strict();
+    let xs = x(&strict)?;
+    gn(&strict)?
+        .forward(&xs)
         .expect_err("strict: no CPU fallback");
     Ok(())
 }

@@ -19,6 +19,7 @@ pub mod elementwise;
 pub mod gemm;
 pub mod gemv;
 pub mod gemv_nn;
+pub mod group_norm;
 pub mod rope_cache;
 pub mod row_elementwise;
 pub mod rows;

@@ -2,7 +2,7 @@
 //! ([`candle_core::ext::FusedOp`]): sigmoid, softmax over the last dim, RMS and layer norm, the
 //! three rotary embeddings, arg-sort, SwiGLU's gate, the residual add with the next RMS norm
 //! (candle-nn's `swiglu` and `add_rms_norm`) and batch norm in eval mode (`launch::batch_norm`),
-//! each one launch. Softmax and the norms run our `rows`
+//! each one launch, and group norm (`launch::group_norm`, two). Softmax and the norms run our `rows`
 //! kernels (single pass with the row in registers up to 8192 elements, two passes beyond; see
 //! `rows.rs`), and so do rope and rope_i where a row's halves (rope) or the row (rope_i) are
 //! whole 16-byte packs; the others candle-kernels' own kernel with the arguments candle-nn's
@@ -26,6 +26,7 @@ use crate::dispatch::Map1;
 use crate::dtype::{RocmDType, RocmStorageSlice as S};
 use crate::error::{BackendError, WrapErr};
 use crate::launch::batch_norm::batch_norm;
+use crate::launch::group_norm::group_norm;
 use crate::launch::kernel_name;
 use crate::launch::row_elementwise;
 use crate::launch::rows::{self, FusedRow};
@@ -132,6 +133,22 @@ pub(crate) fn run(
             let (x, xl) = contiguous(x, l)?;
             let (p, pl) = contiguous(p, pl)?;
             let out = batch_norm(dev, (&x.slice, &xl), (&p.slice, &pl), f64::from(*eps)).w()?;
+            Ok(out.map(|s| (RocmStorage::new(s, dev.clone()), xl.shape().clone())))
+        }
+        FusedOp::GroupNorm { num_groups, eps } if float => {
+            let [(w, wl), (b, bl)] = operands::<2>(op, args)?;
+            let (x, xl) = contiguous(x, l)?;
+            let (w, wl) = contiguous(w, wl)?;
+            let (b, bl) = contiguous(b, bl)?;
+            let out = group_norm(
+                dev,
+                (&x.slice, &xl),
+                (&w.slice, &wl),
+                (&b.slice, &bl),
+                *num_groups,
+                *eps,
+            )
+            .w()?;
             Ok(out.map(|s| (RocmStorage::new(s, dev.clone()), xl.shape().clone())))
         }
         _ => Ok(None),

@@ -2,7 +2,8 @@
 // Candle's CPU semantics: last-dim sum/max/min/argmax/argmin (NaN, -inf, ties), middle-dim
 // reductions, fused softmax / RMS norm / layer norm (register path for every K and the two-pass
 // path), the rotary-embedding vector kernels (rope and rope_i, with and without a table per
-// batch entry), and the tiled transpose with batches and offsets. Launch shapes come from a
+// batch entry), group norm (both launches; one block and several a group, packs and elements,
+// a misaligned view), and the tiled transpose with batches and offsets. Launch shapes come from a
 // line-for-line port of candle-rocm/src/launch/rows.rs (RowShape::new, fused_k, the vector-path and
 // grid rules). Built three ways by kernels/tests/kernels_on_cpu.rs: the CUDA path (wave 32,
 // __shfl_xor_sync) and the AMD path (ds_bpermute) with wave 32 and wave 64.
@@ -472,6 +473,82 @@ template <typename T> static void run_dtype(int di, const std::string &only) {
     }
 }
 
+// ---- group norm (rows/group_norm.h) ------------------------------------------------------------
+// Port of candle-rocm/src/launch/group_norm.rs `gn_args`: MIN_CHUNK, TARGET_BLOCKS.
+static const size_t GN_MIN_CHUNK = 32 * BLOCK, GN_TARGET_BLOCKS = 2048;
+static GnArgs gn_args(size_t b, size_t c, size_t inner, size_t groups, size_t pack) {
+    const size_t cpg = c / groups, len = cpg * inner, rows = b * groups;
+    const bool vec = pack > 1 && inner % pack == 0;
+    const size_t unit = vec ? pack : 1;
+    size_t splits = std::max<size_t>(std::min((GN_TARGET_BLOCKS + rows - 1) / rows, (len + GN_MIN_CHUNK - 1) / GN_MIN_CHUNK), 1);
+    const size_t chunk = ((len + splits - 1) / splits + unit - 1) / unit * unit;
+    splits = (len + chunk - 1) / chunk;
+    return GnArgs{(uint32_t)len, (uint32_t)chunk, (uint32_t)rows, (uint32_t)splits, (uint32_t)inner, (uint32_t)cpg,
+                  (uint32_t)groups, (uint32_t)vec};
+}
+template <typename T> using GnStatsFn = void (*)(GnArgs, const T *, typename Acc<T>::type *);
+template <typename T>
+using GnFn = void (*)(GnArgs, typename Acc<T>::type, const T *, const typename Acc<T>::type *, const T *, const T *, T *);
+
+// x (b, c, inner) with values around `mean`, skewed by `skew` elements (the host then drops the
+// packs, as group_norm.rs does for a misaligned view), against a two-pass f64 reference.
+template <typename T>
+static void gnorm_case(int di, GnStatsFn<T> ks, GnFn<T> ka, size_t b, size_t c, size_t inner, size_t groups, double mean,
+                       size_t skew) {
+    typedef typename Acc<T>::type A;
+    DT dt = DTS[di];
+    const size_t n = b * c * inner;
+    Buf x(n, sizeof(T), skew), w(c, sizeof(T)), bb(c, sizeof(T)), out(n, sizeof(T), skew);
+    for (size_t i = 0; i < n; ++i) store(dt, x.p, i, mean + uni(-3, 3));
+    for (size_t i = 0; i < c; ++i) {
+        store(dt, w.p, i, uni(-2, 2));
+        store(dt, bb.p, i, uni(-1, 1));
+    }
+    GnArgs a = gn_args(b, c, inner, groups, 16 / sizeof(T));
+    if (a.vec && !(aligned(x.p) && aligned(out.p))) a = gn_args(b, c, inner, groups, 0);
+    std::vector<A> part(2 * (size_t)a.rows * a.splits, (A)NAN);
+    const A eps = (A)1e-5;
+    G.c.ctx = std::string("rgnorm_") + dt_name(dt) + " b " + std::to_string(b) + " c " + std::to_string(c) + " inner " +
+              std::to_string(inner) + " groups " + std::to_string(groups) + " splits " + std::to_string(a.splits) +
+              (a.vec ? " vec" : "") + (skew ? " skewed" : "");
+    G.launches += 2;
+    dim3 grid(a.splits, a.rows), block((unsigned)BLOCK);
+    if (!emu::launch("rgnorm_stats", ks, grid, block, a, (const T *)x.p, part.data()) ||
+        !emu::launch("rgnorm", ka, grid, block, a, eps, (const T *)x.p, (const A *)part.data(), (const T *)w.p,
+                     (const T *)bb.p, out.as<T>())) {
+        G.c.fail("launch failed");
+        return;
+    }
+    if (!out.intact(n)) G.c.fail("wrote outside the output");
+    const double ulp = dt == F64 ? 1e-12 : dt == F32 ? 4e-6 : dt == F16 ? ldexp(1.0, -10) : ldexp(1.0, -7);
+    const size_t len = a.len;
+    for (size_t r = 0; r < a.rows; ++r) {
+        double m = 0, v = 0;
+        for (size_t i = 0; i < len; ++i) m += load(dt, x.p, r * len + i);
+        m /= len;
+        for (size_t i = 0; i < len; ++i) v += pow(load(dt, x.p, r * len + i) - m, 2);
+        v /= len;
+        const double sd = sqrt(v + 1e-5);
+        for (size_t i = 0; i < len; ++i) {
+            const size_t ch = (r % groups) * (c / groups) + i / inner;
+            const double want = (load(dt, x.p, r * len + i) - m) / sd * load(dt, w.p, ch) + load(dt, bb.p, ch);
+            const double got = load(dt, out.p, r * len + i);
+            G.c.checks++;
+            if (!(fabs(got - want) <= 2 * ulp * (1 + fabs(want))))
+                G.c.fail("group %zu element %zu: got %.9g want %.9g", r, i, got, want);
+        }
+    }
+}
+
+template <typename T> static void gnorm_cases(int di, GnStatsFn<T> ks, GnFn<T> ka) {
+    // b, c, inner, groups, mean, skew: packs, elements (7x5 planes), several blocks a group
+    // (with and without packs), a mean far from 0, a misaligned view.
+    const double cases[][6] = {{1, 8, 64, 4, 0, 0},    {2, 6, 35, 3, 1, 0},     {1, 2, 12308, 1, 0, 0},
+                               {3, 4, 8200, 2, 50, 0}, {1, 4, 12304, 2, -20, 0}, {1, 8, 64, 4, 0, 1}};
+    for (auto &k : cases)
+        gnorm_case<T>(di, ks, ka, (size_t)k[0], (size_t)k[1], (size_t)k[2], (size_t)k[3], k[4], (size_t)k[5]);
+}
+
 int main(int argc, char **argv) {
     std::string only = argc > 1 ? argv[1] : "";
     test_port();
@@ -484,6 +561,12 @@ int main(int argc, char **argv) {
         rope_cases<__half>(1, &rrope_f16, &rropei_f16);
         rope_cases<__nv_bfloat16>(2, &rrope_bf16, &rropei_bf16);
         rope_cases<double>(3, &rrope_f64, &rropei_f64);
+    }
+    if (only.empty() || only == "gnorm") {
+        gnorm_cases<float>(0, &rgnorm_stats_f32, &rgnorm_f32);
+        gnorm_cases<__half>(1, &rgnorm_stats_f16, &rgnorm_f16);
+        gnorm_cases<__nv_bfloat16>(2, &rgnorm_stats_bf16, &rgnorm_bf16);
+        gnorm_cases<double>(3, &rgnorm_stats_f64, &rgnorm_f64);
     }
     if (only.empty() || only == "transpose") {
         const size_t cases[][5] = {{1, 3, 2, 0, 0},   {1, 32, 32, 0, 0}, {1, 33, 65, 1, 3}, {3, 7, 100, 5, 0},

@@ -1,7 +1,8 @@
 //! Per-channel ops over NCHW: broadcasts of a `(1, C, 1, 1)` operand against the CPU, bit for
 //! bit, on planes whose sizes take each form of the binary kernels (16-byte packs on 16x16 and
 //! 28x28 planes in f16, 8-byte packs on 14x14 and 2x6 in f16 and 7x2 in f32, elements on 7x7),
-//! with the operand on either side; and candle-nn's batch norm in eval mode, the fused op.
+//! with the operand on either side; and candle-nn's batch norm in eval mode and group norm, the
+//! fused ops.
 
 use candle_core::{DType, Device, Result, Tensor};
 use candle_rocm_tests::{assert_gpu_close, gpu, host_pair, normal, rng, tolerance, uniform};
@@ -74,6 +75,48 @@ fn batch_norm_in_eval_mode_matches_the_cpu() -> Result<()> {
             let on_cpu = candle_nn::BatchNorm::new(c, cm, cv, cw, cb, 1e-5)?;
             let (got, want) = (on_gpu.forward_t(&gx, false)?, on_cpu.forward_t(&cx, false)?);
             let what = format!("batch norm {dtype:?} {dims:?}");
+            assert_gpu_close(&got, &want, 4.0 * tolerance(dtype), &what)?;
+        }
+    }
+    Ok(())
+}
+
+/// candle-nn's `GroupNorm` against the CPU: on this device the fused `group-norm` op (group
+/// statistics over many blocks, f32 math rounded once), on the CPU candle-nn's composed ops in
+/// f32 (rounded to the dtype before the weight and the bias), so within a few of the dtype's
+/// tolerance. Inputs with a mean far from 0; groups of one block and of many (a 128x128
+/// plane: 8 blocks a group), planes of whole packs and of elements (7x5, 301x301), a batch of
+/// two, and a transposed (non-contiguous) input.
+#[test]
+#[ignore = "needs a HIP device"]
+fn group_norm_matches_the_cpu() -> Result<()> {
+    use candle_core::Module;
+    let dev = gpu()?;
+    let mut r = rng(4343);
+    let cases: [(&[usize], usize); 5] = [
+        (&[1, 64, 32, 32], 32),
+        (&[1, 128, 128, 128], 32),
+        (&[2, 6, 7, 5], 3),
+        (&[1, 4, 301, 301], 2),
+        (&[2, 32, 16, 24], 8),
+    ];
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        for (k, (dims, groups)) in cases.into_iter().enumerate() {
+            let (c, n) = (dims[1], dims.iter().product::<usize>());
+            let x: Vec<f32> = normal(&mut r, n, 2.0).iter().map(|v| v + 3.0).collect();
+            let (cx, gx) = host_pair(x, dims, dtype, &dev)?;
+            let (cw, gw) = host_pair(normal(&mut r, c, 1.0), c, dtype, &dev)?;
+            let (cb, gb) = host_pair(normal(&mut r, c, 1.0), c, dtype, &dev)?;
+            let on_gpu = candle_nn::GroupNorm::new(gw, gb, c, groups, 1e-5)?;
+            let on_cpu = candle_nn::GroupNorm::new(cw, cb, c, groups, 1e-5)?;
+            // The last case's input is a transposed view (its last two dims swapped).
+            let (gx, cx) = if k == 4 {
+                (gx.transpose(2, 3)?, cx.transpose(2, 3)?)
+            } else {
+                (gx, cx)
+            };
+            let (got, want) = (on_gpu.forward(&gx)?, on_cpu.forward(&cx)?);
+            let what = format!("group norm {dtype:?} {dims:?} in {groups} groups");
             assert_gpu_close(&got, &want, 4.0 * tolerance(dtype), &what)?;
         }
     }
