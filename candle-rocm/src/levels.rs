@@ -31,6 +31,7 @@ const LEVELS: &[(&str, u32)] = &[
     ("launch::gemv", 61),
     ("launch::gemv_nn", 62),
     ("launch::group_norm", 61),
+    ("launch::upsample", 61),
     ("launch::rows", 61),
     ("launch::row_elementwise", 62),
     ("launch::rope_cache", 62),

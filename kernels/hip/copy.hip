@@ -49,6 +49,17 @@
 // offsets are 64-bit. Zero is the all-zero bit pattern, which is 0 in every dtype, so the kernels move
 // bits like the copies above. unstack_rows_b<W> (below the im2col) puts a stacked tile's
 // product into NCHW.
+//
+// And nearest-neighbour upsampling (candle's `upsample_nearest2d`, a copy too): upsample_nearest_b<W>(
+// UpArgs a, const T* src, T* dst) fills the contiguous (planes, h_out, w_out) output from the
+// contiguous (planes, h_in, w_in) input with candle-kernels' index rule: output (oh, ow) reads
+// row (size_t)(oh * scale_h) and column (size_t)(ow * scale_w), products in f64, each clamped
+// to the last row / column (so the same elements as candle's kernel for any sizes). A thread
+// writes a run of UP_RUN consecutive outputs of one row (the runs numbered row by row; a row's
+// last run may be shorter) with a grid-stride loop over the runs; with a.pack (w_out a multiple
+// of UP_RUN) a full run is one store of UP_RUN elements (dst is aligned to it: the runs start
+// at multiples of UP_RUN of a buffer's start). candle's kernel takes four 64-bit divisions per
+// element; this one two per run.
 #include <stdint.h>
 
 #define CP_MAX 8
@@ -223,3 +234,56 @@ UNSTACK_KERNEL(1, uint8_t)
 UNSTACK_KERNEL(2, uint16_t)
 UNSTACK_KERNEL(4, uint32_t)
 UNSTACK_KERNEL(8, uint64_t)
+
+// Kernel parameter of upsample_nearest_b<W>, by value. Mirrors candle-rocm's `UpArgs`
+// (#[repr(C)], 48 bytes).
+struct UpArgs {
+    uint64_t runs;                      // planes * h_out * runs_per_row
+    double scale_h, scale_w;            // h_in / h_out, w_in / w_out
+    uint32_t h_in, w_in, h_out, w_out;
+    uint32_t runs_per_row, pack;        // ceil(w_out / UP_RUN); 1: full runs as one store
+};
+static_assert(sizeof(UpArgs) == 48, "UpArgs must match candle-rocm's layout");
+
+#define UP_RUN 4
+
+template <typename T> struct alignas(UP_RUN * sizeof(T)) UpRun {
+    T v[UP_RUN];
+};
+
+template <typename T>
+__device__ __forceinline__ void upsample_nearest(const UpArgs &a, const T *src, T *dst) {
+    const uint64_t step = (uint64_t)gridDim.x * blockDim.x;
+    for (uint64_t t = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; t < a.runs; t += step) {
+        const uint64_t row = t / a.runs_per_row;
+        const uint32_t c0 = (uint32_t)(t - row * a.runs_per_row) * UP_RUN;
+        const uint64_t plane = row / a.h_out;
+        const uint32_t oh = (uint32_t)(row - plane * a.h_out);
+        uint64_t ih = (uint64_t)((double)oh * a.scale_h);
+        if (ih >= a.h_in) ih = a.h_in - 1;
+        const T *in = src + (plane * a.h_in + ih) * a.w_in;
+        T *out = dst + row * a.w_out;
+        UpRun<T> r;
+#pragma unroll
+        for (int j = 0; j < UP_RUN; ++j) {
+            uint64_t iw = (uint64_t)((double)(c0 + j) * a.scale_w);
+            if (iw >= a.w_in) iw = a.w_in - 1;
+            r.v[j] = c0 + j < a.w_out ? in[iw] : T(0);
+        }
+        if (a.pack) {
+            *reinterpret_cast<UpRun<T> *>(out + c0) = r;
+        } else {
+            for (int j = 0; j < UP_RUN && c0 + j < a.w_out; ++j) out[c0 + j] = r.v[j];
+        }
+    }
+}
+
+#define UPSAMPLE_KERNEL(W, T)                                                                    \
+    extern "C" __global__ void upsample_nearest_b##W(const UpArgs a, const T *src, T *dst) {      \
+        upsample_nearest<T>(a, src, dst);                                                        \
+    }
+
+UPSAMPLE_KERNEL(1, uint8_t)
+UPSAMPLE_KERNEL(2, uint16_t)
+UPSAMPLE_KERNEL(4, uint32_t)
+UPSAMPLE_KERNEL(8, uint64_t)

@@ -35,6 +35,11 @@ pub struct Stream {
     /// Operations graph mode does not record that are in flight on this stream
     /// ([`crate::graph::PlainOp`]): while any is, graph mode begins no recording.
     pub(crate) plain_ops: AtomicUsize,
+    /// Operations queued on this stream that wait for other GPUs or processes (RCCL
+    /// collectives), counted as queued ([`Stream::note_peer_work`]).
+    peer_work: AtomicU64,
+    /// How many of them a wait has seen finish ([`Stream::peer_work_finished`]).
+    peer_work_done: AtomicU64,
 }
 
 /// Host data an asynchronous copy still reads.
@@ -68,6 +73,8 @@ impl Stream {
             batching: AtomicBool::new(false),
             batch: Mutex::new(None),
             plain_ops: AtomicUsize::new(0),
+            peer_work: AtomicU64::new(0),
+            peer_work_done: AtomicU64::new(0),
         }))
     }
 
@@ -125,6 +132,29 @@ impl Stream {
         // SAFETY: `raw` is a live stream handle owned by `self`.
         let code = unsafe { (hip.hipStreamSynchronize)(self.raw) };
         check(hip, "hipStreamSynchronize", code)
+    }
+
+    /// Counts one more queued operation that waits for other GPUs or processes (an RCCL
+    /// collective): until a wait has seen it finish, [`Stream::peer_work`] says so.
+    pub(crate) fn note_peer_work(&self) {
+        self.peer_work.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The number of operations [`Stream::note_peer_work`] has counted, and whether a wait has
+    /// seen all of them finish (then nothing queued can wait for another GPU or process, and a
+    /// blocking [`Stream::synchronize`] ends when this stream's own kernels do).
+    pub(crate) fn peer_work(&self) -> (u64, bool) {
+        let queued = self.peer_work.load(Ordering::Acquire);
+        (
+            queued,
+            self.peer_work_done.load(Ordering::Acquire) >= queued,
+        )
+    }
+
+    /// Records that the first `upto` counted operations have finished (the stream was seen
+    /// idle after they were queued).
+    pub(crate) fn peer_work_finished(&self, upto: u64) {
+        self.peer_work_done.fetch_max(upto, Ordering::AcqRel);
     }
 
     /// Whether all queued work has finished, without blocking. Refused while capturing.

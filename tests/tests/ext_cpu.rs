@@ -616,24 +616,43 @@ fn batch_norm_in_eval_mode_is_one_fused_op() -> Result<()> {
         candle_nn::BatchNorm::new(5, mean, var, w, b, 1e-5)
     };
     let want = bn(&Device::Cpu)?.forward_t(&input(&Device::Cpu, 44, &[2, 5, 3, 4])?, false)?;
-    let close = |got: &Tensor| -> Result<()> {
+    one_fused_op("batch-norm-eval", &want, |d, track| {
+        bn(d)?.forward_t(&tracked(input(d, 44, &[2, 5, 3, 4])?, track)?, false)
+    })
+}
+
+/// `x`, or a variable's tensor of the same values (one that tracks gradients) when `track`.
+fn tracked(x: Tensor, track: bool) -> Result<Tensor> {
+    Ok(if track {
+        Var::from_tensor(&x)?.as_tensor().clone()
+    } else {
+        x
+    })
+}
+
+/// The checks of a candle-nn layer that runs as the fused op `op` on an ext device:
+/// `run(dev, track)` runs it on `dev` (its input tracking gradients when `track`). ext-cpu has
+/// no handler, so the op's CPU form runs (one fallback, named `op`) and matches `want` (the
+/// plain CPU's composed path) within 1e-5; an input that tracks gradients takes the composed
+/// path (no fallback); a strict device refuses the fallback.
+fn one_fused_op(
+    op: &str,
+    want: &Tensor,
+    run: impl Fn(&Device, bool) -> Result<Tensor>,
+) -> Result<()> {
+    let close = |got: Tensor| -> Result<()> {
         assert_eq!(got.device().location(), LOCATION);
-        let diff = max_abs_diff(&got.to_device(&Device::Cpu)?, &want)?;
-        assert!(diff < 1e-5, "max |ext - cpu| = {diff:e}");
+        let diff = max_abs_diff(&got.to_device(&Device::Cpu)?, want)?;
+        assert!(diff < 1e-5, "{op}: max |ext - cpu| = {diff:e}");
         Ok(())
     };
     let dev = ext_cpu_device();
-    close(&bn(&dev)?.forward_t(&input(&dev, 44, &[2, 5, 3, 4])?, false)?)?;
-    assert_eq!(ext(&dev).fallbacks(), ["batch-norm-eval"]);
+    close(run(&dev, false)?)?;
+    assert_eq!(ext(&dev).fallbacks(), [op]);
     let dev = ext_cpu_device();
-    let x = Var::from_tensor(&input(&dev, 44, &[2, 5, 3, 4])?)?;
-    close(&bn(&dev)?.forward_t(x.as_tensor(), false)?)?;
+    close(run(&dev, true)?)?;
     assert_eq!(ext(&dev).fallbacks(), Vec::<String>::new());
-    let strict = ext_cpu_device_strict();
-    let x = input(&strict, 44, &[2, 5, 3, 4])?;
-    bn(&strict)?
-        .forward_t(&x, false)
-        .expect_err("strict: no CPU fallback");
+    run(&ext_cpu_device_strict(), false).expect_err("strict: no CPU fallback");
     Ok(())
 }
 
@@ -649,23 +668,7 @@ fn group_norm_is_one_fused_op() -> Result<()> {
     };
     let x = |d: &Device| -> Result<Tensor> { input(d, 52, &[2, 6, 5, 7])?.affine(2.0, 3.0) };
     let want = gn(&Device::Cpu)?.forward(&x(&Device::Cpu)?)?;
-    let close = |got: &Tensor| -> Result<()> {
-        assert_eq!(got.device().location(), LOCATION);
-        let diff = max_abs_diff(&got.to_device(&Device::Cpu)?, &want)?;
-        assert!(diff < 1e-5, "max |ext - cpu| = {diff:e}");
-        Ok(())
-    };
-    let dev = ext_cpu_device();
-    close(&gn(&dev)?.forward(&x(&dev)?)?)?;
-    assert_eq!(ext(&dev).fallbacks(), ["group-norm"]);
-    let dev = ext_cpu_device();
-    let v = Var::from_tensor(&x(&dev)?)?;
-    close(&gn(&dev)?.forward(v.as_tensor())?)?;
-    assert_eq!(ext(&dev).fallbacks(), Vec::<String>::new());
-    let strict = ext_cpu_device_strict();
-    let xs = x(&strict)?;
-    gn(&strict)?
-        .forward(&xs)
-        .expect_err("strict: no CPU fallback");
-    Ok(())
+    one_fused_op("group-norm", &want, |d, track| {
+        gn(d)?.forward(&tracked(x(d)?, track)?)
+    })
 }

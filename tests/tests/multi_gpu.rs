@@ -9,7 +9,8 @@
 //! blocks, and a rank that never joins it, which must be a typed error within the timeout; and
 //! its variant with the residual add and RMS norm after it against the all-reduce followed by
 //! candle-nn's `add_rms_norm`; and the Lamport forms' edge cases (values that look like their
-//! empty marker, calls that cycle through their buffers with different grids).
+//! empty marker, calls that cycle through their buffers with different grids); and all-gathers
+//! (the small ones of f32, f16 and bf16 run as one-shot sums over zeros) against the host.
 //!
 //! Needs two GPUs and is `#[ignore]`d; the HIP-on-CUDA harness runs it (strict mode) where it
 //! sees two, and skips it with a row where it sees one.
@@ -209,6 +210,9 @@ fn one_shot_all_reduce_gives_up_on_an_absent_rank() -> Result<()> {
         if !comm.has_peer_allreduce() {
             return Ok(());
         }
+        // The set-up's RCCL work drained, so rank 0's wait below is the one for steps with no
+        // RCCL work queued (a blocking synchronize, the kernel's own timeout ending it).
+        comm.wait()?;
         if rank == 1 {
             while !DONE.load(Ordering::Acquire) {
                 std::thread::sleep(Duration::from_millis(10));
@@ -385,6 +389,55 @@ fn lamport_all_reduces_take_marker_values_and_cycle_their_buffers() -> Result<()
                     let (want_sum, want_norm) = composed(&comm, &x, &r, &a, eps)?;
                     same(&sum, &want_sum, &format!("{what}: sums"))?;
                     close_norms(&normed, &want_norm, &what)?;
+                }
+            }
+        }
+        comm.wait()
+    })
+}
+
+#[test]
+#[ignore = "needs 2 HIP devices and RCCL"]
+fn all_gather_joins_every_rank_like_the_host() -> Result<()> {
+    two_ranks(Duration::from_secs(120), |rank, comm| {
+        let dev = comm.device().clone();
+        // (rows, cols) of each rank's part: one element, odd sizes, a 1.1B decode step's logits
+        // ((16000, 1) f16), the one-shot path's 1 MiB limit in f32 and one row past it (RCCL).
+        let limit_rows = (1 << 20) / 4 / 2 / 64;
+        for (rows, cols) in [
+            (1, 1),
+            (3, 5),
+            (16000, 1),
+            (1001, 7),
+            (limit_rows, 64),
+            (limit_rows + 1, 64),
+        ] {
+            let part = |r: usize| -> Vec<f32> {
+                (0..rows * cols)
+                    .map(|i| if i % 11 == 3 { -0.0 } else { element(r, i) })
+                    .collect()
+            };
+            let want = [part(0), part(1)].concat();
+            let want = Tensor::from_vec(want, (2 * rows, cols), &Device::Cpu)?;
+            let mine = Tensor::from_vec(part(rank), (rows, cols), &dev)?;
+            // f32 / f16 / bf16 take the one-shot sum up to the limit; the others RCCL.
+            for dtype in [DType::F32, DType::F16, DType::BF16, DType::F64, DType::U32] {
+                let x = if dtype == DType::U32 {
+                    mine.abs()?.to_dtype(dtype)?
+                } else {
+                    mine.to_dtype(dtype)?
+                };
+                let want = if dtype == DType::U32 {
+                    want.abs()?.to_dtype(dtype)?
+                } else {
+                    want.to_dtype(dtype)?
+                };
+                // Twice: the one-shot kernels take their shared buffers in turn.
+                for round in 0..2 {
+                    let got = comm.all_gather(&x)?;
+                    assert_eq!(got.dims(), [2 * rows, cols]);
+                    let what = format!("rank {rank}, {dtype:?} ({rows}, {cols}), call {round}");
+                    same(&got, &want, &what)?;
                 }
             }
         }

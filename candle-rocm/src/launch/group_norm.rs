@@ -94,7 +94,8 @@ pub(crate) fn gn_args(
 
 /// Group norm of `x` (contiguous layout `xl`, dims `(b, c, ..)`) in `groups` groups, then
 /// `* w + b` per channel (`w` and `b` contiguous `(c,)` in `x`'s dtype): the new output, or
-/// `None` for a dtype without a kernel or a size the kernels do not take ([`gn_args`]).
+/// `None` for a dtype without a kernel or a size the kernels do not take (a group of 2^32
+/// elements or more, more than 65535 groups).
 pub fn group_norm(
     dev: &RocmDevice,
     (x, xl): (&S, &Layout),

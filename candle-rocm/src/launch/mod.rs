@@ -25,6 +25,7 @@ pub mod row_elementwise;
 pub mod rows;
 pub mod strides;
 pub mod transpose;
+pub mod upsample;
 
 #[cfg(test)]
 pub(crate) mod arg_layout;

@@ -8,7 +8,8 @@
 //! it (through the slot's `Comm::wait`) where a step ends.
 //!
 //! A sum of f32, f16 or bf16 small enough runs as one kernel over the peers' memory instead of
-//! RCCL when the communicator has a [`PeerReduce`] (see `ops::peer_reduce`).
+//! RCCL when the communicator has a [`PeerReduce`] (see `ops::peer_reduce`), and so does a
+//! small all-gather of those dtypes, as the sum of every rank's input placed in zeros.
 //!
 //! Reductions take the float types (f32, f64, f16, bf16) and u8, u32, i32, i64; i16 and f8e4m3
 //! are moved bytewise by all-gather and broadcast but not reduced (RCCL has no 16-bit integer
@@ -123,7 +124,7 @@ pub fn run(
         let mut out = dev.alloc(out_len)?;
         match op {
             Collective::AllReduce(r) => all_reduce(dev, comm, peer, &input, &mut out, r)?,
-            Collective::AllGather => comm.all_gather(&input, &mut out)?,
+            Collective::AllGather => all_gather(dev, comm, peer, &input, &mut out)?,
             Collective::ReduceScatter(r) => comm.reduce_scatter(&input, &mut out, r)?,
             Collective::Broadcast { root } => comm.broadcast(&input, &mut out, root)?,
         }
@@ -226,6 +227,29 @@ fn all_reduce<T: RocmDType + RcclType>(
     match peer {
         Some(p) if p.takes::<T>(op, input.len()) => p.all_reduce_sum(dev, input, out),
         _ => Ok(comm.all_reduce(input, out, op)?),
+    }
+}
+
+/// An all-gather: for the small ones `peer` takes ([`PeerReduce::gathers`]), this rank's input
+/// copied to its offset in a zeroed buffer and the one-shot sum of those buffers (no RCCL call,
+/// so a graph-mode recording goes on), else RCCL.
+fn all_gather<T: RocmDType + RcclType>(
+    dev: &RocmDevice,
+    comm: &Communicator,
+    peer: Option<&PeerReduce>,
+    input: &impl DeviceSlice<T>,
+    out: &mut impl DeviceSliceMut<T>,
+) -> Result<(), BackendError> {
+    match peer {
+        Some(p) if p.gathers::<T>(out.len()) => {
+            let n = input.len();
+            let at = comm.rank() * n;
+            let mut placed = dev.zeros::<T>(out.len())?;
+            dev.stream()
+                .memcpy_dtod(input, &mut placed.slice_mut(at..at + n)?)?;
+            p.all_reduce_sum(dev, &placed, out)
+        }
+        _ => Ok(comm.all_gather(input, out)?),
     }
 }
 

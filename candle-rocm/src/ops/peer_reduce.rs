@@ -37,6 +37,12 @@ use crate::launch::collective::{
 /// allocation); larger ones go through RCCL.
 pub const MAX_BYTES: usize = 4 << 20;
 
+/// The largest all-gather (the gathered tensor, in bytes) taken as a one-shot sum of every
+/// rank's input placed at its offset in zeros ([`PeerReduce::gathers`]): that moves the world
+/// size times a true gather's bytes, which costs less than RCCL's call (and the graph-mode
+/// recording it ends) only for small messages, such as a decode step's logits.
+pub const GATHER_MAX_BYTES: usize = 1 << 20;
+
 /// Bytes of a rank's record in the set-up exchange.
 const RECORD: usize = 128;
 
@@ -243,6 +249,16 @@ impl PeerReduce {
         out: &mut impl DeviceSliceMut<T>,
     ) -> Result<(), BackendError> {
         allreduce_sum_oneshot(dev, &self.shot, input, out)
+    }
+
+    /// Whether an all-gather of `gathered` elements of `T` in all runs as the one-shot sum of
+    /// every rank's input placed at its offset in zeros (at most [`GATHER_MAX_BYTES`]). Exact
+    /// but for signed zeros: every rank adds zeros to every other rank's values, so a -0.0
+    /// arrives as +0.0 (and an f32 -4.6e-41, the Lamport form's empty marker, as +0.0 too).
+    /// Depends on the dtype and size only, so every rank takes the same path.
+    pub fn gathers<T: RocmDType>(&self, gathered: usize) -> bool {
+        let bytes = gathered.saturating_mul(std::mem::size_of::<T>());
+        bytes <= GATHER_MAX_BYTES && self.takes::<T>(ReduceOp::Sum, gathered)
     }
 
     /// Whether the one-shot kernel takes the all-reduce of `rows` x `cols` elements of `dtype`

@@ -4,7 +4,10 @@
 // narrowed sources with row strides and start offsets), empty copies left out of a batch as
 // candle-rocm leaves them out, blocks of 256 with candle-rocm's grid (one thread per element)
 // and small grids (the grid-stride loop), and element sizes 1, 2, 4 and 8. Every destination
-// byte no copy covers must keep its poison. Prints bad=<mismatches> and exits non-zero on any.
+// byte no copy covers must keep its poison. Also the nearest-neighbour upsampling
+// (upsample_nearest_b1/2/4/8) against candle-kernels' index rule (f64 products, clamped): 2x,
+// 3x, non-integer ratios up and down, rows of whole runs (one store a run) and not, small grids.
+// Prints bad=<mismatches> and exits non-zero on any.
 #include "emu.h"
 
 #include "check.h"
@@ -102,7 +105,60 @@ template <typename T> static void run_all(void (*kernel)(CopyBatch, T *)) {
     }
 }
 
+// Port of candle-rocm/src/launch/upsample.rs `up_args` (RUN = UP_RUN).
+static UpArgs up_args(size_t planes, size_t h_in, size_t w_in, size_t h_out, size_t w_out) {
+    const size_t rpr = (w_out + UP_RUN - 1) / UP_RUN;
+    return UpArgs{planes * h_out * rpr, (double)h_in / h_out, (double)w_in / w_out, (uint32_t)h_in, (uint32_t)w_in,
+                  (uint32_t)h_out, (uint32_t)w_out, (uint32_t)rpr, (uint32_t)(w_out % UP_RUN == 0)};
+}
+
+template <typename T>
+static void up_case(void (*kernel)(UpArgs, const T *, T *), size_t planes, size_t h_in, size_t w_in, size_t h_out,
+                    size_t w_out, unsigned grid) {
+    const size_t n_in = planes * h_in * w_in, n_out = planes * h_out * w_out;
+    std::vector<T> src(n_in);
+    for (size_t i = 0; i < n_in; i++) src[i] = (T)(i * 2654435761u + 1);
+    // Poison past the end: the kernel must write n_out elements, no more.
+    std::vector<T> dst(n_out + 64, (T)0x5a);
+    const UpArgs a = up_args(planes, h_in, w_in, h_out, w_out);
+    const unsigned g = grid ? grid : (unsigned)std::max<uint64_t>((a.runs + 255) / 256, 1);
+    launches++;
+    C.ctx = "upsample " + std::to_string(sizeof(T)) + "B " + std::to_string(planes) + "x(" + std::to_string(h_in) +
+            "," + std::to_string(w_in) + ")->(" + std::to_string(h_out) + "," + std::to_string(w_out) + ") grid " +
+            std::to_string(g);
+    if (!emu::launch("upsample", kernel, dim3(g), dim3(256), a, (const T *)src.data(), dst.data())) {
+        C.fail("launch failed");
+        return;
+    }
+    for (size_t p = 0; p < planes; p++)
+        for (size_t oh = 0; oh < h_out; oh++)
+            for (size_t ow = 0; ow < w_out; ow++) {
+                size_t ih = (size_t)(oh * ((double)h_in / h_out)), iw = (size_t)(ow * ((double)w_in / w_out));
+                ih = std::min(ih, h_in - 1);
+                iw = std::min(iw, w_in - 1);
+                C.checks++;
+                const T want = src[(p * h_in + ih) * w_in + iw], got = dst[(p * h_out + oh) * w_out + ow];
+                if (got != want) C.fail("plane %zu (%zu, %zu)", p, oh, ow);
+            }
+    for (size_t i = n_out; i < dst.size(); i++)
+        if (dst[i] != (T)0x5a) C.fail("wrote past the output at %zu", i);
+}
+
+template <typename T> static void up_all(void (*kernel)(UpArgs, const T *, T *)) {
+    for (unsigned grid : {0u, 1u, 3u}) {
+        up_case<T>(kernel, 3, 8, 8, 16, 16, grid);   // 2x, whole runs
+        up_case<T>(kernel, 2, 5, 7, 15, 21, grid);   // 3x, rows of 21 (a short last run)
+        up_case<T>(kernel, 1, 5, 7, 9, 15, grid);    // non-integer ratios
+        up_case<T>(kernel, 2, 9, 12, 4, 8, grid);    // down
+        up_case<T>(kernel, 4, 1, 1, 3, 4, grid);     // one element a plane
+    }
+}
+
 int main() {
+    up_all<uint8_t>(upsample_nearest_b1);
+    up_all<uint16_t>(upsample_nearest_b2);
+    up_all<uint32_t>(upsample_nearest_b4);
+    up_all<uint64_t>(upsample_nearest_b8);
     run_all<uint8_t>(copy2d_many_b1);
     run_all<uint16_t>(copy2d_many_b2);
     run_all<uint32_t>(copy2d_many_b4);

@@ -344,6 +344,9 @@ impl Communicator {
         );
         let mut state = self.state.lock();
         self.settle(&mut state, op, self.timeout)?;
+        // Counted before the call: a wait must not take the stream for one whose kernels can
+        // only end when the peers come (see `wait_timeout`).
+        self.stream.note_peer_work();
         let code = f(&self.rccl, state.raw);
         if code.is_success() {
             return Ok(());
@@ -450,6 +453,19 @@ impl Communicator {
         self.poll(&mut state, "ncclCommGetAsyncError").map(|_| ())
     }
 
+    /// [`Communicator::check_async`] under one lock, aborting the communicator on an error (as
+    /// a failed wait does).
+    fn check_async_or_abort(&self, op: &'static str) -> Result<()> {
+        let mut state = self.state.lock();
+        match self.poll(&mut state, op) {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                self.abort_recorded(&mut state);
+                Err(e)
+            }
+        }
+    }
+
     /// Waits until everything queued on the stream has finished, with the communicator's
     /// timeout (see [`Communicator::wait_timeout`]).
     pub fn wait(&self) -> Result<()> {
@@ -463,7 +479,19 @@ impl Communicator {
     /// with work still queued, the communicator is aborted (`ncclCommAbort`, which also stops
     /// RCCL's kernels waiting on the stream) and the typed error is returned: it never hangs
     /// on a dead peer.
+    ///
+    /// Where no RCCL work was queued on the stream since a wait last saw it drain (a
+    /// tensor-parallel step whose collectives all ran as candle-rocm's one-shot kernels,
+    /// which end by their own timeout), nothing queued can wait for a peer: then it checks
+    /// RCCL's error state and blocks in `hipStreamSynchronize`, which returns as soon as the
+    /// stream drains, where the polls below can sleep past it (up to 50 us plus the timer's
+    /// slack once a step).
     pub fn wait_timeout(&self, timeout: Duration) -> Result<()> {
+        let (queued, drained) = self.stream.peer_work();
+        if drained {
+            self.check_async_or_abort("wait")?;
+            return self.stream.synchronize();
+        }
         let start = Instant::now();
         let mut backoff = Backoff::new();
         loop {
@@ -478,6 +506,7 @@ impl Communicator {
                 }
             };
             if settled && self.stream.is_idle()? {
+                self.stream.peer_work_finished(queued);
                 return Ok(());
             }
             let waited = start.elapsed();

@@ -3,7 +3,7 @@
 //! upsamplers, as `Map1` ops over typed buffers. Every layout and size is checked before a
 //! launch.
 
-use candle_core::Layout;
+use candle_core::{DType, Layout};
 use candle_rocm_kernels::Module;
 use rocm_safe::{DeviceBuffer, DevicePtrArg, DeviceRepr};
 
@@ -13,6 +13,7 @@ use crate::dispatch::Map1;
 use crate::dtype::RocmDType;
 use crate::error::BackendError;
 use crate::launch::kernel_name;
+use crate::launch::upsample::upsample_nearest;
 use crate::layout::{checked_product, checked_view, invalid, shape_error, size_overflow};
 
 /// Uploads `[dims, strides, ...]` of the layouts, the `info` argument of the conv kernels.
@@ -372,6 +373,18 @@ impl Map1 for UpsampleNearest {
                 ));
             }
             let input = checked_view(&name, src, layout)?;
+            // Contiguous inputs of the dtypes candle's kernel takes (so the dtype table does
+            // not depend on the layout): our kernel, the same elements with two divisions a run
+            // of four outputs.
+            let candle_has = matches!(
+                T::DTYPE,
+                DType::F32 | DType::F64 | DType::F16 | DType::BF16 | DType::U8 | DType::U32
+            );
+            if candle_has && layout.is_contiguous() && crate::settings::fast_kernels() {
+                let planes = d[0] * d[1];
+                let output = (self.out_h, self.out_w);
+                return upsample_nearest(dev, &input, planes, (d[2], d[3]), output);
+            }
             let info = info_of(dev, &[layout])?;
             let f = dev.function(Module::Conv, &name)?;
             let scale_h = d[2] as f64 / self.out_h as f64;
