@@ -203,10 +203,11 @@ WHERE_ALL_T(uint64_t, i64)
 // op `BatchNormEval`): x contiguous, `c` channels of `inner` elements each, repeated over the
 // outer dims; p the (4, c) stack of mean, var, weight and bias (same dtype); y = (x - mean) /
 // sqrt(var + eps) * weight + bias computed in D::C (f32 for f16/bf16), rounded once. Element
-// i's channel is (i / inner) % c (magic-number divisions, i < 2^32). With `vec`, inner is a
+// i's channel is (i / inner) % c (magic-number divisions, i < 2^32). `vec` bit 0: inner is a
 // multiple of the pack and x, y are 16-byte aligned (checked here): whole packs, one channel a
-// pack; else element by element. One launch and one pass over x instead of the four
-// whole-tensor broadcast ops of candle-nn's eval path.
+// pack; else element by element. Bit 1: ReLU after, y > 0 ? y : 0 (NaN gives 0, as candle's
+// CPU relu). One launch and one pass over x instead of the four whole-tensor broadcast ops of
+// candle-nn's eval path (and the ReLU's pass after them).
 struct EwBnArgs {
     uint32_t n, inner, inner_magic, inner_shift;
     uint32_t c, c_magic, c_shift, vec;
@@ -214,8 +215,10 @@ struct EwBnArgs {
 
 template <typename D> struct BnCoef {
     typename D::C mean, std, w, b;
+    bool relu;
     __device__ __forceinline__ typename D::S apply(typename D::S x) const {
-        return D::store((D::load(x) - mean) / std * w + b);
+        const typename D::C y = (D::load(x) - mean) / std * w + b;
+        return D::store(relu && !(y > (typename D::C)0) ? (typename D::C)0 : y);
     }
 };
 
@@ -229,6 +232,7 @@ __device__ __forceinline__ BnCoef<D> bn_coef(const EwBnArgs &a, typename D::C ep
     k.std = m_sqrt(D::load(p[a.c + ch]) + eps);
     k.w = D::load(p[2 * a.c + ch]);
     k.b = D::load(p[3 * a.c + ch]);
+    k.relu = (a.vec & 2) != 0;
     return k;
 }
 
@@ -239,7 +243,7 @@ __device__ __forceinline__ void bnorm(const EwBnArgs &a, typename D::C eps, cons
     constexpr int VEC = 16 / (int)sizeof(S);
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (a.vec && aligned16(x) && aligned16(y)) {
+    if ((a.vec & 1) && aligned16(x) && aligned16(y)) {
         typedef Pack<S, VEC> P;
         const size_t npack = a.n / VEC;
         for (size_t q = first; q < npack; q += stride) {

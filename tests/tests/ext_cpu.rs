@@ -605,7 +605,8 @@ fn user_custom_and_in_place_ops_fall_back() -> Result<()> {
 /// ext-cpu has no handler for it, so the op's own CPU form runs through the slot's fallback,
 /// within rounding of the composed ops the CPU device runs (it computes in f64, rounds once);
 /// with gradients tracked the composed ops run on the device; a strict device refuses the
-/// fallback (candle-rocm runs the op on the GPU instead).
+/// fallback (candle-rocm runs the op on the GPU instead). The same for `forward_relu_t`, whose
+/// op (`batch-norm-eval-relu`) adds the ReLU after it.
 #[test]
 fn batch_norm_in_eval_mode_is_one_fused_op() -> Result<()> {
     use candle_nn::ModuleT;
@@ -618,6 +619,11 @@ fn batch_norm_in_eval_mode_is_one_fused_op() -> Result<()> {
     let want = bn(&Device::Cpu)?.forward_t(&input(&Device::Cpu, 44, &[2, 5, 3, 4])?, false)?;
     one_fused_op("batch-norm-eval", &want, |d, track| {
         bn(d)?.forward_t(&tracked(input(d, 44, &[2, 5, 3, 4])?, track)?, false)
+    })?;
+    // With the ReLU after it (`forward_relu_t`): the op of its own.
+    let want = want.relu()?;
+    one_fused_op("batch-norm-eval-relu", &want, |d, track| {
+        bn(d)?.forward_relu_t(&tracked(input(d, 44, &[2, 5, 3, 4])?, track)?, false)
     })
 }
 

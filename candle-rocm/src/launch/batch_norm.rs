@@ -2,7 +2,8 @@
 //! `bnorm_<T>` (f32, f16, bf16, f64) computes candle-nn's `BatchNorm` in eval mode (the fused
 //! op `BatchNormEval`, handed over by `slot::fused`) in one launch and one pass over the input,
 //! where candle-nn's composed path runs four whole-tensor broadcast ops (subtract the mean,
-//! divide by the deviation, multiply by the weight, add the bias).
+//! divide by the deviation, multiply by the weight, add the bias); with the ReLU after it in the
+//! same pass for `BatchNormEvalRelu` (a ResNet's batch norms but the last of each block).
 
 use candle_core::Layout;
 use candle_rocm_kernels::Module;
@@ -22,8 +23,8 @@ const OP: &str = "batch-norm-eval";
 const KERNELS: [&str; 4] = ["bnorm_f32", "bnorm_f16", "bnorm_bf16", "bnorm_f64"];
 
 /// The kernels' first argument (`EwBnArgs` in elementwise.hip): element count, the channel
-/// plane's length and the channel count with their magic divisors, and whether whole packs
-/// fit a plane.
+/// plane's length and the channel count with their magic divisors, and `vec`'s bits: whole
+/// packs fit a plane (bit 0), ReLU after (bit 1).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct BnArgs {
@@ -65,21 +66,26 @@ pub(crate) fn bn_args(n: usize, c: usize, inner: usize, vec: usize) -> Option<Bn
     })
 }
 
+/// `vec`'s bit for the ReLU after the normalisation.
+const RELU: u32 = 2;
+
 /// Batch norm of `x` (contiguous layout `xl`, dims `(b, c, ..)`) by `p` (contiguous layout
-/// `pl`, the `(4, c)` stack of mean, var, weight and bias, `x`'s dtype): the new output, or
-/// `None` for a dtype without a kernel or more than 2^32 - 1 elements.
+/// `pl`, the `(4, c)` stack of mean, var, weight and bias, `x`'s dtype), then `max(y, 0)` with
+/// `relu`: the new output, or `None` for a dtype without a kernel or more than 2^32 - 1
+/// elements.
 pub fn batch_norm(
     dev: &RocmDevice,
     (x, xl): (&S, &Layout),
     (p, pl): (&S, &Layout),
     eps: f64,
+    relu: bool,
 ) -> Result<Option<S>, BackendError> {
-    let f32_eps = eps as f32;
+    let e = eps as f32;
     Ok(match (x, p) {
-        (S::F32(x), S::F32(p)) => bn_t(dev, KERNELS[0], (x, xl), (p, pl), f32_eps)?.map(S::F32),
-        (S::F16(x), S::F16(p)) => bn_t(dev, KERNELS[1], (x, xl), (p, pl), f32_eps)?.map(S::F16),
-        (S::BF16(x), S::BF16(p)) => bn_t(dev, KERNELS[2], (x, xl), (p, pl), f32_eps)?.map(S::BF16),
-        (S::F64(x), S::F64(p)) => bn_t(dev, KERNELS[3], (x, xl), (p, pl), eps)?.map(S::F64),
+        (S::F32(x), S::F32(p)) => bn_t(dev, KERNELS[0], (x, xl), (p, pl), e, relu)?.map(S::F32),
+        (S::F16(x), S::F16(p)) => bn_t(dev, KERNELS[1], (x, xl), (p, pl), e, relu)?.map(S::F16),
+        (S::BF16(x), S::BF16(p)) => bn_t(dev, KERNELS[2], (x, xl), (p, pl), e, relu)?.map(S::BF16),
+        (S::F64(x), S::F64(p)) => bn_t(dev, KERNELS[3], (x, xl), (p, pl), eps, relu)?.map(S::F64),
         _ => None,
     })
 }
@@ -91,6 +97,7 @@ fn bn_t<T: RocmDType, E: DeviceRepr>(
     (x, xl): (&DeviceBuffer<T>, &Layout),
     (p, pl): (&DeviceBuffer<T>, &Layout),
     eps: E,
+    relu: bool,
 ) -> Result<Option<DeviceBuffer<T>>, BackendError> {
     let dims = xl.dims();
     if dims.len() < 2 {
@@ -118,13 +125,17 @@ fn bn_t<T: RocmDType, E: DeviceRepr>(
     }
     let inner = dims[2..].iter().product::<usize>();
     let vec = pack_elems::<T, T>();
-    let Some(args) = bn_args(n, c, inner, vec) else {
+    let Some(mut args) = bn_args(n, c, inner, vec) else {
         return Ok(None);
     };
+    let packs = args.vec == 1;
+    if relu {
+        args.vec |= RELU;
+    }
     let (x, p) = (checked_view(OP, x, xl)?, checked_view(OP, p, pl)?);
     let out = dev.alloc::<T>(n)?;
     let f = dev.function(Module::Elementwise, name)?;
-    let cfg = launch_config(n, if args.vec == 1 { vec } else { 1 })?;
+    let cfg = launch_config(n, if packs { vec } else { 1 })?;
     let (px, pp, po) = (DevicePtrArg::of(&x), DevicePtrArg::of(&p), out.as_arg());
     let mut l = dev.stream().launch_builder(&f);
     l.arg(&args).arg(&eps).arg(&px).arg(&pp).arg(&po);

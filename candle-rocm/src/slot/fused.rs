@@ -1,8 +1,9 @@
 //! The fused ops that candle-nn and candle-core hand to an out-of-tree backend
 //! ([`candle_core::ext::FusedOp`]): sigmoid, softmax over the last dim, RMS and layer norm, the
 //! three rotary embeddings, arg-sort, SwiGLU's gate, the residual add with the next RMS norm
-//! (candle-nn's `swiglu` and `add_rms_norm`) and batch norm in eval mode (`launch::batch_norm`),
-//! each one launch, and group norm (`launch::group_norm`, two). Softmax and the norms run our `rows`
+//! (candle-nn's `swiglu` and `add_rms_norm`) and batch norm in eval mode (`launch::batch_norm`,
+//! with or without the ReLU after it), each one launch, and group norm (`launch::group_norm`,
+//! two). Softmax and the norms run our `rows`
 //! kernels (single pass with the row in registers up to 8192 elements, two passes beyond; see
 //! `rows.rs`), and so do rope and rope_i where a row's halves (rope) or the row (rope_i) are
 //! whole 16-byte packs; the others candle-kernels' own kernel with the arguments candle-nn's
@@ -128,11 +129,13 @@ pub(crate) fn run(
             dims.extend_from_slice(xl.dims());
             Ok(out.map(|s| (RocmStorage::new(s, dev.clone()), Shape::from(dims))))
         }
-        FusedOp::BatchNormEval { eps } if float => {
+        FusedOp::BatchNormEval { eps } | FusedOp::BatchNormEvalRelu { eps } if float => {
+            let relu = matches!(op, FusedOp::BatchNormEvalRelu { .. });
             let [(p, pl)] = operands::<1>(op, args)?;
             let (x, xl) = contiguous(x, l)?;
             let (p, pl) = contiguous(p, pl)?;
-            let out = batch_norm(dev, (&x.slice, &xl), (&p.slice, &pl), f64::from(*eps)).w()?;
+            let eps = f64::from(*eps);
+            let out = batch_norm(dev, (&x.slice, &xl), (&p.slice, &pl), eps, relu).w()?;
             Ok(out.map(|s| (RocmStorage::new(s, dev.clone()), xl.shape().clone())))
         }
         FusedOp::GroupNorm { num_groups, eps } if float => {

@@ -937,7 +937,8 @@ static void test_plan_port() {
 
 // ---- batch norm ------------------------------------------------------------------------------
 // bnorm_<dt> against (x - mean) / sqrt(var + eps) * w + b in double rounded to the dtype, over
-// planes that take whole packs (inner a multiple of the pack) and elements, misaligned x too.
+// planes that take whole packs (inner a multiple of the pack) and elements, misaligned x too;
+// each case also with the ReLU after it (`vec` bit 1).
 typedef void (*BnK)(EwBnArgs, float, const void *, const void *, void *);
 typedef void (*BnK64)(EwBnArgs, double, const void *, const void *, void *);
 static void test_bnorm() {
@@ -948,12 +949,13 @@ static void test_bnorm() {
     };
     const BnCase cases[] = {{2, 3, 16, 0}, {3, 5, 7, 0}, {2, 4, 24, 0}, {1, 3, 1, 0}, {2, 3, 16, 1}, {4, 70, 9, 0}};
     const double eps = 1e-5;
-    for (int di = 0; di < 4; ++di) {
-        DT d = dts[di];
+    for (int di = 0; di < 8; ++di) {
+        DT d = dts[di % 4];
+        const bool relu = di >= 4;
         for (const BnCase &bc : cases) {
             const size_t n = bc.b * bc.c * bc.inner, vec = pack_elems(dt_size(d), dt_size(d));
             G.c.ctx = std::string("bnorm_") + dt_name(d) + " " + std::to_string(bc.b) + "x" + std::to_string(bc.c) +
-                      "x" + std::to_string(bc.inner) + " start " + std::to_string(bc.start);
+                      "x" + std::to_string(bc.inner) + " start " + std::to_string(bc.start) + (relu ? " relu" : "");
             Buf x(bc.start + n, dt_size(d)), p(4 * bc.c, dt_size(d)), out(n, dt_size(d));
             for (size_t i = 0; i < bc.start + n; ++i) store(d, x.p, i, gen(d, -8, 8, false));
             for (size_t k = 0; k < 4 * bc.c; ++k) {
@@ -964,13 +966,14 @@ static void test_bnorm() {
             a.n = (uint32_t)n, a.inner = (uint32_t)bc.inner, a.c = (uint32_t)bc.c;
             magic_divisor(a.inner, a.inner_magic, a.inner_shift);
             magic_divisor(a.c, a.c_magic, a.c_shift);
-            a.vec = bc.inner % vec == 0;
-            dim3 grid = launch_config(n, a.vec ? vec : 1), block((unsigned)BLOCK);
+            const bool packs = bc.inner % vec == 0;
+            a.vec = (packs ? 1u : 0u) | (relu ? 2u : 0u);
+            dim3 grid = launch_config(n, packs ? vec : 1), block((unsigned)BLOCK);
             const char *xp = (const char *)x.p + bc.start * dt_size(d);
             G.launches++;
-            bool ok = d == F64 ? emu::launch("bnorm", (BnK64)ks[di], grid, block, a, eps, (const void *)xp,
+            bool ok = d == F64 ? emu::launch("bnorm", (BnK64)ks[di % 4], grid, block, a, eps, (const void *)xp,
                                              (const void *)p.p, out.p)
-                               : emu::launch("bnorm", (BnK)ks[di], grid, block, a, (float)eps, (const void *)xp,
+                               : emu::launch("bnorm", (BnK)ks[di % 4], grid, block, a, (float)eps, (const void *)xp,
                                              (const void *)p.p, out.p);
             if (!ok) {
                 G.c.fail("launch failed");
@@ -982,7 +985,8 @@ static void test_bnorm() {
                 double xv = load(d, x.p, bc.start + i), m = load(d, p.p, ch), v = load(d, p.p, bc.c + ch),
                        w = load(d, p.p, 2 * bc.c + ch), b = load(d, p.p, 3 * bc.c + ch);
                 double s = sqrt(v + (d == F64 ? eps : (double)(float)eps));
-                double want = round_to(d, (xv - m) / s * w + b), got = load(d, out.p, i);
+                const double y = (xv - m) / s * w + b;
+                double want = round_to(d, relu && !(y > 0) ? 0.0 : y), got = load(d, out.p, i);
                 G.c.checks++;
                 double tol = rtol_of(d) * 4 * (fabs(want) + fabs((xv - m) / s * w) + fabs(b)) + atol_of(d);
                 if (!close(got, want, tol)) G.c.fail("i=%zu x=%.17g got %.17g want %.17g", i, xv, got, want);

@@ -51,8 +51,9 @@ fn per_channel_broadcasts_match_the_cpu() -> Result<()> {
     Ok(())
 }
 
-/// candle-nn's `BatchNorm` in eval mode against the CPU: on this device it runs as the fused
-/// `batch-norm-eval` op (one kernel, f32 math rounded once), on the CPU as candle-nn's four
+/// candle-nn's `BatchNorm` in eval mode against the CPU, alone and with the ReLU after it
+/// (`forward_relu_t`): on this device it runs as the fused `batch-norm-eval` /
+/// `batch-norm-eval-relu` op (one kernel, f32 math rounded once), on the CPU as candle-nn's four
 /// broadcast ops (rounded after each), so within a few of the dtype's tolerance; planes that
 /// take whole packs, elements (14x14 and 7x3 in f16), and a 2-D input.
 #[test]
@@ -75,6 +76,11 @@ fn batch_norm_in_eval_mode_matches_the_cpu() -> Result<()> {
             let on_cpu = candle_nn::BatchNorm::new(c, cm, cv, cw, cb, 1e-5)?;
             let (got, want) = (on_gpu.forward_t(&gx, false)?, on_cpu.forward_t(&cx, false)?);
             let what = format!("batch norm {dtype:?} {dims:?}");
+            assert_gpu_close(&got, &want, 4.0 * tolerance(dtype), &what)?;
+            // With the ReLU after it: one fused op here, the two steps on the CPU.
+            let got = on_gpu.forward_relu_t(&gx, false)?;
+            let want = on_cpu.forward_t(&cx, false)?.relu()?;
+            let what = format!("batch norm + relu {dtype:?} {dims:?}");
             assert_gpu_close(&got, &want, 4.0 * tolerance(dtype), &what)?;
         }
     }
