@@ -1,7 +1,9 @@
 //! candle-transformers' Stable Diffusion VAE decoder and UNet, made small (a few dozen
 //! channels, 8x8 latents) with seeded random weights, on the GPU against the same model on the
 //! CPU, in f32, f16 and bf16, on each convolution path; the UNet with flash attention
-//! (`use_flash_attn`) against the CPU's matmul attention; and Whisper's audio encoder.
+//! (`use_flash_attn`) against the CPU's matmul attention; Whisper's audio encoder; and ResNet-18
+//! (its batch norms and the ReLUs after them run as one fused op on the GPU, candle-transformers
+//! patch 0009).
 //!
 //! candle-rocm reads `CANDLE_ROCM_CONV` once per process, so each path's test runs its body in
 //! a child process of this binary with the variable set ([`isolated_with`]) and checks there
@@ -21,7 +23,7 @@ use candle_rocm::ops::conv::miopen::miopen_runs;
 use candle_rocm::settings::{conv_path, ConvPath, CONV_VAR};
 use candle_rocm_tests::{assert_gpu_close, gpu, isolated_with, normal, rng};
 use candle_transformers::models::stable_diffusion::{unet_2d, vae};
-use candle_transformers::models::whisper;
+use candle_transformers::models::{resnet, whisper};
 
 /// The dtypes each model runs in.
 const DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
@@ -113,6 +115,9 @@ enum Model {
     /// heads) on 1x16x32 mel; in f16/bf16 through candle-transformers patch 0006 (its
     /// positional table in the weights' dtype).
     WhisperEncoder,
+    /// ResNet-18 without its classifier on 2x3x32x32 images: the stem's and every basic
+    /// block's first batch norm run with their ReLU as one op (`forward_relu_t`).
+    Resnet18,
 }
 
 impl Model {
@@ -184,6 +189,10 @@ fn forward(model: Model, round: DType, dtype: DType, dev: &Device) -> Result<Ten
             let mut m = whisper::model::Whisper::load(&vb, cfg)?;
             m.encoder
                 .forward(&input(4, &[1, 16, 32], round, dtype, dev)?, true)
+        }
+        Model::Resnet18 => {
+            let m = resnet::resnet18_no_final_layer(vb)?;
+            input(5, &[2, 3, 32, 32], round, dtype, dev)?.apply(&m)
         }
     }
 }
@@ -287,5 +296,15 @@ fn whisper_encoder_matches_the_cpu_on_miopen() -> Result<()> {
         "whisper_encoder_matches_the_cpu_on_miopen",
         Model::WhisperEncoder,
         "miopen",
+    )
+}
+
+#[test]
+#[ignore = "needs a HIP device"]
+fn resnet18_matches_the_cpu_on_im2col() -> Result<()> {
+    on_path(
+        "resnet18_matches_the_cpu_on_im2col",
+        Model::Resnet18,
+        "im2col",
     )
 }
