@@ -19,6 +19,14 @@ use crate::layout::{checked_view, invalid};
 /// The op's name in errors.
 const OP: &str = "group-norm";
 
+/// The kernels (statistics, normalisation), f32 / f16 / bf16 / f64.
+const KERNELS: [(&str, &str); 4] = [
+    ("rgnorm_stats_f32", "rgnorm_f32"),
+    ("rgnorm_stats_f16", "rgnorm_f16"),
+    ("rgnorm_stats_bf16", "rgnorm_bf16"),
+    ("rgnorm_stats_f64", "rgnorm_f64"),
+];
+
 /// Threads per block (the kernels' `RW_BLOCK`).
 const BLOCK: u32 = 256;
 
@@ -107,15 +115,17 @@ pub fn group_norm(
     let ops = ((xl, wl, bl), groups);
     Ok(match (x, w, b) {
         (S::F32(x), S::F32(w), S::F32(b)) => {
-            gn_t(dev, "f32", (x, w, b), ops, eps as f32)?.map(S::F32)
+            gn_t(dev, KERNELS[0], (x, w, b), ops, eps as f32)?.map(S::F32)
         }
         (S::F16(x), S::F16(w), S::F16(b)) => {
-            gn_t(dev, "f16", (x, w, b), ops, eps as f32)?.map(S::F16)
+            gn_t(dev, KERNELS[1], (x, w, b), ops, eps as f32)?.map(S::F16)
         }
         (S::BF16(x), S::BF16(w), S::BF16(b)) => {
-            gn_t(dev, "bf16", (x, w, b), ops, eps as f32)?.map(S::BF16)
+            gn_t(dev, KERNELS[2], (x, w, b), ops, eps as f32)?.map(S::BF16)
         }
-        (S::F64(x), S::F64(w), S::F64(b)) => gn_t(dev, "f64", (x, w, b), ops, eps)?.map(S::F64),
+        (S::F64(x), S::F64(w), S::F64(b)) => {
+            gn_t(dev, KERNELS[3], (x, w, b), ops, eps)?.map(S::F64)
+        }
         _ => None,
     })
 }
@@ -127,11 +137,11 @@ type Operands<'a, T> = (
     &'a DeviceBuffer<T>,
 );
 
-/// [`group_norm`] for one dtype (`dt`, the kernels' suffix); `A` the kernels' accumulation
+/// [`group_norm`] for one dtype (`names`, its two kernels); `A` the kernels' accumulation
 /// type (f32, or f64 for f64), `eps` in it.
 fn gn_t<T: RocmDType, A: DeviceRepr + Default>(
     dev: &RocmDevice,
-    dt: &str,
+    (stats, apply): (&'static str, &'static str),
     (x, w, b): Operands<'_, T>,
     ((xl, wl, bl), groups): ((&Layout, &Layout, &Layout), usize),
     eps: A,
@@ -190,7 +200,7 @@ fn gn_t<T: RocmDType, A: DeviceRepr + Default>(
         block_dim: (BLOCK, 1, 1),
         shared_mem_bytes: 0,
     };
-    let stats = dev.function(Module::Rows, &format!("rgnorm_stats_{dt}"))?;
+    let stats = dev.function(Module::Rows, stats)?;
     let (pp, pw, pb, po) = (
         part.as_arg(),
         DevicePtrArg::of(&w),
@@ -206,7 +216,7 @@ fn gn_t<T: RocmDType, A: DeviceRepr + Default>(
     // inside `part` (2 rows splits elements, new). Packs only with the host's promise
     // (`gn_args`: inner and chunk whole packs) and 16-byte aligned x and y (checked above).
     unsafe { l.launch(cfg)? };
-    let apply = dev.function(Module::Rows, &format!("rgnorm_{dt}"))?;
+    let apply = dev.function(Module::Rows, apply)?;
     let mut l = dev.stream().launch_builder(&apply);
     l.arg(&args)
         .arg(&eps)
@@ -268,5 +278,16 @@ mod tests {
             "more groups than a grid's rows"
         );
         assert!(gn_args(0, 32, 8, 1, 8).is_none());
+    }
+
+    /// `GnArgs` names its fields in rows/group_norm.h's order.
+    #[test]
+    fn the_kernel_argument_matches_group_norm_h() {
+        let fields = crate::launch::arg_layout::args_match_hip_struct(
+            "rows/group_norm.h",
+            "GnArgs",
+            &format!("{:?}", GnArgs::default()),
+        );
+        assert_eq!(fields.len(), 8);
     }
 }
