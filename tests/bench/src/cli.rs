@@ -70,6 +70,11 @@ pub(crate) struct Cli {
     /// default on the CPU; its rows' op names end in `_matmul`).
     #[arg(long, value_enum)]
     pub(crate) tp_attention: Option<TpAttention>,
+    /// Which of the tensor-parallel llama's vocabulary tables are split over the ranks: the
+    /// output head only (the library's default: the embeddings whole on every rank, no
+    /// all-reduce after the lookup), both, or neither.
+    #[arg(long, value_enum, default_value_t = TpVocab::Head)]
+    pub(crate) tp_vocab: TpVocab,
     /// Set by rank 0 on the ranks it starts for --gpus N (not for hand use).
     #[arg(long, hide = true, requires = "gpus")]
     pub(crate) rank_worker: bool,
@@ -87,6 +92,17 @@ pub(crate) enum TpModel {
     Llama7b,
     /// 128 hidden, 4 heads, 344 intermediate, 1024 tokens: a run on the CPU.
     Tiny,
+}
+
+/// Which vocabulary tables the tensor-parallel llama splits (`--tp-vocab`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum TpVocab {
+    /// The output head only; the embeddings whole on every rank (`VocabSplit::HEAD`).
+    Head,
+    /// The embeddings and the output head (`VocabSplit::SPLIT`).
+    Split,
+    /// Neither (`VocabSplit::WHOLE`).
+    Whole,
 }
 
 /// The tensor-parallel llama's attention path (`--tp-attention`).

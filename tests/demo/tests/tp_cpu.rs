@@ -358,7 +358,8 @@ fn a_gguf_world_of_one_computes_quantized_llama() {
     std::fs::remove_file(&path).unwrap();
 }
 
-/// Two and four ranks (4 query and 4 key-value heads for four), the vocabulary split or whole,
+/// Two and four ranks (4 query and 4 key-value heads for four), the vocabulary split, whole or
+/// split for the head only,
 /// tied embeddings or not: every rank computes the world of one's tokens and logits.
 #[test]
 fn simulated_ranks_of_a_gguf_compute_the_whole_model() {
@@ -371,7 +372,7 @@ fn simulated_ranks_of_a_gguf_compute_the_whole_model() {
         let path = gguf_path(&format!("gguf-{world}-{tied}"));
         write_random_llama_gguf(&path, &c, TYPES).unwrap();
         let one = gguf_ranks(&path, 1, VocabSplit::SPLIT).remove(0);
-        for vocab in [VocabSplit::SPLIT, VocabSplit::WHOLE] {
+        for vocab in [VocabSplit::SPLIT, VocabSplit::HEAD, VocabSplit::WHOLE] {
             for (rank, (ids, logits)) in gguf_ranks(&path, world, vocab).into_iter().enumerate() {
                 let what = format!("rank {rank} of {world}, {vocab:?}, tied {tied}");
                 assert_eq!(ids, one.0, "{what}");

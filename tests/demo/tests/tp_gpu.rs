@@ -16,8 +16,9 @@
 //! q8_0 embeddings), each rank reading only its blocks, f32 activations; on one GPU it also
 //! gives the tokens of candle-transformers' `quantized_llama` on the file.
 //!
-//! Both run with the embeddings and the output head split by vocabulary (the default: an
-//! all-reduce after the lookup, an all-gather of the logits).
+//! Both run with the output head split by vocabulary and the embeddings whole (the default:
+//! an all-gather of the logits; the split embeddings' all-reduce is checked on simulated
+//! ranks by tp_cpu).
 //!
 //! On one GPU ([`flash_attention_takes_grouped_kv_heads_as_they_are`]): the model's flash
 //! attention path, which takes grouped k/v heads without repeating them, against its matmul

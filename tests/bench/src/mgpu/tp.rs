@@ -2,8 +2,9 @@
 //! 2 7B's shape (4096 hidden, 32 layers, 32 heads, 11008 intermediate, 32000 tokens; 13.5 GB
 //! of f16 weights) with random f16 weights drawn on each rank's GPU
 //! (`ShardedWeights::random`, no files), flash attention (`--tp-attention matmul`: the matmul
-//! path, whose op names end in `_matmul`, the CPU's default); on 1 GPU (a world of one) and on
-//! N.
+//! path, whose op names end in `_matmul`, the CPU's default), the vocabulary tables split as
+//! `--tp-vocab` says (by default as the library does: the output head split, the embeddings
+//! whole); on 1 GPU (a world of one) and on N.
 //!
 //! - `prefill_llama_7b`: one forward pass over a 512-token prompt (`--tp-prefill`; fresh cache), to the
 //!   last position's logits; tokens/s = prompt tokens / time;
@@ -22,11 +23,11 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use candle_core::{DType, Device, Tensor, D};
 use candle_rocm_demo::tp::{
-    llama2_7b, parse_config, Shard, ShardedWeights, TpCache, TpLlama, World,
+    llama2_7b, parse_config, Shard, ShardedWeights, TpCache, TpLlama, VocabSplit, World,
 };
 use candle_transformers::models::llama::Config;
 
-use crate::cli::{Cli, TpAttention, TpModel};
+use crate::cli::{Cli, TpAttention, TpModel, TpVocab};
 use crate::runner::{median, Bench};
 
 /// The rows' group.
@@ -49,6 +50,7 @@ pub(crate) struct Spec {
     prefill: usize,
     steps: usize,
     flash: bool,
+    vocab: VocabSplit,
 }
 
 impl Spec {
@@ -66,6 +68,11 @@ impl Spec {
             flash: match cli.tp_attention {
                 Some(a) => a == TpAttention::Flash,
                 None => gpu,
+            },
+            vocab: match cli.tp_vocab {
+                TpVocab::Head => VocabSplit::HEAD,
+                TpVocab::Split => VocabSplit::SPLIT,
+                TpVocab::Whole => VocabSplit::WHOLE,
             },
         })
     }
@@ -137,7 +144,7 @@ pub(crate) fn rows(b: &Bench, world: &Arc<dyn World>, spec: &Spec, print: bool) 
     }
     let t = Instant::now();
     let weights = ShardedWeights::random(Shard::new(world.rank(), n)?, DTYPE, dev);
-    let model = TpLlama::load(&weights, &cfg, world.clone())?;
+    let model = TpLlama::load_with(&weights, &cfg, world.clone(), spec.vocab)?;
     dev.synchronize()?;
     eprintln!(
         "mgpu: llama {} ({} layers) rank {} of {n}: weights drawn in {:.1} s",

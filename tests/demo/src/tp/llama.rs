@@ -13,9 +13,10 @@
 //! candle-transformers' llama does). Two all-reduces per layer, each run with the residual add
 //! and the norm after it ([`World::all_reduce_add_rms_norm`]: on GPUs of one host, candle-rocm's
 //! one-shot kernel does the three in one launch). Norms are whole on
-//! every rank; the embeddings and the output head are split by vocabulary rows by default
-//! (`vocab.rs`: an all-reduce after the lookup, an all-gather of the logits; [`VocabSplit`]
-//! keeps either whole), so every rank computes the same logits.
+//! every rank; by default the output head is split by vocabulary rows and the embeddings are
+//! whole (`vocab.rs`: an all-gather of the logits; [`VocabSplit`] splits the embeddings too,
+//! with an all-reduce after the lookup, or keeps both whole), so every rank computes the same
+//! logits.
 //!
 //! From a GGUF file ([`super::ShardedWeights::open_gguf`]) the linear layers keep their GGML
 //! blocks and run candle's quantized product (`QMatMul`, f32 activations as
@@ -332,8 +333,8 @@ pub struct TpLlama {
 
 impl TpLlama {
     /// Loads this rank's share of a llama in the Hugging Face layout from `weights` (each
-    /// split tensor read as this rank's block only), the embeddings and the output head split
-    /// by vocabulary ([`VocabSplit::SPLIT`]). The head counts must divide evenly over the world
+    /// split tensor read as this rank's block only), the output head split by vocabulary and
+    /// the embeddings whole ([`VocabSplit::HEAD`]). The head counts must divide evenly over the world
     /// ([`TpError::Heads`]), and so must the split tensors ([`TpError::UnevenSplit`] names the
     /// first that does not; from a GGUF file, [`TpError::BlockSplit`] a row-parallel weight
     /// whose columns do not split into whole quantized blocks).
