@@ -21,8 +21,10 @@
 //! and keeps the embeddings whole: the lookup is no product to share, and its mask operations
 //! and all-reduce at the start of every decode step cost more than the table's memory is worth
 //! (a 7B decode step on two GPUs: 2.76 ms with the embeddings whole against 2.78-2.88 split,
-//! bench/results of 2026-11-28; the table is 2% of a 7B model's weights). [`VocabSplit::SPLIT`]
-//! splits both, where memory is what counts; [`VocabSplit::WHOLE`] keeps both whole.
+//! bench/results of 2026-11-28; the table is 2% of a 7B model's f16 weights, but from a GGUF
+//! file it is dequantized to the activations' f32: 524 MB on every rank at 7B, about an eighth of
+//! a q4_K model). [`VocabSplit::SPLIT`] splits both, where memory is what counts;
+//! [`VocabSplit::WHOLE`] keeps both whole.
 
 use std::ops::Range;
 use std::sync::Arc;
