@@ -334,9 +334,9 @@ pub struct TpLlama {
 impl TpLlama {
     /// Loads this rank's share of a llama in the Hugging Face layout from `weights` (each
     /// split tensor read as this rank's block only), the output head split by vocabulary and
-    /// the embeddings whole ([`VocabSplit::HEAD`]). The head counts must divide evenly over the world
-    /// ([`TpError::Heads`]), and so must the split tensors ([`TpError::UnevenSplit`] names the
-    /// first that does not; from a GGUF file, [`TpError::BlockSplit`] a row-parallel weight
+    /// the embeddings whole ([`VocabSplit::HEAD`]). The head counts must divide evenly over the
+    /// world ([`TpError::Heads`]), and so must the split tensors ([`TpError::UnevenSplit`] names
+    /// the first that does not; from a GGUF file, [`TpError::BlockSplit`] a row-parallel weight
     /// whose columns do not split into whole quantized blocks).
     pub fn load(
         weights: &ShardedWeights,
